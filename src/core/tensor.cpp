@@ -1,0 +1,73 @@
+#include "core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace updraft {
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> st(shape.size());
+  int64_t acc = 1;
+  for (int i = static_cast<int>(shape.size()) - 1; i >= 0; --i) {
+    st[i] = acc;
+    acc *= shape[i] > 0 ? shape[i] : 1;
+  }
+  return st;
+}
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; ++i) n *= sizes[i];
+  return n;
+}
+
+bool TensorView::is_contiguous() const {
+  int64_t expect = 1;
+  for (int i = ndim - 1; i >= 0; --i) {
+    if (sizes[i] != 1 && strides[i] != expect) return false;
+    expect *= sizes[i];
+  }
+  return true;
+}
+
+TensorView TensorView::contiguous(void* data, DType dtype, const std::vector<int64_t>& shape) {
+  UPDRAFT_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), "tensor",
+                "rank " + std::to_string(shape.size()) + " exceeds the engine limit of 8");
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.ndim = static_cast<int>(shape.size());
+  auto st = contiguous_strides(shape);
+  for (int i = 0; i < v.ndim; ++i) {
+    v.sizes[i] = shape[i];
+    v.strides[i] = st[i];
+  }
+  return v;
+}
+
+std::shared_ptr<void> aligned_alloc_shared(size_t bytes) {
+  size_t rounded = ((bytes + 63) / 64) * 64;
+  if (rounded == 0) rounded = 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (!p) throw Error("tensor", "out of memory allocating " + std::to_string(bytes) + " bytes");
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+
+Tensor::Tensor(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
+  size_t n = nbytes();
+  storage_ = aligned_alloc_shared(n);
+  std::memset(storage_.get(), 0, n);
+}
+
+Tensor::Tensor(DType dtype, std::vector<int64_t> shape, std::shared_ptr<void> storage)
+    : dtype_(dtype), shape_(std::move(shape)), storage_(std::move(storage)) {}
+
+}  // namespace updraft

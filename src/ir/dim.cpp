@@ -1,0 +1,149 @@
+#include "ir/dim.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace updraft {
+
+struct Dim::Node {
+  std::string name;
+  Dim a, b;
+};
+
+Dim Dim::sym(const std::string& name) {
+  UPDRAFT_CHECK(!name.empty(), "ir", "symbol name must not be empty");
+  Dim d;
+  d.kind_ = Kind::Sym;
+  d.node_ = std::make_shared<const Node>(Node{name, Dim(), Dim()});
+  return d;
+}
+
+int64_t Dim::value() const {
+  UPDRAFT_CHECK(is_static(), "ir", "dimension " + str() + " is symbolic; bind its symbols first");
+  return value_;
+}
+
+static int64_t floordiv_int(int64_t a, int64_t b) {
+  UPDRAFT_CHECK(b != 0, "ir", "division by zero in a shape expression");
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+static int64_t apply(Dim::Kind k, int64_t a, int64_t b) {
+  switch (k) {
+    case Dim::Kind::Add: return a + b;
+    case Dim::Kind::Sub: return a - b;
+    case Dim::Kind::Mul: return a * b;
+    case Dim::Kind::FloorDiv: return floordiv_int(a, b);
+    case Dim::Kind::Mod: return a - floordiv_int(a, b) * b;
+    case Dim::Kind::Max: return std::max(a, b);
+    case Dim::Kind::Min: return std::min(a, b);
+    default: return 0;
+  }
+}
+
+int64_t Dim::eval(const SymBindings& b) const {
+  switch (kind_) {
+    case Kind::Const: return value_;
+    case Kind::Sym: {
+      auto it = b.find(node_->name);
+      UPDRAFT_CHECK(it != b.end(), "ir", "symbol '" + node_->name + "' has no binding");
+      return it->second;
+    }
+    default: return apply(kind_, node_->a.eval(b), node_->b.eval(b));
+  }
+}
+
+Dim Dim::make(Kind k, const Dim& a, const Dim& b) {
+  if (a.is_static() && b.is_static()) return Dim(apply(k, a.value_, b.value_));
+  // Identities keep expressions short: x+0, x*1, x*0, x//1.
+  if (k == Kind::Add && b.is_static() && b.value_ == 0) return a;
+  if (k == Kind::Add && a.is_static() && a.value_ == 0) return b;
+  if (k == Kind::Sub && b.is_static() && b.value_ == 0) return a;
+  if (k == Kind::Mul && b.is_static() && b.value_ == 1) return a;
+  if (k == Kind::Mul && a.is_static() && a.value_ == 1) return b;
+  if (k == Kind::Mul && ((a.is_static() && a.value_ == 0) || (b.is_static() && b.value_ == 0))) return Dim(0);
+  if (k == Kind::FloorDiv && b.is_static() && b.value_ == 1) return a;
+  if ((k == Kind::Max || k == Kind::Min) && a == b) return a;
+  Dim d;
+  d.kind_ = k;
+  d.node_ = std::make_shared<const Node>(Node{"", a, b});
+  return d;
+}
+
+Dim operator+(const Dim& a, const Dim& b) { return Dim::make(Dim::Kind::Add, a, b); }
+Dim operator-(const Dim& a, const Dim& b) { return Dim::make(Dim::Kind::Sub, a, b); }
+Dim operator*(const Dim& a, const Dim& b) { return Dim::make(Dim::Kind::Mul, a, b); }
+Dim floordiv(const Dim& a, const Dim& b) { return Dim::make(Dim::Kind::FloorDiv, a, b); }
+Dim mod(const Dim& a, const Dim& b) { return Dim::make(Dim::Kind::Mod, a, b); }
+Dim max(const Dim& a, const Dim& b) { return Dim::make(Dim::Kind::Max, a, b); }
+Dim min(const Dim& a, const Dim& b) { return Dim::make(Dim::Kind::Min, a, b); }
+
+bool Dim::operator==(const Dim& o) const {
+  if (kind_ != o.kind_) return false;
+  if (kind_ == Kind::Const) return value_ == o.value_;
+  if (node_ == o.node_) return true;
+  if (kind_ == Kind::Sym) return node_->name == o.node_->name;
+  return node_->a == o.node_->a && node_->b == o.node_->b;
+}
+
+std::string Dim::str() const {
+  switch (kind_) {
+    case Kind::Const: return std::to_string(value_);
+    case Kind::Sym: return node_->name;
+    case Kind::Add: return "(" + node_->a.str() + "+" + node_->b.str() + ")";
+    case Kind::Sub: return "(" + node_->a.str() + "-" + node_->b.str() + ")";
+    case Kind::Mul: return "(" + node_->a.str() + "*" + node_->b.str() + ")";
+    case Kind::FloorDiv: return "(" + node_->a.str() + "//" + node_->b.str() + ")";
+    case Kind::Mod: return "(" + node_->a.str() + "%" + node_->b.str() + ")";
+    case Kind::Max: return "max(" + node_->a.str() + "," + node_->b.str() + ")";
+    case Kind::Min: return "min(" + node_->a.str() + "," + node_->b.str() + ")";
+  }
+  return "?";
+}
+
+void Dim::collect_symbols(std::vector<std::string>& out) const {
+  if (kind_ == Kind::Const) return;
+  if (kind_ == Kind::Sym) {
+    if (std::find(out.begin(), out.end(), node_->name) == out.end()) out.push_back(node_->name);
+    return;
+  }
+  node_->a.collect_symbols(out);
+  node_->b.collect_symbols(out);
+}
+
+std::string shape_str(const Shape& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + s[i].str();
+  return r + "]";
+}
+
+bool shape_is_static(const Shape& s) {
+  return std::all_of(s.begin(), s.end(), [](const Dim& d) { return d.is_static(); });
+}
+
+std::vector<int64_t> shape_values(const Shape& s) {
+  std::vector<int64_t> v;
+  v.reserve(s.size());
+  for (const Dim& d : s) v.push_back(d.value());
+  return v;
+}
+
+std::vector<int64_t> shape_eval(const Shape& s, const SymBindings& b) {
+  std::vector<int64_t> v;
+  v.reserve(s.size());
+  for (const Dim& d : s) v.push_back(d.eval(b));
+  return v;
+}
+
+Shape shape_from(const std::vector<int64_t>& v) { return Shape(v.begin(), v.end()); }
+
+Dim shape_numel(const Shape& s) {
+  Dim n(1);
+  for (const Dim& d : s) n = n * d;
+  return n;
+}
+
+}  // namespace updraft

@@ -1,0 +1,142 @@
+#include "ir/graph.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "ir/op_table.h"
+
+namespace updraft {
+
+std::string TensorType::str() const { return std::string(dtype_name(dtype)) + shape_str(shape); }
+
+const std::string& Node::op_name() const { return op->name; }
+
+const Attr& Node::attr(const std::string& n) const {
+  auto it = attrs.find(n);
+  if (it != attrs.end()) return it->second;
+  for (const AttrSpec& s : op->attrs)
+    if (s.name == n && s.default_value) return *s.default_value;
+  throw Error("ir", "node %" + std::to_string(id) + " (" + op->name + ") has no attribute '" + n + "'");
+}
+
+Value* Graph::new_value(const std::string& name, TensorType t) {
+  auto v = std::make_unique<Value>();
+  v->id = static_cast<int>(values_.size());
+  v->name = name;
+  v->type = std::move(t);
+  values_.push_back(std::move(v));
+  return values_.back().get();
+}
+
+Value* Graph::add_input(const std::string& name, TensorType type) {
+  UPDRAFT_CHECK(type.shape.size() <= static_cast<size_t>(kMaxDims), "ir",
+                "input '" + name + "' has rank " + std::to_string(type.shape.size()) + "; the engine supports up to 8");
+  Value* v = new_value(name, std::move(type));
+  v->is_input = true;
+  inputs_.push_back(v);
+  return v;
+}
+
+Value* Graph::add_constant(const std::string& name, Tensor value) {
+  TensorType t{value.dtype(), shape_from(value.shape())};
+  Value* v = new_value(name, std::move(t));
+  v->constant = std::move(value);
+  return v;
+}
+
+Node* Graph::add_node(const std::string& op, std::vector<Value*> inputs, Attrs attrs) {
+  const OpTable& table = OpTable::get();
+  const OpDef& def = table.at(op);
+  std::vector<TensorType> in_types;
+  in_types.reserve(inputs.size());
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    UPDRAFT_CHECK(inputs[k] != nullptr, "ir", op + ": input " + std::to_string(k) + " is null");
+    in_types.push_back(inputs[k]->type);
+  }
+  std::vector<TensorType> out_types = table.infer(op, in_types, attrs);  // validates first
+
+  auto node = std::make_unique<Node>();
+  node->id = next_node_id_++;
+  node->op = &def;
+  node->inputs = std::move(inputs);
+  node->attrs = std::move(attrs);
+  Node* n = node.get();
+  for (size_t k = 0; k < out_types.size(); ++k) {
+    Value* v = new_value("", std::move(out_types[k]));
+    v->producer = n;
+    v->producer_index = static_cast<int>(k);
+    n->outputs.push_back(v);
+  }
+  auto where = insert_before_ ? pos_.at(insert_before_) : nodes_.end();
+  pos_[n] = nodes_.insert(where, std::move(node));
+  return n;
+}
+
+void Graph::set_outputs(std::vector<Value*> outputs) {
+  for (Value* v : outputs) UPDRAFT_CHECK(v != nullptr, "ir", "graph output is null");
+  outputs_ = std::move(outputs);
+}
+
+void Graph::replace_all_uses(Value* from, Value* to) {
+  for (auto& n : nodes_)
+    for (Value*& in : n->inputs)
+      if (in == from) in = to;
+  for (Value*& o : outputs_)
+    if (o == from) o = to;
+}
+
+void Graph::remove_node(Node* n) {
+  for (Value* o : n->outputs)
+    UPDRAFT_CHECK(use_count(o) == 0, "ir", "cannot remove node %" + std::to_string(n->id) + " (" +
+                                               n->op_name() + "): its outputs are still used");
+  if (insert_before_ == n) insert_before_ = nullptr;
+  for (Value* o : n->outputs) o->producer = nullptr;
+  auto it = pos_.at(n);
+  pos_.erase(n);
+  nodes_.erase(it);
+}
+
+std::vector<Node*> Graph::users(const Value* v) const {
+  std::vector<Node*> r;
+  for (const auto& n : nodes_)
+    if (std::find(n->inputs.begin(), n->inputs.end(), v) != n->inputs.end()) r.push_back(n.get());
+  return r;
+}
+
+int Graph::use_count(const Value* v) const {
+  int c = 0;
+  for (const auto& n : nodes_)
+    for (const Value* in : n->inputs) c += (in == v);
+  for (const Value* o : outputs_) c += (o == v);
+  return c;
+}
+
+bool Graph::is_output(const Value* v) const {
+  return std::find(outputs_.begin(), outputs_.end(), v) != outputs_.end();
+}
+
+void Graph::reinfer() {
+  const OpTable& table = OpTable::get();
+  for (auto& n : nodes_) {
+    std::vector<TensorType> in_types;
+    for (Value* v : n->inputs) in_types.push_back(v->type);
+    auto out = table.infer(n->op_name(), in_types, n->attrs);
+    for (size_t k = 0; k < out.size(); ++k) n->outputs[k]->type = out[k];
+  }
+}
+
+std::vector<Node*> Graph::nodes() const {
+  std::vector<Node*> r;
+  r.reserve(nodes_.size());
+  for (const auto& n : nodes_) r.push_back(n.get());
+  return r;
+}
+
+std::vector<Value*> Graph::constants() const {
+  std::vector<Value*> r;
+  for (const auto& v : values_)
+    if (v->is_constant()) r.push_back(v.get());
+  return r;
+}
+
+}  // namespace updraft

@@ -1,0 +1,104 @@
+// The engine IR: a Graph owns Values (typed SSA edges) and Nodes (op applications) in
+// topological order. Builders validate before they mutate: add_node runs the op's shape
+// function and throws Error on a bad input without touching the graph.
+//
+//   Graph g;
+//   Value* x = g.add_input("x", {DType::f32, {Dim::sym("s0"), 64}});
+//   Value* w = g.add_constant("w", Tensor(DType::f32, {64, 64}));
+//   Value* y = g.add_node("matmul", {x, w})->output(0);
+//   g.set_outputs({g.add_node("relu", {y})->output(0)});
+#pragma once
+#include <list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/tensor.h"
+#include "ir/attr.h"
+#include "ir/dim.h"
+
+namespace updraft {
+
+struct OpDef;
+struct Node;
+
+struct TensorType {
+  DType dtype = DType::f32;
+  Shape shape;
+  std::string str() const;  // "f32[2, s0, 64]"
+  bool operator==(const TensorType& o) const { return dtype == o.dtype && shape == o.shape; }
+};
+
+struct Value {
+  int id = -1;
+  std::string name;
+  TensorType type;
+  Node* producer = nullptr;  // null for graph inputs and constants
+  int producer_index = 0;
+  std::optional<Tensor> constant;  // set for constants (weights, folded values)
+  bool is_input = false;
+
+  bool is_constant() const { return constant.has_value(); }
+  int rank() const { return static_cast<int>(type.shape.size()); }
+};
+
+struct Node {
+  int id = -1;
+  const OpDef* op = nullptr;
+  std::vector<Value*> inputs;
+  std::vector<Value*> outputs;
+  Attrs attrs;
+
+  const std::string& op_name() const;
+  Value* input(int k) const { return inputs.at(k); }
+  Value* output(int k = 0) const { return outputs.at(k); }
+  bool has_attr(const std::string& n) const { return attrs.count(n) > 0; }
+  const Attr& attr(const std::string& n) const;  // throws Error naming node and attribute
+};
+
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  Value* add_input(const std::string& name, TensorType type);
+  Value* add_constant(const std::string& name, Tensor value);
+  // Appends (or inserts before the insert point) a node; output types come from the op
+  // table's shape function. Throws Error("ir", ...) on unknown ops, bad arity, bad types.
+  Node* add_node(const std::string& op, std::vector<Value*> inputs, Attrs attrs = {});
+  void set_outputs(std::vector<Value*> outputs);
+
+  // Nodes inserted by add_node go before `before` until the insert point is reset (nullptr).
+  void set_insert_point(Node* before) { insert_before_ = before; }
+
+  // Rewiring helpers for passes.
+  void replace_all_uses(Value* from, Value* to);  // inputs of nodes and graph outputs
+  void remove_node(Node* n);  // n's outputs must be unused
+  std::vector<Node*> users(const Value* v) const;
+  int use_count(const Value* v) const;  // node uses plus graph-output uses
+  bool is_output(const Value* v) const;
+  // Re-run shape inference for every node in order (after a pass changed input types).
+  void reinfer();
+
+  const std::vector<Value*>& inputs() const { return inputs_; }
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  std::vector<Node*> nodes() const;  // snapshot in order; safe to mutate the graph while walking
+  std::vector<Value*> constants() const;
+  size_t num_nodes() const { return nodes_.size(); }
+  Value* value(int id) const { return values_.at(id).get(); }
+  size_t num_values() const { return values_.size(); }
+
+ private:
+  Value* new_value(const std::string& name, TensorType t);
+  std::vector<std::unique_ptr<Value>> values_;  // index == id; removed values stay (unreferenced)
+  std::list<std::unique_ptr<Node>> nodes_;
+  std::unordered_map<const Node*, std::list<std::unique_ptr<Node>>::iterator> pos_;
+  std::vector<Value*> inputs_, outputs_;
+  Node* insert_before_ = nullptr;
+  int next_node_id_ = 0;
+};
+
+}  // namespace updraft

@@ -1,0 +1,80 @@
+// Kernels: the code that runs one node for one concrete shape signature.
+//
+// A KernelFactory is called once per (node, concrete shapes) when a plan is built; it may do
+// expensive work then (create oneDNN primitives, prepack constant weights) and returns a
+// Kernel whose run() is const and thread-safe: many calls may run one Kernel at once, each
+// with its own buffers and scratch. A factory returns nullptr to decline a configuration it
+// does not handle; the runtime then uses the reference kernel and says so in the plan dump.
+//
+// Every op has a reference kernel (Device::ref): plain loops, double accumulation where it
+// matters, any strides. It is the test oracle for the fast kernels (Device::cpu).
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "ir/graph.h"
+
+namespace updraft {
+
+enum class Device : uint8_t { ref, cpu };
+const char* device_name(Device d);
+
+struct KernelContext {
+  const Node& node;
+  std::vector<std::vector<int64_t>> in_shapes;   // concrete
+  std::vector<std::vector<int64_t>> out_shapes;  // concrete
+  std::vector<const Tensor*> const_inputs;       // [k] non-null when input k is a constant
+  int num_threads = 0;                           // 0: the runtime's default
+
+  DType in_dtype(int k) const { return node.inputs.at(k)->type.dtype; }
+  DType out_dtype(int k) const { return node.outputs.at(k)->type.dtype; }
+};
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  // in/out hold node.inputs.size() / node.outputs.size() views with the concrete shapes the
+  // kernel was built for. Outputs are contiguous unless the op says otherwise; inputs may be
+  // strided (graph inputs) where the op accepts that.
+  virtual void run(const TensorView* in, TensorView* out, void* scratch) const = 0;
+  virtual size_t scratch_bytes() const { return 0; }  // per call, planned in the arena
+  virtual std::string name() const = 0;  // e.g. "cpu_f32_add_avx2", "onednn_conv:jit:avx2"
+};
+
+using KernelFactory = std::function<std::unique_ptr<Kernel>(const KernelContext&)>;
+
+// A kernel from a plain function (most elementwise and data-movement kernels).
+using KernelFn = std::function<void(const TensorView* in, TensorView* out)>;
+std::unique_ptr<Kernel> make_kernel(std::string name, KernelFn fn);
+
+class KernelRegistry {
+ public:
+  static const KernelRegistry& get();  // built once, on first use
+  void add(const std::string& op, Device d, KernelFactory f);  // throws on duplicates
+  const KernelFactory* find(const std::string& op, Device d) const;
+  bool has(const std::string& op, Device d) const { return find(op, d) != nullptr; }
+  // Builds the best kernel for `d` (falls back to ref when the device's factory declines).
+  std::unique_ptr<Kernel> create(const KernelContext& ctx, Device d) const;
+
+ private:
+  std::vector<std::pair<std::pair<std::string, Device>, KernelFactory>> entries_;
+};
+
+// Families, each in src/kernels/{ref,cpu,onednn}/<family>.cpp, listed in registry.cpp.
+void register_ref_elementwise_kernels(KernelRegistry& r);
+void register_cpu_elementwise_kernels(KernelRegistry& r);
+void register_ref_reduction_kernels(KernelRegistry& r);   // reductions and norms
+void register_cpu_reduction_kernels(KernelRegistry& r);
+void register_ref_data_movement_kernels(KernelRegistry& r);
+void register_cpu_data_movement_kernels(KernelRegistry& r);
+void register_ref_compute_kernels(KernelRegistry& r);     // conv, matmul, pooling, attention
+void register_onednn_compute_kernels(KernelRegistry& r);
+
+// Runs one node on concrete tensors (allocating contiguous outputs): used by constant folding
+// and by tests that compare a fast kernel with the reference.
+std::vector<Tensor> run_node(const Node& n, const std::vector<TensorView>& inputs, Device d);
+
+}  // namespace updraft

@@ -1,0 +1,95 @@
+#include <algorithm>
+
+#include "core/error.h"
+#include "ir/op_table.h"
+#include "kernels/kernel.h"
+
+namespace updraft {
+
+const char* device_name(Device d) { return d == Device::ref ? "ref" : "cpu"; }
+
+namespace {
+class FnKernel final : public Kernel {
+ public:
+  FnKernel(std::string name, KernelFn fn) : name_(std::move(name)), fn_(std::move(fn)) {}
+  void run(const TensorView* in, TensorView* out, void*) const override { fn_(in, out); }
+  std::string name() const override { return name_; }
+
+ private:
+  std::string name_;
+  KernelFn fn_;
+};
+}  // namespace
+
+std::unique_ptr<Kernel> make_kernel(std::string name, KernelFn fn) {
+  return std::make_unique<FnKernel>(std::move(name), std::move(fn));
+}
+
+const KernelRegistry& KernelRegistry::get() {
+  static KernelRegistry* reg = [] {
+    auto* r = new KernelRegistry();
+    register_ref_elementwise_kernels(*r);
+    register_cpu_elementwise_kernels(*r);
+    register_ref_reduction_kernels(*r);
+    register_cpu_reduction_kernels(*r);
+    register_ref_data_movement_kernels(*r);
+    register_cpu_data_movement_kernels(*r);
+    register_ref_compute_kernels(*r);
+    register_onednn_compute_kernels(*r);
+    return r;
+  }();
+  return *reg;
+}
+
+void KernelRegistry::add(const std::string& op, Device d, KernelFactory f) {
+  UPDRAFT_CHECK(find(op, d) == nullptr, "kernels",
+                "kernel for '" + op + "' on " + device_name(d) + " is registered twice");
+  entries_.push_back({{op, d}, std::move(f)});
+}
+
+const KernelFactory* KernelRegistry::find(const std::string& op, Device d) const {
+  for (const auto& e : entries_)
+    if (e.first.first == op && e.first.second == d) return &e.second;
+  return nullptr;
+}
+
+std::unique_ptr<Kernel> KernelRegistry::create(const KernelContext& ctx, Device d) const {
+  const std::string& op = ctx.node.op_name();
+  if (d == Device::cpu) {
+    if (const KernelFactory* f = find(op, Device::cpu))
+      if (auto k = (*f)(ctx)) return k;
+  }
+  const KernelFactory* ref = find(op, Device::ref);
+  UPDRAFT_CHECK(ref != nullptr, "kernels", "op '" + op + "' has no kernel (not even a reference one)");
+  auto k = (*ref)(ctx);
+  UPDRAFT_CHECK(k != nullptr, "kernels", "the reference kernel for '" + op + "' declined this configuration");
+  return k;
+}
+
+std::vector<Tensor> run_node(const Node& n, const std::vector<TensorView>& inputs, Device d) {
+  UPDRAFT_CHECK(inputs.size() == n.inputs.size(), "kernels", "run_node: wrong number of inputs for " + n.op_name());
+  SymBindings none;
+  KernelContext ctx{n, {}, {}, {}, 0};
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    ctx.in_shapes.push_back(inputs[k].shape());
+    ctx.const_inputs.push_back(n.inputs[k]->is_constant() ? &*n.inputs[k]->constant : nullptr);
+  }
+  // Output shapes: re-infer from the concrete input shapes, so symbolic graphs work too.
+  std::vector<TensorType> in_types;
+  for (size_t k = 0; k < inputs.size(); ++k) in_types.push_back({n.inputs[k]->type.dtype, shape_from(inputs[k].shape())});
+  auto out_types = OpTable::get().infer(n.op_name(), in_types, n.attrs);
+  std::vector<Tensor> outs;
+  std::vector<TensorView> out_views;
+  for (const TensorType& t : out_types) {
+    ctx.out_shapes.push_back(shape_values(t.shape));
+    outs.emplace_back(t.dtype, shape_values(t.shape));
+    out_views.push_back(outs.back().view());
+  }
+  auto kernel = KernelRegistry::get().create(ctx, d);
+  std::vector<char> scratch(kernel->scratch_bytes() + 64);
+  void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t{63});
+  kernel->run(inputs.data(), out_views.data(), aligned);
+  return outs;
+}
+
+}  // namespace updraft

@@ -1,0 +1,14 @@
+// The compile pipeline: a plain list of passes, run in order (see pipeline.cpp).
+#pragma once
+#include <vector>
+
+#include "ir/graph.h"
+#include "runtime/compiled_graph.h"
+
+namespace updraft {
+
+// Runs verify -> canonicalise -> dce -> cse -> fold constants -> fold conv+bn -> fuse
+// epilogues -> fuse elementwise chains -> dce -> verify. Returns one record per pass.
+std::vector<PassRecord> run_pipeline(Graph& g, const CompileOptions& opts);
+
+}  // namespace updraft

@@ -1,0 +1,71 @@
+// CompiledGraph: the result of compiling one engine graph, ready to run many times.
+//
+//   auto cg = CompiledGraph::compile(std::move(graph), CompileOptions{});
+//   auto out_shapes = cg->prepare({{1, 3, 224, 224}});   // builds + caches the plan
+//   cg->run({input_view}, {output_view});                 // thread-safe
+//
+// compile() runs the pass pipeline once. A Plan (flat list of kernel calls with resolved
+// buffer slots and a memory plan) is built per concrete input-shape signature on first use
+// and cached (bounded LRU). Each concurrent run() takes its own arena from a pool, so one
+// CompiledGraph may be called from many threads at once. Inputs are read in place
+// (zero-copy); outputs are written into caller-owned memory (torch tensors, from Python).
+#pragma once
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "ir/graph.h"
+
+namespace updraft {
+
+struct CompileOptions {
+  bool fold_constants = true;
+  bool fuse = true;           // conv+bn folding, epilogue fusion, elementwise fusion
+  int num_threads = 0;        // 0: all cores
+  int debug = 0;              // UPDRAFT_DEBUG: 1 pass summary, 2 IR after each pass + plans
+  size_t plan_cache_size = 16;
+};
+
+struct PassRecord {
+  std::string name;
+  bool changed = false;
+  double ms = 0;
+  std::string ir_after;  // filled when debug >= 2
+};
+
+class Plan;  // runtime/plan.h
+
+class CompiledGraph {
+ public:
+  static std::shared_ptr<CompiledGraph> compile(std::unique_ptr<Graph> graph, const CompileOptions& opts);
+  ~CompiledGraph();
+
+  // Concrete output shapes for these input shapes (builds and caches the plan if needed).
+  std::vector<std::vector<int64_t>> prepare(const std::vector<std::vector<int64_t>>& input_shapes);
+  // Runs the plan for the inputs' shapes. Inputs may be strided; outputs must be contiguous
+  // with the shapes prepare() returned. Throws Error("runtime", ...) on a mismatch.
+  void run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs);
+
+  const Graph& graph() const { return *graph_; }
+  std::vector<DType> output_dtypes() const;
+  const std::vector<PassRecord>& pass_log() const { return pass_log_; }
+  double compile_ms() const { return compile_ms_; }
+  // The memory plan and kernel schedule for one input-shape signature, as text.
+  std::string plan_text(const std::vector<std::vector<int64_t>>& input_shapes);
+  size_t num_plans() const;
+
+ private:
+  CompiledGraph() = default;
+  std::shared_ptr<Plan> plan_for(const std::vector<std::vector<int64_t>>& input_shapes);
+
+  std::unique_ptr<Graph> graph_;
+  CompileOptions opts_;
+  std::vector<PassRecord> pass_log_;
+  double compile_ms_ = 0;
+  mutable std::mutex mu_;
+  std::vector<std::pair<std::vector<std::vector<int64_t>>, std::shared_ptr<Plan>>> plans_;  // LRU, front = newest
+};
+
+}  // namespace updraft
