@@ -1,0 +1,78 @@
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+
+#include "convert.h"
+#include "core/error.h"
+#include "graph_handle.h"
+
+namespace updraft::py {
+
+Graph& GraphHandle::get() {
+  UPDRAFT_CHECK(graph != nullptr, "bindings", "this Graph was consumed by compile(); build a new one");
+  return *graph;
+}
+
+Value* GraphHandle::value(int id) {
+  Graph& g = get();
+  UPDRAFT_CHECK(id >= 0 && static_cast<size_t>(id) < g.num_values(), "bindings",
+                "value id " + std::to_string(id) + " does not exist in this graph");
+  return g.value(id);
+}
+
+// Constants share the tensor's memory: the engine keeps the Python object alive and
+// releases it (under the GIL) when the last engine reference goes away.
+static Tensor constant_from(const AnyArray& arr) {
+  TensorView v = view_of(arr);
+  UPDRAFT_CHECK(v.is_contiguous(), "bindings", "constants must be contiguous; call .contiguous() first");
+  auto* keep = new AnyArray(arr);
+  std::shared_ptr<void> storage(v.data, [keep](void*) {
+    if (!Py_IsInitialized()) return;  // interpreter gone: leak rather than crash at exit
+    nb::gil_scoped_acquire gil;
+    delete keep;
+  });
+  return Tensor(v.dtype, v.shape(), std::move(storage));
+}
+
+void bind_graph(nb::module_& m) {
+  nb::class_<GraphHandle>(m, "Graph")
+      .def(nb::init<>())
+      .def("add_input",
+           [](GraphHandle& h, const std::string& name, const std::string& dtype, const nb::list& shape) {
+             return h.get().add_input(name, {dtype_from_name(dtype), shape_from_py(shape)})->id;
+           },
+           nb::arg("name"), nb::arg("dtype"), nb::arg("shape"))
+      .def("add_constant",
+           [](GraphHandle& h, const std::string& name, const AnyArray& t) {
+             return h.get().add_constant(name, constant_from(t))->id;
+           },
+           nb::arg("name"), nb::arg("tensor"))
+      .def("add_node",
+           [](GraphHandle& h, const std::string& op, const std::vector<int>& inputs, const nb::dict& attrs) {
+             std::vector<Value*> ins;
+             for (int id : inputs) ins.push_back(h.value(id));
+             Node* n = h.get().add_node(op, std::move(ins), attrs_from_py(attrs));
+             std::vector<int> outs;
+             for (Value* v : n->outputs) outs.push_back(v->id);
+             return outs;
+           },
+           nb::arg("op"), nb::arg("inputs"), nb::arg("attrs") = nb::dict())
+      .def("set_outputs",
+           [](GraphHandle& h, const std::vector<int>& ids) {
+             std::vector<Value*> outs;
+             for (int id : ids) outs.push_back(h.value(id));
+             h.get().set_outputs(std::move(outs));
+           })
+      .def("value_type",
+           [](GraphHandle& h, int id) {
+             Value* v = h.value(id);
+             return std::make_pair(std::string(dtype_name(v->type.dtype)), shape_to_py(v->type.shape));
+           })
+      .def("num_nodes", [](GraphHandle& h) { return h.get().num_nodes(); })
+      .def("text", [](GraphHandle& h) { return graph_text(h.get()); });
+}
+
+}  // namespace updraft::py

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Sets up everything updraft needs on a fresh Debian machine, idempotently:
+# system packages (GoogleTest), a virtual environment in .venv with the pinned Python
+# dependencies, and the package itself (C++ engine + extension + C++ tests) built into build/py.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! [ -f /usr/lib/x86_64-linux-gnu/cmake/GTest/GTestConfig.cmake ] && ! [ -f /usr/lib/cmake/GTest/GTestConfig.cmake ]; then
+  echo "[setup] installing GoogleTest (Debian: libgtest-dev)"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq libgtest-dev >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv"
+  "$PY" -m venv .venv
+fi
+. .venv/bin/activate
+echo "[setup] installing Python dependencies (torch==2.13.0 CPU, oneDNN 3.2, nanobind, transformers, pytest)"
+python -m pip install -q --disable-pip-version-check \
+  torch==2.13.0 numpy transformers pytest expecttest \
+  nanobind scikit-build-core ninja cmake \
+  onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0 2>&1 | grep -v "^WARNING: Location" || true
+
+echo "[setup] building and installing updraft (engine, extension, C++ tests) into .venv"
+python -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
+  -Ccmake.define.UPDRAFT_BUILD_TESTS=ON . 2>&1 | grep -v "^WARNING: Location" || true
+python -c "import updraft, updraft._C" || { echo "[setup] updraft failed to build or import"; exit 1; }
+echo "[setup] ready"

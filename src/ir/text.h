@@ -1,0 +1,54 @@
+// Text IR: print a Graph as text and parse it back. Pass tests are written in it, and every
+// pass can dump the graph in it (UPDRAFT_DEBUG=2).
+//
+//   graph(%x: f32[1, 3, s0, 64]) {
+//     %w = constant f32[8, 3, 3, 3] random(seed=1)        // or full(0.5), or [1.0, 2.0, ...]
+//     %b = constant f32[8] [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
+//     %0 = conv2d(%x, %w) {padding=[1, 1]} : f32[1, 8, s0, 64]
+//     %1, %2 = split(%0) {dim=1, sizes=[4, 4]}             // the ": types" part is optional
+//     return (%1, %2)
+//   }
+//
+//   std::unique_ptr<Graph> g = parse_graph(text);   // throws Error("parse", "line 3, col 12: ...")
+//   std::string s = print_graph(*g);                // parse_graph(s) rebuilds the same graph
+//
+// Grammar (comments run from "//" to the end of a line, outside brackets):
+//   graph  := 'graph' '(' [param {',' param}] ')' '{' {stmt} 'return' '(' [ref {',' ref}] ')' '}'
+//   param  := ref ':' type
+//   stmt   := ref '=' 'constant' type data
+//           | ref {',' ref} '=' op '(' [ref {',' ref}] ')' ['{' attr {',' attr} '}'] [':' type {',' type}]
+//   type   := dtype '[' [dim {',' dim}] ']'             // f32[2, s0, (s0*2)]
+//   dim    := integer | symbol | '(' expr ')' | max(expr, expr) | min(expr, expr)
+//             (expr: + - * // % with the usual precedence)
+//   data   := '[' {number | true | false} ']'         // row-major, exactly numel values
+//           | random(seed=N [, lo=X] [, hi=X])        // uniform in [lo, hi), default [-1, 1)
+//           | full(X)
+//   attr   := name '=' value                          // value as Attr::str() prints it:
+//             3  1.5  true  "tanh"  [1, 2]  f[0.5, 1.0]
+//
+// Values print as %name when a node output / input / constant has a non-numeric name and as
+// %0, %1, ... otherwise. The declared output types after ':' are checked against the op
+// table's shape function, so a test that states a wrong shape fails at parse time.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ir/graph.h"
+
+namespace updraft {
+
+struct PrintOptions {
+  // Constants with at most this many elements print as literal data (so parsing the print
+  // reproduces them bit for bit). Larger ones print as `elided(numel=.., fnv1a=0x..)`, which
+  // is readable but cannot be parsed. -1: always print literal data.
+  int64_t max_literal_numel = 64;
+};
+
+std::string print_graph(const Graph& g, const PrintOptions& opts = {});
+
+// Throws Error("parse", "line L, col C: <what was expected> ...") on malformed text, and
+// Error("parse", "line L, col C: <op>: <op table message>") when the op table rejects a node.
+std::unique_ptr<Graph> parse_graph(const std::string& text);
+
+}  // namespace updraft
