@@ -1,6 +1,26 @@
+// CPU kernel registration for the elementwise family. Each factory picks the f32 program
+// evaluator (elementwise_exec.cpp), the integer/bool loops (elementwise_int.cpp) or declines,
+// in which case the runtime runs the reference kernel and the plan dump says so (f64 math,
+// integer floor_divide/remainder/clamp).
+#include "kernels/cpu/elementwise_internal.h"
 #include "ir/op_table.h"
-#include "kernels/kernel.h"
 
 namespace updraft {
-void register_cpu_elementwise_kernels(KernelRegistry& r) {}
+
+void register_cpu_elementwise_kernels(KernelRegistry& r) {
+  auto factory = [](const KernelContext& ctx) -> std::unique_ptr<Kernel> {
+    if (auto k = cpu_ew::make_f32_kernel(ctx)) return k;
+    return cpu_ew::make_int_kernel(ctx);
+  };
+  for (const char* op :
+       {"neg", "abs", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "erf", "silu", "reciprocal", "sin",
+        "cos", "floor", "ceil", "round", "sign", "hardswish", "hardsigmoid", "gelu", "leaky_relu", "elu", "clamp",
+        "pow_scalar", "logical_not", "isnan", "add", "sub", "mul", "div", "maximum", "minimum", "pow", "remainder",
+        "floor_divide", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "bitwise_and", "bitwise_or",
+        "where"})
+    r.add(op, Device::cpu, factory);
+  r.add("cast", Device::cpu, cpu_ew::make_cast_kernel);
+  r.add("fused_elementwise", Device::cpu, cpu_ew::make_fused_kernel);
+}
+
 }  // namespace updraft

@@ -1,0 +1,189 @@
+#include "ir/elementwise_program.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "core/error.h"
+#include "ir/op_table.h"
+
+namespace updraft {
+namespace {
+
+// Indexed by EwOp; the order must match the enum.
+const EwOpInfo kInfo[] = {
+    {"neg", 1, false, true},          {"abs", 1, false, true},
+    {"relu", 1, false, true},         {"sigmoid", 1, false, true},
+    {"tanh", 1, false, true},         {"exp", 1, false, true},
+    {"log", 1, false, true},          {"sqrt", 1, false, true},
+    {"rsqrt", 1, false, true},        {"erf", 1, false, true},
+    {"silu", 1, false, true},         {"reciprocal", 1, false, true},
+    {"sin", 1, false, true},          {"cos", 1, false, true},
+    {"floor", 1, false, true},        {"ceil", 1, false, true},
+    {"round", 1, false, true},        {"sign", 1, false, true},
+    {"hardswish", 1, false, true},    {"hardsigmoid", 1, false, true},
+    {"gelu", 1, false, true},         {"gelu_tanh", 1, false, true},
+    {"logical_not", 1, true, true},   {"isnan", 1, true, true},
+    {"leaky_relu", 2, false, true},   {"elu", 2, false, true},
+    {"add", 2, false, true},          {"sub", 2, false, true},
+    {"mul", 2, false, true},          {"div", 2, false, true},
+    {"maximum", 2, false, true},      {"minimum", 2, false, true},
+    {"pow", 2, false, true},          {"remainder", 2, false, true},
+    {"floor_divide", 2, false, true}, {"eq", 2, true, true},
+    {"ne", 2, true, true},            {"lt", 2, true, true},
+    {"le", 2, true, true},            {"gt", 2, true, true},
+    {"ge", 2, true, true},            {"logical_and", 2, true, true},
+    {"logical_or", 2, true, true},    {"bitwise_and", 2, false, false},
+    {"bitwise_or", 2, false, false},  {"clamp", 3, false, true},
+    {"where", 3, false, true},        {"cast", 1, false, false},
+};
+static_assert(sizeof(kInfo) / sizeof(kInfo[0]) == static_cast<size_t>(EwOp::count_),
+              "kInfo must list every EwOp in enum order");
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\n");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\n");
+  return s.substr(b, e - b + 1);
+}
+
+}  // namespace
+
+const EwOpInfo& ew_op_info(EwOp op) { return kInfo[static_cast<int>(op)]; }
+
+std::optional<EwOp> ew_op_from_name(const std::string& name) {
+  for (int i = 0; i < static_cast<int>(EwOp::count_); ++i)
+    if (name == kInfo[i].name) return static_cast<EwOp>(i);
+  return std::nullopt;
+}
+
+std::string EwProgram::str() const {
+  std::string s = std::string(dtype_name(out_dtype)) + ":";
+  for (size_t i = 0; i < instrs.size(); ++i) {
+    s += (i ? "; " : " ");
+    s += ew_op_info(instrs[i].op).name;
+    for (const EwOperand& a : instrs[i].args) {
+      char buf[40];
+      switch (a.kind) {
+        case EwOperand::Kind::input: std::snprintf(buf, sizeof buf, " $%d", a.index); break;
+        case EwOperand::Kind::reg: std::snprintf(buf, sizeof buf, " %%%d", a.index); break;
+        // %.17g round-trips any double (and so any f32 constant) exactly; inf/nan print as words.
+        case EwOperand::Kind::imm: std::snprintf(buf, sizeof buf, " #%.17g", a.imm); break;
+      }
+      s += buf;
+    }
+  }
+  return s;
+}
+
+int EwProgram::num_inputs() const {
+  int n = 0;
+  for (const EwInstr& in : instrs)
+    for (const EwOperand& a : in.args)
+      if (a.kind == EwOperand::Kind::input) n = std::max(n, a.index + 1);
+  return n;
+}
+
+EwProgram parse_ew_program(const std::string& text, const std::string& component) {
+  EwProgram p;
+  size_t colon = text.find(':');
+  UPDRAFT_CHECK(colon != std::string::npos, component,
+                "program '" + text + "' must start with its output dtype, e.g. \"f32: add $0 $1\"");
+  std::string head = trim(text.substr(0, colon));
+  if (head == "f32") p.out_dtype = DType::f32;
+  else if (head == "bool") p.out_dtype = DType::boolean;
+  else throw Error(component, "program output dtype '" + head + "' must be f32 or bool");
+
+  std::string instrs_text = trim(text.substr(colon + 1));
+  UPDRAFT_CHECK(instrs_text.empty() || instrs_text.back() != ';', component,
+                "program '" + text + "' ends with an empty instruction");
+  std::stringstream body(instrs_text);
+  std::string item;
+  while (std::getline(body, item, ';')) {
+    item = trim(item);
+    int idx = static_cast<int>(p.instrs.size());
+    auto where = [&] { return "instruction %" + std::to_string(idx) + " '" + item + "'"; };
+    UPDRAFT_CHECK(!item.empty(), component, "program has an empty " + where());
+    std::stringstream words(item);
+    std::string name, tok;
+    words >> name;
+    auto op = ew_op_from_name(name);
+    UPDRAFT_CHECK(op && ew_op_info(*op).in_program, component, where() + ": unknown program op '" + name + "'");
+    EwInstr ins;
+    ins.op = *op;
+    while (words >> tok) {
+      char* end = nullptr;
+      const char* rest = tok.c_str() + 1;
+      if (tok.size() >= 2 && (tok[0] == '$' || tok[0] == '%')) {
+        long k = std::strtol(rest, &end, 10);
+        UPDRAFT_CHECK(*end == '\0' && k >= 0, component, where() + ": bad operand '" + tok + "'");
+        if (tok[0] == '%')
+          UPDRAFT_CHECK(k < idx, component, where() + ": %" + std::to_string(k) + " is not an earlier result");
+        ins.args.push_back(tok[0] == '$' ? EwOperand::in(static_cast<int>(k)) : EwOperand::reg(static_cast<int>(k)));
+      } else if (tok.size() >= 2 && tok[0] == '#') {
+        double v = std::strtod(rest, &end);
+        UPDRAFT_CHECK(*end == '\0', component, where() + ": bad immediate '" + tok + "'");
+        ins.args.push_back(EwOperand::value(v));
+      } else {
+        throw Error(component, where() + ": operand '" + tok + "' must be $input, %result or #immediate");
+      }
+    }
+    int want = ew_op_info(ins.op).arity;
+    UPDRAFT_CHECK(static_cast<int>(ins.args.size()) == want, component,
+                  where() + ": " + name + " takes " + std::to_string(want) + " operands");
+    p.instrs.push_back(std::move(ins));
+  }
+  UPDRAFT_CHECK(!p.instrs.empty(), component, "program has no instructions");
+  return p;
+}
+
+EwInstr ew_instr_for_node(const Node& n) {
+  const std::string& name = n.op_name();
+  EwInstr ins;
+  int nin = static_cast<int>(n.inputs.size());
+  for (int k = 0; k < nin; ++k) ins.args.push_back(EwOperand::in(k));
+  if (name == "gelu") {
+    const std::string& approx = n.attr("approximate").s();
+    ins.op = approx == "tanh" ? EwOp::gelu_tanh : EwOp::gelu;
+  } else if (name == "pow_scalar") {
+    ins.op = EwOp::pow;
+    ins.args.push_back(EwOperand::value(n.attr("exponent").f()));
+  } else if (name == "leaky_relu") {
+    ins.op = EwOp::leaky_relu;
+    ins.args.push_back(EwOperand::value(n.attr("negative_slope").f()));
+  } else if (name == "elu") {
+    ins.op = EwOp::elu;
+    ins.args.push_back(EwOperand::value(n.attr("alpha").f()));
+  } else if (name == "clamp") {
+    ins.op = EwOp::clamp;
+    ins.args.push_back(EwOperand::value(n.attr("min").f()));
+    ins.args.push_back(EwOperand::value(n.attr("max").f()));
+  } else {
+    auto op = ew_op_from_name(name);
+    UPDRAFT_CHECK(op && *op != EwOp::cast && *op != EwOp::gelu_tanh, name, "has no scalar elementwise form");
+    ins.op = *op;
+  }
+  UPDRAFT_CHECK(static_cast<int>(ins.args.size()) == ew_op_info(ins.op).arity, name,
+                "takes " + std::to_string(ew_op_info(ins.op).arity) + " operands");
+  return ins;
+}
+
+int ew_program_max_live(const EwProgram& p) {
+  int n = static_cast<int>(p.instrs.size());
+  std::vector<int> last_use(n, -1);
+  for (int i = 0; i < n; ++i)
+    for (const EwOperand& a : p.instrs[i].args)
+      if (a.kind == EwOperand::Kind::reg) last_use[a.index] = i;
+  last_use[n - 1] = n;  // the result lives to the end
+  int live = 0, peak = 0;
+  for (int i = 0; i < n; ++i) {
+    ++live;  // result i is written while its operands are still held
+    peak = std::max(peak, live);
+    for (int j = 0; j < i; ++j)
+      if (last_use[j] == i) --live;
+    if (last_use[i] < 0) --live;  // never read (dead result)
+  }
+  return peak;
+}
+
+}  // namespace updraft

@@ -1,0 +1,229 @@
+// Broadcast planning and the blocked f32 program evaluator behind every f32 elementwise
+// kernel, single op or fused chain: each block of up to kBlock output elements is computed
+// through the whole program with intermediates in stack buffers, so memory is read and
+// written once per element no matter how long the chain is.
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/cpu/elementwise_internal.h"
+
+namespace updraft::cpu_ew {
+
+BcastPlan make_bcast_plan(const TensorView& out, const TensorView* in, int nin, const std::string& op) {
+  UPDRAFT_CHECK(nin <= kMaxInputs, op, "has " + std::to_string(nin) + " inputs; the CPU kernels take at most " +
+                                           std::to_string(kMaxInputs));
+  const int r = out.ndim;
+  int64_t st[kMaxOperands][kMaxDims] = {};
+  for (int d = 0; d < r; ++d) st[0][d] = out.strides[d];
+  for (int k = 0; k < nin; ++k) {
+    int shift = r - in[k].ndim;
+    bool ok = shift >= 0;
+    for (int d = 0; ok && d < in[k].ndim; ++d) {
+      int64_t sz = in[k].sizes[d], want = out.sizes[d + shift];
+      if (sz == want) st[k + 1][d + shift] = sz == 1 ? 0 : in[k].strides[d];
+      else if (sz == 1) st[k + 1][d + shift] = 0;
+      else ok = false;
+    }
+    if (!ok) {
+      std::string s = "[";
+      for (int d = 0; d < in[k].ndim; ++d) s += (d ? ", " : "") + std::to_string(in[k].sizes[d]);
+      throw Error(op, "input " + std::to_string(k) + " of shape " + s + "] does not broadcast to the output");
+    }
+  }
+  BcastPlan p;
+  p.nops = nin + 1;
+  p.numel = out.numel();
+  int nd = 0;
+  for (int d = 0; d < r; ++d) {
+    if (out.sizes[d] == 1) continue;
+    bool merge = nd > 0;
+    for (int k = 0; merge && k < p.nops; ++k) merge = p.strides[k][nd - 1] == st[k][d] * out.sizes[d];
+    if (merge) {
+      p.sizes[nd - 1] *= out.sizes[d];
+      for (int k = 0; k < p.nops; ++k) p.strides[k][nd - 1] = st[k][d];
+    } else {
+      p.sizes[nd] = out.sizes[d];
+      for (int k = 0; k < p.nops; ++k) p.strides[k][nd] = st[k][d];
+      ++nd;
+    }
+  }
+  if (nd == 0) {  // a single element
+    nd = 1;
+    p.sizes[0] = 1;
+  }
+  p.ndim = nd;
+  return p;
+}
+
+std::unique_ptr<F32Program> F32Program::compile(const EwProgram& p, int num_inputs) {
+  if (num_inputs > kMaxInputs || p.num_inputs() > num_inputs) return nullptr;
+  auto prog = std::unique_ptr<F32Program>(new F32Program());
+  prog->out_dtype_ = p.out_dtype;
+  prog->input_slot_.assign(num_inputs, -1);
+  int nslots = 0;
+  std::vector<int> free_slots;
+  auto alloc = [&] {
+    if (!free_slots.empty()) {
+      int s = free_slots.back();
+      free_slots.pop_back();
+      return s;
+    }
+    return nslots++;
+  };
+  auto imm_slot = [&](float v) {
+    for (auto& [s, x] : prog->imms_)
+      if (std::memcmp(&x, &v, sizeof v) == 0) return s;  // bitwise: keeps -0.0 and NaN distinct
+    int s = nslots++;
+    prog->imms_.push_back({s, v});
+    return s;
+  };
+  const int n = static_cast<int>(p.instrs.size());
+  std::vector<int> last_use(n, -1), reg_slot(n, -1);
+  for (int i = 0; i < n; ++i)
+    for (const EwOperand& a : p.instrs[i].args)
+      if (a.kind == EwOperand::Kind::reg) last_use[a.index] = i;
+  for (int i = 0; i < n; ++i) {
+    EwInstr ins = p.instrs[i];
+    if (!ew_op_info(ins.op).in_program) return nullptr;
+    // x ** c for the exponents PyTorch itself special-cases: exact (2) or correctly rounded.
+    if (ins.op == EwOp::pow && ins.args[1].kind == EwOperand::Kind::imm) {
+      double e = ins.args[1].imm;
+      if (e == 2.0) ins = {EwOp::mul, {ins.args[0], ins.args[0]}};
+      else if (e == 0.5) ins = {EwOp::sqrt, {ins.args[0]}};
+      else if (e == -0.5) ins = {EwOp::rsqrt, {ins.args[0]}};
+      else if (e == -1.0) ins = {EwOp::reciprocal, {ins.args[0]}};
+    }
+    Step st{ins.op, static_cast<int>(ins.args.size()), {0, 0, 0}, 0};
+    for (int j = 0; j < st.nargs; ++j) {
+      const EwOperand& a = ins.args[j];
+      if (a.kind == EwOperand::Kind::input) {
+        int& s = prog->input_slot_.at(a.index);
+        if (s < 0) s = nslots++;
+        st.args[j] = s;
+      } else if (a.kind == EwOperand::Kind::reg) {
+        st.args[j] = reg_slot[a.index];
+      } else {
+        st.args[j] = imm_slot(static_cast<float>(a.imm));
+      }
+    }
+    // Operands dying here free their slots first: block ops read lane i before writing it,
+    // so the result may overwrite an operand it was computed from.
+    for (const EwOperand& a : p.instrs[i].args)
+      if (a.kind == EwOperand::Kind::reg && last_use[a.index] == i && reg_slot[a.index] >= 0) {
+        free_slots.push_back(reg_slot[a.index]);
+        reg_slot[a.index] = -1;  // an operand used twice by one instruction is freed once
+      }
+    st.dst = reg_slot[i] = alloc();
+    if (last_use[i] < 0 && i != n - 1) free_slots.push_back(st.dst);  // dead result
+    prog->steps_.push_back(st);
+  }
+  if (nslots > kMaxSlots) return nullptr;
+  prog->nslots_ = nslots;
+  return prog;
+}
+
+void F32Program::run(const TensorView* in, int nin, TensorView& out, const std::string& op) const {
+  UPDRAFT_CHECK(out.is_contiguous(), op, "the CPU kernel writes contiguous outputs only");
+  UPDRAFT_CHECK(nin == static_cast<int>(input_slot_.size()), op, "got the wrong number of inputs");
+  for (int k = 0; k < nin; ++k)
+    UPDRAFT_CHECK(in[k].dtype == DType::f32 || in[k].dtype == DType::boolean, op,
+                  std::string("input ") + std::to_string(k) + " is " + dtype_name(in[k].dtype) + ", expected f32 or bool");
+  const BcastPlan plan = make_bcast_plan(out, in, nin, op);
+  const F32Program& self = *this;
+  // Per-thread state: a block-sized stack buffer per slot, immediates filled once.
+  bcast_for(plan, kBlock, [&] {
+    struct Body {
+      const F32Program& prog;
+      const BcastPlan& plan;
+      const TensorView* in;
+      TensorView& out;
+      alignas(32) float buf[kMaxSlots][kBlock];
+      explicit Body(const F32Program& pr, const BcastPlan& pl, const TensorView* i, TensorView& o)
+          : prog(pr), plan(pl), in(i), out(o) {
+        for (auto [s, v] : prog.imms_) std::fill(buf[s], buf[s] + kBlock, v);
+      }
+      void operator()(const int64_t* off, int64_t n64) {
+        const int n = static_cast<int>(n64);
+        const float* ptr[kMaxSlots];
+        for (int s = 0; s < prog.nslots_; ++s) ptr[s] = buf[s];
+        for (size_t k = 0; k < prog.input_slot_.size(); ++k) {
+          int s = prog.input_slot_[k];
+          if (s < 0) continue;
+          int64_t stride = plan.inner_stride(static_cast<int>(k) + 1);
+          if (in[k].dtype == DType::f32) {
+            const float* base = in[k].ptr<float>() + off[k + 1];
+            if (stride == 1) ptr[s] = base;  // read in place: no copy for the common case
+            else if (stride == 0) std::fill(buf[s], buf[s] + n, *base);
+            else for (int i = 0; i < n; ++i) buf[s][i] = base[i * stride];
+          } else {
+            const bool* base = in[k].ptr<bool>() + off[k + 1];
+            for (int i = 0; i < n; ++i) buf[s][i] = base[i * stride] ? 1.0f : 0.0f;
+          }
+        }
+        const bool f32_out = prog.out_dtype_ == DType::f32;
+        float* out_f32 = f32_out ? out.ptr<float>() + off[0] : nullptr;
+        const size_t last = prog.steps_.size() - 1;
+        for (size_t i = 0; i <= last; ++i) {
+          const Step& st = prog.steps_[i];
+          // The last step writes straight to the output; every read of this block's inputs
+          // has happened by then, so an output sharing input 0's buffer is safe.
+          float* dst = (i == last && f32_out) ? out_f32 : buf[st.dst];
+          run_block_op(st.op, ptr[st.args[0]], st.nargs > 1 ? ptr[st.args[1]] : nullptr,
+                       st.nargs > 2 ? ptr[st.args[2]] : nullptr, dst, n);
+          ptr[st.dst] = dst;
+        }
+        if (!f32_out) {
+          bool* ob = out.ptr<bool>() + off[0];
+          const float* r = ptr[prog.steps_[last].dst];
+          for (int i = 0; i < n; ++i) ob[i] = r[i] != 0.0f;
+        }
+      }
+    };
+    return Body(self, plan, in, out);
+  });
+}
+
+namespace {
+
+bool all_f32_data(const Node& n, bool is_where) {
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    DType want = (is_where && k == 0) ? DType::boolean : DType::f32;
+    if (n.inputs[k]->type.dtype != want) return false;
+  }
+  return true;
+}
+
+std::unique_ptr<Kernel> program_kernel(std::string name, std::string op, std::shared_ptr<const F32Program> prog) {
+  return make_kernel(std::move(name), [prog, op](const TensorView* in, TensorView* out) {
+    prog->run(in, static_cast<int>(prog->num_inputs()), out[0], op);
+  });
+}
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_f32_kernel(const KernelContext& ctx) {
+  const Node& n = ctx.node;
+  if (n.op_name() == "cast") return nullptr;
+  EwInstr ins = ew_instr_for_node(n);
+  if (!ew_op_info(ins.op).in_program || !all_f32_data(n, ins.op == EwOp::where)) return nullptr;
+  DType out = ctx.out_dtype(0);
+  if (out != DType::f32 && out != DType::boolean) return nullptr;
+  EwProgram p;
+  p.out_dtype = out;
+  p.instrs.push_back(std::move(ins));
+  std::shared_ptr<const F32Program> prog = F32Program::compile(p, static_cast<int>(n.inputs.size()));
+  if (!prog) return nullptr;
+  return program_kernel("cpu_f32_" + n.op_name() + "_avx2", n.op_name(), std::move(prog));
+}
+
+std::unique_ptr<Kernel> make_fused_kernel(const KernelContext& ctx) {
+  const Node& n = ctx.node;
+  for (Value* v : n.inputs)
+    if (v->type.dtype != DType::f32 && v->type.dtype != DType::boolean) return nullptr;
+  EwProgram p = parse_ew_program(n.attr("program").s(), "fused_elementwise");
+  std::shared_ptr<const F32Program> prog = F32Program::compile(p, static_cast<int>(n.inputs.size()));
+  if (!prog) return nullptr;  // more inputs or live values than the stack blocks hold: ref runs it
+  return program_kernel("cpu_fused_elementwise_f32_avx2", "fused_elementwise", std::move(prog));
+}
+
+}  // namespace updraft::cpu_ew

@@ -1,0 +1,219 @@
+// Integer and bool elementwise kernels (i64, i32, bool; where also on f64) and cast between
+// f32/f64/i64/i32/bool. Typed loops over the broadcast plan; the contiguous and
+// scalar-operand cases are separate loops the compiler vectorises. Integer arithmetic wraps
+// (two's complement), as PyTorch's does. Ops that can fail (integer floor_divide and
+// remainder divide by zero) are left to the reference kernel, which reports the error.
+#include <limits>
+#include <type_traits>
+
+#include "core/error.h"
+#include "kernels/cpu/elementwise_internal.h"
+
+namespace updraft::cpu_ew {
+namespace {
+
+constexpr int64_t kChunk = 4096;  // elements per work item: amortises the per-chunk indexing
+
+template <typename A, typename R, typename F>
+void loop1(const TensorView* in, TensorView& out, const std::string& op, F f) {
+  BcastPlan p = make_bcast_plan(out, in, 1, op);
+  const A* x = in[0].ptr<A>();
+  R* d = out.ptr<R>();
+  const int64_t sx = p.inner_stride(1);
+  bcast_for(p, kChunk, [&] {
+    return [&](const int64_t* o, int64_t n) {
+      R* dd = d + o[0];
+      const A* xx = x + o[1];
+      if (sx == 1) for (int64_t i = 0; i < n; ++i) dd[i] = f(xx[i]);
+      else for (int64_t i = 0; i < n; ++i) dd[i] = f(xx[i * sx]);
+    };
+  });
+}
+
+template <typename A, typename R, typename F>
+void loop2(const TensorView* in, TensorView& out, const std::string& op, F f) {
+  BcastPlan p = make_bcast_plan(out, in, 2, op);
+  const A* x = in[0].ptr<A>();
+  const A* y = in[1].ptr<A>();
+  R* d = out.ptr<R>();
+  const int64_t sx = p.inner_stride(1), sy = p.inner_stride(2);
+  bcast_for(p, kChunk, [&] {
+    return [&](const int64_t* o, int64_t n) {
+      R* dd = d + o[0];
+      const A* xx = x + o[1];
+      const A* yy = y + o[2];
+      if (sx == 1 && sy == 1) {
+        for (int64_t i = 0; i < n; ++i) dd[i] = f(xx[i], yy[i]);
+      } else if (sx == 1 && sy == 0) {
+        const A b = *yy;
+        for (int64_t i = 0; i < n; ++i) dd[i] = f(xx[i], b);
+      } else if (sx == 0 && sy == 1) {
+        const A a = *xx;
+        for (int64_t i = 0; i < n; ++i) dd[i] = f(a, yy[i]);
+      } else {
+        for (int64_t i = 0; i < n; ++i) dd[i] = f(xx[i * sx], yy[i * sy]);
+      }
+    };
+  });
+}
+
+template <typename T>
+void where_loop(const TensorView* in, TensorView& out) {
+  BcastPlan p = make_bcast_plan(out, in, 3, "where");
+  const bool* c = in[0].ptr<bool>();
+  const T* x = in[1].ptr<T>();
+  const T* y = in[2].ptr<T>();
+  T* d = out.ptr<T>();
+  const int64_t sc = p.inner_stride(1), sx = p.inner_stride(2), sy = p.inner_stride(3);
+  bcast_for(p, kChunk, [&] {
+    return [&](const int64_t* o, int64_t n) {
+      T* dd = d + o[0];
+      const bool* cc = c + o[1];
+      const T* xx = x + o[2];
+      const T* yy = y + o[3];
+      if (sc == 1 && sx == 1 && sy == 1)
+        for (int64_t i = 0; i < n; ++i) dd[i] = cc[i] ? xx[i] : yy[i];
+      else
+        for (int64_t i = 0; i < n; ++i) dd[i] = cc[i * sc] ? xx[i * sx] : yy[i * sy];
+    };
+  });
+}
+
+// Calls f(T{}) with T the C++ type of dt (only the dtypes listed; others return false).
+template <typename F> bool with_int_type(DType dt, bool allow_bool, F f) {
+  switch (dt) {
+    case DType::i64: f(int64_t{}); return true;
+    case DType::i32: f(int32_t{}); return true;
+    case DType::boolean: if (allow_bool) { f(bool{}); return true; } return false;
+    default: return false;
+  }
+}
+
+template <typename T> T wrap_add(T a, T b) { using U = std::make_unsigned_t<T>; return static_cast<T>(U(a) + U(b)); }
+template <typename T> T wrap_sub(T a, T b) { using U = std::make_unsigned_t<T>; return static_cast<T>(U(a) - U(b)); }
+template <typename T> T wrap_mul(T a, T b) { using U = std::make_unsigned_t<T>; return static_cast<T>(U(a) * U(b)); }
+
+bool is_arith(EwOp op) {
+  switch (op) {
+    case EwOp::add: case EwOp::sub: case EwOp::mul: case EwOp::maximum: case EwOp::minimum:
+    case EwOp::neg: case EwOp::abs: case EwOp::relu: case EwOp::sign: return true;
+    default: return false;
+  }
+}
+bool is_logic(EwOp op) {
+  switch (op) {
+    case EwOp::eq: case EwOp::ne: case EwOp::lt: case EwOp::le: case EwOp::gt: case EwOp::ge:
+    case EwOp::bitwise_and: case EwOp::bitwise_or: case EwOp::logical_and: case EwOp::logical_or:
+    case EwOp::logical_not: return true;
+    default: return false;
+  }
+}
+
+// Whether run_int has a loop for (op, data dtype).
+bool int_supported(EwOp op, DType dt) {
+  bool i = dt == DType::i64 || dt == DType::i32;
+  if (is_arith(op)) return i;
+  if (is_logic(op)) return i || dt == DType::boolean;
+  if (op == EwOp::where) return i || dt == DType::boolean || dt == DType::f64;
+  return false;
+}
+
+// Runs op on data dtype dt (int_supported(op, dt) must hold).
+void run_int(EwOp op, DType dt, const TensorView* in, TensorView& out, const std::string& name) {
+  auto arith = [&](auto tag) {  // i64/i32 only
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, bool>) {
+      switch (op) {
+        case EwOp::add: loop2<T, T>(in, out, name, wrap_add<T>); break;
+        case EwOp::sub: loop2<T, T>(in, out, name, wrap_sub<T>); break;
+        case EwOp::mul: loop2<T, T>(in, out, name, wrap_mul<T>); break;
+        case EwOp::maximum: loop2<T, T>(in, out, name, [](T a, T b) { return a > b ? a : b; }); break;
+        case EwOp::minimum: loop2<T, T>(in, out, name, [](T a, T b) { return a < b ? a : b; }); break;
+        case EwOp::neg: loop1<T, T>(in, out, name, [](T a) { return wrap_sub<T>(0, a); }); break;
+        case EwOp::abs: loop1<T, T>(in, out, name, [](T a) { return a < 0 ? wrap_sub<T>(0, a) : a; }); break;
+        case EwOp::relu: loop1<T, T>(in, out, name, [](T a) { return a < 0 ? T(0) : a; }); break;
+        case EwOp::sign: loop1<T, T>(in, out, name, [](T a) { return static_cast<T>((a > 0) - (a < 0)); }); break;
+        default: break;
+      }
+    }
+  };
+  auto logic = [&](auto tag) {  // i64/i32/bool
+    using T = decltype(tag);
+    switch (op) {
+      case EwOp::eq: loop2<T, bool>(in, out, name, [](T a, T b) { return a == b; }); break;
+      case EwOp::ne: loop2<T, bool>(in, out, name, [](T a, T b) { return a != b; }); break;
+      case EwOp::lt: loop2<T, bool>(in, out, name, [](T a, T b) { return a < b; }); break;
+      case EwOp::le: loop2<T, bool>(in, out, name, [](T a, T b) { return a <= b; }); break;
+      case EwOp::gt: loop2<T, bool>(in, out, name, [](T a, T b) { return a > b; }); break;
+      case EwOp::ge: loop2<T, bool>(in, out, name, [](T a, T b) { return a >= b; }); break;
+      case EwOp::bitwise_and: loop2<T, T>(in, out, name, [](T a, T b) { return static_cast<T>(a & b); }); break;
+      case EwOp::bitwise_or: loop2<T, T>(in, out, name, [](T a, T b) { return static_cast<T>(a | b); }); break;
+      case EwOp::logical_and: loop2<T, bool>(in, out, name, [](T a, T b) { return a != 0 && b != 0; }); break;
+      case EwOp::logical_or: loop2<T, bool>(in, out, name, [](T a, T b) { return a != 0 || b != 0; }); break;
+      case EwOp::logical_not: loop1<T, bool>(in, out, name, [](T a) { return a == 0; }); break;
+      default: break;
+    }
+  };
+  if (is_arith(op)) with_int_type(dt, false, arith);
+  else if (is_logic(op)) with_int_type(dt, true, logic);
+  else if (op == EwOp::where && dt == DType::f64) where_loop<double>(in, out);
+  else if (op == EwOp::where) with_int_type(dt, true, [&](auto tag) { where_loop<decltype(tag)>(in, out); });
+}
+
+// Float -> int of NaN/inf/out-of-range is UB in C++; write 0 there, as the reference does.
+template <typename I, typename F> I float_to_int(F x) {
+  double v = static_cast<double>(x);
+  if (!(v > static_cast<double>(std::numeric_limits<I>::min()) - 1.0 &&
+        v < static_cast<double>(std::numeric_limits<I>::max()) + 1.0))
+    return 0;
+  return static_cast<I>(x);
+}
+
+template <typename F> bool with_cast_type(DType dt, F f) {
+  switch (dt) {
+    case DType::f32: f(float{}); return true;
+    case DType::f64: f(double{}); return true;
+    default: return with_int_type(dt, true, f);
+  }
+}
+
+template <typename A, typename R> R convert(A x) {
+  if constexpr (std::is_same_v<R, bool>) return x != A(0);
+  else if constexpr (std::is_floating_point_v<A> && std::is_integral_v<R>) return float_to_int<R>(x);
+  else return static_cast<R>(x);
+}
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_int_kernel(const KernelContext& ctx) {
+  const Node& n = ctx.node;
+  EwInstr ins = ew_instr_for_node(n);
+  if (ins.args.size() != n.inputs.size()) return nullptr;  // ops with immediates (clamp) run on ref
+  DType dt = ctx.in_dtype(ins.op == EwOp::where ? 1 : 0);
+  if (!int_supported(ins.op, dt)) return nullptr;
+  EwOp op = ins.op;
+  std::string name = n.op_name();
+  return make_kernel(std::string("cpu_") + dtype_name(dt) + "_" + name, [op, dt, name](const TensorView* in, TensorView* out) {
+    UPDRAFT_CHECK(out[0].is_contiguous(), name, "the CPU kernel writes contiguous outputs only");
+    run_int(op, dt, in, out[0], name);
+  });
+}
+
+std::unique_ptr<Kernel> make_cast_kernel(const KernelContext& ctx) {
+  DType from = ctx.in_dtype(0), to = ctx.out_dtype(0);
+  bool known = with_cast_type(from, [](auto) {}) && with_cast_type(to, [](auto) {});
+  if (!known) return nullptr;
+  return make_kernel(std::string("cpu_cast_") + dtype_name(from) + "_to_" + dtype_name(to),
+                     [from, to](const TensorView* in, TensorView* out) {
+                       UPDRAFT_CHECK(out[0].is_contiguous(), "cast", "the CPU kernel writes contiguous outputs only");
+                       with_cast_type(from, [&](auto a) {
+                         with_cast_type(to, [&](auto r) {
+                           using A = decltype(a);
+                           using R = decltype(r);
+                           loop1<A, R>(in, out[0], "cast", convert<A, R>);
+                         });
+                       });
+                     });
+}
+
+}  // namespace updraft::cpu_ew

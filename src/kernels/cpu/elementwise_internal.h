@@ -1,0 +1,112 @@
+// Shared machinery of the fast elementwise kernels (src/kernels/cpu/elementwise*.cpp):
+//
+//   BcastPlan p = make_bcast_plan(out, in, nin, "add");   // collapse dims, 0-strides for broadcast
+//   bcast_for(p, 256, [&] { return [&](const int64_t* off, int64_t n) { ... }; });
+//
+// f32 ops (single ops and fused programs alike) run through F32Program: a one-pass, blocked
+// evaluator that holds each intermediate in a small stack buffer. Integer/bool ops and cast
+// have typed loops in elementwise_int.cpp.
+#pragma once
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "ir/elementwise_program.h"
+#include "kernels/kernel.h"
+
+namespace updraft::cpu_ew {
+
+constexpr int kMaxInputs = 16;
+constexpr int kMaxOperands = kMaxInputs + 1;  // operand 0 is the output
+// Below this many elements a single thread wins: an OpenMP fork/join costs a few microseconds.
+constexpr int64_t kParallelMin = 32768;
+
+// Iteration plan over an output and its inputs. Output dims of size 1 are dropped and
+// adjacent dims merged wherever every operand steps through them jointly, so contiguous and
+// same-shape cases become one flat dim. strides[k] is operand k's stride per dim in elements
+// (0 where input k broadcasts). numel == 0 means nothing to do.
+struct BcastPlan {
+  int ndim = 1;
+  int nops = 0;
+  int64_t numel = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t strides[kMaxOperands][kMaxDims] = {};
+  int64_t inner() const { return sizes[ndim - 1]; }
+  int64_t inner_stride(int k) const { return strides[k][ndim - 1]; }
+};
+BcastPlan make_bcast_plan(const TensorView& out, const TensorView* in, int nin, const std::string& op);
+
+// Walks the plan in chunks of at most `chunk` inner-dim elements, in parallel when the tensor
+// is large. make_worker() runs once per thread and returns body(offsets, n): offsets[k] is
+// operand k's element offset at the chunk start; consecutive elements step by inner_stride(k).
+template <typename MakeWorker>
+void bcast_for(const BcastPlan& p, int64_t chunk, MakeWorker make_worker) {
+  if (p.numel == 0) return;
+  const int64_t inner = p.inner();
+  const int64_t per_row = (inner + chunk - 1) / chunk;
+  const int64_t items = (p.numel / inner) * per_row;
+  const bool parallel = p.numel > kParallelMin && items > 1;
+#pragma omp parallel if (parallel)
+  {
+    auto body = make_worker();
+#pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; ++it) {
+      int64_t row = it / per_row, j0 = (it % per_row) * chunk;
+      int64_t off[kMaxOperands] = {};
+      for (int d = p.ndim - 2; d >= 0 && row; --d) {
+        int64_t c = row % p.sizes[d];
+        row /= p.sizes[d];
+        for (int k = 0; k < p.nops; ++k) off[k] += c * p.strides[k][d];
+      }
+      for (int k = 0; k < p.nops; ++k) off[k] += j0 * p.strides[k][p.ndim - 1];
+      body(static_cast<const int64_t*>(off), std::min(chunk, inner - j0));
+    }
+  }
+}
+
+// ---- f32 evaluation ----------------------------------------------------------------------
+
+constexpr int kBlock = 128;    // elements per block; a block of every live value fits in L1
+constexpr int kMaxSlots = 64;  // inputs + immediates + live intermediates of one program
+
+// d[i] = op(a[i], b[i], c[i]) for i < n (n <= kBlock); unused operands may be null. d may
+// alias an operand. Defined in elementwise_f32_ops.cpp (AVX2/FMA).
+void run_block_op(EwOp op, const float* a, const float* b, const float* c, float* d, int n);
+
+// A program compiled to slots: every input, immediate and intermediate owns a block-sized
+// slot; intermediates reuse slots after their last use.
+class F32Program {
+ public:
+  // Returns nullptr when the program needs more inputs or slots than the stack blocks hold;
+  // the caller then declines and the reference kernel runs.
+  static std::unique_ptr<F32Program> compile(const EwProgram& p, int num_inputs);
+  void run(const TensorView* in, int nin, TensorView& out, const std::string& op) const;
+  int num_inputs() const { return static_cast<int>(input_slot_.size()); }
+
+ private:
+  struct Step {
+    EwOp op;
+    int nargs;
+    int args[3];
+    int dst;
+  };
+  std::vector<Step> steps_;
+  std::vector<std::pair<int, float>> imms_;  // (slot, value), filled once per thread
+  std::vector<int> input_slot_;              // per input; -1 when the program never reads it
+  int nslots_ = 0;
+  DType out_dtype_ = DType::f32;
+};
+
+// Kernels for one elementwise node / a fused_elementwise node on f32 data; nullptr to decline.
+std::unique_ptr<Kernel> make_f32_kernel(const KernelContext& ctx);
+std::unique_ptr<Kernel> make_fused_kernel(const KernelContext& ctx);
+// Integer/bool ops (and cast between any supported dtypes); nullptr to decline.
+std::unique_ptr<Kernel> make_int_kernel(const KernelContext& ctx);
+std::unique_ptr<Kernel> make_cast_kernel(const KernelContext& ctx);
+
+}  // namespace updraft::cpu_ew

@@ -1,0 +1,181 @@
+// Pass: fuse_elementwise. Fuses chains and DAGs of f32 elementwise ops into one
+// fused_elementwise node whose kernel makes a single pass over memory.
+//
+// What it fuses: starting from the last node, a group grows backwards through producers whose
+// result is used only inside the group (never a graph output), that are Elementwise ops with
+// a program form (not cast/bitwise), read f32 data (where's condition may be bool) and
+// produce f32 or bool. Groups of one node are left alone (nothing to gain). Single-element
+// f32/bool constants become immediates. A group holds at most kMaxNodes nodes and
+// kMaxInputs tensor inputs, which keeps every program inside the CPU kernel's stack blocks
+// (inputs + immediates + live values <= 8 + 32 + 16 <= 64 slots).
+// What it does not do: fuse into reductions/matmuls (fuse_epilogue does that), duplicate work
+// for multi-use intermediates, or fuse f64/int ops.
+//
+// ## The `program` attribute (format spec)
+//
+//   program := dtype ":" instr (";" instr)*
+//   dtype   := "f32" | "bool"          the node's output dtype (bool stores result != 0)
+//   instr   := op operand*             exactly the op's arity, separated by spaces
+//   operand := "$" k                   input k, broadcast to the output shape (f32, or bool as 0/1)
+//            | "%" k                   the result of instruction k (k earlier than this one)
+//            | "#" number              an immediate (printed with %.17g; inf/nan allowed)
+//
+// Instructions are evaluated in order in f32; the last one is the node's result. Ops are the
+// elementwise op names (docs/ops.md) with attributes as trailing operands:
+//   unary:   neg abs relu sigmoid tanh exp log sqrt rsqrt erf silu reciprocal sin cos floor ceil
+//            round sign hardswish hardsigmoid gelu gelu_tanh logical_not isnan
+//   x, p:    leaky_relu (p = negative_slope), elu (p = alpha)
+//   binary:  add sub mul div maximum minimum pow remainder floor_divide eq ne lt le gt ge
+//            logical_and logical_or      (pow_scalar x e is "pow x #e")
+//   ternary: clamp x lo hi, where cond a b
+// Truth values (compares, isnan, logical_*) are 1.0/0.0 inside a program.
+// Example: x * sigmoid(x) + b * 0.5  ->  "f32: sigmoid $0; mul $0 %0; mul $1 #0.5; add %1 %2"
+#include "passes/fuse_elementwise.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "ir/elementwise_program.h"
+#include "ir/op_table.h"
+
+namespace updraft {
+namespace {
+
+constexpr size_t kMaxNodes = 16;
+constexpr size_t kMaxInputs = 8;
+
+// Can node n be part of a fused program?
+bool fusible(const Node* n) {
+  if (n->op->cls != OpClass::Elementwise || n->op_name() == "cast" || n->outputs.size() != 1) return false;
+  EwInstr ins = ew_instr_for_node(*n);
+  if (!ew_op_info(ins.op).in_program) return false;
+  for (size_t k = 0; k < n->inputs.size(); ++k) {
+    DType want = (ins.op == EwOp::where && k == 0) ? DType::boolean : DType::f32;
+    if (n->inputs[k]->type.dtype != want) return false;
+  }
+  DType out = n->output(0)->type.dtype;
+  return out == DType::f32 || out == DType::boolean;
+}
+
+// A single-element f32/bool constant: its value can live in the program text.
+std::optional<double> immediate_value(const Value* v) {
+  if (!v->is_constant() || v->constant->numel() != 1) return std::nullopt;
+  if (v->type.dtype == DType::f32) return static_cast<double>(v->constant->ptr<float>()[0]);
+  if (v->type.dtype == DType::boolean) return v->constant->ptr<bool>()[0] ? 1.0 : 0.0;
+  return std::nullopt;
+}
+
+struct Group {
+  std::vector<Node*> nodes;  // in graph order; back() is the root
+  std::set<const Node*> members;
+};
+
+// Tensor inputs of the group (values produced outside it), in first-use order.
+std::vector<Value*> external_inputs(const Group& grp, bool use_immediates) {
+  std::vector<Value*> ext;
+  for (const Node* n : grp.nodes)
+    for (Value* v : n->inputs) {
+      if (v->producer && grp.members.count(v->producer)) continue;
+      if (use_immediates && immediate_value(v)) continue;
+      if (std::find(ext.begin(), ext.end(), v) == ext.end()) ext.push_back(v);
+    }
+  return ext;
+}
+
+EwProgram build_program(const Group& grp, const std::vector<Value*>& ext, bool use_immediates) {
+  EwProgram p;
+  p.out_dtype = grp.nodes.back()->output(0)->type.dtype;
+  std::unordered_map<const Value*, int> reg;
+  for (const Node* n : grp.nodes) {
+    EwInstr ins = ew_instr_for_node(*n);
+    for (EwOperand& a : ins.args) {
+      if (a.kind != EwOperand::Kind::input) continue;  // immediates from attributes stay
+      const Value* v = n->inputs[a.index];
+      if (auto it = reg.find(v); it != reg.end()) a = EwOperand::reg(it->second);
+      else if (auto imm = use_immediates ? immediate_value(v) : std::nullopt) a = EwOperand::value(*imm);
+      else a = EwOperand::in(static_cast<int>(std::find(ext.begin(), ext.end(), v) - ext.begin()));
+    }
+    reg[n->output(0)] = static_cast<int>(p.instrs.size());
+    p.instrs.push_back(std::move(ins));
+  }
+  return p;
+}
+
+// Grows a group backwards from root through single-consumer fusible producers.
+Group grow_group(Graph& g, Node* root, const std::set<const Node*>& taken,
+                 const std::unordered_map<const Node*, size_t>& order) {
+  Group grp;
+  grp.nodes = {root};
+  grp.members = {root};
+  bool changed = true;
+  while (changed && grp.nodes.size() < kMaxNodes) {
+    changed = false;
+    for (size_t i = 0; i < grp.nodes.size() && grp.nodes.size() < kMaxNodes; ++i) {
+      for (Value* v : grp.nodes[i]->inputs) {
+        Node* p = v->producer;
+        if (!p || grp.members.count(p) || taken.count(p) || !fusible(p) || g.is_output(v)) continue;
+        auto users = g.users(v);
+        if (!std::all_of(users.begin(), users.end(), [&](Node* u) { return grp.members.count(u) > 0; })) continue;
+        grp.nodes.push_back(p);
+        grp.members.insert(p);
+        if (external_inputs(grp, true).size() > kMaxInputs) {  // undo: too many tensor inputs
+          grp.nodes.pop_back();
+          grp.members.erase(p);
+          continue;
+        }
+        changed = true;
+      }
+    }
+  }
+  std::sort(grp.nodes.begin(), grp.nodes.end(),
+            [&](const Node* a, const Node* b) { return order.at(a) < order.at(b); });
+  return grp;
+}
+
+// Replaces the group by one fused node at the root's position. Returns false (graph
+// untouched) if no valid fused node could be formed.
+bool replace_group(Graph& g, const Group& grp) {
+  Node* root = grp.nodes.back();
+  // Immediates drop their (all-ones) shapes; if that would lower the output rank, retry with
+  // the constants as tensor inputs.
+  for (bool use_imm : {true, false}) {
+    std::vector<Value*> ext = external_inputs(grp, use_imm);
+    if (ext.empty() || ext.size() > kMaxInputs) continue;
+    EwProgram p = build_program(grp, ext, use_imm);
+    g.set_insert_point(root);
+    Node* fused = g.add_node("fused_elementwise", ext, {{"program", Attr(p.str())}});
+    g.set_insert_point(nullptr);
+    if (!(fused->output(0)->type == root->output(0)->type)) {
+      g.remove_node(fused);
+      continue;
+    }
+    g.replace_all_uses(root->output(0), fused->output(0));
+    for (auto it = grp.nodes.rbegin(); it != grp.nodes.rend(); ++it) g.remove_node(*it);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool fuse_elementwise(Graph& g) {
+  std::vector<Node*> nodes = g.nodes();
+  std::unordered_map<const Node*, size_t> order;
+  for (size_t i = 0; i < nodes.size(); ++i) order[nodes[i]] = i;
+  std::set<const Node*> taken;  // grouped (and possibly removed: never dereferenced again)
+  bool changed = false;
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    Node* root = *it;
+    if (taken.count(root) || !fusible(root)) continue;
+    Group grp = grow_group(g, root, taken, order);
+    if (grp.nodes.size() < 2) continue;
+    for (const Node* n : grp.nodes) taken.insert(n);
+    changed |= replace_group(g, grp);
+  }
+  return changed;
+}
+
+}  // namespace updraft

@@ -1,0 +1,225 @@
+// Elementwise f32 kernels (cpu) against the reference kernels: odd sizes, broadcasting,
+// strided inputs, special values; plus shape-function errors.
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "core/error.h"
+#include "test_elementwise_util.h"
+
+using namespace updraft;
+using namespace updraft::testing;
+
+namespace {
+
+const std::vector<std::string> kUnaryF32 = {
+    "neg", "abs", "relu", "sigmoid", "tanh", "exp", "erf", "silu", "reciprocal", "sin", "cos", "floor", "ceil",
+    "round", "sign", "hardswish", "hardsigmoid", "gelu", "leaky_relu", "elu", "clamp", "isnan", "logical_not"};
+// Ops whose domain is x > 0.
+const std::vector<std::string> kPositiveF32 = {"log", "sqrt", "rsqrt"};
+const std::vector<std::string> kBinaryF32 = {"add", "sub",       "mul",          "div", "maximum", "minimum", "pow",
+                                             "eq",  "ne",        "lt",           "le",  "gt",      "ge",
+                                             "remainder", "floor_divide"};
+
+Attrs attrs_for(const std::string& op) {
+  if (op == "clamp") return {{"min", -0.5}, {"max", 1.25}};
+  if (op == "leaky_relu") return {{"negative_slope", 0.2}};
+  if (op == "elu") return {{"alpha", 1.5}};
+  return {};
+}
+
+TEST(ElementwiseCpu, UnaryMatchesRefAcrossSizes) {
+  for (int64_t n : {0, 1, 7, 33, 1000003}) {
+    Tensor x = random_tensor(DType::f32, {n}, 1, -6, 6);
+    Tensor pos = random_tensor(DType::f32, {n}, 2, 0.01, 8);
+    for (const auto& op : kUnaryF32)
+      EXPECT_TRUE(cpu_matches_ref(op, {x.view()}, attrs_for(op), kF32Rtol, kF32Atol)) << "n=" << n;
+    for (const auto& op : kPositiveF32) EXPECT_TRUE(cpu_matches_ref(op, {pos.view()}, {}, kF32Rtol, kF32Atol)) << "n=" << n;
+    EXPECT_TRUE(cpu_matches_ref("gelu", {x.view()}, {{"approximate", "tanh"}}, kF32Rtol, kF32Atol)) << "n=" << n;
+  }
+}
+
+TEST(ElementwiseCpu, UnarySpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> v = {0.0f, -0.0f, inf, -inf, nan, 1e-8f, -1e-8f, 1e-3f, -1e-3f, 0.3f, -0.3f, 0.624f, 0.626f,
+                          -0.626f, 0.5f, 1.5f, 2.5f, -2.5f, 3.0f, -3.0f, 9.0f, -9.0f, 20.0f, -20.0f, 44.0f, -44.0f,
+                          87.0f, -87.0f, 88.5f, -88.5f, 88.72f, 89.0f, -104.0f, 1e30f, -1e30f, 0.34f, -0.34f, 0.36f, -0.36f};
+  Tensor x(DType::f32, {static_cast<int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), x.ptr<float>());
+  for (const auto& op : kUnaryF32) EXPECT_TRUE(cpu_matches_ref(op, {x.view()}, attrs_for(op), kF32Rtol, kF32Atol));
+  EXPECT_TRUE(cpu_matches_ref("gelu", {x.view()}, {{"approximate", "tanh"}}, kF32Rtol, kF32Atol));
+  for (const auto& op : kPositiveF32) EXPECT_TRUE(cpu_matches_ref(op, {x.view()}, {}, kF32Rtol, kF32Atol));
+}
+
+// Sweeps the polynomial paths densely: every exp/tanh/sigmoid/silu result over [-90, 90].
+TEST(ElementwiseCpu, TranscendentalDenseSweep) {
+  const int64_t n = 720001;
+  Tensor x(DType::f32, {n});
+  for (int64_t i = 0; i < n; ++i) x.ptr<float>()[i] = -90.0f + 180.0f * static_cast<float>(i) / (n - 1);
+  for (const char* op : {"exp", "tanh", "sigmoid", "silu", "elu", "gelu"})
+    EXPECT_TRUE(cpu_matches_ref(op, {x.view()}, {}, kF32Rtol, kF32Atol));
+  EXPECT_TRUE(cpu_matches_ref("gelu", {x.view()}, {{"approximate", "tanh"}}, kF32Rtol, kF32Atol));
+}
+
+TEST(ElementwiseCpu, PowScalarExponents) {
+  Tensor x = random_tensor(DType::f32, {1001}, 3, 0.05, 4);
+  for (double e : {2.0, 0.5, -0.5, -1.0, 3.0, 1.7, 0.0, 1.0})
+    EXPECT_TRUE(cpu_matches_ref("pow_scalar", {x.view()}, {{"exponent", e}}, kF32Rtol, kF32Atol)) << "e=" << e;
+}
+
+struct BShapes {
+  std::vector<int64_t> a, b;
+};
+const std::vector<BShapes> kBroadcasts = {
+    {{1000003}, {1000003}},  // contiguous, parallel
+    {{7, 33}, {}},           // scalar (0-d) operand
+    {{}, {7, 33}},           // scalar first
+    {{7, 33}, {33}},         // row broadcast
+    {{7, 33}, {7, 1}},       // column broadcast
+    {{5, 3, 9}, {5, 1, 9}},  // middle-dim broadcast
+    {{1, 9}, {7, 1}},        // both sides broadcast
+    {{300, 257}, {257}},     // row broadcast, large enough to run in parallel
+    {{300, 257}, {300, 1}},  // column broadcast, parallel
+    {{0, 3}, {3}},           // empty
+    {{1}, {1}},              // one element
+};
+
+TEST(ElementwiseCpu, BinaryBroadcasting) {
+  for (const auto& s : kBroadcasts) {
+    Tensor a = random_tensor(DType::f32, s.a, 4, -3, 3);
+    Tensor b = random_tensor(DType::f32, s.b, 5, -3, 3);
+    Tensor pa = random_tensor(DType::f32, s.a, 6, 0.1, 3);
+    for (const auto& op : kBinaryF32) {
+      const Tensor& lhs = op == "pow" ? pa : a;
+      EXPECT_TRUE(cpu_matches_ref(op, {lhs.view(), b.view()}, {}, kF32Rtol, kF32Atol))
+          << op << " " << Attr(s.a).str() << " " << Attr(s.b).str();
+    }
+  }
+}
+
+TEST(ElementwiseCpu, EqualOperandsCompareExactly) {
+  // Compares on equal values (ties) and NaNs: eq/le/ge true, lt/gt false, NaN compares false.
+  Tensor a = random_tensor(DType::f32, {257}, 7);
+  a.ptr<float>()[3] = std::numeric_limits<float>::quiet_NaN();
+  for (const char* op : {"eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum"})
+    EXPECT_TRUE(cpu_matches_ref(op, {a.view(), a.view()}, {}, kExact, kExact));
+}
+
+TEST(ElementwiseCpu, StridedInputs) {
+  Tensor a = random_tensor(DType::f32, {33, 17}, 8);
+  Tensor b = random_tensor(DType::f32, {33, 17}, 9);
+  auto [at, at_store] = transposed_copy(a);
+  auto [bt, bt_store] = transposed_copy(b);
+  ASSERT_FALSE(at.is_contiguous());
+  for (const auto& op : kUnaryF32) EXPECT_TRUE(cpu_matches_ref(op, {at}, attrs_for(op), kF32Rtol, kF32Atol));
+  for (const auto& op : {"add", "mul", "div", "maximum", "lt"}) {
+    EXPECT_TRUE(cpu_matches_ref(op, {at, b.view()}, {}, kF32Rtol, kF32Atol));
+    EXPECT_TRUE(cpu_matches_ref(op, {a.view(), bt}, {}, kF32Rtol, kF32Atol));
+    EXPECT_TRUE(cpu_matches_ref(op, {at, bt}, {}, kF32Rtol, kF32Atol));
+  }
+  // Strided and broadcast at once: a transposed [3, 5, 17] against a row [17].
+  Tensor c = random_tensor(DType::f32, {3, 5, 17}, 10);
+  Tensor row = random_tensor(DType::f32, {17}, 11);
+  auto [ct, ct_store] = transposed_copy(c);
+  EXPECT_TRUE(cpu_matches_ref("sub", {ct, row.view()}, {}, kF32Rtol, kF32Atol));
+}
+
+TEST(ElementwiseCpu, WhereBroadcasts) {
+  Tensor cond = random_tensor(DType::boolean, {7, 1, 9}, 12);
+  Tensor a = random_tensor(DType::f32, {5, 9}, 13);
+  Tensor b = random_tensor(DType::f32, {}, 14);
+  EXPECT_TRUE(cpu_matches_ref("where", {cond.view(), a.view(), b.view()}, {}, kExact, kExact));
+  Tensor bigc = random_tensor(DType::boolean, {100003}, 15);
+  Tensor biga = random_tensor(DType::f32, {100003}, 16);
+  Tensor bigb = random_tensor(DType::f32, {100003}, 17);
+  EXPECT_TRUE(cpu_matches_ref("where", {bigc.view(), biga.view(), bigb.view()}, {}, kExact, kExact));
+}
+
+TEST(ElementwiseCpu, KernelNamesSayWhatRuns) {
+  Tensor a = random_tensor(DType::f32, {4}, 1);
+  auto one = one_node("add", {a.view(), a.view()});
+  EXPECT_EQ(kernel_name(*one->node, {a.view(), a.view()}, Device::cpu), "cpu_f32_add_avx2");
+  EXPECT_EQ(kernel_name(*one->node, {a.view(), a.view()}, Device::ref), "ref_f32_add");
+  Tensor d = random_tensor(DType::f64, {4}, 1);
+  auto dn = one_node("exp", {d.view()});
+  EXPECT_EQ(kernel_name(*dn->node, {d.view()}, Device::cpu), "ref_f64_exp");  // declined: f64 runs on ref
+}
+
+TEST(ElementwiseCpu, F64ReferenceKernels) {
+  Tensor x = random_tensor(DType::f64, {3, 5}, 18, -2, 2);
+  Tensor y = random_tensor(DType::f64, {5}, 19, -2, 2);
+  auto one = one_node("add", {x.view(), y.view()});
+  auto r = run_node(*one->node, {x.view(), y.view()}, Device::ref);
+  for (int64_t i = 0; i < 15; ++i) EXPECT_EQ(r[0].ptr<double>()[i], x.ptr<double>()[i] + y.ptr<double>()[i % 5]);
+  auto g = one_node("gelu", {x.view()});
+  auto rg = run_node(*g->node, {x.view()}, Device::ref);
+  double v = x.ptr<double>()[0];
+  EXPECT_NEAR(rg[0].ptr<double>()[0], 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))), 1e-15);
+}
+
+// Known PyTorch values, so the reference itself is checked and not only the cpu kernels.
+TEST(ElementwiseRef, PyTorchSemantics) {
+  auto run1 = [](const std::string& op, std::vector<float> a, std::vector<float> b) {
+    Tensor ta(DType::f32, {static_cast<int64_t>(a.size())}), tb(DType::f32, {static_cast<int64_t>(b.size())});
+    std::copy(a.begin(), a.end(), ta.ptr<float>());
+    std::copy(b.begin(), b.end(), tb.ptr<float>());
+    auto one = one_node(op, {ta.view(), tb.view()});
+    auto r = run_node(*one->node, {ta.view(), tb.view()}, Device::cpu);
+    return std::vector<float>(r[0].ptr<float>(), r[0].ptr<float>() + r[0].numel());
+  };
+  EXPECT_EQ(run1("remainder", {-7, 7, -7, 7}, {3, -3, -3, 3}), (std::vector<float>{2, -2, -1, 1}));
+  EXPECT_EQ(run1("floor_divide", {-7, 7, -7, 7}, {2, -2, -2, 2}), (std::vector<float>{-4, -4, 3, 3}));
+  Tensor x(DType::f32, {4});
+  float xs[] = {0.5f, 1.5f, 2.5f, -0.5f};
+  std::copy(xs, xs + 4, x.ptr<float>());
+  auto one = one_node("round", {x.view()});
+  auto r = run_node(*one->node, {x.view()}, Device::cpu);
+  EXPECT_EQ(std::vector<float>(r[0].ptr<float>(), r[0].ptr<float>() + 4), (std::vector<float>{0, 2, 2, -0.0f}));
+}
+
+TEST(ElementwiseShapes, SymbolicBroadcastAndDtypes) {
+  Graph g;
+  Dim s = Dim::sym("s0");
+  Value* a = g.add_input("a", {DType::f32, {s, 1, 64}});
+  Value* b = g.add_input("b", {DType::f32, {7, 1}});
+  Node* n = g.add_node("add", {a, b});
+  EXPECT_EQ(n->output(0)->type.str(), "f32[s0, 7, 64]");
+  EXPECT_EQ(g.add_node("lt", {a, b})->output(0)->type.dtype, DType::boolean);
+  EXPECT_EQ(g.add_node("cast", {a}, {{"dtype", "i64"}})->output(0)->type.dtype, DType::i64);
+  EXPECT_TRUE(OpTable::get().at("relu").inplace);
+  EXPECT_FALSE(OpTable::get().at("eq").inplace);
+}
+
+void expect_error_naming(const std::function<void()>& f, const std::string& component, const std::string& text) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an Error from " << component;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.component(), component) << e.what();
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
+
+TEST(ElementwiseShapes, ErrorsNameTheOp) {
+  Graph g;
+  Value* a = g.add_input("a", {DType::f32, {3, 4}});
+  Value* b = g.add_input("b", {DType::f32, {5}});
+  Value* i = g.add_input("i", {DType::i64, {4}});
+  Value* c = g.add_input("c", {DType::f32, {4}});
+  expect_error_naming([&] { g.add_node("add", {a, b}); }, "add", "do not broadcast");
+  expect_error_naming([&] { g.add_node("mul", {a, i}); }, "mul", "cast");
+  expect_error_naming([&] { g.add_node("where", {a, a, a}); }, "where", "bool");
+  expect_error_naming([&] { g.add_node("exp", {i}); }, "exp", "supported");
+  expect_error_naming([&] { g.add_node("cast", {a}, {{"dtype", "f13"}}); }, "cast", "f13");
+  expect_error_naming([&] { g.add_node("fused_elementwise", {a, c}, {{"program", "f32: add $0 $5"}}); },
+                      "fused_elementwise", "$5");
+  expect_error_naming([&] { g.add_node("fused_elementwise", {a}, {{"program", "f32: frobnicate $0"}}); },
+                      "fused_elementwise", "frobnicate");
+  expect_error_naming([&] { g.add_node("fused_elementwise", {a}, {{"program", "f32: add $0 %1"}}); },
+                      "fused_elementwise", "earlier");
+  expect_error_naming([&] { g.add_node("fused_elementwise", {a, b}, {{"program", "f32: add $0 $1"}}); },
+                      "fused_elementwise", "broadcast");
+  EXPECT_EQ(g.num_nodes(), 0u);  // builders validate before they mutate
+}
+
+}  // namespace
