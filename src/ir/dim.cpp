@@ -104,6 +104,11 @@ std::string Dim::str() const {
   return "?";
 }
 
+std::pair<Dim, Dim> Dim::operands() const {
+  UPDRAFT_CHECK(kind_ != Kind::Const && kind_ != Kind::Sym, "ir", "dimension " + str() + " has no operands");
+  return {node_->a, node_->b};
+}
+
 void Dim::collect_symbols(std::vector<std::string>& out) const {
   if (kind_ == Kind::Const) return;
   if (kind_ == Kind::Sym) {

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace updraft {
@@ -29,6 +30,9 @@ class Dim {
   int64_t eval(const SymBindings& b) const;  // throws when a symbol is unbound
   std::string str() const;
   void collect_symbols(std::vector<std::string>& out) const;
+  // Structure, for shape functions that simplify (e.g. reshape cancelling factors).
+  Kind kind() const { return kind_; }
+  std::pair<Dim, Dim> operands() const;  // the two sides of Add..Min; throws for Const/Sym
 
   bool operator==(const Dim& o) const;  // structural equality
   bool operator!=(const Dim& o) const { return !(*this == o); }

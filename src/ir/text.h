@@ -23,6 +23,7 @@
 //   data   := '[' {number | true | false} ']'         // row-major, exactly numel values
 //           | random(seed=N [, lo=X] [, hi=X])        // uniform in [lo, hi), default [-1, 1)
 //           | full(X)
+//           | bits[0x3c00, ...]                       // f16/bf16: raw 16-bit patterns
 //   attr   := name '=' value                          // value as Attr::str() prints it:
 //             3  1.5  true  "tanh"  [1, 2]  f[0.5, 1.0]
 //

@@ -1,0 +1,538 @@
+// Text IR parser: a character-level recursive-descent parser for the grammar in ir/text.h.
+// Every error says where (line, col), what was expected and what was found instead.
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdint>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "ir/op_table.h"
+#include "ir/text.h"
+
+namespace updraft {
+
+namespace {
+
+bool is_ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
+bool is_ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+bool is_name_char(char c) { return is_ident_char(c) || c == '.'; }
+bool is_numeric(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+}
+
+// A number as written: ints stay exact (i64 constants and attributes), floats go via strtod.
+struct Number {
+  bool is_float = false;
+  int64_t i = 0;
+  double f = 0;
+  double as_double() const { return is_float ? f : static_cast<double>(i); }
+};
+
+class Parser {
+ public:
+  explicit Parser(const std::string& src) : s_(src) {}
+
+  std::unique_ptr<Graph> parse() {
+    g_ = std::make_unique<Graph>();
+    ws();
+    expect_word("graph");
+    expect("(");
+    if (!eat(")")) {
+      do parse_param();
+      while (eat(","));
+      expect(")");
+    }
+    expect("{");
+    while (!peek_word("return")) parse_stmt();
+    expect_word("return");
+    expect("(");
+    std::vector<Value*> outs;
+    if (!eat(")")) {
+      do outs.push_back(use_ref());
+      while (eat(","));
+      expect(")");
+    }
+    expect("}");
+    ws();
+    if (pos_ != s_.size()) fail("expected the end of input after the graph's '}'");
+    g_->set_outputs(std::move(outs));
+    return std::move(g_);
+  }
+
+ private:
+  // ---- errors and positions ----
+  [[noreturn]] void fail_at(size_t at, const std::string& msg) const {
+    int line = 1, col = 1;
+    for (size_t i = 0; i < at && i < s_.size(); ++i) {
+      if (s_[i] == '\n') { ++line; col = 1; } else { ++col; }
+    }
+    throw Error("parse", "line " + std::to_string(line) + ", col " + std::to_string(col) + ": " + msg);
+  }
+  [[noreturn]] void fail(const std::string& msg) const { fail_at(pos_, msg + ", found " + found()); }
+
+  // The next token, quoted, for "expected X, found Y".
+  std::string found() const {
+    if (pos_ >= s_.size()) return "the end of input";
+    size_t e = pos_;
+    if (is_name_char(s_[e]) || s_[e] == '%') {
+      ++e;
+      while (e < s_.size() && is_name_char(s_[e]) && e - pos_ < 24) ++e;
+    } else {
+      ++e;
+    }
+    return "'" + s_.substr(pos_, e - pos_) + "'";
+  }
+
+  // ---- lexing helpers ----
+  // Skips blanks and, when `comments`, "//" comments. Shape expressions use "//" for floor
+  // division, so the dim parser skips blanks only.
+  void ws(bool comments = true) {
+    while (pos_ < s_.size()) {
+      char c = s_[pos_];
+      if (c == ' ' || c == '\t' || c == '\n' || c == '\r') { ++pos_; continue; }
+      if (comments && c == '/' && pos_ + 1 < s_.size() && s_[pos_ + 1] == '/') {
+        while (pos_ < s_.size() && s_[pos_] != '\n') ++pos_;
+        continue;
+      }
+      break;
+    }
+  }
+  bool at(const char* tok) const { return s_.compare(pos_, std::strlen(tok), tok) == 0; }
+  bool eat(const char* tok, bool comments = true) {
+    if (!at(tok)) return false;
+    pos_ += std::strlen(tok);
+    ws(comments);
+    return true;
+  }
+  void expect(const char* tok, bool comments = true) {
+    if (!eat(tok, comments)) fail(std::string("expected '") + tok + "'");
+  }
+  bool peek_word(const char* w) const {
+    size_t n = std::strlen(w);
+    return at(w) && (pos_ + n >= s_.size() || !is_ident_char(s_[pos_ + n]));
+  }
+  void expect_word(const char* w) {
+    if (!peek_word(w)) fail(std::string("expected '") + w + "'");
+    pos_ += std::strlen(w);
+    ws();
+  }
+  std::string ident(const char* what, bool comments = true) {
+    if (pos_ >= s_.size() || !is_ident_start(s_[pos_])) fail(std::string("expected ") + what);
+    size_t b = pos_;
+    while (pos_ < s_.size() && is_ident_char(s_[pos_])) ++pos_;
+    std::string r = s_.substr(b, pos_ - b);
+    ws(comments);
+    return r;
+  }
+
+  Number number(const char* what, bool comments = true) {
+    size_t b = pos_, e = pos_;
+    if (e < s_.size() && (s_[e] == '-' || s_[e] == '+')) ++e;
+    Number n;
+    if (s_.compare(e, 3, "inf") == 0 || s_.compare(e, 3, "nan") == 0) {
+      n.is_float = true;
+      bool neg = s_[b] == '-';
+      n.f = s_[e] == 'i' ? (neg ? -INFINITY : INFINITY) : std::numeric_limits<double>::quiet_NaN();
+      pos_ = e + 3;
+      ws(comments);
+      return n;
+    }
+    size_t digits = e;
+    while (e < s_.size() && std::isdigit(static_cast<unsigned char>(s_[e]))) ++e;
+    if (e < s_.size() && s_[e] == '.') {
+      n.is_float = true;
+      ++e;
+      while (e < s_.size() && std::isdigit(static_cast<unsigned char>(s_[e]))) ++e;
+    }
+    if (e == digits || (e == digits + 1 && n.is_float)) fail(std::string("expected ") + what);
+    if (e < s_.size() && (s_[e] == 'e' || s_[e] == 'E')) {
+      size_t x = e + 1;
+      if (x < s_.size() && (s_[x] == '-' || s_[x] == '+')) ++x;
+      if (x < s_.size() && std::isdigit(static_cast<unsigned char>(s_[x]))) {
+        n.is_float = true;
+        e = x;
+        while (e < s_.size() && std::isdigit(static_cast<unsigned char>(s_[e]))) ++e;
+      }
+    }
+    std::string text = s_.substr(b, e - b);
+    errno = 0;
+    if (n.is_float) {
+      n.f = std::strtod(text.c_str(), nullptr);
+    } else {
+      n.i = std::strtoll(text.c_str(), nullptr, 10);
+      if (errno == ERANGE) fail_at(b, "integer " + text + " does not fit in 64 bits");
+    }
+    pos_ = e;
+    ws(comments);
+    return n;
+  }
+  int64_t integer(const char* what, bool comments = true) {
+    size_t b = pos_;
+    Number n = number(what, comments);
+    if (n.is_float) fail_at(b, std::string("expected ") + what + ", found a float");
+    return n.i;
+  }
+
+  // ---- values ----
+  std::pair<std::string, size_t> ref_name() {
+    size_t b = pos_;
+    if (!at("%")) fail("expected a value name like %x");
+    ++pos_;
+    size_t nb = pos_;
+    while (pos_ < s_.size() && is_name_char(s_[pos_])) ++pos_;
+    if (pos_ == nb) fail_at(b, "expected a value name after '%'");
+    std::string name = s_.substr(nb, pos_ - nb);
+    ws();
+    return {name, b};
+  }
+  Value* use_ref() {
+    auto [name, where] = ref_name();
+    auto it = values_.find(name);
+    if (it == values_.end()) fail_at(where, "use of undefined value %" + name);
+    return it->second;
+  }
+  void define(const std::string& name, size_t where, Value* v) {
+    if (!values_.emplace(name, v).second) fail_at(where, "value %" + name + " is defined twice");
+    v->name = is_numeric(name) ? "" : name;  // numeric names are positional: the printer renumbers them
+  }
+
+  // ---- types and symbolic dims ----
+  TensorType type() {
+    size_t b = pos_;
+    std::string dt = ident("a dtype like f32", false);
+    TensorType t;
+    try {
+      t.dtype = dtype_from_name(dt);
+    } catch (const Error&) {
+      fail_at(b, "unknown dtype '" + dt + "' (f32, f64, f16, bf16, i64, i32, i16, i8, u8, bool)");
+    }
+    expect("[", false);
+    if (!eat("]")) {
+      do t.shape.push_back(dim_expr());
+      while (eat(",", false));
+      expect("]");
+    }
+    return t;
+  }
+  Dim dim_expr() {
+    Dim d = dim_term();
+    for (;;) {
+      if (eat("+", false)) d = d + dim_term();
+      else if (eat("-", false)) d = d - dim_term();
+      else return d;
+    }
+  }
+  Dim dim_term() {
+    Dim d = dim_atom();
+    for (;;) {
+      if (eat("*", false)) d = d * dim_atom();
+      else if (eat("//", false)) d = floordiv(d, dim_atom());
+      else if (eat("%", false)) d = mod(d, dim_atom());
+      else return d;
+    }
+  }
+  Dim dim_atom() {
+    if (eat("(", false)) {
+      Dim d = dim_expr();
+      expect(")", false);
+      return d;
+    }
+    if (pos_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '-'))
+      return Dim(integer("a dimension", false));
+    std::string name = ident("a dimension (an integer, a symbol like s0, or an expression)", false);
+    if (name == "max" || name == "min") {
+      expect("(", false);
+      Dim a = dim_expr();
+      expect(",", false);
+      Dim b = dim_expr();
+      expect(")", false);
+      return name == "max" ? max(a, b) : min(a, b);
+    }
+    return Dim::sym(name);
+  }
+
+  // ---- statements ----
+  void parse_param() {
+    auto [name, where] = ref_name();
+    expect(":");
+    size_t tpos = pos_;
+    TensorType t = type();
+    if (t.shape.size() > static_cast<size_t>(kMaxDims)) fail_at(tpos, "rank exceeds the engine limit of 8");
+    define(name, where, g_->add_input(is_numeric(name) ? "" : name, std::move(t)));
+  }
+
+  void parse_stmt() {
+    if (!at("%")) fail("expected a statement (%name = ...) or 'return'");
+    std::vector<std::pair<std::string, size_t>> defs;
+    do defs.push_back(ref_name());
+    while (eat(","));
+    expect("=");
+    size_t op_pos = pos_;
+    std::string op = ident("an op name or 'constant'");
+    if (op == "constant") {
+      if (defs.size() != 1) fail_at(defs[1].second, "a constant defines exactly one value");
+      parse_constant(defs[0].first, defs[0].second);
+      return;
+    }
+    const OpDef* def = OpTable::get().find(op);
+    if (!def) fail_at(op_pos, "unknown op '" + op + "' (see docs/ops.md for the op table)");
+    expect("(");
+    std::vector<Value*> ins;
+    if (!eat(")")) {
+      do ins.push_back(use_ref());
+      while (eat(","));
+      expect(")");
+    }
+    Attrs attrs;
+    if (eat("{")) {
+      do parse_attr(*def, attrs);
+      while (eat(","));
+      expect("}");
+    }
+    std::vector<std::pair<TensorType, size_t>> declared;
+    if (eat(":")) {
+      do {
+        size_t p = pos_;
+        declared.push_back({type(), p});
+      } while (eat(","));
+    }
+    Node* n = nullptr;
+    try {
+      n = g_->add_node(op, std::move(ins), std::move(attrs));
+    } catch (const Error& e) {
+      fail_at(op_pos, e.what());
+    }
+    if (n->outputs.size() != defs.size())
+      fail_at(defs[0].second, op + " has " + std::to_string(n->outputs.size()) + " outputs but " +
+                                  std::to_string(defs.size()) + " names are given");
+    if (!declared.empty() && declared.size() != n->outputs.size())
+      fail_at(declared[0].second, std::to_string(declared.size()) + " types are declared for " +
+                                      std::to_string(n->outputs.size()) + " outputs of " + op);
+    for (size_t k = 0; k < declared.size(); ++k)
+      if (!(declared[k].first == n->outputs[k]->type))
+        fail_at(declared[k].second, "declared type " + declared[k].first.str() + " but " + op + " infers " +
+                                        n->outputs[k]->type.str() + " for output " + std::to_string(k));
+    for (size_t k = 0; k < defs.size(); ++k) define(defs[k].first, defs[k].second, n->outputs[k]);
+  }
+
+  void parse_attr(const OpDef& def, Attrs& attrs) {
+    size_t b = pos_;
+    std::string key = ident("an attribute name");
+    expect("=");
+    Attr a = attr_value();
+    // Ints written for a float attribute ("min=0") become floats, so nodes compare equal
+    // however the number was written.
+    for (const AttrSpec& spec : def.attrs) {
+      if (spec.name != key) continue;
+      if (spec.kind == Attr::Kind::Float && a.kind() == Attr::Kind::Int) a = Attr(static_cast<double>(a.i()));
+      if (spec.kind == Attr::Kind::Floats && a.kind() == Attr::Kind::Ints)
+        a = Attr(std::vector<double>(a.ints().begin(), a.ints().end()));
+    }
+    if (!attrs.emplace(key, std::move(a)).second) fail_at(b, "attribute '" + key + "' is given twice");
+  }
+
+  Attr attr_value() {
+    if (at("\"")) return Attr(string_literal());
+    if (eat("f[")) {
+      std::vector<double> v;
+      if (!eat("]")) {
+        do v.push_back(number("a float").as_double());
+        while (eat(","));
+        expect("]");
+      }
+      return Attr(std::move(v));
+    }
+    if (eat("[")) {
+      std::vector<int64_t> v;
+      if (!eat("]")) {
+        do {
+          size_t b = pos_;
+          Number n = number("an integer");
+          if (n.is_float) fail_at(b, "an int list holds a float; write float lists as f[0.5, 1.0]");
+          v.push_back(n.i);
+        } while (eat(","));
+        expect("]");
+      }
+      return Attr(std::move(v));
+    }
+    if (peek_word("true")) { expect_word("true"); return Attr(true); }
+    if (peek_word("false")) { expect_word("false"); return Attr(false); }
+    Number n = number("an attribute value (3, 1.5, true, \"s\", [1, 2] or f[0.5])");
+    return n.is_float ? Attr(n.f) : Attr(n.i);
+  }
+
+  std::string string_literal() {
+    size_t b = pos_;
+    ++pos_;  // opening quote
+    std::string r;
+    while (pos_ < s_.size() && s_[pos_] != '"') {
+      char c = s_[pos_++];
+      if (c == '\n') fail_at(b, "string is not closed before the end of the line");
+      if (c == '\\' && pos_ < s_.size()) {
+        char e = s_[pos_++];
+        r += e == 'n' ? '\n' : e;
+        continue;
+      }
+      r += c;
+    }
+    if (pos_ >= s_.size()) fail_at(b, "string is not closed");
+    ++pos_;
+    ws();
+    return r;
+  }
+
+  // ---- constants ----
+  void parse_constant(const std::string& name, size_t where) {
+    size_t tpos = pos_;
+    TensorType t = type();
+    if (!shape_is_static(t.shape)) fail_at(tpos, "a constant's shape must be static, got " + t.str());
+    Tensor data(t.dtype, shape_values(t.shape));
+    size_t dpos = pos_;
+    if (peek_word("random")) {
+      fill_random(data);
+    } else if (peek_word("full")) {
+      expect_word("full");
+      expect("(");
+      size_t b = pos_;
+      Number v = parse_element_number(data.dtype());
+      for (int64_t i = 0; i < data.numel(); ++i) store(data, i, v, b);
+      expect(")");
+    } else if (peek_word("elided")) {
+      fail("constant data was elided by the printer (PrintOptions::max_literal_numel); print with "
+           "max_literal_numel = -1 to get text that parses");
+    } else if (at("bits[")) {
+      if (t.dtype != DType::f16 && t.dtype != DType::bf16) fail("bits[...] data is for f16/bf16 constants only");
+      expect("bits[");
+      int64_t i = 0;
+      if (!eat("]")) {
+        do {
+          size_t b = pos_;
+          int64_t x = hex_or_int();
+          if (x < 0 || x > 0xffff) fail_at(b, "a 16-bit pattern must be in [0, 0xffff]");
+          if (i < data.numel()) data.ptr<uint16_t>()[i] = static_cast<uint16_t>(x);
+          ++i;
+        } while (eat(","));
+        expect("]");
+      }
+      check_count(i, data.numel(), dpos);
+    } else if (at("[")) {
+      if (t.dtype == DType::f16 || t.dtype == DType::bf16) fail("write f16/bf16 constant data as bits[0x3c00, ...]");
+      expect("[");
+      int64_t i = 0;
+      if (!eat("]")) {
+        do {
+          size_t b = pos_;
+          Number v = parse_element_number(data.dtype());
+          if (i < data.numel()) store(data, i, v, b);
+          ++i;
+        } while (eat(","));
+        expect("]");
+      }
+      check_count(i, data.numel(), dpos);
+    } else {
+      fail("expected constant data: [values], random(seed=N), full(X) or bits[...]");
+    }
+    define(name, where, g_->add_constant(is_numeric(name) ? "" : name, std::move(data)));
+  }
+
+  void check_count(int64_t got, int64_t want, size_t where) const {
+    if (got != want)
+      fail_at(where, "constant data has " + std::to_string(got) + " values, its type needs " + std::to_string(want));
+  }
+
+  int64_t hex_or_int() {
+    if (at("0x") || at("0X")) {
+      size_t b = pos_;
+      pos_ += 2;
+      size_t d = pos_;
+      while (pos_ < s_.size() && std::isxdigit(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+      if (pos_ == d) fail_at(b, "expected hex digits after 0x");
+      int64_t v = std::strtoll(s_.substr(d, pos_ - d).c_str(), nullptr, 16);
+      ws();
+      return v;
+    }
+    return integer("a 16-bit pattern like 0x3c00");
+  }
+
+  Number parse_element_number(DType dt) {
+    if (peek_word("true")) { expect_word("true"); return Number{false, 1, 1}; }
+    if (peek_word("false")) { expect_word("false"); return Number{false, 0, 0}; }
+    return number(dt == DType::boolean ? "true or false" : "a number");
+  }
+
+  void store(Tensor& t, int64_t i, const Number& v, size_t where) {
+    auto int_in = [&](int64_t lo, int64_t hi) {
+      if (v.is_float) fail_at(where, std::string("a ") + dtype_name(t.dtype()) + " constant holds integers, found a float");
+      if (v.i < lo || v.i > hi) fail_at(where, std::to_string(v.i) + " is out of range for " + dtype_name(t.dtype()));
+      return v.i;
+    };
+    void* d = t.data();
+    switch (t.dtype()) {
+      case DType::f32: static_cast<float*>(d)[i] = static_cast<float>(v.as_double()); break;
+      case DType::f64: static_cast<double*>(d)[i] = v.as_double(); break;
+      case DType::i64: static_cast<int64_t*>(d)[i] = int_in(INT64_MIN, INT64_MAX); break;
+      case DType::i32: static_cast<int32_t*>(d)[i] = static_cast<int32_t>(int_in(INT32_MIN, INT32_MAX)); break;
+      case DType::i16: static_cast<int16_t*>(d)[i] = static_cast<int16_t>(int_in(INT16_MIN, INT16_MAX)); break;
+      case DType::i8: static_cast<int8_t*>(d)[i] = static_cast<int8_t>(int_in(INT8_MIN, INT8_MAX)); break;
+      case DType::u8: static_cast<uint8_t*>(d)[i] = static_cast<uint8_t>(int_in(0, 255)); break;
+      case DType::boolean: static_cast<bool*>(d)[i] = int_in(0, 1) != 0; break;
+      case DType::f16:
+      case DType::bf16: fail_at(where, "f16/bf16 constants take bits[...] data; full() and literal numbers are not supported");
+    }
+  }
+
+  // random(seed=N, lo=X, hi=X): uniform in [lo, hi) from a 64-bit Mersenne Twister, mapped by
+  // hand (not std::uniform_real_distribution) so every standard library yields the same data.
+  void fill_random(Tensor& t) {
+    expect_word("random");
+    expect("(");
+    int64_t seed = -1;
+    double lo = -1.0, hi = 1.0;
+    do {
+      size_t b = pos_;
+      std::string k = ident("seed=, lo= or hi=");
+      expect("=");
+      if (k == "seed") seed = integer("an integer seed");
+      else if (k == "lo") lo = number("a number").as_double();
+      else if (k == "hi") hi = number("a number").as_double();
+      else fail_at(b, "random() takes seed=, lo= and hi=, not '" + k + "'");
+    } while (eat(","));
+    expect(")");
+    if (seed < 0) fail("random() needs seed=N (N >= 0)");
+    if (t.dtype() == DType::f16 || t.dtype() == DType::bf16) fail("random() does not fill f16/bf16 constants; use bits[...]");
+    std::mt19937_64 rng(static_cast<uint64_t>(seed));
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+      double x = lo + u * (hi - lo);
+      void* d = t.data();
+      switch (t.dtype()) {
+        case DType::f32: static_cast<float*>(d)[i] = static_cast<float>(x); break;
+        case DType::f64: static_cast<double*>(d)[i] = x; break;
+        case DType::i64: static_cast<int64_t*>(d)[i] = static_cast<int64_t>(std::floor(x)); break;
+        case DType::i32: static_cast<int32_t*>(d)[i] = static_cast<int32_t>(std::floor(x)); break;
+        case DType::i16: static_cast<int16_t*>(d)[i] = static_cast<int16_t>(std::floor(x)); break;
+        case DType::i8: static_cast<int8_t*>(d)[i] = static_cast<int8_t>(std::floor(x)); break;
+        case DType::u8: static_cast<uint8_t*>(d)[i] = static_cast<uint8_t>(std::floor(x)); break;
+        case DType::boolean: static_cast<bool*>(d)[i] = u >= 0.5; break;
+        default: break;
+      }
+    }
+  }
+
+  const std::string& s_;
+  size_t pos_ = 0;
+  std::unique_ptr<Graph> g_;
+  std::unordered_map<std::string, Value*> values_;
+};
+
+}  // namespace
+
+std::unique_ptr<Graph> parse_graph(const std::string& text) { return Parser(text).parse(); }
+
+}  // namespace updraft

@@ -1,0 +1,98 @@
+// canonicalize: small rewrites that never change results and make later passes' patterns
+// simpler. Each rewrite leaves the nodes it bypasses for dce. A node is only bypassed when
+// that keeps every graph output computed by a node of its own (the runtime writes each
+// output into its own caller buffer), so e.g. an identity reshape that is a graph output of
+// a graph input stays.
+#include "passes/canonicalize.h"
+
+
+#include "ir/op_table.h"
+
+namespace updraft {
+
+namespace {
+
+// Route users of n's output to `to`, unless n's output is a graph output that must stay
+// node-computed and distinct.
+bool bypass(Graph& g, Node* n, Value* to) {
+  Value* from = n->output();
+  if (g.use_count(from) == 0) return false;
+  if (g.is_output(from) && (to->producer == nullptr || g.is_output(to))) return false;
+  g.replace_all_uses(from, to);
+  return true;
+}
+
+// Drop reshape, expand, permute, cast and copy nodes whose output equals their input.
+bool drop_identity(Graph& g, Node* n) {
+  const std::string& op = n->op_name();
+  if (n->inputs.empty() || n->outputs.size() != 1) return false;
+  Value* x = n->input(0);
+  if (!(n->output()->type == x->type)) return false;
+  if (op == "reshape" || op == "expand" || op == "cast") return bypass(g, n, x);
+  if (op == "permute") {
+    const auto& dims = n->attr("dims").ints();
+    for (size_t i = 0; i < dims.size(); ++i)
+      if (dims[i] != static_cast<int64_t>(i) && dims[i] != static_cast<int64_t>(i) - static_cast<int64_t>(dims.size()))
+        return false;
+    return bypass(g, n, x);
+  }
+  // copy materialises a value; between two nodes it is pointless, as a graph output it is not.
+  if (op == "copy" && !g.is_output(n->output())) return bypass(g, n, x);
+  return false;
+}
+
+// Rewrite reshape(reshape(x, a), b) to reshape(x, b).
+bool merge_reshapes(Graph& g, Node* n) {
+  if (n->op_name() != "reshape") return false;
+  Node* inner = n->input(0)->producer;
+  if (!inner || inner->op_name() != "reshape") return false;
+  // Same element count, so b (even with a -1) means the same shape when applied to x.
+  n->inputs[0] = inner->input(0);
+  return true;
+}
+
+// Rewrite op(expand(x), y) to op(x, y) when the elementwise op's broadcast gives the same type.
+bool absorb_expand(Graph& g, Node* n) {
+  if (n->op->cls != OpClass::Elementwise || n->inputs.size() < 2) return false;
+  bool changed = false;
+  for (size_t k = 0; k < n->inputs.size(); ++k) {
+    Node* e = n->inputs[k]->producer;
+    if (!e || e->op_name() != "expand") continue;
+    std::vector<TensorType> types;
+    for (size_t j = 0; j < n->inputs.size(); ++j) types.push_back(j == k ? e->input(0)->type : n->inputs[j]->type);
+    std::vector<TensorType> out;
+    try {
+      out = OpTable::get().infer(n->op_name(), types, n->attrs);
+    } catch (const Error&) {
+      continue;  // does not broadcast without the expand: keep it
+    }
+    if (out.size() != n->outputs.size()) continue;
+    bool same = true;
+    for (size_t o = 0; o < out.size(); ++o) same = same && out[o] == n->outputs[o]->type;
+    if (!same) continue;
+    n->inputs[k] = e->input(0);
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace
+
+bool canonicalize(Graph& g) {
+  bool changed = false;
+  // Rewrites enable each other (a merged reshape may become an identity); a few rounds reach
+  // the fixed point on real graphs, and the bound guards against a rewrite that oscillates.
+  for (int round = 0; round < 8; ++round) {
+    bool any = false;
+    for (Node* n : g.nodes()) {
+      any |= merge_reshapes(g, n);
+      any |= drop_identity(g, n);
+      any |= absorb_expand(g, n);
+    }
+    changed |= any;
+    if (!any) break;
+  }
+  return changed;
+}
+
+}  // namespace updraft

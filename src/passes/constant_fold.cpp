@@ -1,0 +1,86 @@
+// constant_fold: a node whose inputs are all constants is evaluated once, here, with the
+// engine's own kernels (run_node on Device::cpu, the same code the plan would run), and its
+// outputs become constants. Walking in topological order folds whole constant chains in
+// one pass. Size bound: a fold must not inflate the model, so an output larger than
+// kMaxGrowth times its inputs (an expand or broadcast of a small constant) stays a node
+// unless it is tiny, and nothing above kMaxBytes is folded.
+#include "passes/constant_fold.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "ir/op_table.h"
+#include "kernels/kernel.h"
+
+namespace updraft {
+
+namespace {
+
+constexpr size_t kMaxBytes = size_t{64} << 20;  // 64 MiB
+constexpr size_t kMaxGrowth = 2;                // output bytes <= 2x input bytes ...
+constexpr size_t kAlwaysFoldBytes = 4096;       // ... unless the output is this small
+
+bool worth_folding(const Node& n, const std::vector<TensorType>& outs) {
+  size_t in_bytes = 0, out_bytes = 0;
+  for (const Value* v : n.inputs) in_bytes += v->constant->nbytes();
+  for (const TensorType& t : outs) {
+    if (!shape_is_static(t.shape)) return false;
+    out_bytes += static_cast<size_t>(numel_of(shape_values(t.shape))) * dtype_size(t.dtype);
+  }
+  if (out_bytes > kMaxBytes) return false;
+  return out_bytes <= kAlwaysFoldBytes || out_bytes <= kMaxGrowth * in_bytes;
+}
+
+// Evaluate one all-constant node: View ops reinterpret the bytes, others run a kernel.
+std::vector<Tensor> evaluate(const Node& n) {
+  if (n.op->alias) {
+    const Tensor& in = *n.inputs[0]->constant;
+    Tensor t(n.output()->type.dtype, shape_values(n.output()->type.shape));
+    if (t.nbytes()) std::memcpy(t.data(), in.data(), t.nbytes());
+    return {t};
+  }
+  std::vector<TensorView> views;
+  for (const Value* v : n.inputs) views.push_back(v->constant->view());
+  return run_node(n, views, Device::cpu);
+}
+
+// Replace an all-constant node by constants holding its results.
+bool fold_one(Graph& g, Node* n) {
+  if (n->inputs.empty()) return false;
+  // A graph output stays computed by a node: the runtime writes node results into caller
+  // buffers, and a constant output would be a special case there for no real gain.
+  for (const Value* o : n->outputs)
+    if (g.is_output(o)) return false;
+  for (const Value* v : n->inputs)
+    if (!v->is_constant()) return false;
+  std::vector<TensorType> outs;
+  for (const Value* o : n->outputs) outs.push_back(o->type);
+  if (!worth_folding(*n, outs)) return false;
+  const KernelRegistry& reg = KernelRegistry::get();
+  if (!n->op->alias && !reg.has(n->op_name(), Device::cpu) && !reg.has(n->op_name(), Device::ref)) return false;
+
+  std::vector<Tensor> results = evaluate(*n);
+  UPDRAFT_CHECK(results.size() == n->outputs.size(), "constant_fold",
+                n->op_name() + " returned " + std::to_string(results.size()) + " results for " +
+                    std::to_string(n->outputs.size()) + " outputs; its kernel is broken");
+  for (size_t k = 0; k < results.size(); ++k) {
+    Value* o = n->outputs[k];
+    UPDRAFT_CHECK(results[k].dtype() == o->type.dtype && results[k].shape() == shape_values(o->type.shape),
+                  "constant_fold",
+                  n->op_name() + " kernel returned a result that does not match the node's type " + o->type.str());
+    Value* c = g.add_constant(o->name, std::move(results[k]));
+    g.replace_all_uses(o, c);
+  }
+  g.remove_node(n);
+  return true;
+}
+
+}  // namespace
+
+bool constant_fold(Graph& g) {
+  bool changed = false;
+  for (Node* n : g.nodes()) changed |= fold_one(g, n);
+  return changed;
+}
+
+}  // namespace updraft

@@ -1,0 +1,173 @@
+// fuse_epilogue: folds the ops that follow conv2d / linear / matmul into the op's epilogue
+// (oneDNN post-ops), so the output is written once:
+//   y = op(x, w); y = y + bias; y = y + residual; y = act(y)   ->   op(x, w, bias, residual){...}
+// The epilogue computes act(op + bias + residual), so the stages are taken in that order
+// only: a bias after a residual, or any add after the activation, ends the chain. Each
+// intermediate must have exactly one user (the next stage) and must not be a graph output.
+// A bias is a constant whose values vary along the channel dim (conv2d: [O,1,1] or [1,O,1,1])
+// or the last dim (linear/matmul: [N] or [1,..,1,N]) and whose add keeps the output's type;
+// a residual is any value already typed like the output.
+#include "passes/fuse_epilogue.h"
+
+#include <cstring>
+#include <unordered_set>
+
+#include "core/error.h"
+#include "ir/op_table.h"
+
+namespace updraft {
+
+namespace {
+
+struct Epilogue {
+  bool has_bias = false;
+  bool has_residual = false;
+  std::string activation = "none";
+  double alpha = 0, beta = 0;
+  Value* bias = nullptr;
+  Value* residual = nullptr;
+};
+
+// The single node consuming v, when v has exactly one use and is not a graph output.
+Node* sole_user(const Graph& g, const Value* v) {
+  if (g.use_count(v) != 1 || g.is_output(v)) return nullptr;
+  auto users = g.users(v);
+  return users.size() == 1 ? users[0] : nullptr;
+}
+
+// The other operand of a binary add whose one operand is y, or null.
+Value* add_partner(const Node* add, const Value* y) {
+  if (add->op_name() != "add" || add->inputs.size() != 2) return nullptr;
+  if (add->inputs[0] == y) return add->inputs[1];
+  if (add->inputs[1] == y) return add->inputs[0];
+  return nullptr;
+}
+
+// Channel position of the bias: dim 1 for conv2d (NCHW), the last dim otherwise.
+bool is_bias_shaped(const std::string& op, const Value* c, const TensorType& out) {
+  if (!c->is_constant() || c->type.dtype != out.dtype || out.shape.empty()) return false;
+  int rank = static_cast<int>(out.shape.size());
+  int ch_dim = op == "conv2d" ? 1 : rank - 1;
+  if (ch_dim >= rank || !out.shape[ch_dim].is_static()) return false;
+  int64_t channels = out.shape[ch_dim].value();
+  const auto& s = c->constant->shape();
+  int crank = static_cast<int>(s.size());
+  if (crank > rank || c->constant->numel() != channels) return false;
+  // Aligned to the right like broadcasting: only the channel position may be non-1.
+  for (int i = 0; i < crank; ++i) {
+    int out_dim = rank - crank + i;
+    if (out_dim != ch_dim && s[i] != 1) return false;
+  }
+  return crank >= rank - ch_dim;  // the constant reaches the channel position
+}
+
+// The activation `n` applies, in epilogue terms, or false when it has no epilogue form.
+bool activation_of(const Node* n, Epilogue& e) {
+  const std::string& op = n->op_name();
+  if (op == "relu" || op == "silu" || op == "sigmoid" || op == "tanh" || op == "hardswish") {
+    e.activation = op;
+  } else if (op == "gelu") {
+    const std::string& approx = n->attr("approximate").s();
+    if (approx != "none" && approx != "tanh") return false;
+    e.activation = approx == "tanh" ? "gelu_tanh" : "gelu";
+  } else if (op == "clamp") {
+    e.activation = "clamp";
+    e.alpha = n->attr("min").f();
+    e.beta = n->attr("max").f();
+  } else if (op == "leaky_relu") {
+    e.activation = "leaky_relu";
+    e.alpha = n->attr("negative_slope").f();
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// A bias constant reshaped to one dim ([channels]), as the epilogue's bias input expects.
+Value* flat_bias(Graph& g, Value* c) {
+  if (c->constant->shape().size() == 1) return c;
+  Tensor t(c->constant->dtype(), {c->constant->numel()});
+  std::memcpy(t.data(), c->constant->data(), t.nbytes());
+  return g.add_constant(c->name, std::move(t));
+}
+
+// Rewrite op -> [add bias] -> [add residual] -> [activation] into one op with an epilogue.
+bool fuse_one(Graph& g, Node* n, std::unordered_set<const Node*>& removed) {
+  if (n->outputs.size() != 1 || n->attr("activation").s() != "none") return false;
+  Epilogue e;
+  e.has_bias = n->attr("has_bias").b();
+  e.has_residual = n->attr("has_residual").b();
+  const TensorType out_t = n->output()->type;
+  std::vector<Node*> chain;  // absorbed nodes, in order
+  Value* y = n->output();
+  Node* u = sole_user(g, y);
+  if (u && !e.has_bias && !e.has_residual) {
+    Value* c = add_partner(u, y);
+    if (c && is_bias_shaped(n->op_name(), c, out_t) && u->output()->type == out_t) {
+      e.has_bias = true;
+      e.bias = c;
+      chain.push_back(u);
+      y = u->output();
+      u = sole_user(g, y);
+    }
+  }
+  if (u && !e.has_residual) {
+    Value* r = add_partner(u, y);
+    if (r && r != y && r->type == out_t && u->output()->type == out_t) {
+      e.has_residual = true;
+      e.residual = r;
+      chain.push_back(u);
+      y = u->output();
+      u = sole_user(g, y);
+    }
+  }
+  if (u && u->inputs.size() == 1 && u->output()->type == out_t && activation_of(u, e)) chain.push_back(u);
+  if (chain.empty()) return false;
+
+  std::vector<Value*> inputs = n->inputs;  // main inputs plus any bias/residual already fused
+  Attrs attrs = n->attrs;
+  if (e.bias) {  // only taken when n had no bias or residual, so order stays bias, residual
+    inputs.push_back(flat_bias(g, e.bias));
+    attrs["has_bias"] = Attr(true);
+  }
+  if (e.residual) {
+    inputs.push_back(e.residual);
+    attrs["has_residual"] = Attr(true);
+  }
+  if (e.activation != "none") attrs["activation"] = Attr(e.activation);
+  if (e.activation == "clamp" || e.activation == "leaky_relu") {  // the only ones with parameters
+    attrs["act_alpha"] = Attr(e.alpha);
+    attrs["act_beta"] = Attr(e.beta);
+  }
+  Node* last = chain.back();
+  // Every input exists before the chain's last node (the residual may be computed after n).
+  g.set_insert_point(last);
+  Node* fused = g.add_node(n->op_name(), std::move(inputs), std::move(attrs));
+  g.set_insert_point(nullptr);
+  UPDRAFT_CHECK(fused->output()->type == last->output()->type, "fuse_epilogue",
+                "fused " + n->op_name() + " is typed " + fused->output()->type.str() + ", the chain ended in " +
+                    last->output()->type.str() + "; this is a bug in fuse_epilogue");
+  fused->output()->name = last->output()->name;
+  g.replace_all_uses(last->output(), fused->output());
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    removed.insert(*it);
+    g.remove_node(*it);
+  }
+  g.remove_node(n);
+  return true;
+}
+
+}  // namespace
+
+bool fuse_epilogue(Graph& g) {
+  bool changed = false;
+  std::unordered_set<const Node*> removed;  // chain nodes later in the snapshot, now gone
+  for (Node* n : g.nodes()) {
+    if (removed.count(n)) continue;
+    const std::string& op = n->op_name();
+    if (op == "conv2d" || op == "linear" || op == "matmul") changed |= fuse_one(g, n, removed);
+  }
+  return changed;
+}
+
+}  // namespace updraft

@@ -1,0 +1,73 @@
+// canonicalize: identity ops dropped, reshape chains merged, expands absorbed by broadcasting.
+#include <gtest/gtest.h>
+
+#include "pass_test_util.h"
+#include "passes/canonicalize.h"
+#include "passes/dce.h"
+
+using namespace updraft;
+using namespace updraft::testing;
+
+namespace {
+bool canon_then_dce(Graph& g) {
+  bool changed = canonicalize(g);
+  dce(g);
+  return changed;
+}
+}  // namespace
+
+TEST(PassCanonicalize, DropsIdentities) {
+  auto g = check_pass(R"(graph(%x: f32[s0, 4, 5]) {
+  %0 = reshape(%x) {shape=[-1, 4, 5]}
+  %1 = permute(%0) {dims=[0, 1, 2]}
+  %2 = cast(%1) {dtype="f32"}
+  %3 = expand(%2) {shape=[-1, 4, 5]}
+  %4 = copy(%3)
+  %5 = relu(%4)
+  return (%5)
+})", canon_then_dce, Changed::yes, {{"s0", 3}});
+  EXPECT_EQ(ops_of(*g), "relu");
+  EXPECT_EQ(g->nodes()[0]->input(0), g->inputs()[0]);
+}
+
+TEST(PassCanonicalize, MergesReshapeChains) {
+  auto g = check_pass(R"(graph(%x: f32[2, 3, 4]) {
+  %0 = reshape(%x) {shape=[6, 4]}
+  %1 = reshape(%0) {shape=[4, -1]}
+  %2 = reshape(%1) {shape=[2, 12]}
+  %3 = neg(%2)
+  return (%3)
+})", canon_then_dce, Changed::yes);
+  EXPECT_EQ(ops_of(*g), "reshape neg");
+  EXPECT_EQ(g->nodes()[0]->input(0), g->inputs()[0]);
+}
+
+TEST(PassCanonicalize, AbsorbsExpandIntoBroadcastingConsumer) {
+  auto g = check_pass(R"(graph(%x: f32[4, 8], %b: f32[8]) {
+  %0 = expand(%b) {shape=[4, 8]}
+  %1 = add(%x, %0)
+  %2 = relu(%0)              // unary: the expand decides its shape, so it stays
+  return (%1, %2)
+})", canon_then_dce, Changed::yes);
+  EXPECT_EQ(ops_of(*g), "expand add relu");
+  EXPECT_EQ(g->nodes()[1]->input(1), g->inputs()[1]);
+}
+
+TEST(PassCanonicalize, KeepsNodesThatComputeGraphOutputs) {
+  // Returning the input itself would make an output alias an input; keep the copy.
+  auto g = check_pass(R"(graph(%x: f32[3]) {
+  %0 = reshape(%x) {shape=[3]}
+  %1 = copy(%x)
+  return (%0, %1)
+})", canon_then_dce, Changed::no);
+  EXPECT_EQ(ops_of(*g), "reshape copy");
+}
+
+TEST(PassCanonicalize, RealPermuteAndReshapeStay) {
+  check_pass(R"(graph(%x: f32[2, 3]) {
+  %0 = permute(%x) {dims=[1, 0]}
+  %1 = reshape(%0) {shape=[6]}
+  %2 = neg(%1)
+  return (%2)
+})", canon_then_dce, Changed::no);
+}
