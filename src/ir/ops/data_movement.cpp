@@ -1,6 +1,317 @@
+// Data movement (docs/ops.md, "Data movement"): reshape permute slice concat expand copy
+// embedding index_select gather pad split. Shape functions work on symbolic Dims; the
+// clamping/pad rules they share with the kernels live in ir/ops/params.h.
+#include <algorithm>
+#include <limits>
+
 #include "ir/op_table.h"
-#include "kernels/kernel.h"
+#include "ir/ops/params.h"
 
 namespace updraft {
-void register_data_movement_ops(OpTable& t) {}
+namespace {
+
+// Data movement copies elements by size, so no dtype list: every dtype is accepted.
+OpDef movement(const std::string& name, std::vector<AttrSpec> attrs, const std::string& doc) {
+  OpDef d;
+  d.name = name;
+  d.attrs = std::move(attrs);
+  d.cls = OpClass::DataMovement;
+  d.doc = doc;
+  return d;
+}
+
+// A product of dims as constant * (symbolic factors), flattening Mul nodes so that
+// s0*12*64 / 64 can cancel to s0*12 instead of staying a floordiv.
+struct Monomial {
+  int64_t coeff = 1;
+  std::vector<Dim> factors;
+  void absorb(const Dim& d) {
+    if (d.is_static()) coeff *= d.value();
+    else if (d.kind() == Dim::Kind::Mul) {
+      auto [a, b] = d.operands();
+      absorb(a);
+      absorb(b);
+    } else {
+      factors.push_back(d);
+    }
+  }
+  Dim product() const {
+    Dim r(1);
+    for (const Dim& f : factors) r = r * f;
+    return r * coeff;
+  }
+};
+
+// reshape: at most one -1, inferred symbolically; static numels must match.
+void infer_reshape(InferCtx& c) {
+  const TensorType& x = c.in(0);
+  const auto& target = c.attr_ints("shape");
+  Monomial in;
+  for (const Dim& d : x.shape) in.absorb(d);
+  if (in.coeff == 0) in.factors.clear();  // a static 0 anywhere makes the numel 0 for every binding
+  int infer_at = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (target[i] == -1) {
+      if (infer_at >= 0) c.fail("shape " + Attr(target).str() + " has more than one -1");
+      infer_at = static_cast<int>(i);
+    } else if (target[i] < 0) {
+      c.fail("shape " + Attr(target).str() + " has a negative size other than -1");
+    } else {
+      known *= target[i];
+    }
+  }
+  Shape out = shape_from(target);
+  std::string what = "cannot reshape " + shape_str(x.shape) + " to " + Attr(target).str();
+  if (infer_at >= 0) {
+    if (known == 0) c.fail(what + ": the -1 is ambiguous when other sizes multiply to 0");
+    if (in.coeff % known == 0) {
+      Monomial q = in;
+      q.coeff /= known;
+      out[infer_at] = q.product();
+    } else if (in.factors.empty()) {
+      c.fail(what + ": " + std::to_string(in.coeff) + " elements do not divide by " + std::to_string(known));
+    } else {
+      out[infer_at] = floordiv(shape_numel(x.shape), Dim(known));  // exact for valid bindings
+    }
+  } else if (!in.factors.empty()) {
+    // A static target for a symbolic input only fits one binding; the front end must say -1.
+    c.fail(what + ": the input size is symbolic; use -1 for the dim that varies");
+  } else if (in.coeff != known) {
+    c.fail(what + ": " + std::to_string(in.coeff) + " elements vs " + std::to_string(known));
+  }
+  c.set_output(0, {x.dtype, out});
+}
+
+void infer_permute(InferCtx& c) {
+  const TensorType& x = c.in(0);
+  int rank = static_cast<int>(x.shape.size());
+  const auto& dims = c.attr_ints("dims");
+  if (static_cast<int>(dims.size()) != rank)
+    c.fail("dims " + Attr(dims).str() + " must list each of the " + std::to_string(rank) + " dims once");
+  std::vector<bool> seen(rank, false);
+  Shape out;
+  for (int64_t d : dims) {
+    int k = normalize_dim(d, rank, "permute");
+    if (seen[k]) c.fail("dims " + Attr(dims).str() + " repeats dim " + std::to_string(k));
+    seen[k] = true;
+    out.push_back(x.shape[k]);
+  }
+  c.set_output(0, {x.dtype, out});
+}
+
+// Symbolic length of x[start:end:step] along a dim of size n, with PyTorch clamping.
+Dim slice_length(InferCtx& c, const Dim& n, int64_t start, int64_t end, int64_t step) {
+  if (step <= 0) c.fail("step must be positive, got " + std::to_string(step));
+  if (n.is_static()) return Dim(slice_range(n.value(), start, end, step).len);
+  constexpr int64_t kToEnd = std::numeric_limits<int64_t>::max() / 2;  // x[a:] lowers to INT64_MAX
+  // Clamp each bound into [0, n]; a negative bound counts from the end.
+  auto bound = [&](int64_t v) -> Dim {
+    if (v >= kToEnd) return n;
+    if (v >= 0) return v == 0 ? Dim(0) : min(Dim(v), n);
+    return max(n + Dim(v), Dim(0));
+  };
+  Dim s = bound(start), e = bound(end);
+  Dim len = (start == 0 && e == n) ? n : max(e - s, Dim(0));
+  return floordiv(len + Dim(step - 1), Dim(step));
+}
+
+void infer_slice(InferCtx& c) {
+  const TensorType& x = c.in(0);
+  int dim = normalize_dim(c.attr_int("dim"), static_cast<int>(x.shape.size()), "slice");
+  if (x.shape.empty()) c.fail("cannot slice a 0-d tensor");
+  Shape out = x.shape;
+  out[dim] = slice_length(c, x.shape[dim], c.attr_int("start"), c.attr_int("end"), c.attr_int("step"));
+  c.set_output(0, {x.dtype, out});
+}
+
+void infer_concat(InferCtx& c) {
+  const TensorType& x0 = c.in(0);
+  int rank = static_cast<int>(x0.shape.size());
+  if (rank == 0) c.fail("cannot concatenate 0-d tensors; reshape them to [1] first");
+  int dim = normalize_dim(c.attr_int("dim"), rank, "concat");
+  Shape out = x0.shape;
+  for (int k = 1; k < c.num_inputs(); ++k) {
+    const TensorType& xk = c.in(k);
+    if (xk.dtype != x0.dtype)
+      c.fail("input " + std::to_string(k) + " is " + dtype_name(xk.dtype) + ", input 0 is " + dtype_name(x0.dtype));
+    if (static_cast<int>(xk.shape.size()) != rank)
+      c.fail("input " + std::to_string(k) + " has shape " + shape_str(xk.shape) + ", rank differs from " +
+             shape_str(x0.shape));
+    for (int d = 0; d < rank; ++d)
+      if (d != dim && xk.shape[d] != x0.shape[d])
+        c.fail("input " + std::to_string(k) + " has shape " + shape_str(xk.shape) + ", incompatible with " +
+               shape_str(x0.shape) + " outside dim " + std::to_string(dim));
+    out[dim] = out[dim] + xk.shape[dim];
+  }
+  c.set_output(0, {x0.dtype, out});
+}
+
+// expand: new leading dims, size-1 dims broadcast, -1 keeps the input's size.
+void infer_expand(InferCtx& c) {
+  const TensorType& x = c.in(0);
+  const auto& target = c.attr_ints("shape");
+  size_t rank = x.shape.size();
+  if (target.size() < rank)
+    c.fail("shape " + Attr(target).str() + " has fewer dims than the input " + shape_str(x.shape));
+  size_t lead = target.size() - rank;
+  Shape out;
+  for (size_t i = 0; i < target.size(); ++i) {
+    int64_t t = target[i];
+    if (i < lead) {
+      if (t < 0) c.fail("shape " + Attr(target).str() + ": new leading dims cannot be -1");
+      out.push_back(Dim(t));
+      continue;
+    }
+    const Dim& d = x.shape[i - lead];
+    if (t == -1 || (d.is_static() && d.value() == t)) out.push_back(d);
+    else if (d.is_static() && d.value() == 1 && t >= 0) out.push_back(Dim(t));
+    else
+      c.fail("cannot expand " + shape_str(x.shape) + " to " + Attr(target).str() + " (dim " + std::to_string(i) +
+             "); only size-1 dims broadcast, and symbolic dims need -1");
+  }
+  c.set_output(0, {x.dtype, out});
+}
+
+void check_index_dtype(InferCtx& c, int k, bool allow_i32) {
+  DType t = c.in(k).dtype;
+  if (t != DType::i64 && !(allow_i32 && t == DType::i32))
+    c.fail(std::string("index input is ") + dtype_name(t) + "; it must be i64" + (allow_i32 ? " or i32" : ""));
+}
+
+void infer_embedding(InferCtx& c) {
+  const TensorType& w = c.in(0);
+  if (w.shape.size() != 2) c.fail("weight must be [V, D], got " + shape_str(w.shape));
+  check_index_dtype(c, 1, true);
+  Shape out = c.in(1).shape;
+  out.push_back(w.shape[1]);
+  c.set_output(0, {w.dtype, out});
+}
+
+void infer_index_select(InferCtx& c) {
+  const TensorType& x = c.in(0);
+  check_index_dtype(c, 1, false);
+  if (c.in(1).shape.size() > 1) c.fail("index must be 1-d, got " + shape_str(c.in(1).shape));
+  int dim = normalize_dim(c.attr_int("dim"), static_cast<int>(x.shape.size()), "index_select");
+  Shape out = x.shape;
+  if (!out.empty()) out[dim] = shape_numel(c.in(1).shape);
+  c.set_output(0, {x.dtype, out});
+}
+
+void infer_gather(InferCtx& c) {
+  const TensorType& x = c.in(0);
+  const TensorType& idx = c.in(1);
+  check_index_dtype(c, 1, false);
+  if (idx.shape.size() != x.shape.size())
+    c.fail("index " + shape_str(idx.shape) + " must have the rank of x " + shape_str(x.shape));
+  int dim = normalize_dim(c.attr_int("dim"), static_cast<int>(x.shape.size()), "gather");
+  for (size_t d = 0; d < x.shape.size(); ++d)
+    if (static_cast<int>(d) != dim && idx.shape[d].is_static() && x.shape[d].is_static() &&
+        idx.shape[d].value() > x.shape[d].value())
+      c.fail("index " + shape_str(idx.shape) + " is larger than x " + shape_str(x.shape) + " in dim " +
+             std::to_string(d));
+  c.set_output(0, {x.dtype, idx.shape});
+}
+
+void infer_pad(InferCtx& c) {
+  const TensorType& x = c.in(0);
+  auto amounts = pad_amounts(c.attr_ints("pads"), static_cast<int>(x.shape.size()));
+  Shape out = x.shape;
+  for (size_t d = 0; d < out.size(); ++d) {
+    out[d] = out[d] + Dim(amounts[d].before + amounts[d].after);
+    if (out[d].is_static() && out[d].value() < 0)
+      c.fail("pads " + c.attr("pads").str() + " crop dim " + std::to_string(d) + " of " + shape_str(x.shape) +
+             " below size 0");
+  }
+  c.set_output(0, {x.dtype, out});
+}
+
+void infer_split(InferCtx& c) {
+  const TensorType& x = c.in(0);
+  if (x.shape.empty()) c.fail("cannot split a 0-d tensor");
+  int dim = normalize_dim(c.attr_int("dim"), static_cast<int>(x.shape.size()), "split");
+  const auto& sizes = c.attr_ints("sizes");
+  if (sizes.empty()) c.fail("sizes must list at least one piece");
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    if (s < 0) c.fail("sizes " + Attr(sizes).str() + " has a negative size");
+    total += s;
+  }
+  // A symbolic dim is checked by the kernel once its size is known.
+  if (x.shape[dim].is_static() && x.shape[dim].value() != total)
+    c.fail("sizes " + Attr(sizes).str() + " sum to " + std::to_string(total) + " but dim " + std::to_string(dim) +
+           " of " + shape_str(x.shape) + " has size " + x.shape[dim].str());
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    Shape out = x.shape;
+    out[dim] = Dim(sizes[k]);
+    c.set_output(static_cast<int>(k), {x.dtype, out});
+  }
+}
+
+}  // namespace
+
+void register_data_movement_ops(OpTable& t) {
+  const auto ints = Attr::Kind::Ints;
+  const auto integer = Attr::Kind::Int;
+
+  OpDef reshape = movement("reshape", {{"shape", ints, std::nullopt}},
+                           "the same elements in a new shape (one -1 inferred); aliases x");
+  reshape.cls = OpClass::View;
+  reshape.alias = true;
+  reshape.infer = infer_reshape;
+  t.add(std::move(reshape));
+
+  OpDef permute = movement("permute", {{"dims", ints, std::nullopt}}, "x with dims reordered, copied contiguous");
+  permute.infer = infer_permute;
+  t.add(std::move(permute));
+
+  OpDef slice = movement("slice",
+                         {{"dim", integer, std::nullopt},
+                          {"start", integer, std::nullopt},
+                          {"end", integer, std::nullopt},
+                          {"step", integer, Attr(int64_t{1})}},
+                         "x[start:end:step] along dim (PyTorch clamping)");
+  slice.infer = infer_slice;
+  t.add(std::move(slice));
+
+  OpDef concat = movement("concat", {{"dim", integer, std::nullopt}}, "inputs joined along dim");
+  concat.max_inputs = -1;
+  concat.infer = infer_concat;
+  t.add(std::move(concat));
+
+  OpDef expand = movement("expand", {{"shape", ints, std::nullopt}}, "broadcast x to shape, materialised");
+  expand.infer = infer_expand;
+  t.add(std::move(expand));
+
+  OpDef copy = movement("copy", {}, "identity copy into a contiguous output");
+  copy.infer = [](InferCtx& c) { c.set_output(0, c.in(0)); };
+  t.add(std::move(copy));
+
+  OpDef embedding = movement("embedding", {}, "rows of weight [V, D] picked by indices: out = indices.shape + [D]");
+  embedding.min_inputs = embedding.max_inputs = 2;
+  embedding.infer = infer_embedding;
+  t.add(std::move(embedding));
+
+  OpDef index_select = movement("index_select", {{"dim", integer, std::nullopt}}, "x indexed along dim by a 1-d index");
+  index_select.min_inputs = index_select.max_inputs = 2;
+  index_select.infer = infer_index_select;
+  t.add(std::move(index_select));
+
+  OpDef gather = movement("gather", {{"dim", integer, std::nullopt}}, "torch.gather: out[i][j] = x[i][index[i][j]] (dim 1)");
+  gather.min_inputs = gather.max_inputs = 2;
+  gather.infer = infer_gather;
+  t.add(std::move(gather));
+
+  OpDef pad = movement("pad", {{"pads", ints, std::nullopt}, {"value", Attr::Kind::Float, Attr(0.0)}},
+                       "constant padding (torch order: last dim first); negative pads crop");
+  pad.infer = infer_pad;
+  t.add(std::move(pad));
+
+  OpDef split = movement("split", {{"dim", integer, std::nullopt}, {"sizes", ints, std::nullopt}},
+                         "consecutive pieces of x along dim, one output per size");
+  split.num_outputs = -1;  // variadic: OpTable::infer only checks the count when >= 0
+  split.infer = infer_split;
+  t.add(std::move(split));
+}
+
 }  // namespace updraft

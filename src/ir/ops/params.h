@@ -15,12 +15,17 @@
 
 namespace updraft {
 
+// normalize_dim that also accepts dim 0 / -1 on a 0-d tensor (torch treats it as rank 1).
+inline int wrap_dim(int64_t dim, int rank, const std::string& op) {
+  return normalize_dim(dim, rank > 0 ? rank : 1, op);
+}
+
 // Which input dims a reduction removes. An empty list means every dim (torch's `dim=None`).
 // A rank-0 input accepts dim 0 / -1 (as torch does) and reduces nothing.
 inline std::vector<bool> reduce_mask(const std::vector<int64_t>& dims, int rank, const std::string& op) {
   std::vector<bool> mask(rank, dims.empty());
   for (int64_t d : dims) {
-    int k = normalize_dim(d, rank, op);
+    int k = wrap_dim(d, rank, op);
     if (rank == 0) continue;
     if (mask[k]) throw Error(op, "dim " + std::to_string(d) + " appears twice in dims; list each dim once");
     mask[k] = true;

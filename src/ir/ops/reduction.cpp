@@ -80,7 +80,7 @@ void register_reduction_ops(OpTable& t) {
   cumsum.doc = "inclusive prefix sum along dim";
   cumsum.infer = [](InferCtx& c) {
     const TensorType& x = c.in(0);
-    normalize_dim(c.attr_int("dim"), static_cast<int>(x.shape.size()), "cumsum");
+    wrap_dim(c.attr_int("dim"), static_cast<int>(x.shape.size()), "cumsum");
     c.set_output(0, x);
   };
   t.add(std::move(cumsum));
