@@ -1,6 +1,289 @@
+// Compute ops: conv2d, linear, matmul, pooling and attention (docs/ops.md, "Compute").
+//
+// Shape functions work on symbolic Dims, so a graph with a symbolic batch or image size
+// infers once. Every op here runs f32 on the CPU (oneDNN or blocked kernels in
+// src/kernels/onednn/) and has a reference kernel in src/kernels/ref/compute.cpp.
+//
+// conv2d, linear and matmul carry the epilogue attributes filled by the epilogue-fusion pass:
+// the result is activation(op(x, w) + bias + residual); bias and residual follow the main
+// inputs in that order when their flags are set, and the shape function checks that the
+// number of inputs matches the flags.
+#include <string>
+
 #include "ir/op_table.h"
-#include "kernels/kernel.h"
 
 namespace updraft {
-void register_compute_ops(OpTable& t) {}
+
+namespace {
+
+// Activations an epilogue may carry; kernels map each one (src/kernels/onednn/onednn_util.cpp).
+bool known_activation(const std::string& a) {
+  for (const char* k : {"none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "clamp",
+                        "leaky_relu", "hardswish"})
+    if (a == k) return true;
+  return false;
+}
+
+std::vector<AttrSpec> epilogue_attrs() {
+  return {{"has_bias", Attr::Kind::Bool, Attr(false)},
+          {"has_residual", Attr::Kind::Bool, Attr(false)},
+          {"activation", Attr::Kind::Str, Attr("none")},
+          {"act_alpha", Attr::Kind::Float, Attr(0.0)},
+          {"act_beta", Attr::Kind::Float, Attr(0.0)}};
+}
+
+std::vector<AttrSpec> concat(std::vector<AttrSpec> a, const std::vector<AttrSpec>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+std::string str_of(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// Checks the epilogue inputs that follow `num_main` main inputs against the flags, and that
+// every input shares input 0's dtype. `bias_size` is the size the 1-d bias must have.
+void check_epilogue(InferCtx& c, int num_main, const Dim& bias_size, const Shape& out_shape) {
+  bool has_bias = c.attr_bool("has_bias"), has_res = c.attr_bool("has_residual");
+  int want = num_main + (has_bias ? 1 : 0) + (has_res ? 1 : 0);
+  if (c.num_inputs() != want)
+    c.fail("has " + std::to_string(c.num_inputs()) + " inputs but has_bias=" + (has_bias ? "true" : "false") +
+           " and has_residual=" + (has_res ? "true" : "false") + " need " + std::to_string(want) +
+           " (bias, then residual, follow the main inputs)");
+  for (int k = 1; k < c.num_inputs(); ++k)
+    if (c.in(k).dtype != c.in(0).dtype)
+      c.fail("input " + std::to_string(k) + " is " + dtype_name(c.in(k).dtype) + ", expected " +
+             dtype_name(c.in(0).dtype) + " like input 0");
+  int k = num_main;
+  if (has_bias) {
+    const Shape& b = c.in(k++).shape;
+    if (b.size() != 1 || b[0] != bias_size)
+      c.fail("bias is " + shape_str(b) + ", expected [" + bias_size.str() + "]");
+  }
+  if (has_res) {
+    const Shape& r = c.in(k).shape;
+    if (r != out_shape) c.fail("residual is " + shape_str(r) + ", expected the output shape " + shape_str(out_shape));
+  }
+  const std::string& act = c.attr_str("activation");
+  if (!known_activation(act))
+    c.fail("activation '" + act + "' is unknown; use one of none, relu, gelu, gelu_tanh, silu, sigmoid, tanh, "
+           "clamp, leaky_relu, hardswish");
+}
+
+// Reads a 2-element spatial attribute; a single value applies to both dims (as in PyTorch).
+std::vector<int64_t> pair_attr(InferCtx& c, const std::string& name, int64_t min_value) {
+  std::vector<int64_t> v = c.attr_ints(name);
+  if (v.size() == 1) v.push_back(v[0]);
+  if (v.size() != 2) c.fail(name + " must have 1 or 2 values, got " + str_of(v));
+  for (int64_t x : v)
+    if (x < min_value) c.fail(name + " " + str_of(v) + " must be >= " + std::to_string(min_value));
+  return v;
+}
+
+// Output size of a sliding window: floor((size + 2p - d*(k-1) - 1) / s) + 1, and with
+// ceil_mode PyTorch's rule: round up, but the last window must start inside the input or
+// left padding. That "start inside" bound is floor((size + p - 1) / s) + 1; given p <= k/2
+// (checked) the rounded-up size exceeds it by at most one, so a min() is exact.
+Dim window_out(const Dim& size, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
+  Dim span = size + 2 * p - (d * (k - 1) + 1);
+  if (!ceil_mode) return floordiv(span, Dim(s)) + 1;
+  Dim up = floordiv(span + (s - 1), Dim(s)) + 1;
+  return min(up, floordiv(size + (p - 1), Dim(s)) + 1);
+}
+
+void require_positive(InferCtx& c, const Dim& d, const std::string& what) {
+  if (d.is_static() && d.value() <= 0)
+    c.fail(what + " is " + std::to_string(d.value()) + "; the window does not fit the input (check kernel, "
+           "padding and dilation)");
+}
+
+void infer_conv2d(InferCtx& c) {
+  const Shape& x = c.in(0).shape;
+  if (c.num_inputs() < 2) c.fail("needs inputs x and w");
+  const Shape& w = c.in(1).shape;
+  if (x.size() != 4) c.fail("x is " + shape_str(x) + "; expected NCHW (rank 4)");
+  if (w.size() != 4) c.fail("w is " + shape_str(w) + "; expected [O, C/groups, kh, kw]");
+  if (!w[2].is_static() || !w[3].is_static() || !w[1].is_static() || !w[0].is_static())
+    c.fail("weight shape " + shape_str(w) + " must be static");
+  int64_t g = c.attr_int("groups");
+  if (g < 1) c.fail("groups must be >= 1, got " + std::to_string(g));
+  auto st = pair_attr(c, "stride", 1), pad = pair_attr(c, "padding", 0), dil = pair_attr(c, "dilation", 1);
+  int64_t O = w[0].value(), Cg = w[1].value();
+  if (O % g != 0) c.fail("out channels " + std::to_string(O) + " are not divisible by groups " + std::to_string(g));
+  if (x[1] != Dim(Cg * g))
+    c.fail("x has " + x[1].str() + " channels but w expects C/groups=" + std::to_string(Cg) + " with groups=" +
+           std::to_string(g));
+  Shape out = {x[0], Dim(O), window_out(x[2], w[2].value(), st[0], pad[0], dil[0], false),
+               window_out(x[3], w[3].value(), st[1], pad[1], dil[1], false)};
+  require_positive(c, out[2], "output height");
+  require_positive(c, out[3], "output width");
+  check_epilogue(c, 2, Dim(O), out);
+  c.set_output(0, {c.in(0).dtype, out});
+}
+
+void infer_linear(InferCtx& c) {
+  if (c.num_inputs() < 2) c.fail("needs inputs x and w");
+  const Shape& x = c.in(0).shape;
+  const Shape& w = c.in(1).shape;
+  if (x.empty()) c.fail("x must have rank >= 1");
+  if (w.size() != 2) c.fail("w is " + shape_str(w) + "; expected [N, K]");
+  if (x.back() != w[1]) c.fail("x " + shape_str(x) + " and w " + shape_str(w) + " disagree on K");
+  Shape out(x.begin(), x.end() - 1);
+  out.push_back(w[0]);
+  check_epilogue(c, 2, w[0], out);
+  c.set_output(0, {c.in(0).dtype, out});
+}
+
+// torch.matmul: 1-d operands gain a dim (a: leading 1, b: trailing 1) that the result drops;
+// batch dims broadcast.
+void infer_matmul(InferCtx& c) {
+  if (c.num_inputs() < 2) c.fail("needs inputs a and b");
+  Shape a = c.in(0).shape, b = c.in(1).shape;
+  if (a.empty() || b.empty()) c.fail("operands must have rank >= 1 (got " + shape_str(a) + " and " + shape_str(b) + ")");
+  bool a1 = a.size() == 1, b1 = b.size() == 1;
+  if (a1) a.insert(a.begin(), Dim(1));
+  if (b1) b.push_back(Dim(1));
+  if (a.back() != b[b.size() - 2])
+    c.fail("a " + shape_str(c.in(0).shape) + " and b " + shape_str(c.in(1).shape) + " disagree on K");
+  Shape ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
+  Shape out = broadcast_shapes(ab, bb, "matmul");
+  if (!a1) out.push_back(a[a.size() - 2]);
+  if (!b1) out.push_back(b.back());
+  if (c.attr_bool("has_bias") && b1) c.fail("has_bias needs a 2-d or larger b (the bias is [N])");
+  check_epilogue(c, 2, b.back(), out);
+  c.set_output(0, {c.in(0).dtype, out});
+}
+
+// Pooling input: [N, C, H, W] or unbatched [C, H, W].
+void check_pool_input(InferCtx& c) {
+  const Shape& x = c.in(0).shape;
+  if (x.size() != 4 && x.size() != 3) c.fail("x is " + shape_str(x) + "; expected [N, C, H, W] or [C, H, W]");
+}
+
+void infer_pool(InferCtx& c, bool has_dilation) {
+  check_pool_input(c);
+  const Shape& x = c.in(0).shape;
+  auto k = pair_attr(c, "kernel", 1);
+  // An empty stride means "same as kernel" (aten's default).
+  auto st = c.attr_ints("stride").empty() ? k : pair_attr(c, "stride", 1);
+  auto pad = pair_attr(c, "padding", 0);
+  auto dil = has_dilation ? pair_attr(c, "dilation", 1) : std::vector<int64_t>{1, 1};
+  for (int i = 0; i < 2; ++i)
+    if (pad[i] * 2 > dil[i] * (k[i] - 1) + 1)
+      c.fail("padding " + str_of(pad) + " must be at most half the (dilated) kernel " + str_of(k) +
+             " (PyTorch's rule)");
+  bool ceil_mode = c.attr_bool("ceil_mode");
+  size_t r = x.size();
+  Shape out(x.begin(), x.end() - 2);
+  out.push_back(window_out(x[r - 2], k[0], st[0], pad[0], dil[0], ceil_mode));
+  out.push_back(window_out(x[r - 1], k[1], st[1], pad[1], dil[1], ceil_mode));
+  require_positive(c, out[r - 2], "output height");
+  require_positive(c, out[r - 1], "output width");
+  c.set_output(0, {c.in(0).dtype, out});
+}
+
+void infer_adaptive_avg_pool2d(InferCtx& c) {
+  check_pool_input(c);
+  const Shape& x = c.in(0).shape;
+  const auto& os = c.attr_ints("output_size");
+  std::vector<int64_t> o = os;
+  if (o.size() == 1) o.push_back(o[0]);
+  if (o.size() != 2 || o[0] < 1 || o[1] < 1) c.fail("output_size " + str_of(os) + " must be 1 or 2 positive values");
+  Shape out(x.begin(), x.end() - 2);
+  out.push_back(Dim(o[0]));
+  out.push_back(Dim(o[1]));
+  c.set_output(0, {c.in(0).dtype, out});
+}
+
+void infer_sdpa(InferCtx& c) {
+  if (c.num_inputs() < 3) c.fail("needs inputs q, k and v");
+  const Shape &q = c.in(0).shape, &k = c.in(1).shape, &v = c.in(2).shape;
+  if (q.size() < 2 || k.size() < 2 || v.size() < 2)
+    c.fail("q, k, v must be [..., L, E], [..., S, E], [..., S, Ev]; got " + shape_str(q) + ", " + shape_str(k) +
+           ", " + shape_str(v));
+  for (int i = 1; i < 3; ++i)
+    if (c.in(i).dtype != c.in(0).dtype)
+      c.fail("input " + std::to_string(i) + " is " + dtype_name(c.in(i).dtype) + ", expected " +
+             dtype_name(c.in(0).dtype) + " like q");
+  if (q.back() != k.back()) c.fail("q " + shape_str(q) + " and k " + shape_str(k) + " disagree on E");
+  if (k[k.size() - 2] != v[v.size() - 2]) c.fail("k " + shape_str(k) + " and v " + shape_str(v) + " disagree on S");
+  Shape batch = broadcast_shapes(Shape(q.begin(), q.end() - 2), Shape(k.begin(), k.end() - 2), "sdpa");
+  batch = broadcast_shapes(batch, Shape(v.begin(), v.end() - 2), "sdpa");
+  bool has_mask = c.attr_bool("has_mask");
+  if (c.num_inputs() != (has_mask ? 4 : 3))
+    c.fail("has " + std::to_string(c.num_inputs()) + " inputs but has_mask=" + (has_mask ? "true" : "false") +
+           " needs " + std::to_string(has_mask ? 4 : 3));
+  Shape scores = batch;
+  scores.push_back(q[q.size() - 2]);
+  scores.push_back(k[k.size() - 2]);
+  if (has_mask) {
+    if (c.attr_bool("is_causal")) c.fail("set either is_causal or a mask, not both (as in PyTorch)");
+    const TensorType& m = c.in(3);
+    if (m.dtype != DType::boolean && m.dtype != c.in(0).dtype)
+      c.fail(std::string("mask is ") + dtype_name(m.dtype) + "; expected bool (true = keep) or additive " +
+             dtype_name(c.in(0).dtype));
+    if (m.shape.size() > scores.size() || broadcast_shapes(m.shape, scores, "sdpa") != scores)
+      c.fail("mask " + shape_str(m.shape) + " does not broadcast to the scores " + shape_str(scores));
+  }
+  Shape out = batch;
+  out.push_back(q[q.size() - 2]);
+  out.push_back(v.back());
+  c.set_output(0, {c.in(0).dtype, out});
+}
+
+OpDef compute_op(std::string name, int min_in, int max_in, std::vector<AttrSpec> attrs,
+                 std::function<void(InferCtx&)> infer, std::string doc) {
+  OpDef d;
+  d.name = std::move(name);
+  d.min_inputs = min_in;
+  d.max_inputs = max_in;
+  d.attrs = std::move(attrs);
+  // The fast kernels are f32 only; the partitioner leaves other dtypes to PyTorch.
+  d.dtypes = {DType::f32};
+  d.cls = OpClass::Compute;
+  d.infer = std::move(infer);
+  d.doc = std::move(doc);
+  return d;
+}
+
+}  // namespace
+
+void register_compute_ops(OpTable& t) {
+  using K = Attr::Kind;
+  const std::vector<int64_t> ones = {1, 1}, zeros = {0, 0};
+  t.add(compute_op("conv2d", 2, 4,
+                   concat({{"stride", K::Ints, Attr(ones)},
+                           {"padding", K::Ints, Attr(zeros)},
+                           {"dilation", K::Ints, Attr(ones)},
+                           {"groups", K::Int, Attr(int64_t{1})}},
+                          epilogue_attrs()),
+                   infer_conv2d, "2-d convolution, NCHW, with a fused bias/residual/activation epilogue"));
+  t.add(compute_op("linear", 2, 4, epilogue_attrs(), infer_linear, "y = x @ w^T with a fused epilogue"));
+  t.add(compute_op("matmul", 2, 4, epilogue_attrs(), infer_matmul,
+                   "torch.matmul (batch broadcast, 1-d operands) with a fused epilogue"));
+  t.add(compute_op("max_pool2d", 1, 1,
+                   {{"kernel", K::Ints, std::nullopt},
+                    {"stride", K::Ints, std::nullopt},  // [] means "same as kernel"
+                    {"padding", K::Ints, Attr(zeros)},
+                    {"dilation", K::Ints, Attr(ones)},
+                    {"ceil_mode", K::Bool, Attr(false)}},
+                   [](InferCtx& c) { infer_pool(c, true); }, "2-d max pooling (values only)"));
+  t.add(compute_op("avg_pool2d", 1, 1,
+                   {{"kernel", K::Ints, std::nullopt},
+                    {"stride", K::Ints, std::nullopt},  // [] means "same as kernel"
+                    {"padding", K::Ints, Attr(zeros)},
+                    {"ceil_mode", K::Bool, Attr(false)},
+                    {"count_include_pad", K::Bool, Attr(true)}},
+                   [](InferCtx& c) { infer_pool(c, false); }, "2-d average pooling"));
+  t.add(compute_op("adaptive_avg_pool2d", 1, 1, {{"output_size", K::Ints, std::nullopt}}, infer_adaptive_avg_pool2d,
+                   "2-d adaptive average pooling (PyTorch's window rule)"));
+  t.add(compute_op("sdpa", 3, 4,
+                   {{"is_causal", K::Bool, Attr(false)},
+                    {"scale", K::Float, Attr(0.0)},
+                    {"has_mask", K::Bool, Attr(false)}},
+                   infer_sdpa, "softmax(q k^T * scale + mask) v (scaled dot-product attention)"));
+}
+
 }  // namespace updraft

@@ -1,6 +1,414 @@
+// Reference kernels for the compute ops: plain loops, double accumulation, any input strides.
+// They are the oracle the oneDNN kernels are tested against (tests/cpp/test_{conv,matmul,
+// pool,attention}.cpp), so they follow PyTorch's definitions literally and favour clarity
+// over speed. Outputs are contiguous (the Kernel contract).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
 #include "ir/op_table.h"
 #include "kernels/kernel.h"
 
 namespace updraft {
-void register_ref_compute_kernels(KernelRegistry& r) {}
+
+namespace {
+
+using Index = std::vector<int64_t>;
+
+// Element at a multi-index (one entry per dim of v), as double; honours strides.
+double at(const TensorView& v, const int64_t* idx) {
+  int64_t off = 0;
+  for (int d = 0; d < v.ndim; ++d) off += idx[d] * v.strides[d];
+  switch (v.dtype) {
+    case DType::f32: return static_cast<const float*>(v.data)[off];
+    case DType::f64: return static_cast<const double*>(v.data)[off];
+    case DType::boolean: return static_cast<const bool*>(v.data)[off] ? 1.0 : 0.0;
+    default: throw Error("kernels", std::string("reference compute kernel got unsupported dtype ") + dtype_name(v.dtype));
+  }
+}
+
+double at(const TensorView& v, std::initializer_list<int64_t> idx) { return at(v, idx.begin()); }
+
+// Element of `v` at the trailing-aligned, broadcast position of `idx` (which indexes a shape
+// of rank `rank` >= v.ndim): size-1 dims of v read index 0.
+double at_broadcast(const TensorView& v, const int64_t* idx, int rank) {
+  int64_t local[kMaxDims] = {};
+  for (int d = 0; d < v.ndim; ++d) {
+    int64_t i = idx[rank - v.ndim + d];
+    local[d] = v.sizes[d] == 1 ? 0 : i;
+  }
+  return at(v, local);
+}
+
+void store(const TensorView& out, int64_t linear, double x) {
+  switch (out.dtype) {
+    case DType::f32: out.ptr<float>()[linear] = static_cast<float>(x); break;
+    case DType::f64: out.ptr<double>()[linear] = x; break;
+    default: throw Error("kernels", std::string("reference compute kernel cannot write ") + dtype_name(out.dtype));
+  }
+}
+
+// Row-major unravel of `linear` into `idx` over `sizes`.
+void unravel(int64_t linear, const int64_t* sizes, int rank, int64_t* idx) {
+  for (int d = rank - 1; d >= 0; --d) {
+    idx[d] = sizes[d] ? linear % sizes[d] : 0;
+    linear = sizes[d] ? linear / sizes[d] : 0;
+  }
+}
+
+struct Epilogue {
+  bool has_bias = false, has_residual = false;
+  std::string act = "none";
+  double alpha = 0, beta = 0;
+  int bias_input = -1, residual_input = -1;
+
+  static Epilogue of(const Node& n, int num_main) {
+    Epilogue e;
+    e.has_bias = n.attr("has_bias").b();
+    e.has_residual = n.attr("has_residual").b();
+    e.act = n.attr("activation").s();
+    e.alpha = n.attr("act_alpha").f();
+    e.beta = n.attr("act_beta").f();
+    int k = num_main;
+    if (e.has_bias) e.bias_input = k++;
+    if (e.has_residual) e.residual_input = k;
+    return e;
+  }
+
+  // PyTorch's formulas, in double.
+  double activate(double x) const {
+    if (act == "none") return x;
+    if (act == "relu") return x > 0 ? x : 0;
+    if (act == "gelu") return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    if (act == "gelu_tanh") {
+      const double k = std::sqrt(2.0 / M_PI);
+      return 0.5 * x * (1 + std::tanh(k * (x + 0.044715 * x * x * x)));
+    }
+    if (act == "silu") return x / (1 + std::exp(-x));
+    if (act == "sigmoid") return 1 / (1 + std::exp(-x));
+    if (act == "tanh") return std::tanh(x);
+    if (act == "clamp") return std::min(std::max(x, alpha), beta);
+    if (act == "leaky_relu") return x >= 0 ? x : alpha * x;
+    if (act == "hardswish") return x * std::min(std::max(x + 3, 0.0), 6.0) / 6;
+    throw Error("kernels", "reference epilogue: unknown activation '" + act + "'");
+  }
+
+  // value + bias[channel] + residual[out_idx], then the activation. The residual has the
+  // output's shape, so out_idx indexes it directly.
+  double apply(double value, const TensorView* in, int64_t channel, const int64_t* out_idx) const {
+    if (has_bias) value += at(in[bias_input], {channel});
+    if (has_residual) value += at(in[residual_input], out_idx);
+    return activate(value);
+  }
+};
+
+// ---- conv2d -------------------------------------------------------------------------------
+
+struct ConvParams {
+  std::vector<int64_t> st, pad, dil;
+  int64_t g = 1;
+  Epilogue ep;
+
+  static ConvParams of(const Node& node) {
+    auto pair = [&](const char* n) {
+      std::vector<int64_t> v = node.attr(n).ints();
+      if (v.size() == 1) v.push_back(v[0]);
+      return v;
+    };
+    return {pair("stride"), pair("padding"), pair("dilation"), node.attr("groups").i(), Epilogue::of(node, 2)};
+  }
+};
+
+void ref_conv2d(const TensorView* in, TensorView* out, const ConvParams& cp) {
+  const auto &st = cp.st, &pad = cp.pad, &dil = cp.dil;
+  const Epilogue& ep = cp.ep;
+  int64_t g = cp.g;
+  const TensorView &x = in[0], &w = in[1];
+  const TensorView& y = out[0];
+  int64_t N = y.sizes[0], O = y.sizes[1], OH = y.sizes[2], OW = y.sizes[3];
+  int64_t H = x.sizes[2], W = x.sizes[3], Cg = w.sizes[1], KH = w.sizes[2], KW = w.sizes[3];
+  int64_t Og = O / g;
+  int64_t linear = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow, ++linear) {
+          double acc = 0;
+          int64_t c0 = (o / Og) * Cg;
+          for (int64_t c = 0; c < Cg; ++c)
+            for (int64_t kh = 0; kh < KH; ++kh) {
+              int64_t ih = oh * st[0] - pad[0] + kh * dil[0];
+              if (ih < 0 || ih >= H) continue;
+              for (int64_t kw = 0; kw < KW; ++kw) {
+                int64_t iw = ow * st[1] - pad[1] + kw * dil[1];
+                if (iw < 0 || iw >= W) continue;
+                acc += at(x, {n, c0 + c, ih, iw}) * at(w, {o, c, kh, kw});
+              }
+            }
+          int64_t idx[4] = {n, o, oh, ow};
+          store(y, linear, ep.apply(acc, in, o, idx));
+        }
+}
+
+// ---- linear / matmul ----------------------------------------------------------------------
+
+// out[..., n] = sum_k x[..., k] * w[n, k]
+void ref_linear_impl(const TensorView* in, TensorView* out, const Epilogue& ep) {
+  const TensorView &x = in[0], &w = in[1];
+  const TensorView& y = out[0];
+  int64_t K = w.sizes[1];
+  int r = y.ndim;
+  int64_t idx[kMaxDims], xi[kMaxDims];
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    unravel(i, y.sizes, r, idx);
+    std::copy(idx, idx + r, xi);
+    double acc = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      xi[r - 1] = k;
+      acc += at(x, xi) * at(w, {idx[r - 1], k});
+    }
+    store(y, i, ep.apply(acc, in, idx[r - 1], idx));
+  }
+}
+
+// torch.matmul with broadcast batch dims. 1-d operands are treated as [1, K] / [K, 1] and the
+// added dim is absent from the output.
+void ref_matmul_impl(const TensorView* in, TensorView* out, const Epilogue& ep) {
+  const TensorView &a = in[0], &b = in[1];
+  const TensorView& y = out[0];
+  bool a1 = a.ndim == 1, b1 = b.ndim == 1;
+  int64_t K = a.sizes[a.ndim - 1];
+  int r = y.ndim;
+  // Output index -> (batch..., m, n) with m/n absent for 1-d operands.
+  int nbatch = r - (a1 ? 0 : 1) - (b1 ? 0 : 1);
+  int64_t idx[kMaxDims], ai[kMaxDims], bi[kMaxDims];
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    unravel(i, y.sizes, r, idx);
+    int64_t m = a1 ? 0 : idx[nbatch];
+    int64_t n = b1 ? 0 : idx[r - 1];
+    // Batch dims of each operand align to the right of the output's batch dims.
+    int ab = a1 ? 0 : a.ndim - 2, bb = b1 ? 0 : b.ndim - 2;
+    for (int d = 0; d < ab; ++d) ai[d] = a.sizes[d] == 1 ? 0 : idx[nbatch - ab + d];
+    for (int d = 0; d < bb; ++d) bi[d] = b.sizes[d] == 1 ? 0 : idx[nbatch - bb + d];
+    double acc = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      if (a1) ai[0] = k;
+      else { ai[ab] = m; ai[ab + 1] = k; }
+      if (b1) bi[0] = k;
+      else { bi[bb] = k; bi[bb + 1] = n; }
+      acc += at(a, ai) * at(b, bi);
+    }
+    store(y, i, ep.apply(acc, in, n, idx));
+  }
+}
+
+// ---- pooling ------------------------------------------------------------------------------
+
+struct PoolParams {
+  int64_t k[2], s[2], p[2], d[2] = {1, 1};
+  bool ceil_mode = false, include_pad = true;
+
+  static PoolParams of(const Node& n, bool has_dilation) {
+    auto pair = [&](const char* name) {
+      std::vector<int64_t> v = n.attr(name).ints();
+      if (v.size() == 1) v.push_back(v[0]);
+      return v;
+    };
+    PoolParams p;
+    auto k = pair("kernel");
+    auto s = n.attr("stride").ints().empty() ? k : pair("stride");
+    auto pad = pair("padding");
+    for (int i = 0; i < 2; ++i) p.k[i] = k[i], p.s[i] = s[i], p.p[i] = pad[i];
+    if (has_dilation) {
+      auto d = pair("dilation");
+      p.d[0] = d[0], p.d[1] = d[1];
+    }
+    p.ceil_mode = n.attr("ceil_mode").b();
+    if (!has_dilation) p.include_pad = n.attr("count_include_pad").b();
+    return p;
+  }
+};
+
+// Calls f(plane, oh, ow, linear) for every output element of a [.., C, OH, OW] output, where
+// `plane` indexes the leading dims flattened (N*C or C); x is [.., C, H, W].
+template <typename F>
+void for_each_pool_output(const TensorView& y, F f) {
+  int r = y.ndim;
+  int64_t OH = y.sizes[r - 2], OW = y.sizes[r - 1];
+  int64_t planes = (OH * OW != 0) ? y.numel() / (OH * OW) : 0;
+  int64_t linear = 0;
+  for (int64_t pl = 0; pl < planes; ++pl)
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow, ++linear) f(pl, oh, ow, linear);
+}
+
+// x element at (plane, h, w); plane unravels over the leading dims of x.
+double pool_at(const TensorView& x, int64_t plane, int64_t h, int64_t w) {
+  int r = x.ndim;
+  int64_t idx[kMaxDims];
+  unravel(plane, x.sizes, r - 2, idx);
+  idx[r - 2] = h;
+  idx[r - 1] = w;
+  return at(x, idx);
+}
+
+void ref_max_pool2d(const TensorView* in, TensorView* out, const PoolParams& p) {
+  const TensorView& x = in[0];
+  int64_t H = x.sizes[x.ndim - 2], W = x.sizes[x.ndim - 1];
+  for_each_pool_output(out[0], [&](int64_t pl, int64_t oh, int64_t ow, int64_t linear) {
+    double m = -std::numeric_limits<double>::infinity();
+    for (int64_t kh = 0; kh < p.k[0]; ++kh) {
+      int64_t ih = oh * p.s[0] - p.p[0] + kh * p.d[0];
+      if (ih < 0 || ih >= H) continue;
+      for (int64_t kw = 0; kw < p.k[1]; ++kw) {
+        int64_t iw = ow * p.s[1] - p.p[1] + kw * p.d[1];
+        if (iw < 0 || iw >= W) continue;
+        double v = pool_at(x, pl, ih, iw);
+        if (v > m || std::isnan(v)) m = v;  // NaN propagates, as in PyTorch
+      }
+    }
+    store(out[0], linear, m);
+  });
+}
+
+void ref_avg_pool2d(const TensorView* in, TensorView* out, const PoolParams& p) {
+  const TensorView& x = in[0];
+  int64_t H = x.sizes[x.ndim - 2], W = x.sizes[x.ndim - 1];
+  for_each_pool_output(out[0], [&](int64_t pl, int64_t oh, int64_t ow, int64_t linear) {
+    // PyTorch: the window is clipped to the padded input first (that size is the divisor
+    // with count_include_pad), then to the input itself (the divisor without).
+    int64_t h0 = oh * p.s[0] - p.p[0], w0 = ow * p.s[1] - p.p[1];
+    int64_t h1 = std::min(h0 + p.k[0], H + p.p[0]), w1 = std::min(w0 + p.k[1], W + p.p[1]);
+    int64_t padded = (h1 - h0) * (w1 - w0);
+    h0 = std::max<int64_t>(h0, 0), w0 = std::max<int64_t>(w0, 0);
+    h1 = std::min(h1, H), w1 = std::min(w1, W);
+    double sum = 0;
+    for (int64_t ih = h0; ih < h1; ++ih)
+      for (int64_t iw = w0; iw < w1; ++iw) sum += pool_at(x, pl, ih, iw);
+    int64_t divisor = p.include_pad ? padded : (h1 - h0) * (w1 - w0);
+    store(out[0], linear, divisor > 0 ? sum / divisor : 0.0);
+  });
+}
+
+void ref_adaptive_avg_pool2d(const TensorView* in, TensorView* out) {
+  const TensorView& x = in[0];
+  int64_t H = x.sizes[x.ndim - 2], W = x.sizes[x.ndim - 1];
+  int64_t OH = out[0].sizes[out[0].ndim - 2], OW = out[0].sizes[out[0].ndim - 1];
+  for_each_pool_output(out[0], [&](int64_t pl, int64_t oh, int64_t ow, int64_t linear) {
+    // PyTorch's windows: [floor(i*H/OH), ceil((i+1)*H/OH)).
+    int64_t h0 = oh * H / OH, h1 = ((oh + 1) * H + OH - 1) / OH;
+    int64_t w0 = ow * W / OW, w1 = ((ow + 1) * W + OW - 1) / OW;
+    double sum = 0;
+    for (int64_t ih = h0; ih < h1; ++ih)
+      for (int64_t iw = w0; iw < w1; ++iw) sum += pool_at(x, pl, ih, iw);
+    store(out[0], linear, sum / static_cast<double>((h1 - h0) * (w1 - w0)));
+  });
+}
+
+// ---- sdpa ---------------------------------------------------------------------------------
+
+struct SdpaParams {
+  bool causal = false, has_mask = false;
+  double scale = 0;
+};
+
+// softmax(q k^T * scale + mask) v; batch dims broadcast. A bool mask keeps `true`; a float
+// mask is added. A row with every score masked gives NaN (as PyTorch's math path does).
+void ref_sdpa(const TensorView* in, TensorView* out, const SdpaParams& p) {
+  const TensorView &q = in[0], &k = in[1], &v = in[2];
+  const TensorView& y = out[0];
+  int r = y.ndim;
+  int nb = r - 2;
+  int64_t L = q.sizes[q.ndim - 2], E = q.sizes[q.ndim - 1], S = k.sizes[k.ndim - 2], Ev = v.sizes[v.ndim - 1];
+  double scale = p.scale != 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(E));
+  int64_t batches = 1;
+  for (int d = 0; d < nb; ++d) batches *= y.sizes[d];
+  std::vector<double> scores(static_cast<size_t>(S));
+  int64_t idx[kMaxDims + 2], qi[kMaxDims], ki[kMaxDims], vi[kMaxDims];
+  auto batch_index = [&](const TensorView& t, int64_t* ti) {
+    int tb = t.ndim - 2;
+    for (int d = 0; d < tb; ++d) ti[d] = t.sizes[d] == 1 ? 0 : idx[nb - tb + d];
+  };
+  int64_t linear = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    unravel(b, y.sizes, nb, idx);
+    batch_index(q, qi);
+    batch_index(k, ki);
+    batch_index(v, vi);
+    for (int64_t l = 0; l < L; ++l) {
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int64_t s = 0; s < S; ++s) {
+        double acc = 0;
+        for (int64_t e = 0; e < E; ++e) {
+          qi[q.ndim - 2] = l, qi[q.ndim - 1] = e;
+          ki[k.ndim - 2] = s, ki[k.ndim - 1] = e;
+          acc += at(q, qi) * at(k, ki);
+        }
+        acc *= scale;
+        if (p.causal && s > l) acc = -std::numeric_limits<double>::infinity();
+        if (p.has_mask) {
+          idx[nb] = l, idx[nb + 1] = s;
+          double m = at_broadcast(in[3], idx, nb + 2);
+          if (in[3].dtype == DType::boolean) {
+            if (m == 0) acc = -std::numeric_limits<double>::infinity();
+          } else {
+            acc += m;
+          }
+        }
+        scores[s] = acc;
+        mx = std::max(mx, acc);
+      }
+      double sum = 0;
+      for (int64_t s = 0; s < S; ++s) sum += (scores[s] = std::exp(scores[s] - mx));
+      for (int64_t e = 0; e < Ev; ++e, ++linear) {
+        double acc = 0;
+        for (int64_t s = 0; s < S; ++s) {
+          vi[v.ndim - 2] = s, vi[v.ndim - 1] = e;
+          acc += scores[s] * at(v, vi);
+        }
+        store(y, linear, acc / sum);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void register_ref_compute_kernels(KernelRegistry& r) {
+  // Kernels copy the attributes they need at creation: a plan may outlive the Graph's nodes.
+  r.add("conv2d", Device::ref, [](const KernelContext& ctx) {
+    ConvParams p = ConvParams::of(ctx.node);
+    return make_kernel("ref_conv2d", [p](const TensorView* in, TensorView* out) { ref_conv2d(in, out, p); });
+  });
+  r.add("linear", Device::ref, [](const KernelContext& ctx) {
+    Epilogue ep = Epilogue::of(ctx.node, 2);
+    return make_kernel("ref_linear", [ep](const TensorView* in, TensorView* out) { ref_linear_impl(in, out, ep); });
+  });
+  r.add("matmul", Device::ref, [](const KernelContext& ctx) {
+    Epilogue ep = Epilogue::of(ctx.node, 2);
+    return make_kernel("ref_matmul", [ep](const TensorView* in, TensorView* out) { ref_matmul_impl(in, out, ep); });
+  });
+  r.add("max_pool2d", Device::ref, [](const KernelContext& ctx) {
+    PoolParams p = PoolParams::of(ctx.node, true);
+    return make_kernel("ref_max_pool2d", [p](const TensorView* in, TensorView* out) { ref_max_pool2d(in, out, p); });
+  });
+  r.add("avg_pool2d", Device::ref, [](const KernelContext& ctx) {
+    PoolParams p = PoolParams::of(ctx.node, false);
+    return make_kernel("ref_avg_pool2d", [p](const TensorView* in, TensorView* out) { ref_avg_pool2d(in, out, p); });
+  });
+  r.add("adaptive_avg_pool2d", Device::ref, [](const KernelContext&) {
+    return make_kernel("ref_adaptive_avg_pool2d", ref_adaptive_avg_pool2d);
+  });
+  r.add("sdpa", Device::ref, [](const KernelContext& ctx) {
+    SdpaParams p;
+    p.causal = ctx.node.attr("is_causal").b();
+    p.has_mask = ctx.node.attr("has_mask").b();
+    p.scale = ctx.node.attr("scale").f();
+    return make_kernel("ref_sdpa", [p](const TensorView* in, TensorView* out) { ref_sdpa(in, out, p); });
+  });
+}
+
 }  // namespace updraft

@@ -1,0 +1,216 @@
+// sdpa: softmax(q k^T * scale + mask) v on the CPU, one query row at a time.
+//
+// Not a oneDNN primitive: oneDNN v3.2 has no fused attention, and three primitives (q k^T,
+// softmax, p v) would write the whole [.., L, S] score tensor to memory and back. Here each
+// thread keeps one row of S scores in its own slice of the planned scratch (scratch_bytes()
+// reserves threads * S floats), so the scores never leave cache, masks and causality are
+// applied while they are computed, and run() allocates nothing.
+//
+// Vectorisation is AVX2 + FMA, the engine's baseline (CMakeLists.txt compiles it with
+// -mavx2 -mfma); the softmax uses a polynomial exp accurate to a few float ulps.
+//
+// Layouts: q, k, v need a unit stride in their last dim; their row and batch strides may be
+// anything, and size-1 batch dims broadcast. A graph input with a non-unit inner stride is
+// packed dense into scratch first. The mask is read through its strides (broadcast dims of
+// size 1 read index 0).
+#include <immintrin.h>
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kernels/onednn/onednn_util.h"
+
+namespace updraft::onednn {
+
+namespace {
+
+constexpr const char* kOp = "sdpa";
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+  float s = hsum(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// y += alpha * x
+void axpy(float alpha, const float* x, float* y, int64_t n) {
+  __m256 a = _mm256_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += alpha * x[i];
+}
+
+// exp(x) for 8 floats: x = n*ln2 + r, |r| <= ln2/2, exp(r) by a degree-6 polynomial, 2^n by
+// building the exponent bits. Inputs below -87.3 (including -inf) give 0; NaN stays NaN.
+inline __m256 exp8(__m256 x) {
+  const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-87.3365447505531f);
+  __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_min_ps(hi, _mm256_max_ps(lo, x));  // operand order keeps NaN (maxps returns src2)
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // r = x - n*ln2 with ln2 split in two for precision.
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  return _mm256_andnot_ps(underflow, y);
+}
+
+// s[i] = exp(s[i] - mx); returns the sum.
+float exp_shift_sum(float* s, int64_t n, float mx) {
+  __m256 m = _mm256_set1_ps(mx), acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), m));
+    _mm256_storeu_ps(s + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  float sum = hsum(acc);
+  for (; i < n; ++i) sum += (s[i] = std::exp(s[i] - mx));
+  return sum;
+}
+
+float row_max(const float* s, int64_t n) {
+  __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + i));
+  alignas(32) float t[8];
+  _mm256_store_ps(t, m);
+  float r = t[0];
+  for (int j = 1; j < 8; ++j) r = std::max(r, t[j]);
+  for (; i < n; ++i) r = std::max(r, s[i]);
+  return r;
+}
+
+class SdpaKernel final : public Kernel {
+ public:
+  void run(const TensorView* in, TensorView* out, void* scratch) const override {
+    TensorView q = operand(in, 0, scratch), k = operand(in, 1, scratch), v = operand(in, 2, scratch);
+    const TensorView* mask = has_mask_ ? &in[3] : nullptr;
+    const TensorView& y = out[0];
+    int nb = y.ndim - 2;
+    const int64_t rows = batches_ * L_;
+    float* y_data = y.ptr<float>();
+    char* row_scratch = at_offset(scratch, scores_);
+#pragma omp parallel num_threads(threads_)
+    {
+      float* sc = reinterpret_cast<float*>(row_scratch + omp_get_thread_num() * row_bytes_);
+#pragma omp for schedule(dynamic, 8)
+      for (int64_t row = 0; row < rows; ++row) {
+        int64_t b = row / L_, l = row % L_;
+        int64_t idx[kMaxDims];
+        int64_t rem = b;
+        for (int d = nb - 1; d >= 0; --d) idx[d] = rem % y.sizes[d], rem /= y.sizes[d];
+        const float* qr = q.ptr<const float>() + batch_offset(q, idx, nb) + l * q.strides[q.ndim - 2];
+        const float* kb = k.ptr<const float>() + batch_offset(k, idx, nb);
+        const float* vb = v.ptr<const float>() + batch_offset(v, idx, nb);
+        int64_t ks = k.strides[k.ndim - 2], vs = v.strides[v.ndim - 2];
+        // Causal: keys after the query position are masked, so they are never computed.
+        int64_t n = causal_ ? std::min(l + 1, S_) : S_;
+        for (int64_t j = 0; j < n; ++j) sc[j] = dot(qr, kb + j * ks, E_) * scale_;
+        if (mask) apply_mask(*mask, idx, nb, l, sc, n);
+        float mx = row_max(sc, n);
+        float sum = exp_shift_sum(sc, n, mx);
+        float* yr = y_data + row * Ev_;
+        for (int64_t e = 0; e < Ev_; ++e) yr[e] = 0.f;
+        for (int64_t j = 0; j < n; ++j)
+          if (sc[j] != 0.f) axpy(sc[j], vb + j * vs, yr, Ev_);
+        float inv = 1.f / sum;
+        for (int64_t e = 0; e < Ev_; ++e) yr[e] *= inv;
+      }
+    }
+  }
+
+  size_t scratch_bytes() const override { return scratch_total_; }
+  std::string name() const override { return "cpu_f32_sdpa_rowwise_avx2"; }
+
+  static std::unique_ptr<Kernel> create(const KernelContext& ctx) {
+    if (has_empty_tensor(ctx)) return nullptr;
+    auto k = std::make_unique<SdpaKernel>();
+    const auto &qs = ctx.in_shapes[0], &ks = ctx.in_shapes[1], &vs = ctx.in_shapes[2], &ys = ctx.out_shapes[0];
+    k->L_ = qs[qs.size() - 2], k->E_ = qs.back(), k->S_ = ks[ks.size() - 2], k->Ev_ = vs.back();
+    k->batches_ = numel_of(ys) / (k->L_ * k->Ev_);
+    k->causal_ = ctx.node.attr("is_causal").b();
+    k->has_mask_ = ctx.node.attr("has_mask").b();
+    double scale = ctx.node.attr("scale").f();
+    k->scale_ = static_cast<float>(scale != 0 ? scale : 1.0 / std::sqrt(static_cast<double>(k->E_)));
+    k->threads_ = ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads();
+    ScratchPlan plan;
+    k->row_bytes_ = (static_cast<size_t>(k->S_) * sizeof(float) + 63) / 64 * 64;
+    k->scores_ = plan.add(k->row_bytes_ * static_cast<size_t>(k->threads_));
+    for (int i = 0; i < 3; ++i) k->qkv_[i].plan(ctx, i, numel_of(ctx.in_shapes[i]), plan);
+    k->scratch_total_ = plan.total();
+    return k;
+  }
+
+ private:
+  // in[i] as-is when its last dim has unit stride, else packed dense into scratch.
+  TensorView operand(const TensorView* in, int i, void* scratch) const {
+    TensorView t = in[i];
+    if (t.sizes[t.ndim - 1] == 1 || t.strides[t.ndim - 1] == 1) return t;
+    return TensorView::contiguous(qkv_[i].get(in, scratch, kOp), t.dtype, t.shape());
+  }
+
+  // Offset of the batch element `idx` (the output's nb batch indices) in t, whose batch dims
+  // align to the right and broadcast where their size is 1.
+  static int64_t batch_offset(const TensorView& t, const int64_t* idx, int nb) {
+    int tb = t.ndim - 2;
+    int64_t off = 0;
+    for (int d = 0; d < tb; ++d)
+      if (t.sizes[d] != 1) off += idx[nb - tb + d] * t.strides[d];
+    return off;
+  }
+
+  // Adds (float) or applies (bool, false = -inf) the mask row for (batch idx, query l).
+  static void apply_mask(const TensorView& m, const int64_t* idx, int nb, int64_t l, float* sc, int64_t n) {
+    int r = m.ndim;  // m broadcasts to [batch..., L, S], aligned to the right
+    int64_t off = 0;
+    for (int d = 0; d < r - 2; ++d)
+      if (m.sizes[d] != 1) off += idx[nb - (r - 2) + d] * m.strides[d];
+    if (r >= 2 && m.sizes[r - 2] != 1) off += l * m.strides[r - 2];
+    int64_t js = (r >= 1 && m.sizes[r - 1] != 1) ? m.strides[r - 1] : 0;
+    if (m.dtype == DType::boolean) {
+      const bool* p = static_cast<const bool*>(m.data) + off;
+      for (int64_t j = 0; j < n; ++j)
+        if (!p[j * js]) sc[j] = -std::numeric_limits<float>::infinity();
+    } else {
+      const float* p = static_cast<const float*>(m.data) + off;
+      for (int64_t j = 0; j < n; ++j) sc[j] += p[j * js];
+    }
+  }
+
+  int64_t L_ = 0, E_ = 0, S_ = 0, Ev_ = 0, batches_ = 0;
+  bool causal_ = false, has_mask_ = false;
+  float scale_ = 1;
+  int threads_ = 1;
+  size_t row_bytes_ = 0, scores_ = 0, scratch_total_ = 0;
+  DenseInput qkv_[3];
+};
+
+}  // namespace
+
+void register_attention(KernelRegistry& r) { r.add("sdpa", Device::cpu, SdpaKernel::create); }
+
+}  // namespace updraft::onednn

@@ -1,0 +1,181 @@
+// conv2d on oneDNN: convolution_forward (inference) built for the concrete shapes, with the
+// epilogue fused as post-ops and constant weights prepacked once.
+//
+// Layouts: src and dst are plain NCHW (abcd) for now; the weights use format_tag::any so
+// oneDNN picks its preferred (blocked) layout. Propagating blocked activation layouts between
+// consecutive convs (no reorders at op boundaries) is future work for the layout pass.
+//
+// Residual: preferably a binary_add post-op reading the residual tensor in place. A sum
+// post-op accumulates into whatever dst already holds, so run() must first copy the residual
+// into the output: an extra pass over the output per call, and a precondition on dst that
+// gets awkward once dst has a blocked layout (the residual would need that layout too).
+// binary_add names its operand with its own descriptor and leaves dst write-only.
+// But measured on oneDNN v3.2: with plain NCHW src/dst the convolution runs as "gemm:jit",
+// which implements sum but not binary post-ops, and asking for binary_add there silently
+// yields "ref:any" (plain loops, orders of magnitude slower). So the factory asks for
+// binary_add and, when that lands on a reference implementation, rebuilds with the sum
+// post-op (ResidualMode::sum) and copies the residual into dst before each call. conv2d is
+// not declared in-place, so the output never aliases the residual otherwise.
+#include <cstring>
+#include <optional>
+
+#include "kernels/onednn/onednn_util.h"
+
+namespace updraft::onednn {
+
+namespace {
+
+constexpr const char* kOp = "conv2d";
+
+class ConvKernel final : public Kernel {
+ public:
+  void run(const TensorView* in, TensorView* out, void* scratch) const override {
+    dnnl::stream& s = thread_stream();
+    void* x = x_.get(in, scratch, kOp);
+    std::unordered_map<int, dnnl::memory> args;
+    args[DNNL_ARG_SRC] = wrap(src_md_, x);
+    args[DNNL_ARG_DST] = wrap(dst_md_, out[0].data);
+    args[DNNL_ARG_SCRATCHPAD] = wrap(pd_.scratchpad_desc(), at_offset(scratch, prim_scratch_));
+    if (packed_w_) {
+      args[DNNL_ARG_WEIGHTS] = *packed_w_;
+    } else {
+      void* w = w_.get(in, scratch, kOp);
+      if (w_reorder_) {
+        // Non-constant weights in the user layout: reorder into the primitive's layout each call.
+        dnnl::memory packed = wrap(pd_.weights_desc(), at_offset(scratch, w_packed_));
+        w_reorder_->execute(s, {{DNNL_ARG_FROM, wrap(w_user_md_, w)},
+                                {DNNL_ARG_TO, packed},
+                                {DNNL_ARG_SCRATCHPAD, wrap(reorder_pd_.scratchpad_desc(),
+                                                           at_offset(scratch, reorder_scratch_))}});
+        args[DNNL_ARG_WEIGHTS] = packed;
+      } else {
+        args[DNNL_ARG_WEIGHTS] = wrap(w_user_md_, w);
+      }
+    }
+    if (ep_.has_bias) args[DNNL_ARG_BIAS] = wrap(bias_md_, in[ep_.bias_input].data);
+    if (residual_mode_ == ResidualMode::binary_add)
+      args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = wrap(dst_md_, res_.get(in, scratch, kOp));
+    if (residual_mode_ == ResidualMode::sum) copy_residual_into(in[ep_.residual_input], out[0]);
+    prim_.execute(s, args);
+    s.wait();
+  }
+
+  size_t scratch_bytes() const override { return scratch_total_; }
+  std::string name() const override { return name_; }
+
+  static std::unique_ptr<Kernel> create(const KernelContext& ctx);
+
+ private:
+  Epilogue ep_;
+  ResidualMode residual_mode_ = ResidualMode::none;
+  dnnl::memory::desc src_md_, dst_md_, w_user_md_, bias_md_;
+  dnnl::convolution_forward::primitive_desc pd_;
+  dnnl::convolution_forward prim_;
+  std::optional<dnnl::memory> packed_w_;  // constant weights in pd_.weights_desc() layout
+  dnnl::reorder::primitive_desc reorder_pd_;
+  std::optional<dnnl::reorder> w_reorder_;  // non-constant weights whose layout differs
+  DenseInput x_, w_, res_;
+  size_t prim_scratch_ = 0, reorder_scratch_ = 0, w_packed_ = 0, scratch_total_ = 0;
+  std::string name_;
+};
+
+std::vector<int64_t> pair_attr(const Node& n, const char* name) {
+  std::vector<int64_t> v = n.attr(name).ints();
+  if (v.size() == 1) v.push_back(v[0]);
+  return v;
+}
+
+std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
+  if (has_empty_tensor(ctx)) return nullptr;
+  const Node& n = ctx.node;
+  auto k = std::make_unique<ConvKernel>();
+  k->ep_ = Epilogue::of(n, 2);
+  const auto &xs = ctx.in_shapes[0], &ws = ctx.in_shapes[1], &ys = ctx.out_shapes[0];
+  int64_t g = n.attr("groups").i();
+  auto st = pair_attr(n, "stride"), pad = pair_attr(n, "padding"), dil = pair_attr(n, "dilation");
+  int64_t O = ws[0];
+
+  k->src_md_ = dnnl::memory::desc(dims(xs.begin(), xs.end()), dt::f32, tag::abcd);
+  k->dst_md_ = dnnl::memory::desc(dims(ys.begin(), ys.end()), dt::f32, tag::abcd);
+  // [O, C/g, kh, kw] row-major is exactly goihw once O splits into (g, O/g).
+  dims w_dims = g == 1 ? dims{ws[0], ws[1], ws[2], ws[3]} : dims{g, O / g, ws[1], ws[2], ws[3]};
+  k->w_user_md_ = dnnl::memory::desc(w_dims, dt::f32, g == 1 ? tag::oihw : tag::goihw);
+  dnnl::memory::desc w_any(w_dims, dt::f32, tag::any);
+  if (k->ep_.has_bias) k->bias_md_ = dnnl::memory::desc({O}, dt::f32, tag::a);
+
+  // PyTorch pads symmetrically and floors the output size; with padding_r = padding_l
+  // oneDNN's own size rule (integer division) gives the same output.
+  dims strides{st[0], st[1]}, dilates{dil[0] - 1, dil[1] - 1}, pl{pad[0], pad[1]}, pr{pad[0], pad[1]};
+  std::string what = "a convolution for x " + shape_text(xs) + ", w " + shape_text(ws) + ", groups " +
+                     std::to_string(g);
+  auto make_pd = [&](ResidualMode mode) {
+    dnnl::primitive_attr attr = user_scratchpad_attr();
+    k->ep_.append_post_ops(attr, mode, &k->dst_md_);
+    using pd_t = dnnl::convolution_forward::primitive_desc;
+    const auto fwd = dnnl::prop_kind::forward_inference;
+    const auto alg = dnnl::algorithm::convolution_direct;
+    return k->ep_.has_bias
+               ? pd_t(engine(), fwd, alg, k->src_md_, w_any, k->bias_md_, k->dst_md_, strides, dilates, pl, pr, attr)
+               : pd_t(engine(), fwd, alg, k->src_md_, w_any, k->dst_md_, strides, dilates, pl, pr, attr);
+  };
+  try {
+    k->residual_mode_ = k->ep_.has_residual ? ResidualMode::binary_add : ResidualMode::none;
+    k->pd_ = make_pd(k->residual_mode_);
+    if (k->residual_mode_ == ResidualMode::binary_add && is_reference_impl(k->pd_.impl_info_str())) {
+      auto with_sum = make_pd(ResidualMode::sum);
+      if (!is_reference_impl(with_sum.impl_info_str())) {
+        k->pd_ = with_sum;
+        k->residual_mode_ = ResidualMode::sum;
+      }
+    }
+    k->prim_ = dnnl::convolution_forward(k->pd_);
+  } catch (const dnnl::error& e) {
+    fail_create(kOp, what, e);
+  }
+
+  ScratchPlan plan;
+  k->prim_scratch_ = plan.add(scratchpad_bytes(k->pd_));
+  k->x_.plan(ctx, 0, numel_of(xs), plan);
+  if (k->residual_mode_ == ResidualMode::binary_add) k->res_.plan(ctx, k->ep_.residual_input, numel_of(ys), plan);
+
+  const dnnl::memory::desc& w_pref = k->pd_.weights_desc();
+  if (const Tensor* wc = ctx.const_inputs[1]) {
+    // Constant weights: reorder once into the primitive's layout and keep them in the kernel.
+    try {
+      dnnl::memory user = wrap(k->w_user_md_, wc->data());
+      dnnl::memory packed(w_pref, engine());  // owned by the kernel
+      if (w_pref == k->w_user_md_) {
+        std::memcpy(packed.get_data_handle(), wc->data(), k->w_user_md_.get_size());
+      } else {
+        dnnl::stream s(engine());
+        dnnl::reorder(user, packed).execute(s, user, packed);
+        s.wait();
+      }
+      k->packed_w_ = packed;
+    } catch (const dnnl::error& e) {
+      fail_create(kOp, "the weight prepack reorder for w " + shape_text(ws), e);
+    }
+  } else {
+    k->w_.plan(ctx, 1, numel_of(ws), plan);
+    if (w_pref != k->w_user_md_) {
+      try {
+        k->reorder_pd_ = dnnl::reorder::primitive_desc(engine(), k->w_user_md_, engine(), w_pref,
+                                                       user_scratchpad_attr());
+        k->w_reorder_ = dnnl::reorder(k->reorder_pd_);
+      } catch (const dnnl::error& e) {
+        fail_create(kOp, "the per-call weight reorder for w " + shape_text(ws), e);
+      }
+      k->w_packed_ = plan.add(w_pref.get_size());
+      k->reorder_scratch_ = plan.add(scratchpad_bytes(k->reorder_pd_));
+    }
+  }
+  k->scratch_total_ = plan.total();
+  k->name_ = std::string("onednn_f32_conv2d:") + k->pd_.impl_info_str() + (k->packed_w_ ? ":prepacked" : "");
+  return k;
+}
+
+}  // namespace
+
+void register_conv(KernelRegistry& r) { r.add("conv2d", Device::cpu, ConvKernel::create); }
+
+}  // namespace updraft::onednn

@@ -1,0 +1,261 @@
+// linear and matmul on oneDNN's matmul primitive, with the epilogue fused as post-ops.
+//
+// Both ops become one batched gemm C[batch..., M, N] = A[batch..., M, K] B[batch..., K, N]:
+//  - linear: A = x flattened to [M, K]; B = w^T, i.e. the [N, K] weight read with strides {1, K}
+//    (no copy). A constant weight is described with format_tag::any and reordered once, in the
+//    factory, into the layout oneDNN prefers (prepacked).
+//  - matmul: torch.matmul; 1-d operands become [1, K] / [K, 1]; batch dims are broadcast by
+//    oneDNN itself (size-1 batch dims), after collapsing runs of batch dims that every operand
+//    either spans fully or broadcasts, so most calls reach oneDNN as a 2-d or 3-d problem.
+//
+// Strided operands. Engine intermediates are dense, but graph inputs may be torch views; the
+// common one is a transpose of the last two dims (x @ w.t()). For an operand that is a graph
+// input the factory builds a second primitive variant whose memory descriptor carries those
+// swapped strides, so such views run zero-copy. Any other strided view is packed dense into
+// planned scratch first (DenseInput).
+#include <array>
+#include <optional>
+
+#include "kernels/onednn/onednn_util.h"
+
+namespace updraft::onednn {
+
+namespace {
+
+// Row-major strides of `d`.
+dims dense_strides(const dims& d) {
+  dims s(d.size());
+  int64_t acc = 1;
+  for (int i = static_cast<int>(d.size()) - 1; i >= 0; --i) {
+    s[i] = acc;
+    acc *= d[i];
+  }
+  return s;
+}
+
+// Strides of `d` when its last two dims are stored swapped (a transposed view), batch dims dense.
+dims swapped_strides(const dims& d) {
+  size_t r = d.size();
+  dims s = dense_strides(d);
+  s[r - 1] = d[r - 2];
+  s[r - 2] = 1;
+  return s;
+}
+
+// One gemm operand. Variant 0: the input view is dense. Variant 1: the view's last two dims are
+// swapped in memory (only for graph inputs of rank >= 2).
+struct Operand {
+  DenseInput dense;
+  int variants = 1;
+  std::array<dnnl::memory::desc, 2> md;
+  std::vector<int64_t> swapped_view;  // expected strides of a variant-1 view
+
+  // Which variant the view `in[dense.input]` matches, and the pointer to pass oneDNN.
+  int pick(const TensorView* in, void* scratch, const char* op, void** ptr) const {
+    const TensorView& v = in[dense.input];
+    if (is_dense(v)) {
+      *ptr = v.data;
+      return 0;
+    }
+    if (variants == 2) {
+      bool ok = true;
+      for (int d = 0; d < v.ndim && ok; ++d) ok = v.sizes[d] == 1 || v.strides[d] == swapped_view[d];
+      if (ok) {
+        *ptr = v.data;
+        return 1;
+      }
+    }
+    *ptr = dense.get(in, scratch, op);  // packs into scratch (variant 0 layout)
+    return 0;
+  }
+
+  // `internal`: the operand's dims as the gemm sees them. `flip`: the dense view is the
+  // transpose of `internal` (linear's weight). `swappable`: the view's swapped layout is the
+  // swapped layout of `internal` (false for linear's x, whose leading dims are flattened).
+  void init(const KernelContext& ctx, int k, const dims& internal, bool flip, bool swappable, ScratchPlan& plan) {
+    const auto& vs = ctx.in_shapes[k];
+    dense.plan(ctx, k, numel_of(vs), plan);
+    variants = (swappable && dense.may_stage && vs.size() >= 2) ? 2 : 1;
+    dims ds = dense_strides(internal), ss = swapped_strides(internal);
+    md[0] = dnnl::memory::desc(internal, dt::f32, flip ? ss : ds);
+    md[1] = dnnl::memory::desc(internal, dt::f32, flip ? ds : ss);
+    if (variants == 2) swapped_view = swapped_strides(dims(vs.begin(), vs.end()));
+  }
+};
+
+class GemmKernel final : public Kernel {
+ public:
+  void run(const TensorView* in, TensorView* out, void* scratch) const override {
+    dnnl::stream& s = thread_stream();
+    void *a = nullptr, *b = nullptr;
+    int va = a_.pick(in, scratch, op_, &a);
+    int vb = 0;
+    if (!packed_b_[va]) vb = b_.pick(in, scratch, op_, &b);
+    const Variant& v = variants_[va][vb];
+    std::unordered_map<int, dnnl::memory> args;
+    args[DNNL_ARG_SRC] = wrap(a_.md[va], a);
+    args[DNNL_ARG_WEIGHTS] = packed_b_[va] ? *packed_b_[va] : wrap(b_.md[vb], b);
+    args[DNNL_ARG_DST] = wrap(c_md_, out[0].data);
+    args[DNNL_ARG_SCRATCHPAD] = wrap(v.pd.scratchpad_desc(), at_offset(scratch, prim_scratch_));
+    if (ep_.has_bias) args[DNNL_ARG_BIAS] = wrap(bias_md_, in[ep_.bias_input].data);
+    if (v.residual == ResidualMode::binary_add)
+      args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = wrap(c_md_, res_.get(in, scratch, op_));
+    if (v.residual == ResidualMode::sum) copy_residual_into(in[ep_.residual_input], out[0]);
+    v.prim.execute(s, args);
+    s.wait();
+  }
+
+  size_t scratch_bytes() const override { return scratch_total_; }
+  std::string name() const override { return name_; }
+
+  // a_dims/b_dims/c_dims: the gemm problem (same rank, batch dims equal or 1). b_flip: see
+  // Operand::init. b is prepacked when it is a constant.
+  static std::unique_ptr<Kernel> create(const KernelContext& ctx, const char* op, const dims& a_dims,
+                                        const dims& b_dims, const dims& c_dims, bool b_flip);
+
+ private:
+  struct Variant {
+    dnnl::matmul::primitive_desc pd;
+    dnnl::matmul prim;
+    ResidualMode residual = ResidualMode::none;
+  };
+  const char* op_ = "";
+  Epilogue ep_;
+  Operand a_, b_;
+  dnnl::memory::desc c_md_, bias_md_;
+  Variant variants_[2][2];
+  std::optional<dnnl::memory> packed_b_[2];  // per a-variant: constant b in that pd's layout
+  DenseInput res_;
+  size_t prim_scratch_ = 0, scratch_total_ = 0;
+  std::string name_;
+};
+
+std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char* op, const dims& a_dims,
+                                           const dims& b_dims, const dims& c_dims, bool b_flip) {
+  auto k = std::make_unique<GemmKernel>();
+  k->op_ = op;
+  k->ep_ = Epilogue::of(ctx.node, 2);
+  // Scratch layout: [primitive scratchpad (max over variants) | staged operands, residual].
+  // The staged regions are planned first, relative to 0, and shifted once the max is known.
+  ScratchPlan rest;
+  // linear flattens x's leading dims into M, which a transposed view cannot be described by.
+  bool a_swappable = std::string(op) == "matmul" || ctx.in_shapes[0].size() == 2;
+  k->a_.init(ctx, 0, a_dims, false, a_swappable, rest);
+  const Tensor* b_const = ctx.const_inputs[1];
+  if (!b_const) k->b_.init(ctx, 1, b_dims, b_flip, true, rest);
+  k->c_md_ = dnnl::memory::desc(c_dims, dt::f32, dense_strides(c_dims));
+  if (k->ep_.has_bias) {
+    dims bd(c_dims.size(), 1);
+    bd.back() = c_dims.back();
+    k->bias_md_ = dnnl::memory::desc(bd, dt::f32, dense_strides(bd));
+  }
+  if (k->ep_.has_residual) k->res_.plan(ctx, k->ep_.residual_input, numel_of(ctx.out_shapes[0]), rest);
+
+  dnnl::memory::desc b_any(b_dims, dt::f32, tag::any);
+  // The constant weight as stored: dense [.., K, N], or for linear the [N, K] weight read
+  // transposed.
+  dnnl::memory::desc b_user(b_dims, dt::f32, b_flip ? swapped_strides(b_dims) : dense_strides(b_dims));
+  size_t prim_scratch = 0;
+  for (int va = 0; va < k->a_.variants; ++va) {
+    for (int vb = 0; vb < (b_const ? 1 : k->b_.variants); ++vb) {
+      const dnnl::memory::desc& bmd = b_const ? b_any : k->b_.md[vb];
+      Variant& v = k->variants_[va][vb];
+      auto make_pd = [&](ResidualMode mode) {
+        dnnl::primitive_attr attr = user_scratchpad_attr();
+        k->ep_.append_post_ops(attr, mode, &k->c_md_);
+        return k->ep_.has_bias
+                   ? dnnl::matmul::primitive_desc(engine(), k->a_.md[va], bmd, k->bias_md_, k->c_md_, attr)
+                   : dnnl::matmul::primitive_desc(engine(), k->a_.md[va], bmd, k->c_md_, attr);
+      };
+      try {
+        // The residual as binary_add (no copy), unless only a reference implementation takes
+        // it that way; then as a sum post-op over a copy (see onednn_util.h, ResidualMode).
+        v.residual = k->ep_.has_residual ? ResidualMode::binary_add : ResidualMode::none;
+        v.pd = make_pd(v.residual);
+        if (v.residual == ResidualMode::binary_add && is_reference_impl(v.pd.impl_info_str())) {
+          auto with_sum = make_pd(ResidualMode::sum);
+          if (!is_reference_impl(with_sum.impl_info_str())) v.pd = with_sum, v.residual = ResidualMode::sum;
+        }
+        v.prim = dnnl::matmul(v.pd);
+      } catch (const dnnl::error& e) {
+        fail_create(op, "a matmul for " + shape_text(ctx.in_shapes[0]) + " x " + shape_text(ctx.in_shapes[1]), e);
+      }
+      prim_scratch = std::max(prim_scratch, scratchpad_bytes(v.pd));
+      if (b_const) {
+        // Prepack: reorder the constant once into this variant's preferred weight layout.
+        try {
+          dnnl::memory user = wrap(b_user, b_const->data());
+          dnnl::memory packed(v.pd.weights_desc(), engine());  // owned by the kernel
+          dnnl::stream s(engine());
+          dnnl::reorder(user, packed).execute(s, user, packed);
+          s.wait();
+          k->packed_b_[va] = packed;
+        } catch (const dnnl::error& e) {
+          fail_create(op, "the weight prepack reorder for " + shape_text(ctx.in_shapes[1]), e);
+        }
+      }
+    }
+  }
+  size_t base = (prim_scratch + 63) / 64 * 64;
+  k->a_.dense.offset += base;
+  k->b_.dense.offset += base;
+  k->res_.offset += base;
+  k->scratch_total_ = base + rest.total();
+  k->name_ = std::string("onednn_f32_") + op + ":" + k->variants_[0][0].pd.impl_info_str() +
+             (b_const ? ":prepacked" : "");
+  return k;
+}
+
+// linear: x [..., K] -> [M, K]; w [N, K] read as B = w^T [K, N].
+std::unique_ptr<Kernel> create_linear(const KernelContext& ctx) {
+  if (has_empty_tensor(ctx)) return nullptr;
+  const auto& ws = ctx.in_shapes[1];
+  int64_t N = ws[0], K = ws[1];
+  int64_t M = numel_of(ctx.in_shapes[0]) / K;
+  return GemmKernel::create(ctx, "linear", {M, K}, {K, N}, {M, N}, /*b_flip=*/true);
+}
+
+// matmul: promote 1-d operands, then collapse the broadcast batch dims.
+std::unique_ptr<Kernel> create_matmul(const KernelContext& ctx) {
+  if (has_empty_tensor(ctx)) return nullptr;
+  std::vector<int64_t> a = ctx.in_shapes[0], b = ctx.in_shapes[1];
+  if (a.size() == 1) a.insert(a.begin(), 1);
+  if (b.size() == 1) b.push_back(1);
+  int64_t M = a[a.size() - 2], K = a.back(), N = b.back();
+  size_t nb = std::max(a.size(), b.size()) - 2;
+  a.insert(a.begin(), nb + 2 - a.size(), 1);
+  b.insert(b.begin(), nb + 2 - b.size(), 1);
+  // Runs of batch dims merge when each operand either spans all of them or broadcasts all of
+  // them: the merged dim is then still a dense (or broadcast) dim of that operand.
+  struct Group {
+    int64_t a, b, c;
+  };
+  std::vector<Group> groups;
+  for (size_t d = 0; d < nb; ++d) {
+    int64_t c = std::max(a[d], b[d]);
+    if (c == 1) continue;
+    bool ab = a[d] == 1, bb = b[d] == 1;
+    if (!groups.empty() && (groups.back().a == 1) == ab && (groups.back().b == 1) == bb) {
+      groups.back().a *= a[d];
+      groups.back().b *= b[d];
+      groups.back().c *= c;
+    } else {
+      groups.push_back({a[d], b[d], c});
+    }
+  }
+  dims ad, bd, cd;
+  for (const Group& g : groups) ad.push_back(g.a), bd.push_back(g.b), cd.push_back(g.c);
+  ad.insert(ad.end(), {M, K});
+  bd.insert(bd.end(), {K, N});
+  cd.insert(cd.end(), {M, N});
+  return GemmKernel::create(ctx, "matmul", ad, bd, cd, /*b_flip=*/false);
+}
+
+}  // namespace
+
+void register_matmul(KernelRegistry& r) {
+  r.add("linear", Device::cpu, create_linear);
+  r.add("matmul", Device::cpu, create_matmul);
+}
+
+}  // namespace updraft::onednn

@@ -1,0 +1,137 @@
+#include "kernels/onednn/onednn_util.h"
+
+#include <cstring>
+
+namespace updraft::onednn {
+
+const dnnl::engine& engine() {
+  static const dnnl::engine eng(dnnl::engine::kind::cpu, 0);  // C++ guarantees one thread-safe init
+  return eng;
+}
+
+dnnl::stream& thread_stream() {
+  // One stream per thread: a dnnl::stream is not meant to be shared by concurrent callers.
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+dnnl::primitive_attr user_scratchpad_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+Epilogue Epilogue::of(const Node& n, int num_main) {
+  Epilogue e;
+  e.has_bias = n.attr("has_bias").b();
+  e.has_residual = n.attr("has_residual").b();
+  e.act = n.attr("activation").s();
+  e.alpha = static_cast<float>(n.attr("act_alpha").f());
+  e.beta = static_cast<float>(n.attr("act_beta").f());
+  int k = num_main;
+  if (e.has_bias) e.bias_input = k++;
+  if (e.has_residual) e.residual_input = k;
+  return e;
+}
+
+void Epilogue::append_post_ops(dnnl::primitive_attr& attr, ResidualMode mode,
+                               const dnnl::memory::desc* residual) const {
+  using alg = dnnl::algorithm;
+  dnnl::post_ops po;
+  // The residual goes before the activation: act(op + bias + residual).
+  if (mode == ResidualMode::binary_add) po.append_binary(alg::binary_add, *residual);
+  if (mode == ResidualMode::sum) po.append_sum(1.f);
+  // PyTorch's activations as oneDNN eltwise algorithms (alpha, beta as oneDNN defines them).
+  if (act == "relu") po.append_eltwise(alg::eltwise_relu, 0.f, 0.f);
+  else if (act == "gelu") po.append_eltwise(alg::eltwise_gelu_erf, 0.f, 0.f);
+  else if (act == "gelu_tanh") po.append_eltwise(alg::eltwise_gelu_tanh, 0.f, 0.f);
+  else if (act == "silu") po.append_eltwise(alg::eltwise_swish, 1.f, 0.f);  // x * sigmoid(1 * x)
+  else if (act == "sigmoid") po.append_eltwise(alg::eltwise_logistic, 0.f, 0.f);
+  else if (act == "tanh") po.append_eltwise(alg::eltwise_tanh, 0.f, 0.f);
+  else if (act == "clamp") po.append_eltwise(alg::eltwise_clip, alpha, beta);  // [alpha, beta]
+  else if (act == "leaky_relu") po.append_eltwise(alg::eltwise_relu, alpha, 0.f);  // alpha: negative slope
+  // x * min(max(alpha*x + beta, 0), 1) with alpha=1/6, beta=1/2 is x * relu6(x + 3) / 6.
+  else if (act == "hardswish") po.append_eltwise(alg::eltwise_hardswish, 1.f / 6.f, 0.5f);
+  else if (act != "none") throw Error("onednn", "unknown activation '" + act + "' in an epilogue");
+  attr.set_post_ops(po);
+}
+
+bool is_dense(const TensorView& v) {
+  int64_t expect = 1;
+  for (int d = v.ndim - 1; d >= 0; --d) {
+    if (v.sizes[d] == 1) continue;
+    if (v.strides[d] != expect) return false;
+    expect *= v.sizes[d];
+  }
+  return true;
+}
+
+void pack_dense_f32(const TensorView& v, float* dst) {
+  const float* src = v.ptr<const float>();
+  int64_t n = v.numel();
+  if (n == 0) return;
+  int r = v.ndim;
+  if (r == 0) {
+    dst[0] = src[0];
+    return;
+  }
+  // Walk the output in order with an odometer over the source offsets; the innermost dim is
+  // a plain strided loop.
+  int64_t idx[kMaxDims] = {};
+  int64_t inner = v.sizes[r - 1], inner_stride = v.strides[r - 1];
+  for (int64_t done = 0; done < n; done += inner) {
+    int64_t off = 0;
+    for (int d = 0; d < r - 1; ++d) off += idx[d] * v.strides[d];
+    const float* s = src + off;
+    for (int64_t i = 0; i < inner; ++i) dst[done + i] = s[i * inner_stride];
+    for (int d = r - 2; d >= 0; --d) {
+      if (++idx[d] < v.sizes[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+void DenseInput::plan(const KernelContext& ctx, int k, int64_t numel, ScratchPlan& p) {
+  input = k;
+  // Only graph inputs can be strided (intermediates are planned dense, constants are dense).
+  may_stage = ctx.node.inputs.at(k)->is_input;
+  if (may_stage) offset = p.add(static_cast<size_t>(numel) * sizeof(float));
+}
+
+void* DenseInput::get(const TensorView* in, void* scratch, const char* op) const {
+  const TensorView& v = in[input];
+  if (is_dense(v)) return v.data;
+  if (!may_stage)
+    throw Error(op, "input " + std::to_string(input) + " is strided, but it is an engine intermediate, which "
+                "the memory planner must keep contiguous (a planner or lowering bug)");
+  float* dst = reinterpret_cast<float*>(at_offset(scratch, offset));
+  pack_dense_f32(v, dst);
+  return dst;
+}
+
+void copy_residual_into(const TensorView& residual, const TensorView& dst) {
+  if (residual.data == dst.data && is_dense(residual)) return;
+  if (is_dense(residual)) std::memcpy(dst.data, residual.data, dst.nbytes());
+  else pack_dense_f32(residual, dst.ptr<float>());
+}
+
+void fail_create(const std::string& op, const std::string& what, const dnnl::error& e) {
+  throw Error(op, "oneDNN could not create " + what + ": " + e.what() +
+                      " (status " + std::to_string(static_cast<int>(e.status)) + ")");
+}
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+bool has_empty_tensor(const KernelContext& ctx) {
+  for (const auto& s : ctx.in_shapes)
+    if (numel_of(s) == 0) return true;
+  for (const auto& s : ctx.out_shapes)
+    if (numel_of(s) == 0) return true;
+  return false;
+}
+
+}  // namespace updraft::onednn

@@ -1,0 +1,130 @@
+// Internal helpers shared by the oneDNN kernels (conv.cpp, matmul.cpp, pool.cpp) and the
+// blocked attention kernel (attention.cpp). Not a public header.
+//
+// The rules every kernel here follows:
+//  - one process-wide dnnl::engine (cpu, 0), created once on first use;
+//  - primitives are created in the factory for the concrete shapes; run() only executes them;
+//  - every primitive uses scratchpad_mode::user, and its scratchpad comes out of the `scratch`
+//    argument of Kernel::run (ScratchPlan lays the regions out), so one Kernel may run on many
+//    threads at once, each thread with its own scratch;
+//  - run() allocates no data buffers. It does create a few small oneDNN handle objects per call
+//    (dnnl::memory wrappers around caller pointers, the argument map): the C++ API has no way
+//    to execute without them, and they are O(100 bytes), independent of tensor sizes.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "ir/graph.h"
+#include "kernels/kernel.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace updraft::onednn {
+
+using dims = dnnl::memory::dims;
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+
+// The CPU engine all kernels share (thread-safe lazy init).
+const dnnl::engine& engine();
+// An in-order stream for the calling thread on engine(); created on a thread's first call.
+dnnl::stream& thread_stream();
+
+// A primitive_attr with the user-managed scratchpad every kernel here requires.
+dnnl::primitive_attr user_scratchpad_attr();
+
+// How a fused residual reaches the primitive.
+//  - binary_add: a binary post-op whose operand is the residual tensor itself
+//    (DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1): no copy, dst stays write-only.
+//  - sum: the residual is first copied into dst, and a sum post-op (scale 1) accumulates the
+//    op's result onto it: one extra pass over the output per call.
+// Kernels prefer one and switch to the other when oneDNN can only serve the preferred one
+// with its reference implementation (see conv.cpp for the measured case).
+enum class ResidualMode { none, binary_add, sum };
+
+// The epilogue attributes of conv2d / linear / matmul (docs/ops.md, "Compute").
+struct Epilogue {
+  bool has_bias = false, has_residual = false;
+  std::string act = "none";
+  float alpha = 0, beta = 0;
+  int bias_input = -1, residual_input = -1;  // input indices, -1 when absent
+
+  static Epilogue of(const Node& n, int num_main);
+  // Sets `attr`'s post-ops to the residual (per `mode`; `residual` is its descriptor for
+  // binary_add) and then the activation, giving act(op + bias + residual); the bias is the
+  // primitive's own bias argument.
+  void append_post_ops(dnnl::primitive_attr& attr, ResidualMode mode, const dnnl::memory::desc* residual) const;
+};
+
+// True for oneDNN's reference (plain C++ loop) implementations, e.g. "ref:any".
+inline bool is_reference_impl(const char* impl) { return std::string(impl).rfind("ref", 0) == 0; }
+
+// For ResidualMode::sum: makes dst hold the residual (a no-op when they are the same memory).
+void copy_residual_into(const TensorView& residual, const TensorView& dst);
+
+// Regions of one kernel's per-call scratch, each 64-byte aligned.
+class ScratchPlan {
+ public:
+  size_t add(size_t bytes) {
+    size_t off = total_;
+    total_ += (bytes + 63) / 64 * 64;
+    return off;
+  }
+  size_t total() const { return total_; }
+
+ private:
+  size_t total_ = 0;
+};
+
+inline char* at_offset(void* scratch, size_t off) { return static_cast<char*>(scratch) + off; }
+
+// Contiguity that ignores the strides of size-1 dims (PyTorch's notion).
+bool is_dense(const TensorView& v);
+// Copies a strided f32 view into dense row-major memory at dst.
+void pack_dense_f32(const TensorView& v, float* dst);
+
+// An input a kernel wants as dense row-major memory. Engine intermediates and constants are
+// always dense; graph inputs may arrive as strided torch views, so for those the factory
+// reserves scratch and run() packs them there when they are not dense.
+struct DenseInput {
+  int input = -1;
+  bool may_stage = false;
+  size_t offset = 0;
+
+  void plan(const KernelContext& ctx, int k, int64_t numel, ScratchPlan& plan);
+  // Pointer to dense data for in[input]; throws when the view is strided and no scratch was
+  // planned (an engine intermediate must never be strided).
+  void* get(const TensorView* in, void* scratch, const char* op) const;
+};
+
+// Throws Error(op, "oneDNN could not create <what>: <reason>").
+[[noreturn]] void fail_create(const std::string& op, const std::string& what, const dnnl::error& e);
+
+// "f32[1, 3, 7, 7]"-style text for error messages.
+std::string shape_text(const std::vector<int64_t>& s);
+
+// True when any of the context's tensors is empty: the kernels here decline those (nullptr)
+// and the reference kernel, which handles empty loops trivially, runs instead.
+bool has_empty_tensor(const KernelContext& ctx);
+
+// Size in bytes of a primitive descriptor's user scratchpad.
+template <typename PD>
+size_t scratchpad_bytes(const PD& pd) {
+  return pd.scratchpad_desc().get_size();
+}
+
+// dnnl::memory over a caller's pointer (oneDNN's API is non-const; it is only read).
+inline dnnl::memory wrap(const dnnl::memory::desc& md, const void* p) {
+  return dnnl::memory(md, engine(), const_cast<void*>(p));
+}
+
+// Per-file registration, called by register_onednn_compute_kernels (compute.cpp).
+void register_conv(KernelRegistry& r);       // conv2d
+void register_matmul(KernelRegistry& r);     // linear, matmul
+void register_pool(KernelRegistry& r);       // max_pool2d, avg_pool2d, adaptive_avg_pool2d
+void register_attention(KernelRegistry& r);  // sdpa (blocked kernel, not a oneDNN primitive)
+
+}  // namespace updraft::onednn

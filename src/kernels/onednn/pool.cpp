@@ -1,0 +1,172 @@
+// Pooling: max_pool2d and avg_pool2d on oneDNN's pooling_forward (inference), and
+// adaptive_avg_pool2d as an average pool when the windows are uniform, else a plain kernel.
+//
+// PyTorch's ceil_mode becomes a larger right padding: oneDNN sizes the output as
+// (H + pl + pr - ek) / s + 1 (floor), so pr = (OH - 1) * s + ek - H - pl reproduces the
+// shape the op table inferred. Max pooling ignores padding; avg "exclude padding" counts only
+// real inputs, so both agree with PyTorch. avg "include padding" counts the whole window,
+// while PyTorch counts only the part inside the (symmetrically) padded input: the two differ
+// exactly when ceil_mode adds right padding beyond pl, and that case is declined (the
+// reference kernel runs; the plan dump says so).
+#include <omp.h>
+
+#include "kernels/onednn/onednn_util.h"
+
+namespace updraft::onednn {
+
+namespace {
+
+struct Window {
+  int64_t k[2], s[2], p[2], d[2];  // d: PyTorch dilation (>= 1)
+};
+
+std::vector<int64_t> pair_attr(const Node& n, const char* name) {
+  std::vector<int64_t> v = n.attr(name).ints();
+  if (v.size() == 1) v.push_back(v[0]);
+  return v;
+}
+
+Window window_of(const Node& n, bool has_dilation) {
+  Window w{};
+  auto k = pair_attr(n, "kernel");
+  auto s = n.attr("stride").ints().empty() ? k : pair_attr(n, "stride");
+  auto p = pair_attr(n, "padding");
+  auto d = has_dilation ? pair_attr(n, "dilation") : std::vector<int64_t>{1, 1};
+  for (int i = 0; i < 2; ++i) w.k[i] = k[i], w.s[i] = s[i], w.p[i] = p[i], w.d[i] = d[i];
+  return w;
+}
+
+// [N, C, H, W], or [1, C, H, W] for an unbatched [C, H, W].
+dims nchw(const std::vector<int64_t>& s) {
+  return s.size() == 4 ? dims{s[0], s[1], s[2], s[3]} : dims{1, s[0], s[1], s[2]};
+}
+
+class PoolKernel final : public Kernel {
+ public:
+  void run(const TensorView* in, TensorView* out, void* scratch) const override {
+    dnnl::stream& s = thread_stream();
+    prim_.execute(s, {{DNNL_ARG_SRC, wrap(src_md_, x_.get(in, scratch, op_))},
+                      {DNNL_ARG_DST, wrap(dst_md_, out[0].data)},
+                      {DNNL_ARG_SCRATCHPAD, wrap(pd_.scratchpad_desc(), at_offset(scratch, prim_scratch_))}});
+    s.wait();
+  }
+  size_t scratch_bytes() const override { return scratch_total_; }
+  std::string name() const override { return name_; }
+
+  static std::unique_ptr<Kernel> create(const KernelContext& ctx, const char* op, dnnl::algorithm alg,
+                                        const Window& w) {
+    auto k = std::make_unique<PoolKernel>();
+    k->op_ = op;
+    dims src = nchw(ctx.in_shapes[0]), dst = nchw(ctx.out_shapes[0]);
+    k->src_md_ = dnnl::memory::desc(src, dt::f32, tag::abcd);
+    k->dst_md_ = dnnl::memory::desc(dst, dt::f32, tag::abcd);
+    dims pl{w.p[0], w.p[1]}, pr(2);
+    for (int i = 0; i < 2; ++i) {
+      int64_t ek = w.d[i] * (w.k[i] - 1) + 1;
+      pr[i] = std::max(pl[i], (dst[2 + i] - 1) * w.s[i] + ek - src[2 + i] - pl[i]);
+    }
+    try {
+      k->pd_ = dnnl::pooling_forward::primitive_desc(engine(), dnnl::prop_kind::forward_inference, alg, k->src_md_,
+                                                     k->dst_md_, {w.s[0], w.s[1]}, {w.k[0], w.k[1]},
+                                                     {w.d[0] - 1, w.d[1] - 1}, pl, pr, user_scratchpad_attr());
+      k->prim_ = dnnl::pooling_forward(k->pd_);
+    } catch (const dnnl::error& e) {
+      fail_create(op, "a pooling primitive for x " + shape_text(ctx.in_shapes[0]), e);
+    }
+    ScratchPlan plan;
+    k->prim_scratch_ = plan.add(scratchpad_bytes(k->pd_));
+    k->x_.plan(ctx, 0, numel_of(ctx.in_shapes[0]), plan);
+    k->scratch_total_ = plan.total();
+    k->name_ = std::string("onednn_f32_") + op + ":" + k->pd_.impl_info_str();
+    return k;
+  }
+
+ private:
+  const char* op_ = "";
+  dnnl::memory::desc src_md_, dst_md_;
+  dnnl::pooling_forward::primitive_desc pd_;
+  dnnl::pooling_forward prim_;
+  DenseInput x_;
+  size_t prim_scratch_ = 0, scratch_total_ = 0;
+  std::string name_;
+};
+
+std::unique_ptr<Kernel> create_max_pool(const KernelContext& ctx) {
+  if (has_empty_tensor(ctx)) return nullptr;
+  return PoolKernel::create(ctx, "max_pool2d", dnnl::algorithm::pooling_max, window_of(ctx.node, true));
+}
+
+std::unique_ptr<Kernel> create_avg_pool(const KernelContext& ctx) {
+  if (has_empty_tensor(ctx)) return nullptr;
+  Window w = window_of(ctx.node, false);
+  bool include_pad = ctx.node.attr("count_include_pad").b();
+  if (include_pad) {
+    dims src = nchw(ctx.in_shapes[0]), dst = nchw(ctx.out_shapes[0]);
+    for (int i = 0; i < 2; ++i)
+      if ((dst[2 + i] - 1) * w.s[i] + w.k[i] > src[2 + i] + 2 * w.p[i]) return nullptr;  // see the file comment
+  }
+  return PoolKernel::create(ctx, "avg_pool2d",
+                            include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                                        : dnnl::algorithm::pooling_avg_exclude_padding,
+                            w);
+}
+
+// adaptive_avg_pool2d with non-uniform windows: PyTorch's [floor(i*H/OH), ceil((i+1)*H/OH)).
+class AdaptiveAvgKernel final : public Kernel {
+ public:
+  AdaptiveAvgKernel(const KernelContext& ctx) {
+    dims s = nchw(ctx.in_shapes[0]), d = nchw(ctx.out_shapes[0]);
+    planes_ = s[0] * s[1], H_ = s[2], W_ = s[3], OH_ = d[2], OW_ = d[3];
+    ScratchPlan plan;
+    x_.plan(ctx, 0, numel_of(ctx.in_shapes[0]), plan);
+    scratch_total_ = plan.total();
+  }
+  void run(const TensorView* in, TensorView* out, void* scratch) const override {
+    const float* x = static_cast<const float*>(x_.get(in, scratch, "adaptive_avg_pool2d"));
+    float* y = out[0].ptr<float>();
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < planes_; ++p) {
+      const float* xp = x + p * H_ * W_;
+      float* yp = y + p * OH_ * OW_;
+      for (int64_t oh = 0; oh < OH_; ++oh) {
+        int64_t h0 = oh * H_ / OH_, h1 = ((oh + 1) * H_ + OH_ - 1) / OH_;
+        for (int64_t ow = 0; ow < OW_; ++ow) {
+          int64_t w0 = ow * W_ / OW_, w1 = ((ow + 1) * W_ + OW_ - 1) / OW_;
+          float sum = 0;
+          for (int64_t ih = h0; ih < h1; ++ih)
+            for (int64_t iw = w0; iw < w1; ++iw) sum += xp[ih * W_ + iw];
+          yp[oh * OW_ + ow] = sum / static_cast<float>((h1 - h0) * (w1 - w0));
+        }
+      }
+    }
+  }
+  size_t scratch_bytes() const override { return scratch_total_; }
+  std::string name() const override { return "cpu_f32_adaptive_avg_pool2d"; }
+
+ private:
+  int64_t planes_, H_, W_, OH_, OW_;
+  DenseInput x_;
+  size_t scratch_total_ = 0;
+};
+
+std::unique_ptr<Kernel> create_adaptive_avg_pool(const KernelContext& ctx) {
+  if (has_empty_tensor(ctx)) return nullptr;
+  dims s = nchw(ctx.in_shapes[0]), d = nchw(ctx.out_shapes[0]);
+  if (s[2] % d[2] == 0 && s[3] % d[3] == 0) {
+    // Uniform windows (including the global 1x1 mean): a plain average pool.
+    Window w{};
+    for (int i = 0; i < 2; ++i) w.k[i] = w.s[i] = s[2 + i] / d[2 + i], w.p[i] = 0, w.d[i] = 1;
+    return PoolKernel::create(ctx, "adaptive_avg_pool2d", dnnl::algorithm::pooling_avg_exclude_padding, w);
+  }
+  return std::make_unique<AdaptiveAvgKernel>(ctx);
+}
+
+}  // namespace
+
+void register_pool(KernelRegistry& r) {
+  r.add("max_pool2d", Device::cpu, create_max_pool);
+  r.add("avg_pool2d", Device::cpu, create_avg_pool);
+  r.add("adaptive_avg_pool2d", Device::cpu, create_adaptive_avg_pool);
+}
+
+}  // namespace updraft::onednn

@@ -1,0 +1,149 @@
+// conv2d: the oneDNN kernel against the reference over odd images (7x7, 5x9), channels
+// 3/5/17, strides, padding, dilation, groups (incl. depthwise), batch 1 and 3, constant
+// (prepacked) and non-constant weights, every epilogue, strided inputs and threads.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "compute_test_helpers.h"
+#include "core/error.h"
+
+using namespace updraft;
+using namespace updraft::testing;
+
+namespace {
+
+Tensor rnd(const std::vector<int64_t>& s, uint32_t seed) { return random_tensor(DType::f32, s, seed); }
+
+struct ConvCase {
+  int64_t N, C, H, W, O, k, stride, pad, dil, groups;
+};
+
+Attrs conv_attrs(const ConvCase& c) {
+  return {{"stride", std::vector<int64_t>{c.stride, c.stride}},
+          {"padding", std::vector<int64_t>{c.pad, c.pad}},
+          {"dilation", std::vector<int64_t>{c.dil, c.dil}},
+          {"groups", c.groups}};
+}
+
+const std::vector<ConvCase> kCases = {
+    // N  C   H  W  O   k  s  p  d  g
+    {1, 3, 7, 7, 5, 3, 1, 1, 1, 1},    {3, 3, 7, 7, 5, 3, 2, 1, 1, 1},   {1, 5, 7, 7, 17, 1, 1, 0, 1, 1},
+    {3, 17, 7, 7, 5, 3, 2, 0, 1, 1},   {1, 5, 9, 7, 5, 3, 1, 2, 2, 1},   {3, 6, 7, 7, 9, 3, 1, 1, 1, 3},
+    {1, 17, 7, 7, 17, 3, 1, 1, 1, 17},  // depthwise
+    {3, 5, 7, 7, 10, 3, 2, 1, 1, 5},    // depthwise, multiplier 2
+    {1, 3, 1, 1, 5, 1, 1, 0, 1, 1},     // 1x1 image
+    {1, 3, 7, 7, 4, 7, 1, 0, 1, 1},     // kernel covers the image
+    {3, 16, 14, 14, 32, 3, 1, 1, 1, 1},  // a shape with blocked weights
+};
+
+std::string label(const ConvCase& c) {
+  return "N" + std::to_string(c.N) + " C" + std::to_string(c.C) + " " + std::to_string(c.H) + "x" +
+         std::to_string(c.W) + " O" + std::to_string(c.O) + " k" + std::to_string(c.k) + " s" +
+         std::to_string(c.stride) + " p" + std::to_string(c.pad) + " d" + std::to_string(c.dil) + " g" +
+         std::to_string(c.groups);
+}
+
+}  // namespace
+
+TEST(Conv, ShapesConstantWeightsPrepacked) {
+  for (const ConvCase& c : kCases) {
+    SCOPED_TRACE(label(c));
+    std::string name = expect_matches_ref(
+        "conv2d", {input(rnd({c.N, c.C, c.H, c.W}, 1)), constant(rnd({c.O, c.C / c.groups, c.k, c.k}, 2))},
+        conv_attrs(c));
+    EXPECT_NE(name.find("prepacked"), std::string::npos) << name;
+  }
+}
+
+TEST(Conv, ShapesNonConstantWeights) {
+  for (const ConvCase& c : kCases) {
+    SCOPED_TRACE(label(c));
+    std::string name = expect_matches_ref(
+        "conv2d", {input(rnd({c.N, c.C, c.H, c.W}, 3)), input(rnd({c.O, c.C / c.groups, c.k, c.k}, 4))},
+        conv_attrs(c));
+    EXPECT_EQ(name.find("prepacked"), std::string::npos) << name;
+  }
+}
+
+TEST(Conv, EveryActivationWithBiasAndResidual) {
+  for (const std::string& act : {"none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "clamp",
+                                 "leaky_relu", "hardswish"}) {
+    SCOPED_TRACE(act);
+    for (const ConvCase& c : {kCases[1], kCases[5], kCases[7], kCases[10]}) {
+      SCOPED_TRACE(label(c));
+      Attrs a = conv_attrs(c);
+      a["activation"] = std::string(act);
+      if (std::string(act) == "clamp") a["act_alpha"] = -0.5, a["act_beta"] = 0.7;
+      if (std::string(act) == "leaky_relu") a["act_alpha"] = 0.1;
+      a["has_bias"] = true;
+      a["has_residual"] = true;
+      int64_t OH = (c.H + 2 * c.pad - c.dil * (c.k - 1) - 1) / c.stride + 1;
+      int64_t OW = (c.W + 2 * c.pad - c.dil * (c.k - 1) - 1) / c.stride + 1;
+      std::string name = expect_matches_ref(
+          "conv2d",
+          {input(rnd({c.N, c.C, c.H, c.W}, 1)), constant(rnd({c.O, c.C / c.groups, c.k, c.k}, 2)),
+           constant(rnd({c.O}, 3)), input(rnd({c.N, c.O, OH, OW}, 4))},
+          a);
+      // The fused epilogue must not push oneDNN onto its plain-loop reference implementation.
+      EXPECT_EQ(name.find(":ref:"), std::string::npos) << name;
+      if (c.N * c.C * c.H * c.W > 3000) continue;  // the bias-only / residual-only variants on small shapes
+      // Bias only / residual only, non-constant weights.
+      Attrs b = a;
+      b["has_residual"] = false;
+      expect_matches_ref("conv2d",
+                         {input(rnd({c.N, c.C, c.H, c.W}, 5)), input(rnd({c.O, c.C / c.groups, c.k, c.k}, 6)),
+                          input(rnd({c.O}, 7))},
+                         b);
+      Attrs r = a;
+      r["has_bias"] = false;
+      expect_matches_ref("conv2d",
+                         {input(rnd({c.N, c.C, c.H, c.W}, 8)), input(rnd({c.O, c.C / c.groups, c.k, c.k}, 9)),
+                          input(rnd({c.N, c.O, OH, OW}, 10))},
+                         r);
+    }
+  }
+}
+
+TEST(Conv, StridedInputIsPacked) {
+  // x arrives as a view with its last two dims swapped in memory (a graph input).
+  expect_matches_ref("conv2d", {transposed_input(rnd({3, 5, 7, 9}, 1)), constant(rnd({4, 5, 3, 3}, 2))},
+                     {{"padding", std::vector<int64_t>{1, 1}}});
+}
+
+TEST(Conv, ShapeFunction) {
+  Graph g;
+  Value* x = g.add_input("x", {DType::f32, {Dim::sym("n"), 3, Dim::sym("h"), 7}});
+  Value* w = g.add_input("w", {DType::f32, {8, 3, 3, 3}});
+  Node* n = g.add_node("conv2d", {x, w}, {{"stride", std::vector<int64_t>{2, 2}}, {"padding", std::vector<int64_t>{1, 1}}});
+  EXPECT_EQ(n->output()->type.shape[3], Dim(4));
+  EXPECT_EQ(n->output()->type.shape[2].eval({{"h", 7}}), 4);
+  EXPECT_EQ(n->output()->type.shape[2].eval({{"h", 8}}), 4);
+  Value* wg = g.add_input("wg", {DType::f32, {8, 2, 3, 3}});
+  EXPECT_THROW(g.add_node("conv2d", {x, wg}, {{"groups", 2}}), Error);  // 3 channels, groups 2
+  Value* big = g.add_input("big", {DType::f32, {8, 3, 9, 9}});
+  EXPECT_THROW(g.add_node("conv2d", {x, big}), Error);  // 9x9 kernel on a 7-wide image
+  EXPECT_THROW(g.add_node("conv2d", {x, w}, {{"has_residual", true}}), Error);  // missing residual
+}
+
+TEST(Conv, OneKernelFromFourThreads) {
+  for (bool constant_w : {true, false}) {
+    auto b = build("conv2d",
+                   {input(rnd({3, 16, 14, 14}, 1)),
+                    constant_w ? constant(rnd({32, 16, 3, 3}, 2)) : input(rnd({32, 16, 3, 3}, 2)),
+                    constant(rnd({32}, 3))},
+                   {{"padding", std::vector<int64_t>{1, 1}}, {"has_bias", true}, {"activation", "relu"}});
+    auto fast = make_kernel_for(*b, Device::cpu);
+    auto ref = make_kernel_for(*b, Device::ref);
+    ASSERT_TRUE(fast && ref);
+    Tensor want = run_kernel(*ref, *b);
+    std::vector<Tensor> outs(4);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([&, t] {
+        for (int rep = 0; rep < 10; ++rep) outs[t] = run_kernel(*fast, *b);
+      });
+    for (auto& t : threads) t.join();
+    for (int t = 0; t < 4; ++t) EXPECT_TRUE(all_close(outs[t], want, kGemmRtol, kGemmAtol)) << "thread " << t;
+  }
+}

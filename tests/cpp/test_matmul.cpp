@@ -1,0 +1,189 @@
+// linear and matmul: the oneDNN kernels against the reference over odd shapes, 1-d operands,
+// broadcast batch dims, transposed (non-contiguous) operands, constant (prepacked) and
+// non-constant weights, and every epilogue; plus one kernel run from 4 threads at once.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "compute_test_helpers.h"
+#include "core/error.h"
+
+using namespace updraft;
+using namespace updraft::testing;
+
+namespace {
+
+const std::vector<std::string> kActivations = {"none", "relu",  "gelu",  "gelu_tanh",  "silu",
+                                               "sigmoid", "tanh", "clamp", "leaky_relu", "hardswish"};
+
+Attrs act_attrs(const std::string& act) {
+  Attrs a{{"activation", act}};
+  if (act == "clamp") a["act_alpha"] = -0.5, a["act_beta"] = 0.7;
+  if (act == "leaky_relu") a["act_alpha"] = 0.1;
+  return a;
+}
+
+Tensor rnd(const std::vector<int64_t>& s, uint32_t seed) { return random_tensor(DType::f32, s, seed); }
+
+}  // namespace
+
+TEST(Linear, ShapesWithConstantAndInputWeights) {
+  const std::vector<std::vector<int64_t>> xs = {{5}, {1, 5}, {3, 5}, {2, 3, 5}, {2, 1, 4, 5}};
+  for (const auto& x : xs) {
+    for (int64_t N : {1, 7, 17}) {
+      SCOPED_TRACE(shape_str(shape_from(x)) + " N=" + std::to_string(N));
+      std::string name = expect_matches_ref("linear", {input(rnd(x, 1)), constant(rnd({N, 5}, 2))}, {});
+      EXPECT_NE(name.find("prepacked"), std::string::npos) << name;
+      expect_matches_ref("linear", {input(rnd(x, 3)), input(rnd({N, 5}, 4))}, {});
+    }
+  }
+}
+
+TEST(Linear, LargerKAndBias) {
+  expect_matches_ref("linear", {input(rnd({33, 257}, 1)), constant(rnd({65, 257}, 2)), constant(rnd({65}, 3))},
+                     {{"has_bias", true}});
+  expect_matches_ref("linear", {input(rnd({4, 3, 64}, 1)), input(rnd({10, 64}, 2)), input(rnd({10}, 3))},
+                     {{"has_bias", true}});
+}
+
+TEST(Linear, EveryActivationWithBiasAndResidual) {
+  for (const std::string& act : kActivations) {
+    SCOPED_TRACE(act);
+    Attrs a = act_attrs(act);
+    a["has_bias"] = true;
+    a["has_residual"] = true;
+    std::string name = expect_matches_ref("linear",
+                                          {input(rnd({2, 3, 17}, 1)), constant(rnd({9, 17}, 2)),
+                                           constant(rnd({9}, 3)), input(rnd({2, 3, 9}, 4))},
+                                          a);
+    EXPECT_EQ(name.find(":ref:"), std::string::npos) << name;
+    Attrs r = act_attrs(act);
+    r["has_residual"] = true;
+    expect_matches_ref("linear", {input(rnd({5, 17}, 5)), input(rnd({9, 17}, 6)), input(rnd({5, 9}, 7))}, r);
+  }
+}
+
+TEST(Linear, StridedOperands) {
+  // A transposed weight view (a graph input) runs zero-copy on the swapped-strides variant;
+  // a transposed x is packed into scratch.
+  expect_matches_ref("linear", {input(rnd({6, 13}, 1)), transposed_input(rnd({7, 13}, 2))}, {});
+  expect_matches_ref("linear", {transposed_input(rnd({2, 6, 13}, 3)), input(rnd({7, 13}, 4))}, {});
+  expect_matches_ref("linear",
+                     {transposed_input(rnd({6, 13}, 5)), transposed_input(rnd({7, 13}, 6)),
+                      transposed_input(rnd({6, 7}, 7))},
+                     {{"has_residual", true}, {"activation", "relu"}});
+}
+
+TEST(Linear, ArityMustMatchFlags) {
+  Graph g;
+  Value* x = g.add_input("x", {DType::f32, {3, 4}});
+  Value* w = g.add_input("w", {DType::f32, {5, 4}});
+  try {
+    g.add_node("linear", {x, w}, {{"has_bias", true}});
+    FAIL() << "expected an arity error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has_bias=true"), std::string::npos) << e.what();
+  }
+  Value* b = g.add_input("b", {DType::f32, {4}});
+  EXPECT_THROW(g.add_node("linear", {x, w, b}, {{"has_bias", true}}), Error);  // bias must be [N]
+  EXPECT_THROW(g.add_node("linear", {x, w}, {{"activation", "swish"}}), Error);
+  Value* y = g.add_node("linear", {x, w}, {{"activation", "gelu"}})->output();
+  EXPECT_EQ(y->type.str(), "f32[3, 5]");
+}
+
+TEST(Linear, SymbolicShape) {
+  Graph g;
+  Value* x = g.add_input("x", {DType::f32, {Dim::sym("s0"), 3, 8}});
+  Value* w = g.add_input("w", {DType::f32, {16, 8}});
+  EXPECT_EQ(g.add_node("linear", {x, w})->output()->type.str(), "f32[s0, 3, 16]");
+}
+
+TEST(Matmul, OneDimensionalOperands) {
+  expect_matches_ref("matmul", {input(rnd({7}, 1)), input(rnd({7}, 2))}, {});
+  expect_matches_ref("matmul", {input(rnd({7}, 1)), input(rnd({7, 3}, 2))}, {});
+  expect_matches_ref("matmul", {input(rnd({4, 7}, 1)), input(rnd({7}, 2))}, {});
+  expect_matches_ref("matmul", {input(rnd({2, 3, 4, 7}, 1)), input(rnd({7}, 2))}, {});
+  expect_matches_ref("matmul", {input(rnd({7}, 1)), input(rnd({3, 7, 5}, 2))}, {});
+  Graph g;
+  Value* a = g.add_input("a", {DType::f32, {7}});
+  EXPECT_EQ(g.add_node("matmul", {a, a})->output()->type.str(), "f32[]");
+}
+
+TEST(Matmul, BroadcastBatchDims) {
+  struct Case {
+    std::vector<int64_t> a, b;
+  };
+  const std::vector<Case> cases = {
+      {{3, 5, 6}, {3, 6, 4}},           {{3, 5, 6}, {6, 4}},          {{5, 6}, {3, 6, 4}},
+      {{2, 3, 5, 6}, {6, 4}},           {{3, 1, 5, 6}, {1, 2, 6, 4}}, {{2, 1, 3, 4, 5}, {1, 4, 3, 5, 6}},
+      {{1, 1, 5, 6}, {2, 3, 6, 4}},     {{4, 1, 6}, {4, 6, 1}},       {{2, 1, 1, 3, 5}, {2, 6, 1, 5, 2}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(shape_str(shape_from(c.a)) + " @ " + shape_str(shape_from(c.b)));
+    expect_matches_ref("matmul", {input(rnd(c.a, 1)), input(rnd(c.b, 2))}, {});
+    expect_matches_ref("matmul", {input(rnd(c.a, 3)), constant(rnd(c.b, 4))}, {});
+  }
+}
+
+TEST(Matmul, TransposedOperands) {
+  expect_matches_ref("matmul", {transposed_input(rnd({5, 6}, 1)), input(rnd({6, 4}, 2))}, {});
+  expect_matches_ref("matmul", {input(rnd({5, 6}, 1)), transposed_input(rnd({6, 4}, 2))}, {});
+  expect_matches_ref("matmul", {transposed_input(rnd({3, 5, 6}, 1)), transposed_input(rnd({3, 6, 4}, 2))}, {});
+  expect_matches_ref("matmul", {transposed_input(rnd({2, 3, 5, 6}, 1)), transposed_input(rnd({1, 3, 6, 4}, 2))}, {});
+}
+
+TEST(Matmul, TransposedOperandsWithEpilogue) {
+  expect_matches_ref("matmul",
+                     {transposed_input(rnd({2, 3, 5, 6}, 1)), transposed_input(rnd({1, 3, 6, 4}, 2)),
+                      input(rnd({4}, 3)), input(rnd({2, 3, 5, 4}, 4))},
+                     {{"has_bias", true}, {"has_residual", true}, {"activation", "silu"}});
+}
+
+TEST(Matmul, EveryActivationWithBiasAndResidual) {
+  for (const std::string& act : kActivations) {
+    SCOPED_TRACE(act);
+    Attrs a = act_attrs(act);
+    a["has_bias"] = true;
+    a["has_residual"] = true;
+    std::string name = expect_matches_ref("matmul",
+                                          {input(rnd({3, 1, 5, 6}, 1)), constant(rnd({2, 6, 4}, 2)),
+                                           constant(rnd({4}, 3)), input(rnd({3, 2, 5, 4}, 4))},
+                                          a);
+    // The fused epilogue must not push oneDNN onto its plain-loop reference implementation.
+    EXPECT_EQ(name.find(":ref:"), std::string::npos) << name;
+  }
+}
+
+TEST(Matmul, ShapeErrors) {
+  Graph g;
+  Value* a = g.add_input("a", {DType::f32, {3, 4, 5}});
+  Value* b = g.add_input("b", {DType::f32, {2, 5, 6}});
+  EXPECT_THROW(g.add_node("matmul", {a, b}), Error);  // batch 3 vs 2
+  Value* c = g.add_input("c", {DType::f32, {6, 2}});
+  EXPECT_THROW(g.add_node("matmul", {a, c}), Error);  // K 5 vs 6
+}
+
+// One kernel, four threads, each with its own scratch and output: the results must all equal
+// the single-threaded reference (oneDNN primitives with a user scratchpad are reentrant).
+TEST(Matmul, OneKernelFromFourThreads) {
+  for (bool transposed : {false, true}) {
+    std::vector<Arg> args;
+    args.push_back(transposed ? transposed_input(rnd({4, 33, 40}, 1)) : input(rnd({4, 33, 40}, 1)));
+    args.push_back(constant(rnd({24, 40}, 2)));
+    args.push_back(constant(rnd({24}, 3)));
+    args.push_back(input(rnd({4, 33, 24}, 4)));
+    auto b = build("linear", std::move(args), {{"has_bias", true}, {"has_residual", true}, {"activation", "gelu"}});
+    auto fast = make_kernel_for(*b, Device::cpu);
+    auto ref = make_kernel_for(*b, Device::ref);
+    ASSERT_TRUE(fast && ref);
+    Tensor want = run_kernel(*ref, *b);
+    std::vector<Tensor> outs(4);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([&, t] {
+        for (int rep = 0; rep < 20; ++rep) outs[t] = run_kernel(*fast, *b);
+      });
+    for (auto& t : threads) t.join();
+    for (int t = 0; t < 4; ++t) EXPECT_TRUE(all_close(outs[t], want, kGemmRtol, kGemmAtol)) << "thread " << t;
+  }
+}
