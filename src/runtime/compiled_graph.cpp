@@ -1,0 +1,153 @@
+// CompiledGraph: compile once (pass pipeline), then per input-shape signature a cached Plan,
+// then many concurrent run() calls, each on its own pooled arena.
+//
+// Locking: mu_ guards the LRU of plans (lookup, reorder, build, evict). A Plan is immutable
+// once built, so execution runs outside the lock; an evicted plan stays alive while a caller
+// still holds its shared_ptr. Each Plan guards its own pool of CallStates.
+#include "runtime/compiled_graph.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "core/error.h"
+#include "passes/pipeline.h"
+#include "runtime/plan.h"
+
+namespace updraft {
+
+namespace {
+
+std::string dims_str(const int64_t* s, int n) {
+  std::string r = "[";
+  for (int i = 0; i < n; ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+}  // namespace
+
+std::shared_ptr<CompiledGraph> CompiledGraph::compile(std::unique_ptr<Graph> graph, const CompileOptions& opts) {
+  UPDRAFT_CHECK(graph != nullptr, "runtime", "compile() was given no graph");
+  std::shared_ptr<CompiledGraph> cg(new CompiledGraph());
+  cg->opts_ = opts;
+  auto t0 = std::chrono::steady_clock::now();
+  cg->pass_log_ = run_pipeline(*graph, opts);
+  cg->compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  cg->graph_ = std::move(graph);
+  if (opts.debug >= 1) {
+    for (const PassRecord& r : cg->pass_log_)
+      std::fprintf(stderr, "[updraft] pass %-20s %-9s %.3f ms\n", r.name.c_str(), r.changed ? "changed" : "unchanged",
+                   r.ms);
+    std::fprintf(stderr, "[updraft] compiled %zu nodes in %.3f ms\n", cg->graph_->num_nodes(), cg->compile_ms_);
+  }
+  return cg;
+}
+
+CompiledGraph::~CompiledGraph() = default;
+
+std::shared_ptr<Plan> CompiledGraph::plan_for(const std::vector<std::vector<int64_t>>& input_shapes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < plans_.size(); ++i) {
+    if (plans_[i].first == input_shapes) {
+      // Most recently used goes to the front; rotate moves elements without allocating.
+      std::rotate(plans_.begin(), plans_.begin() + static_cast<std::ptrdiff_t>(i),
+                  plans_.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      return plans_.front().second;
+    }
+  }
+  // Built under the lock: a plan is built once per signature even when many threads miss.
+  std::shared_ptr<Plan> plan = Plan::build(*graph_, input_shapes, opts_);
+  if (opts_.debug >= 2) std::fprintf(stderr, "[updraft] new plan\n%s", plan->str().c_str());
+  plans_.insert(plans_.begin(), {input_shapes, plan});
+  size_t cap = std::max<size_t>(opts_.plan_cache_size, 1);
+  if (plans_.size() > cap) plans_.resize(cap);  // drop the least recently used
+  return plan;
+}
+
+std::vector<std::vector<int64_t>> CompiledGraph::prepare(const std::vector<std::vector<int64_t>>& input_shapes) {
+  return plan_for(input_shapes)->output_shapes();
+}
+
+std::string CompiledGraph::plan_text(const std::vector<std::vector<int64_t>>& input_shapes) {
+  return plan_for(input_shapes)->str();
+}
+
+size_t CompiledGraph::num_plans() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return plans_.size();
+}
+
+std::vector<DType> CompiledGraph::output_dtypes() const {
+  std::vector<DType> r;
+  for (const Value* v : graph_->outputs()) r.push_back(v->type.dtype);
+  return r;
+}
+
+void CompiledGraph::run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs) {
+  // Validate what the graph alone decides (count, dtype, rank) before looking for a plan;
+  // sizes are checked by the plan lookup (a cached plan matches exactly) or its build.
+  const auto& gin = graph_->inputs();
+  UPDRAFT_CHECK(inputs.size() == gin.size(), "runtime",
+                "expected " + std::to_string(gin.size()) + " inputs, got " + std::to_string(inputs.size()));
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const TensorType& t = gin[k]->type;
+    if (inputs[k].dtype != t.dtype)
+      throw Error("runtime", "input " + std::to_string(k) + " has dtype " + dtype_name(inputs[k].dtype) +
+                                 ", expected " + dtype_name(t.dtype) + " (" + t.str() + ")");
+    if (inputs[k].ndim != static_cast<int>(t.shape.size()))
+      throw Error("runtime", "input " + std::to_string(k) + " has rank " + std::to_string(inputs[k].ndim) +
+                                 ", expected " + std::to_string(t.shape.size()) + " (" + t.str() + ")");
+    if (inputs[k].data == nullptr && inputs[k].numel() > 0)
+      throw Error("runtime", "input " + std::to_string(k) + " has no data pointer");
+  }
+
+  std::shared_ptr<Plan> plan;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < plans_.size(); ++i) {
+      if (plans_[i].second->matches(inputs)) {
+        std::rotate(plans_.begin(), plans_.begin() + static_cast<std::ptrdiff_t>(i),
+                    plans_.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+        plan = plans_.front().second;
+        break;
+      }
+    }
+  }
+  if (!plan) {  // first call with these shapes: build (allocates, once)
+    std::vector<std::vector<int64_t>> shapes;
+    for (const TensorView& v : inputs) shapes.push_back(v.shape());
+    plan = plan_for(shapes);
+  }
+
+  const auto& want = plan->output_shapes();
+  UPDRAFT_CHECK(outputs.size() == want.size(), "runtime",
+                "expected " + std::to_string(want.size()) + " outputs, got " + std::to_string(outputs.size()));
+  const auto& gout = graph_->outputs();
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const TensorView& o = outputs[k];
+    if (o.dtype != gout[k]->type.dtype)
+      throw Error("runtime", "output " + std::to_string(k) + " has dtype " + dtype_name(o.dtype) + ", expected " +
+                                 dtype_name(gout[k]->type.dtype));
+    bool same = o.ndim == static_cast<int>(want[k].size());
+    for (int d = 0; same && d < o.ndim; ++d) same = o.sizes[d] == want[k][d];
+    if (!same)
+      throw Error("runtime", "output " + std::to_string(k) + " has shape " + dims_str(o.sizes, o.ndim) +
+                                 ", expected " + dims_str(want[k].data(), static_cast<int>(want[k].size())) +
+                                 " (call prepare() for the output shapes)");
+    if (!o.is_contiguous())
+      throw Error("runtime", "output " + std::to_string(k) + " is not contiguous; pass a contiguous buffer");
+    if (o.data == nullptr && o.numel() > 0)
+      throw Error("runtime", "output " + std::to_string(k) + " has no data pointer");
+  }
+
+  std::unique_ptr<CallState> st = plan->acquire();
+  try {
+    plan->execute(*st, inputs, outputs);
+  } catch (...) {
+    plan->release(std::move(st));
+    throw;
+  }
+  plan->release(std::move(st));
+}
+
+}  // namespace updraft

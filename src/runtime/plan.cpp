@@ -1,0 +1,427 @@
+#include "runtime/plan.h"
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "core/error.h"
+#include "ir/op_table.h"
+#include "plan/liveness.h"
+
+namespace updraft {
+
+namespace {
+
+std::string dims_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+// A contiguous view built without touching the heap (TensorView::contiguous takes a vector).
+TensorView contiguous_like(void* data, DType dtype, int ndim, const int64_t* sizes) {
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.ndim = ndim;
+  int64_t acc = 1;
+  for (int i = ndim - 1; i >= 0; --i) {
+    v.sizes[i] = sizes[i];
+    v.strides[i] = acc;
+    acc *= sizes[i] > 0 ? sizes[i] : 1;
+  }
+  return v;
+}
+
+bool is_bare_symbol(const Dim& d, std::string* name) {
+  if (d.is_static()) return false;
+  std::vector<std::string> syms;
+  d.collect_symbols(syms);
+  if (syms.size() != 1 || d.str() != syms[0]) return false;
+  *name = syms[0];
+  return true;
+}
+
+// Binds every symbol that appears bare as an input dim, then checks static dims and dims that
+// are expressions against the binding. Errors say which input/dim and what was expected.
+SymBindings bind_symbols(const Graph& g, const std::vector<std::vector<int64_t>>& shapes) {
+  const auto& ins = g.inputs();
+  UPDRAFT_CHECK(shapes.size() == ins.size(), "runtime",
+                "expected " + std::to_string(ins.size()) + " input shapes, got " + std::to_string(shapes.size()));
+  SymBindings b;
+  std::map<std::string, size_t> bound_by;  // symbol -> input that bound it
+  for (size_t k = 0; k < ins.size(); ++k) {
+    const Shape& want = ins[k]->type.shape;
+    const auto& got = shapes[k];
+    UPDRAFT_CHECK(got.size() == want.size(), "runtime",
+                  "input " + std::to_string(k) + " has rank " + std::to_string(got.size()) + ", expected " +
+                      std::to_string(want.size()) + " (" + ins[k]->type.str() + ")");
+    for (size_t d = 0; d < got.size(); ++d) {
+      UPDRAFT_CHECK(got[d] >= 0, "runtime",
+                    "input " + std::to_string(k) + " dim " + std::to_string(d) + " is negative (" +
+                        std::to_string(got[d]) + ")");
+      std::string name;
+      if (!is_bare_symbol(want[d], &name)) continue;
+      auto it = b.find(name);
+      if (it == b.end()) {
+        b[name] = got[d];
+        bound_by[name] = k;
+      } else if (it->second != got[d]) {
+        throw Error("runtime", "input " + std::to_string(k) + " dim " + std::to_string(d) + " is " +
+                                   std::to_string(got[d]) + " but " + name + " is already " +
+                                   std::to_string(it->second) + " from input " + std::to_string(bound_by[name]));
+      }
+    }
+  }
+  for (size_t k = 0; k < ins.size(); ++k) {
+    const Shape& want = ins[k]->type.shape;
+    for (size_t d = 0; d < want.size(); ++d) {
+      std::string name;
+      if (is_bare_symbol(want[d], &name)) continue;
+      std::vector<std::string> syms;
+      want[d].collect_symbols(syms);
+      for (const std::string& s : syms)
+        UPDRAFT_CHECK(b.count(s), "runtime",
+                      "input " + std::to_string(k) + " dim " + std::to_string(d) + " is " + want[d].str() +
+                          " but no input dim is plainly " + s + ", so it cannot be bound");
+      int64_t expect = want[d].eval(b);
+      UPDRAFT_CHECK(shapes[k][d] == expect, "runtime",
+                    "input " + std::to_string(k) + " dim " + std::to_string(d) + " is " +
+                        std::to_string(shapes[k][d]) + ", expected " + std::to_string(expect) +
+                        (want[d].is_static() ? "" : " (" + want[d].str() + ")"));
+    }
+  }
+  return b;
+}
+
+}  // namespace
+
+void copy_to_contiguous(const TensorView& src, const TensorView& dst) {
+  const size_t es = dtype_size(src.dtype);
+  const int64_t n = src.numel();
+  if (n == 0) return;
+  if (src.is_contiguous()) {
+    std::memcpy(dst.data, src.data, static_cast<size_t>(n) * es);
+    return;
+  }
+  const int nd = src.ndim;
+  const int64_t inner = src.sizes[nd - 1], istride = src.strides[nd - 1];
+  const int64_t outer = n / inner;
+  int64_t idx[kMaxDims] = {};
+  const char* s = static_cast<const char*>(src.data);
+  char* d = static_cast<char*>(dst.data);
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t off = 0;
+    for (int k = 0; k < nd - 1; ++k) off += idx[k] * src.strides[k];
+    const char* row = s + off * static_cast<int64_t>(es);
+    if (istride == 1) {
+      std::memcpy(d, row, static_cast<size_t>(inner) * es);
+    } else {
+      for (int64_t i = 0; i < inner; ++i) std::memcpy(d + i * es, row + i * istride * static_cast<int64_t>(es), es);
+    }
+    d += inner * static_cast<int64_t>(es);
+    for (int k = nd - 2; k >= 0; --k) {  // odometer over the outer dims
+      if (++idx[k] < src.sizes[k]) break;
+      idx[k] = 0;
+    }
+  }
+}
+
+std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<int64_t>>& input_shapes,
+                                  const CompileOptions& opts) {
+  std::shared_ptr<Plan> p(new Plan());
+  p->input_shapes_ = input_shapes;
+  p->bindings_ = bind_symbols(g, input_shapes);
+
+  // Concrete shapes: inputs as given, constants as stored, node outputs re-inferred from
+  // concrete inputs (the same shape functions the kernels are built against).
+  std::vector<std::vector<int64_t>> shape(g.num_values());
+  for (size_t k = 0; k < g.inputs().size(); ++k) shape[g.inputs()[k]->id] = input_shapes[k];
+  for (const Value* c : g.constants()) shape[c->id] = c->constant->shape();
+  Liveness lv = compute_liveness(g);
+  for (int i = 0; i < lv.at_end; ++i) {
+    const Node* n = lv.order[i];
+    std::vector<TensorType> in_types;
+    for (const Value* v : n->inputs) in_types.push_back({v->type.dtype, shape_from(shape[v->id])});
+    std::vector<TensorType> out_types;
+    try {
+      out_types = OpTable::get().infer(n->op_name(), in_types, n->attrs);
+    } catch (const Error& e) {
+      throw Error("runtime", "node %" + std::to_string(n->id) + " (" + n->op_name() +
+                                 ") cannot take the shapes these inputs give it: " + e.what());
+    }
+    UPDRAFT_CHECK(out_types.size() == n->outputs.size(), "runtime",
+                  "node %" + std::to_string(n->id) + " (" + n->op_name() + ") has " +
+                      std::to_string(n->outputs.size()) + " outputs but its shape function gives " +
+                      std::to_string(out_types.size()) + " for these shapes");
+    for (size_t k = 0; k < n->outputs.size(); ++k) {
+      const Value* out = n->outputs[k];
+      UPDRAFT_CHECK(out_types[k].dtype == out->type.dtype, "runtime",
+                    "node %" + std::to_string(n->id) + " (" + n->op_name() + ") output " + std::to_string(k) +
+                        " is " + dtype_name(out_types[k].dtype) + " for concrete shapes but " +
+                        out->type.str() + " in the graph; re-run shape inference (Graph::reinfer)");
+      shape[out->id] = shape_values(out_types[k].shape);
+    }
+  }
+  std::vector<size_t> bytes(g.num_values(), 0);
+  for (size_t id = 0; id < g.num_values(); ++id)
+    if (lv.values[id].live()) bytes[id] = static_cast<size_t>(numel_of(shape[id])) * dtype_size(g.value(id)->type.dtype);
+
+  BufferAssignment assign = assign_buffers(g, lv, bytes);
+  p->num_inplace_ = static_cast<int>(assign.inplace_steps.size());
+  std::vector<BufferRequest> requests = assign.requests;
+
+  // Pack buffers for graph inputs that some node reads (see the header: strided inputs).
+  std::vector<bool> read_by_node(g.num_values(), false);
+  for (const Node* n : lv.order)
+    for (const Value* v : n->inputs) read_by_node[v->id] = true;
+  // A view of an input counts: the view reads the input's memory with contiguous strides.
+  for (const Node* n : lv.order)
+    for (const Value* v : n->inputs)
+      if (lv.of(v).root != v->id) read_by_node[lv.of(v).root] = true;
+  std::vector<int> pack_request(g.inputs().size(), -1);
+  for (size_t k = 0; k < g.inputs().size(); ++k) {
+    const Value* in = g.inputs()[k];
+    if (!read_by_node[in->id]) continue;
+    pack_request[k] = static_cast<int>(requests.size());
+    requests.push_back({"packed input " + std::to_string(k), bytes[in->id], Liveness::kBeforeFirst,
+                        lv.buffer_last(in->id)});
+  }
+
+  // Kernels (View nodes run none), and their scratch, live only during their own step.
+  std::vector<std::unique_ptr<Kernel>> kernels(lv.at_end);
+  std::vector<int> scratch_request(lv.at_end, -1);
+  for (int i = 0; i < lv.at_end; ++i) {
+    const Node* n = lv.order[i];
+    if (n->op->alias) continue;
+    KernelContext ctx{*n, {}, {}, {}, opts.num_threads};
+    for (const Value* v : n->inputs) {
+      ctx.in_shapes.push_back(shape[v->id]);
+      ctx.const_inputs.push_back(v->is_constant() ? &*v->constant : nullptr);
+    }
+    for (const Value* v : n->outputs) ctx.out_shapes.push_back(shape[v->id]);
+    kernels[i] = KernelRegistry::get().create(ctx, Device::cpu);
+    if (size_t s = kernels[i]->scratch_bytes()) {
+      scratch_request[i] = static_cast<int>(requests.size());
+      requests.push_back({"scratch step " + std::to_string(i) + " (" + n->op_name() + ")", s, i, i});
+    }
+  }
+  p->memory_ = plan_memory(requests);
+  std::string why;
+  UPDRAFT_CHECK(plan_is_valid(p->memory_, &why), "plan", "internal error, memory plan overlaps: " + why);
+
+  // Slots. Every alias points at an earlier slot, so one forward pass resolves pointers.
+  auto add_slot = [&](Slot s) {
+    p->slots_.push_back(std::move(s));
+    return static_cast<int>(p->slots_.size()) - 1;
+  };
+  std::vector<int> slot_of(g.num_values(), -1);
+  for (size_t k = 0; k < g.inputs().size(); ++k) {
+    const Value* in = g.inputs()[k];
+    slot_of[in->id] = add_slot({SlotKind::Input, static_cast<int>(k), 0, nullptr, in->type.dtype, shape[in->id],
+                                "input " + std::to_string(k) + " " + value_label(in)});
+    p->input_slot_.push_back(slot_of[in->id]);
+    p->pack_buffer_.push_back(pack_request[k] < 0 ? -1 : static_cast<int>(p->memory_.buffers[pack_request[k]].offset));
+  }
+  for (const Value* c : g.constants()) {
+    if (lv.of(c).last == ValueLife::kNever || lv.of(c).last < 0) continue;  // unread constant
+    slot_of[c->id] = add_slot({SlotKind::Constant, -1, 0, c->constant->data(), c->type.dtype, shape[c->id],
+                               "const " + value_label(c)});
+  }
+  const auto& outs = g.outputs();
+  std::vector<bool> direct(outs.size(), false);  // output k is written by its producer
+  for (size_t k = 0; k < outs.size(); ++k) {
+    p->output_slot_.push_back(add_slot({SlotKind::Output, static_cast<int>(k), 0, nullptr, outs[k]->type.dtype,
+                                        shape[outs[k]->id], "output " + std::to_string(k)}));
+    p->output_shapes_.push_back(shape[outs[k]->id]);
+  }
+  for (int i = 0; i < lv.at_end; ++i) {
+    const Node* n = lv.order[i];
+    for (size_t k = 0; k < n->outputs.size(); ++k) {
+      const Value* v = n->outputs[k];
+      const ValueLife& life = lv.of(v);
+      std::string label = value_label(v);
+      if (life.root != v->id) {
+        slot_of[v->id] = add_slot({SlotKind::Alias, slot_of[n->inputs[0]->id], 0, nullptr, v->type.dtype,
+                                   shape[v->id], label});
+        continue;
+      }
+      int b = assign.buffer_of_value[v->id];
+      if (b >= 0) {
+        slot_of[v->id] = add_slot({SlotKind::Arena, -1, p->memory_.buffers[b].offset, nullptr, v->type.dtype,
+                                   shape[v->id], label});
+        continue;
+      }
+      // Not in the arena: a graph output; its first occurrence is written in place.
+      for (size_t o = 0; o < outs.size(); ++o)
+        if (outs[o] == v) {
+          slot_of[v->id] = p->output_slot_[o];
+          direct[o] = true;
+          break;
+        }
+      UPDRAFT_CHECK(slot_of[v->id] >= 0, "plan", "internal error: " + label + " has no buffer");
+    }
+  }
+
+  // Steps: kernels in graph order, then copies for outputs not written in place.
+  size_t nviews = 0;
+  for (int i = 0; i < lv.at_end; ++i) {
+    if (!kernels[i]) continue;
+    const Node* n = lv.order[i];
+    Step st;
+    st.time = i;
+    st.node = n;
+    st.kernel = std::move(kernels[i]);
+    for (const Value* v : n->inputs) st.in_slots.push_back(slot_of[v->id]);
+    for (const Value* v : n->outputs) st.out_slots.push_back(slot_of[v->id]);
+    if (scratch_request[i] >= 0) {
+      st.scratch_offset = p->memory_.buffers[scratch_request[i]].offset;
+      st.scratch_bytes = p->memory_.buffers[scratch_request[i]].bytes;
+    }
+    st.view_base = nviews;
+    nviews += st.in_slots.size() + st.out_slots.size();
+    p->steps_.push_back(std::move(st));
+  }
+  for (size_t k = 0; k < outs.size(); ++k) {
+    if (direct[k]) continue;
+    Step st;
+    st.kind = Step::Kind::CopyOut;
+    st.time = lv.at_end;
+    st.in_slots = {slot_of[outs[k]->id]};
+    st.out_slots = {p->output_slot_[k]};
+    st.view_base = nviews;
+    nviews += 2;
+    p->steps_.push_back(std::move(st));
+  }
+  p->num_views_ = nviews;
+  return p;
+}
+
+bool Plan::matches(const std::vector<TensorView>& inputs) const {
+  if (inputs.size() != input_shapes_.size()) return false;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const auto& want = input_shapes_[k];
+    if (inputs[k].ndim != static_cast<int>(want.size())) return false;
+    for (int d = 0; d < inputs[k].ndim; ++d)
+      if (inputs[k].sizes[d] != want[d]) return false;
+  }
+  return true;
+}
+
+std::unique_ptr<CallState> Plan::make_state() const {
+  auto st = std::make_unique<CallState>();
+  st->arena = aligned_alloc_shared(memory_.arena_bytes);
+  st->ptrs.assign(slots_.size(), nullptr);
+  st->views.resize(num_views_);
+  for (const Step& s : steps_) {
+    size_t v = s.view_base;
+    for (int slot : s.in_slots) {
+      const Slot& sl = slots_[slot];
+      st->views[v++] = contiguous_like(nullptr, sl.dtype, static_cast<int>(sl.shape.size()), sl.shape.data());
+    }
+    for (int slot : s.out_slots) {
+      const Slot& sl = slots_[slot];
+      st->views[v++] = contiguous_like(nullptr, sl.dtype, static_cast<int>(sl.shape.size()), sl.shape.data());
+    }
+  }
+  st->inputs.resize(input_slot_.size());
+  st->packed.resize(input_slot_.size());
+  char* base = static_cast<char*>(st->arena.get());
+  for (size_t k = 0; k < input_slot_.size(); ++k) {
+    const Slot& sl = slots_[input_slot_[k]];
+    void* at = pack_buffer_[k] >= 0 ? base + pack_buffer_[k] : nullptr;
+    st->packed[k] = contiguous_like(at, sl.dtype, static_cast<int>(sl.shape.size()), sl.shape.data());
+  }
+  return st;
+}
+
+std::unique_ptr<CallState> Plan::acquire() const {
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    if (!pool_.empty()) {
+      auto st = std::move(pool_.back());
+      pool_.pop_back();
+      return st;
+    }
+  }
+  return make_state();  // first use (or more concurrent callers than ever before)
+}
+
+void Plan::release(std::unique_ptr<CallState> st) const {
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  pool_.push_back(std::move(st));  // capacity only grows, so steady state does not allocate
+}
+
+void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs) const {
+  char* base = static_cast<char*>(st.arena.get());
+  // Inputs: read in place when contiguous; otherwise packed into the arena first, so every
+  // kernel (and every view of the input) sees contiguous memory.
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (pack_buffer_[k] >= 0 && !inputs[k].is_contiguous()) {
+      copy_to_contiguous(inputs[k], st.packed[k]);
+      st.inputs[k] = st.packed[k];
+    } else {
+      st.inputs[k] = inputs[k];
+    }
+  }
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    const Slot& sl = slots_[s];
+    switch (sl.kind) {
+      case SlotKind::Input: st.ptrs[s] = st.inputs[sl.index].data; break;
+      case SlotKind::Output: st.ptrs[s] = outputs[sl.index].data; break;
+      case SlotKind::Constant: st.ptrs[s] = sl.constant; break;
+      case SlotKind::Arena: st.ptrs[s] = base + sl.offset; break;
+      case SlotKind::Alias: st.ptrs[s] = st.ptrs[sl.index]; break;
+    }
+  }
+  for (const Step& step : steps_) {
+    TensorView* v = st.views.data() + step.view_base;
+    const size_t nin = step.in_slots.size();
+    for (size_t j = 0; j < nin; ++j) v[j].data = st.ptrs[step.in_slots[j]];
+    for (size_t j = 0; j < step.out_slots.size(); ++j) v[nin + j].data = st.ptrs[step.out_slots[j]];
+    if (step.kind == Step::Kind::Kernel) {
+      step.kernel->run(v, v + nin, base + step.scratch_offset);
+    } else {
+      // An input returned as an output may still be strided: copy from the caller's view.
+      const Slot& src = slots_[step.in_slots[0]];
+      copy_to_contiguous(src.kind == SlotKind::Input ? st.inputs[src.index] : v[0], v[1]);
+    }
+  }
+}
+
+std::string Plan::str() const {
+  std::string s = "plan for inputs";
+  for (const auto& sh : input_shapes_) s += " " + dims_str(sh);
+  for (const auto& [name, val] : bindings_) s += "  " + name + "=" + std::to_string(val);
+  s += "\nslots:\n";
+  static const char* kinds[] = {"input", "output", "const", "arena", "alias"};
+  char line[512];
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& sl = slots_[i];
+    std::string where = sl.kind == SlotKind::Arena   ? "@" + std::to_string(sl.offset)
+                        : sl.kind == SlotKind::Alias ? "= #" + std::to_string(sl.index)
+                                                     : "";
+    std::snprintf(line, sizeof line, "  #%-3zu %-6s %-4s%-18s %-10s %s\n", i, kinds[static_cast<int>(sl.kind)],
+                  dtype_name(sl.dtype), dims_str(sl.shape).c_str(), where.c_str(), sl.label.c_str());
+    s += line;
+  }
+  s += "steps (t: the step in the memory plan's lifetimes; views run no kernel):\n";
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& st = steps_[i];
+    std::string ins, outs;
+    for (int x : st.in_slots) ins += (ins.empty() ? "#" : ", #") + std::to_string(x);
+    for (int x : st.out_slots) outs += (outs.empty() ? "#" : ", #") + std::to_string(x);
+    std::string op = st.kind == Step::Kind::Kernel ? st.node->op_name() : "copy-out";
+    std::string kname = st.kind == Step::Kind::Kernel ? st.kernel->name() : "strided_copy";
+    std::snprintf(line, sizeof line, "  %-3zu t=%-3d %-16s %-28s (%s) -> (%s)", i, st.time, op.c_str(), kname.c_str(),
+                  ins.c_str(), outs.c_str());
+    s += line;
+    if (st.scratch_bytes)
+      s += "  scratch " + std::to_string(st.scratch_bytes) + " B @" + std::to_string(st.scratch_offset);
+    s += "\n";
+  }
+  s += "memory (" + std::to_string(num_inplace_) + " in-place):\n" + memory_.str();
+  return s;
+}
+
+}  // namespace updraft

@@ -1,0 +1,120 @@
+// Plan: everything needed to run one graph for one concrete input-shape signature, decided
+// once and immutable afterwards, so any number of threads may execute it at once.
+//
+//   auto plan = Plan::build(graph, {{4, 64}}, opts);   // binds s0 = 4, plans memory
+//   auto state = plan->acquire();                       // a pooled arena + prebuilt views
+//   plan->execute(*state, inputs, outputs);
+//   plan->release(std::move(state));
+//   std::cout << plan->str();                           // schedule + memory plan
+//
+// Buffers are addressed through slots. A slot is a graph input, a graph output (the caller's
+// memory), a constant, an arena offset, or an alias of an earlier slot (a View op: same
+// pointer, another shape). Each call resolves slot pointers once and patches them into
+// TensorViews prebuilt per step in its CallState, so a steady-state call allocates nothing.
+//
+// Graph outputs: the kernel producing an output value writes straight into the caller's
+// buffer. When an output is a graph input, a constant, a view, or repeats an earlier output,
+// a final copy step fills the caller's buffer instead; no output ever aliases other memory.
+//
+// Strided inputs: kernels are given contiguous views only. Every graph input that some node
+// reads has an arena buffer reserved (live from before the first step to the input's last
+// use, aliases included); when a call passes a non-contiguous view, a copy-in step packs it
+// there first and every reader (views included) sees the packed copy. Contiguous inputs are
+// read in place. An input that is only returned as an output is copied straight from the
+// strided view.
+#pragma once
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ir/dim.h"
+#include "ir/graph.h"
+#include "kernels/kernel.h"
+#include "plan/memory_plan.h"
+#include "runtime/compiled_graph.h"
+
+namespace updraft {
+
+enum class SlotKind : uint8_t { Input, Output, Constant, Arena, Alias };
+
+struct Slot {
+  SlotKind kind = SlotKind::Arena;
+  int index = -1;          // Input/Output: position in the call; Alias: the aliased slot (earlier)
+  size_t offset = 0;       // Arena: offset in the arena
+  void* constant = nullptr;  // Constant: the tensor's data
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+  std::string label;
+};
+
+struct Step {
+  enum class Kind : uint8_t { Kernel, CopyOut } kind = Kind::Kernel;
+  int time = 0;  // the liveness step (graph node index; output copies at the end) used by the memory plan
+  const Node* node = nullptr;     // Kernel only
+  std::unique_ptr<Kernel> kernel;  // Kernel only
+  std::vector<int> in_slots, out_slots;
+  size_t scratch_offset = 0;  // in the arena; the kernel's scratch lives only during this step
+  size_t scratch_bytes = 0;
+  size_t view_base = 0;  // first of this step's TensorViews in CallState::views (ins, then outs)
+};
+
+// Per-call mutable state, pooled per plan: the arena, slot pointers and the views kernels see.
+struct CallState {
+  std::shared_ptr<void> arena;
+  std::vector<void*> ptrs;         // by slot
+  std::vector<TensorView> views;   // per step: in views then out views, shapes prebuilt
+  std::vector<TensorView> inputs;  // by input: what this call reads (the caller's view or `packed`)
+  std::vector<TensorView> packed;  // by input: contiguous view of its pack buffer in this arena
+};
+
+class Plan {
+ public:
+  // Binds symbols from the input shapes, infers concrete shapes, creates kernels, plans
+  // memory. Throws Error("runtime", ...) on shapes the graph cannot take.
+  static std::shared_ptr<Plan> build(const Graph& g, const std::vector<std::vector<int64_t>>& input_shapes,
+                                     const CompileOptions& opts);
+
+  const std::vector<std::vector<int64_t>>& input_shapes() const { return input_shapes_; }
+  const std::vector<std::vector<int64_t>>& output_shapes() const { return output_shapes_; }
+  const SymBindings& bindings() const { return bindings_; }
+  const MemoryPlan& memory() const { return memory_; }
+  const std::vector<Step>& steps() const { return steps_; }
+  const std::vector<Slot>& slots() const { return slots_; }
+  int num_inplace() const { return num_inplace_; }
+
+  // True when these views have exactly this plan's input shapes (allocates nothing).
+  bool matches(const std::vector<TensorView>& inputs) const;
+
+  // Pool of CallStates: acquire pops one (or makes one on first use), release pushes it back.
+  std::unique_ptr<CallState> acquire() const;
+  void release(std::unique_ptr<CallState> state) const;
+  // Runs the schedule. Inputs/outputs must already be validated against this plan
+  // (CompiledGraph::run does that): count, dtype, shapes, contiguous outputs.
+  void execute(CallState& st, const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs) const;
+
+  std::string str() const;  // bindings, schedule (step, op, kernel, slots), memory plan
+
+ private:
+  Plan() = default;
+  std::unique_ptr<CallState> make_state() const;
+
+  std::vector<std::vector<int64_t>> input_shapes_, output_shapes_;
+  SymBindings bindings_;
+  std::vector<Slot> slots_;
+  std::vector<Step> steps_;          // kernels in graph order, then output copies
+  std::vector<int> input_slot_;      // by input: its slot
+  std::vector<int> output_slot_;     // by output: the slot of kind Output
+  std::vector<int> pack_buffer_;     // by input: arena slot for a packed copy, or -1
+  MemoryPlan memory_;
+  int num_inplace_ = 0;
+  size_t num_views_ = 0;
+
+  mutable std::mutex pool_mu_;
+  mutable std::vector<std::unique_ptr<CallState>> pool_;
+};
+
+// Copies a (possibly strided) view into a contiguous view of the same shape and dtype.
+void copy_to_contiguous(const TensorView& src, const TensorView& dst);
+
+}  // namespace updraft
