@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/tensor.h"
@@ -107,6 +108,25 @@ inline std::string expect_matches_ref(const std::string& op, std::vector<Arg> ar
   EXPECT_TRUE(all_close(got, want, rtol, atol)) << op << " " << b->node->output()->type.str() << " via "
                                                << fast->name();
   return fast->name();
+}
+
+// One kernel, `threads` threads, each calling it `reps` times with its own scratch and output:
+// every thread's result must match the single-threaded reference (Kernel::run is const and
+// reentrant; oneDNN primitives with a user scratchpad are too).
+inline void expect_same_from_threads(const Built& b, int reps, double rtol, double atol, int threads = 4) {
+  auto fast = make_kernel_for(b, Device::cpu);
+  auto ref = make_kernel_for(b, Device::ref);
+  ASSERT_TRUE(fast && ref);
+  Tensor want = run_kernel(*ref, b);
+  std::vector<Tensor> outs(threads);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (int rep = 0; rep < reps; ++rep) outs[t] = run_kernel(*fast, b);
+    });
+  for (auto& t : pool) t.join();
+  for (int t = 0; t < threads; ++t)
+    EXPECT_TRUE(all_close(outs[t], want, rtol, atol)) << b.node->op_name() << " via " << fast->name() << ", thread " << t;
 }
 
 }  // namespace updraft::testing

@@ -3,8 +3,6 @@
 // scale, and one kernel from 4 threads.
 #include <gtest/gtest.h>
 
-#include <thread>
-
 #include "compute_test_helpers.h"
 #include "core/error.h"
 
@@ -101,16 +99,5 @@ TEST(Attention, ShapeErrors) {
 TEST(Attention, OneKernelFromFourThreads) {
   auto b = build("sdpa", {input(rnd({2, 4, 33, 32}, 1)), input(rnd({2, 4, 45, 32}, 2)), input(rnd({2, 4, 45, 32}, 3))},
                  {{"is_causal", true}});
-  auto fast = make_kernel_for(*b, Device::cpu);
-  auto ref = make_kernel_for(*b, Device::ref);
-  ASSERT_TRUE(fast && ref);
-  Tensor want = run_kernel(*ref, *b);
-  std::vector<Tensor> outs(4);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t)
-    threads.emplace_back([&, t] {
-      for (int rep = 0; rep < 10; ++rep) outs[t] = run_kernel(*fast, *b);
-    });
-  for (auto& t : threads) t.join();
-  for (int t = 0; t < 4; ++t) EXPECT_TRUE(all_close(outs[t], want, kAttnTol, kAttnTol)) << "thread " << t;
+  expect_same_from_threads(*b, 10, kAttnTol, kAttnTol);
 }

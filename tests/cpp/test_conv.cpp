@@ -3,8 +3,6 @@
 // (prepacked) and non-constant weights, every epilogue, strided inputs and threads.
 #include <gtest/gtest.h>
 
-#include <thread>
-
 #include "compute_test_helpers.h"
 #include "core/error.h"
 
@@ -133,17 +131,7 @@ TEST(Conv, OneKernelFromFourThreads) {
                     constant_w ? constant(rnd({32, 16, 3, 3}, 2)) : input(rnd({32, 16, 3, 3}, 2)),
                     constant(rnd({32}, 3))},
                    {{"padding", std::vector<int64_t>{1, 1}}, {"has_bias", true}, {"activation", "relu"}});
-    auto fast = make_kernel_for(*b, Device::cpu);
-    auto ref = make_kernel_for(*b, Device::ref);
-    ASSERT_TRUE(fast && ref);
-    Tensor want = run_kernel(*ref, *b);
-    std::vector<Tensor> outs(4);
-    std::vector<std::thread> threads;
-    for (int t = 0; t < 4; ++t)
-      threads.emplace_back([&, t] {
-        for (int rep = 0; rep < 10; ++rep) outs[t] = run_kernel(*fast, *b);
-      });
-    for (auto& t : threads) t.join();
-    for (int t = 0; t < 4; ++t) EXPECT_TRUE(all_close(outs[t], want, kGemmRtol, kGemmAtol)) << "thread " << t;
+    SCOPED_TRACE(constant_w ? "constant weight" : "weight input");
+    expect_same_from_threads(*b, 10, kGemmRtol, kGemmAtol);
   }
 }

@@ -4,6 +4,7 @@
 // integer floor_divide/remainder/clamp).
 #include "kernels/cpu/elementwise_internal.h"
 #include "ir/op_table.h"
+#include "kernels/elementwise_ops.h"
 
 namespace updraft {
 
@@ -12,12 +13,7 @@ void register_cpu_elementwise_kernels(KernelRegistry& r) {
     if (auto k = cpu_ew::make_f32_kernel(ctx)) return k;
     return cpu_ew::make_int_kernel(ctx);
   };
-  for (const char* op :
-       {"neg", "abs", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "erf", "silu", "reciprocal", "sin",
-        "cos", "floor", "ceil", "round", "sign", "hardswish", "hardsigmoid", "gelu", "leaky_relu", "elu", "clamp",
-        "pow_scalar", "logical_not", "isnan", "add", "sub", "mul", "div", "maximum", "minimum", "pow", "remainder",
-        "floor_divide", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "bitwise_and", "bitwise_or",
-        "where"})
+  for (const char* op : kElementwiseNodeOps)
     r.add(op, Device::cpu, factory);
   r.add("cast", Device::cpu, cpu_ew::make_cast_kernel);
   r.add("fused_elementwise", Device::cpu, cpu_ew::make_fused_kernel);

@@ -2,7 +2,7 @@
 //
 // Every op runs 8 lanes at a time; the ragged tail of a block goes through the same vector
 // code with masked loads/stores, so an element's result never depends on its position.
-// exp/tanh/sigmoid/silu/gelu_tanh/elu use vector polynomials (max error a few ulp, well inside
+// exp/tanh/sigmoid/silu/gelu_tanh/elu use the vector polynomials of simd_f32.h (max error a few ulp, well inside
 // rtol 1e-5 / atol 1e-6 of PyTorch); erf, gelu (erf form), log, sin, cos, pow and the
 // floor-division family call the C library per element, which is accurate to < 1 ulp.
 #include <immintrin.h>
@@ -10,9 +10,12 @@
 #include <cmath>
 
 #include "kernels/cpu/elementwise_internal.h"
+#include "kernels/cpu/simd_f32.h"
 
 namespace updraft::cpu_ew {
 namespace {
+
+namespace simd = cpu::simd;  // exp256, expm1_256, tanh256: the shared vector math
 
 inline __m256 splat(float v) { return _mm256_set1_ps(v); }
 inline __m256 bool01(__m256 mask) { return _mm256_and_ps(mask, splat(1.0f)); }
@@ -22,69 +25,9 @@ inline __m256i tail_mask(int r) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(r), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-// e^x. Range reduction x = n ln2 + r with ln2 split in two parts (Cody-Waite) so r is exact
-// to ~1 ulp; a degree-6 polynomial on |r| <= ln2/2 (Cephes expf coefficients) gives < 2 ulp.
-// n = 128 (x just below the overflow threshold) is scaled in two steps because 2^128 is not a
-// finite float.
-inline __m256 exp_ps(__m256 x) {
-  const __m256 hi = splat(88.72283935546875f), lo = splat(-87.33654022216797f);
-  __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-  __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(xc, splat(1.44269504088896341f), splat(0.5f)));
-  __m256 r = _mm256_fnmadd_ps(n, splat(0.693359375f), xc);
-  r = _mm256_fnmadd_ps(n, splat(-2.12194440e-4f), r);
-  __m256 y = splat(1.9875691500e-4f);
-  y = _mm256_fmadd_ps(y, r, splat(1.3981999507e-3f));
-  y = _mm256_fmadd_ps(y, r, splat(8.3334519073e-3f));
-  y = _mm256_fmadd_ps(y, r, splat(4.1665795894e-2f));
-  y = _mm256_fmadd_ps(y, r, splat(1.6666665459e-1f));
-  y = _mm256_fmadd_ps(y, r, splat(5.0000001201e-1f));
-  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, splat(1.0f)));
-  __m256 n1 = _mm256_min_ps(n, splat(127.0f));
-  y = _mm256_mul_ps(y, _mm256_blendv_ps(splat(1.0f), splat(2.0f), _mm256_cmp_ps(n, n1, _CMP_GT_OQ)));
-  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n1), _mm256_set1_epi32(127)), 23);
-  y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-  y = _mm256_blendv_ps(y, splat(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
-  y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));  // |error| < 1.2e-38
-  return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));                // NaN stays NaN
-}
-
-// e^x - 1 without the cancellation of exp(x) - 1 near 0: Taylor series to x^8 for |x| < 0.35
-// (truncation < 3e-8 relative), exp_ps - 1 elsewhere.
-inline __m256 expm1_ps(__m256 x) {
-  __m256 p = splat(1.0f / 40320);
-  p = _mm256_fmadd_ps(p, x, splat(1.0f / 5040));
-  p = _mm256_fmadd_ps(p, x, splat(1.0f / 720));
-  p = _mm256_fmadd_ps(p, x, splat(1.0f / 120));
-  p = _mm256_fmadd_ps(p, x, splat(1.0f / 24));
-  p = _mm256_fmadd_ps(p, x, splat(1.0f / 6));
-  p = _mm256_fmadd_ps(p, x, splat(0.5f));
-  __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, x), x, x);
-  __m256 big = _mm256_sub_ps(exp_ps(x), splat(1.0f));
-  __m256 ax = _mm256_andnot_ps(splat(-0.0f), x);
-  return _mm256_blendv_ps(big, small, _mm256_cmp_ps(ax, splat(0.35f), _CMP_LT_OQ));
-}
-
-// tanh: odd polynomial for |x| < 0.625 (Cephes tanhf), 1 - 2/(e^{2|x|} + 1) with x's sign
-// elsewhere (saturates to +-1 as e^{2|x|} overflows).
-inline __m256 tanh_ps(__m256 x) {
-  __m256 sign = _mm256_and_ps(x, splat(-0.0f));
-  __m256 ax = _mm256_andnot_ps(splat(-0.0f), x);
-  __m256 s = _mm256_mul_ps(x, x);
-  __m256 p = splat(-5.70498872745e-3f);
-  p = _mm256_fmadd_ps(p, s, splat(2.06390887954e-2f));
-  p = _mm256_fmadd_ps(p, s, splat(-5.37397155531e-2f));
-  p = _mm256_fmadd_ps(p, s, splat(1.33314422036e-1f));
-  p = _mm256_fmadd_ps(p, s, splat(-3.33332819422e-1f));
-  __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, s), x, x);
-  __m256 e = exp_ps(_mm256_add_ps(ax, ax));
-  __m256 big = _mm256_sub_ps(splat(1.0f), _mm256_div_ps(splat(2.0f), _mm256_add_ps(e, splat(1.0f))));
-  big = _mm256_or_ps(big, sign);
-  return _mm256_blendv_ps(big, small, _mm256_cmp_ps(ax, splat(0.625f), _CMP_LT_OQ));
-}
-
 // x / (1 + e^{-z}): sigmoid (x = 1, z = x), silu (z = x), gelu_tanh (z = 2u, see below).
 inline __m256 div_one_plus_exp_neg(__m256 num, __m256 z) {
-  __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), z));
+  __m256 e = simd::exp256(_mm256_sub_ps(_mm256_setzero_ps(), z));
   return _mm256_div_ps(num, _mm256_add_ps(splat(1.0f), e));
 }
 
@@ -158,8 +101,8 @@ void run_block_op(EwOp op, const float* a, const float* b, const float* c, float
     case EwOp::abs: return map1(a, d, n, [&](__m256 x) { return _mm256_andnot_ps(signbit, x); });
     case EwOp::relu: return map1(a, d, n, [&](__m256 x) { return _mm256_max_ps(zero, x); });  // NaN -> x
     case EwOp::sigmoid: return map1(a, d, n, [&](__m256 x) { return div_one_plus_exp_neg(one, x); });
-    case EwOp::tanh: return map1(a, d, n, tanh_ps);
-    case EwOp::exp: return map1(a, d, n, exp_ps);
+    case EwOp::tanh: return map1(a, d, n, simd::tanh256);
+    case EwOp::exp: return map1(a, d, n, simd::exp256);
     case EwOp::log: return scalar1(a, d, n, [](float x) { return std::log(x); });
     case EwOp::sqrt: return map1(a, d, n, [](__m256 x) { return _mm256_sqrt_ps(x); });
     case EwOp::rsqrt: return map1(a, d, n, [&](__m256 x) { return _mm256_div_ps(one, _mm256_sqrt_ps(x)); });
@@ -203,7 +146,7 @@ void run_block_op(EwOp op, const float* a, const float* b, const float* c, float
       });
     case EwOp::elu:
       return map2(a, b, d, n, [&](__m256 x, __m256 alpha) {
-        return _mm256_blendv_ps(_mm256_mul_ps(alpha, expm1_ps(x)), x, _mm256_cmp_ps(x, zero, _CMP_GT_OQ));
+        return _mm256_blendv_ps(_mm256_mul_ps(alpha, simd::expm1_256(x)), x, _mm256_cmp_ps(x, zero, _CMP_GT_OQ));
       });
     case EwOp::add: return map2(a, b, d, n, [](__m256 x, __m256 y) { return _mm256_add_ps(x, y); });
     case EwOp::sub: return map2(a, b, d, n, [](__m256 x, __m256 y) { return _mm256_sub_ps(x, y); });

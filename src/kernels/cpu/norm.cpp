@@ -25,25 +25,14 @@ using namespace cpu;
 void softmax_row(const float* x, float* y, int64_t n, bool log) {
   if (n == 0) return;
   float m = simd::row_max(x, n);
-  __m256 vm = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
+  float s = simd::exp_shift_sum(x, m, n, log ? nullptr : y);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 e = simd::exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
-    if (!log) _mm256_storeu_ps(y + i, e);
-    acc = _mm256_add_ps(acc, e);
-  }
-  float s = simd::hsum(acc);
-  for (; i < n; ++i) {
-    float e = simd::exp1(x[i] - m);
-    if (!log) y[i] = e;
-    s += e;
-  }
   if (!log) {
     __m256 inv = _mm256_set1_ps(1.0f / s);
     for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), inv));
     for (; i < n; ++i) y[i] *= 1.0f / s;
   } else {
-    __m256 ls = _mm256_set1_ps(std::log(s));
+    __m256 vm = _mm256_set1_ps(m), ls = _mm256_set1_ps(std::log(s));
     for (i = 0; i + 8 <= n; i += 8)
       _mm256_storeu_ps(y + i, _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), ls));
     for (; i < n; ++i) y[i] = (x[i] - m) - std::log(s);

@@ -1,10 +1,14 @@
-// AVX2/FMA building blocks for the f32 reduction and norm kernels (no AVX-512).
+// AVX2/FMA f32 building blocks (x86-64-v3, no AVX-512), shared by the elementwise, reduction,
+// norm and attention kernels: the one vector exp/expm1/tanh of the engine, horizontal ops and
+// blocked row reductions.
 //
+//   __m256 e = simd::exp256(x);                  // < 2 ulp; overflow -> inf, underflow -> 0
 //   float s = simd::row_sum(x, n);              // blocked: error grows ~(32 + n/32)*eps, not n*eps
-//   simd::exp_sub_store(x, m, y, n) -> sum      // y = exp(x - m), returns the sum (softmax)
+//   float m = simd::row_max(x, n);              // NaN-propagating like torch.amax
+//   float z = simd::exp_shift_sum(x, m, n, y);  // y = exp(x - m) (y may be x, or null), returns the sum
 //
 // NaN handling matches torch: amax/amin propagate NaN (vmax/vmin below), sums propagate it
-// naturally.
+// naturally, and the math functions return NaN for NaN.
 #pragma once
 #include <immintrin.h>
 
@@ -32,43 +36,67 @@ inline __m256 vmin(__m256 acc, __m256 x) {
 inline float smax(float acc, float x) { return (x > acc || std::isnan(x)) ? x : acc; }
 inline float smin(float acc, float x) { return (x < acc || std::isnan(x)) ? x : acc; }
 
-inline float hmax(__m256 v) {
-  alignas(32) float t[8];
-  _mm256_store_ps(t, v);
-  float r = t[0];
-  for (int i = 1; i < 8; ++i) r = smax(r, t[i]);
-  return r;
-}
-inline float hmin(__m256 v) {
-  alignas(32) float t[8];
-  _mm256_store_ps(t, v);
-  float r = t[0];
-  for (int i = 1; i < 8; ++i) r = smin(r, t[i]);
-  return r;
+// e^x. Range reduction x = n ln2 + r with ln2 split in two parts (Cody-Waite) so r is exact
+// to ~1 ulp; a degree-6 polynomial on |r| <= ln2/2 (Cephes expf coefficients) gives < 2 ulp
+// over the normal range. n = 128 (x just below the overflow threshold 88.72) is scaled in two
+// steps because 2^128 is not a finite float. Above the threshold (and +inf) the result is inf;
+// below -87.34 (where e^x is subnormal, |error| < 1.2e-38) and for -inf it is 0; NaN stays NaN.
+inline __m256 exp256(__m256 x) {
+  const __m256 hi = _mm256_set1_ps(88.72283935546875f), lo = _mm256_set1_ps(-87.33654022216797f);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+  __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, one));
+  __m256 n1 = _mm256_min_ps(n, _mm256_set1_ps(127.0f));
+  y = _mm256_mul_ps(y, _mm256_blendv_ps(one, _mm256_set1_ps(2.0f), _mm256_cmp_ps(n, n1, _CMP_GT_OQ)));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n1), _mm256_set1_epi32(127)), 23);
+  y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+  y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
+  y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
+  return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
-// exp(x) for 8 floats, Cephes-style: x = n*ln2 + r, exp(r) by a degree-5 polynomial, 2^n via the
-// exponent bits. Relative error ~2 ulp; below the normal range (and -inf) gives 0, NaN stays NaN
-// (MINPS/MAXPS return the NaN operand because it is passed second).
-inline __m256 exp256(__m256 x) {
-  const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-87.3365447504f);
-  __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);  // exp(-inf) and tiny results are exactly 0
-  x = _mm256_max_ps(lo, _mm256_min_ps(hi, x));
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500E-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  __m256 y = _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-  // Keep NaN inputs NaN (the integer path above can turn them into finite garbage).
-  return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+// e^x - 1 without the cancellation of exp(x) - 1 near 0: Taylor series to x^8 for |x| < 0.35
+// (truncation < 3e-8 relative), exp256 - 1 elsewhere.
+inline __m256 expm1_256(__m256 x) {
+  __m256 p = _mm256_set1_ps(1.0f / 40320);
+  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.0f / 5040));
+  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.0f / 720));
+  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(0.5f));
+  __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, x), x, x);
+  __m256 big = _mm256_sub_ps(exp256(x), _mm256_set1_ps(1.0f));
+  __m256 ax = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+  return _mm256_blendv_ps(big, small, _mm256_cmp_ps(ax, _mm256_set1_ps(0.35f), _CMP_LT_OQ));
+}
+
+// tanh: odd polynomial for |x| < 0.625 (Cephes tanhf), 1 - 2/(e^{2|x|} + 1) with x's sign
+// elsewhere (saturates to +-1 as e^{2|x|} overflows). Within ~1.4 ulp over [-10, 10].
+inline __m256 tanh256(__m256 x) {
+  const __m256 signbit = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+  __m256 sign = _mm256_and_ps(x, signbit);
+  __m256 ax = _mm256_andnot_ps(signbit, x);
+  __m256 s = _mm256_mul_ps(x, x);
+  __m256 p = _mm256_set1_ps(-5.70498872745e-3f);
+  p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(2.06390887954e-2f));
+  p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(-5.37397155531e-2f));
+  p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(1.33314422036e-1f));
+  p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(-3.33332819422e-1f));
+  __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, s), x, x);
+  __m256 e = exp256(_mm256_add_ps(ax, ax));
+  __m256 big = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
+  big = _mm256_or_ps(big, sign);
+  return _mm256_blendv_ps(big, small, _mm256_cmp_ps(ax, _mm256_set1_ps(0.625f), _CMP_LT_OQ));
 }
 
 // Sum of (x[i] - shift) over [0, n): four 8-lane accumulators inside blocks of 4096, blocks
@@ -123,35 +151,51 @@ inline float row_sq_dev(const float* x, int64_t n, float c) {
   return total;
 }
 
-inline float row_max(const float* x, int64_t n) {
+// NaN-propagating max (kMax) or min of a row; -inf (max) or +inf (min) for an empty row.
+template <bool kMax> inline float row_extreme(const float* x, int64_t n) {
+  constexpr auto vop = kMax ? vmax : vmin;
+  constexpr auto sop = kMax ? smax : smin;
   int64_t i = 0;
-  float m = -std::numeric_limits<float>::infinity();
+  float m = kMax ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
   if (n >= 8) {
     __m256 a = _mm256_loadu_ps(x);
-    for (i = 8; i + 8 <= n; i += 8) a = vmax(a, _mm256_loadu_ps(x + i));
-    m = hmax(a);
+    for (i = 8; i + 8 <= n; i += 8) a = vop(a, _mm256_loadu_ps(x + i));
+    alignas(32) float t[8];
+    _mm256_store_ps(t, a);
+    m = t[0];
+    for (int j = 1; j < 8; ++j) m = sop(m, t[j]);
   }
-  for (; i < n; ++i) m = smax(m, x[i]);
+  for (; i < n; ++i) m = sop(m, x[i]);
   return m;
 }
+inline float row_max(const float* x, int64_t n) { return row_extreme<true>(x, n); }
+inline float row_min(const float* x, int64_t n) { return row_extreme<false>(x, n); }
 
-inline float row_min(const float* x, int64_t n) {
-  int64_t i = 0;
-  float m = std::numeric_limits<float>::infinity();
-  if (n >= 8) {
-    __m256 a = _mm256_loadu_ps(x);
-    for (i = 8; i + 8 <= n; i += 8) a = vmin(a, _mm256_loadu_ps(x + i));
-    m = hmin(a);
-  }
-  for (; i < n; ++i) m = smin(m, x[i]);
-  return m;
-}
-
-// Scalar exp with the same rounding behaviour as exp256 for the tail elements.
+// Scalar exp with exactly exp256's result, for tail elements (so a value's result never
+// depends on its position in a row).
 inline float exp1(float x) {
   alignas(32) float t[8];
   _mm256_store_ps(t, exp256(_mm256_set1_ps(x)));
   return t[0];
+}
+
+// Softmax numerator: y[i] = exp(x[i] - m) for i in [0, n) and returns the f32 sum. y may equal
+// x (in place) or be null (only the sum is wanted, e.g. log_softmax).
+inline float exp_shift_sum(const float* x, float m, int64_t n, float* y) {
+  __m256 vm = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+    if (y) _mm256_storeu_ps(y + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  float s = hsum(acc);
+  for (; i < n; ++i) {
+    float e = exp1(x[i] - m);
+    if (y) y[i] = e;
+    s += e;
+  }
+  return s;
 }
 
 }  // namespace updraft::cpu::simd

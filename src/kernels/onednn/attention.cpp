@@ -7,7 +7,7 @@
 // applied while they are computed, and run() allocates nothing.
 //
 // Vectorisation is AVX2 + FMA, the engine's baseline (CMakeLists.txt compiles it with
-// -mavx2 -mfma); the softmax uses a polynomial exp accurate to a few float ulps.
+// -mavx2 -mfma); the softmax uses the engine's vector exp (simd_f32.h, < 2 ulp).
 //
 // Layouts: q, k, v need a unit stride in their last dim; their row and batch strides may be
 // anything, and size-1 batch dims broadcast. A graph input with a non-unit inner stride is
@@ -19,20 +19,16 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/simd_f32.h"
 #include "kernels/onednn/onednn_util.h"
 
 namespace updraft::onednn {
 
 namespace {
 
-constexpr const char* kOp = "sdpa";
+namespace simd = cpu::simd;  // hsum, row_max, exp_shift_sum
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+constexpr const char* kOp = "sdpa";
 
 float dot(const float* a, const float* b, int64_t n) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -42,7 +38,7 @@ float dot(const float* a, const float* b, int64_t n) {
     acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
   }
   for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-  float s = hsum(_mm256_add_ps(acc0, acc1));
+  float s = simd::hsum(_mm256_add_ps(acc0, acc1));
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
 }
@@ -53,55 +49,6 @@ void axpy(float alpha, const float* x, float* y, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
   for (; i < n; ++i) y[i] += alpha * x[i];
-}
-
-// exp(x) for 8 floats: x = n*ln2 + r, |r| <= ln2/2, exp(r) by a degree-6 polynomial, 2^n by
-// building the exponent bits. Inputs below -87.3 (including -inf) give 0; NaN stays NaN.
-inline __m256 exp8(__m256 x) {
-  const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-87.3365447505531f);
-  __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  x = _mm256_min_ps(hi, _mm256_max_ps(lo, x));  // operand order keeps NaN (maxps returns src2)
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  // r = x - n*ln2 with ln2 split in two for precision.
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
-  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-  return _mm256_andnot_ps(underflow, y);
-}
-
-// s[i] = exp(s[i] - mx); returns the sum.
-float exp_shift_sum(float* s, int64_t n, float mx) {
-  __m256 m = _mm256_set1_ps(mx), acc = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), m));
-    _mm256_storeu_ps(s + i, e);
-    acc = _mm256_add_ps(acc, e);
-  }
-  float sum = hsum(acc);
-  for (; i < n; ++i) sum += (s[i] = std::exp(s[i] - mx));
-  return sum;
-}
-
-float row_max(const float* s, int64_t n) {
-  __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + i));
-  alignas(32) float t[8];
-  _mm256_store_ps(t, m);
-  float r = t[0];
-  for (int j = 1; j < 8; ++j) r = std::max(r, t[j]);
-  for (; i < n; ++i) r = std::max(r, s[i]);
-  return r;
 }
 
 class SdpaKernel final : public Kernel {
@@ -131,8 +78,8 @@ class SdpaKernel final : public Kernel {
         int64_t n = causal_ ? std::min(l + 1, S_) : S_;
         for (int64_t j = 0; j < n; ++j) sc[j] = dot(qr, kb + j * ks, E_) * scale_;
         if (mask) apply_mask(*mask, idx, nb, l, sc, n);
-        float mx = row_max(sc, n);
-        float sum = exp_shift_sum(sc, n, mx);
+        float mx = simd::row_max(sc, n);  // NaN scores make the row NaN, as in torch
+        float sum = simd::exp_shift_sum(sc, mx, n, sc);
         float* yr = y_data + row * Ev_;
         for (int64_t e = 0; e < Ev_; ++e) yr[e] = 0.f;
         for (int64_t j = 0; j < n; ++j)

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "ir/elementwise_program.h"
 #include "ir/op_table.h"
+#include "kernels/elementwise_ops.h"
 #include "kernels/kernel.h"
 
 namespace updraft {
@@ -292,12 +293,7 @@ std::unique_ptr<Kernel> make_ref_instr_kernel(const KernelContext& ctx) {
 }  // namespace
 
 void register_ref_elementwise_kernels(KernelRegistry& r) {
-  for (const char* op :
-       {"neg", "abs", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "erf", "silu", "reciprocal", "sin",
-        "cos", "floor", "ceil", "round", "sign", "hardswish", "hardsigmoid", "gelu", "leaky_relu", "elu", "clamp",
-        "pow_scalar", "logical_not", "isnan", "add", "sub", "mul", "div", "maximum", "minimum", "pow", "remainder",
-        "floor_divide", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "bitwise_and", "bitwise_or",
-        "where"})
+  for (const char* op : kElementwiseNodeOps)
     r.add(op, Device::ref, make_ref_instr_kernel);
   r.add("cast", Device::ref, [](const KernelContext& ctx) {
     return make_kernel(std::string("ref_cast_to_") + dtype_name(ctx.out_dtype(0)),
