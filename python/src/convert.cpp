@@ -1,5 +1,7 @@
 #include "convert.h"
 
+#include <nanobind/stl/string.h>
+
 #include "core/error.h"
 
 namespace updraft::py {

@@ -2,6 +2,7 @@
 // (graph_bindings.cpp), compiling and running (runtime_bindings.cpp), conversions (convert.cpp).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 

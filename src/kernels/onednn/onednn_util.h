@@ -43,7 +43,11 @@ dnnl::primitive_attr user_scratchpad_attr();
 //    op's result onto it: one extra pass over the output per call.
 // Kernels prefer one and switch to the other when oneDNN can only serve the preferred one
 // with its reference implementation (see conv.cpp for the measured case).
-enum class ResidualMode { none, binary_add, sum };
+// How a conv/matmul adds its residual: a binary_add post-op, a sum post-op (dst pre-filled with
+// the residual), or `separate`: the primitive runs with no residual/activation post-ops and a
+// second oneDNN binary primitive computes act(dst + residual) in place (used when both post-op
+// forms would land on a reference implementation).
+enum class ResidualMode { none, binary_add, sum, separate };
 
 // The epilogue attributes of conv2d / linear / matmul (docs/ops.md, "Compute").
 struct Epilogue {

@@ -1,0 +1,84 @@
+"""CompilerConfig: every knob of the updraft backend, validated when built.
+
+    from updraft import CompilerConfig, get_backend
+    torch.compile(model, backend=get_backend(CompilerConfig(num_threads=4, fallback=False)))
+
+`torch.compile(model, backend="updraft", options={...})` takes the same keys.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Mapping
+
+_DEBUG_ENV = "UPDRAFT_DEBUG"
+
+
+def _debug_from_env() -> int:
+    raw = os.environ.get(_DEBUG_ENV, "0").strip() or "0"
+    try:
+        level = int(raw)
+    except ValueError:
+        raise ValueError(f"[updraft.config] {_DEBUG_ENV}={raw!r} is not an integer; use 0, 1 or 2") from None
+    if level not in (0, 1, 2):
+        raise ValueError(f"[updraft.config] {_DEBUG_ENV}={level} is out of range; use 0, 1 or 2")
+    return level
+
+
+@dataclasses.dataclass(frozen=True)
+class CompilerConfig:
+    """Options of the updraft torch.compile backend.
+
+    freeze: inference graphs treat parameters and buffers as engine constants (folded, prepacked).
+        A call that passes different parameter tensors (another module instance) or tensors that
+        were modified in place rebuilds the engine graph with the new values.
+    fold_constants / fuse / num_threads: passed to the engine compiler (num_threads=0: engine default).
+    debug: 0 quiet, 1 print a summary per compiled graph, 2 also print engine IR and pass log.
+        Defaults to the environment variable UPDRAFT_DEBUG.
+    fallback: on an engine error, warn once and run that graph eagerly (True) or raise (False).
+    min_partition_size: engine partitions with fewer compute ops than this run eagerly instead.
+    eager_ops: aten op names (e.g. "aten.gelu.default" or "aten.gelu") always left to PyTorch.
+    """
+
+    freeze: bool = True
+    fold_constants: bool = True
+    fuse: bool = True
+    num_threads: int = 0
+    debug: int = dataclasses.field(default_factory=_debug_from_env)
+    fallback: bool = True
+    min_partition_size: int = 1
+    eager_ops: tuple = ()
+
+    def __post_init__(self) -> None:
+        for name in ("freeze", "fold_constants", "fuse", "fallback"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(f"[updraft.config] {name} must be a bool, got {type(value).__name__} {value!r}")
+        for name, low in (("num_threads", 0), ("min_partition_size", 1), ("debug", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"[updraft.config] {name} must be an int, got {type(value).__name__} {value!r}")
+            if value < low:
+                raise ValueError(f"[updraft.config] {name}={value} must be >= {low}")
+        if self.debug > 2:
+            raise ValueError(f"[updraft.config] debug={self.debug} is out of range; use 0, 1 or 2")
+        ops = self.eager_ops
+        if isinstance(ops, str) or not all(isinstance(o, str) for o in ops):
+            raise TypeError("[updraft.config] eager_ops must be a sequence of op names such as ('aten.gelu.default',)")
+        object.__setattr__(self, "eager_ops", tuple(ops))
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any] | None) -> "CompilerConfig":
+        """Builds a config from torch.compile(options=...) keys; unknown keys are an error."""
+        options = dict(options or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise TypeError(
+                f"[updraft.config] unknown option(s) {unknown}; valid options are {sorted(known)}")
+        return cls(**options)
+
+    def engine_options(self) -> dict:
+        """The options dict that updraft._C.compile accepts."""
+        return {"fold_constants": self.fold_constants, "fuse": self.fuse,
+                "num_threads": self.num_threads, "debug": self.debug}

@@ -1,0 +1,282 @@
+"""Split an aten graph into engine partitions and eager PyTorch, and run the partitions.
+
+`partition_graph(gm, ...)` asks the lowering table + C.check_op about every node, groups the
+supported ones with torch's CapabilityBasedPartitioner, and replaces each group by an
+`EnginePartition` module. Unsupported nodes stay in the outer GraphModule and run eagerly.
+
+An EnginePartition builds its engine graph at its first call, when real tensors are at hand:
+inputs marked constant (frozen parameters, graph attributes) become engine constants
+(zero-copy); the rest are runtime inputs. Per call it looks up the output shapes for the input
+shapes (cached), allocates outputs with torch.empty and lets the engine write them.
+"""
+from __future__ import annotations
+
+import operator
+import sys
+import threading
+import time
+import warnings
+from typing import Any, Optional
+
+import torch
+from torch import fx
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupport
+
+from .config import CompilerConfig
+from .lowering import (TORCH_DTYPES, Lowerer, Unsupported, check_node, is_compute, meta,
+                       op_name)
+from .report import GraphReport, PartitionReport
+
+PREFIX = "updraft_partition_"
+
+# Lowered only when a consumer asks (so addmm(b, x, permute(w)) absorbs the permute).
+_DEFERRED = {torch.ops.aten.permute.default, torch.ops.aten.t.default}
+
+_warned: set = set()
+_warn_lock = threading.Lock()
+
+
+def warn_once(msg: str) -> None:
+    with _warn_lock:
+        if msg in _warned:
+            return
+        _warned.add(msg)
+    warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
+def _c():
+    from . import _C
+    return _C
+
+
+class EngineSupport(OperatorSupport):
+    """Supported = not listed in config.eager_ops, has a lowering, and the engine accepts it."""
+
+    def __init__(self, config: CompilerConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.reasons: dict[fx.Node, Optional[str]] = {}
+
+    def reason(self, node: fx.Node) -> Optional[str]:
+        if node in self.reasons:
+            return self.reasons[node]
+        name = op_name(node)
+        if node.op != "call_function":
+            r = f"{node.op} node"
+        elif name in self.config.eager_ops or name.rsplit(".", 1)[0] in self.config.eager_ops:
+            r = "listed in CompilerConfig.eager_ops"
+        else:
+            r = check_node(node)
+        if r is None and node.target is operator.getitem:
+            parent = node.args[0]
+            if isinstance(parent, fx.Node) and self.reason(parent) is not None:
+                r = "its producer runs in PyTorch"
+        self.reasons[node] = r
+        return r
+
+    def is_node_supported(self, submodules: Any, node: fx.Node) -> bool:
+        return self.reason(node) is None
+
+
+class EnginePartition(torch.nn.Module):
+    """One fused partition: a sub-GraphModule run by the engine (eagerly if building fails)."""
+
+    def __init__(self, sub: fx.GraphModule, const_mask: list[bool], config: CompilerConfig,
+                 report: PartitionReport) -> None:
+        super().__init__()
+        self.sub = sub
+        self.const_mask = const_mask
+        self.config = config
+        self.report = report
+        self._state: Any = None  # None: not built; _Built; or the failure reason (str)
+        self._lock = threading.Lock()
+        out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
+        self._multi = isinstance(out, (tuple, list))
+
+    def invalidate(self) -> None:
+        """Drops the engine graph (its constants changed); the next call rebuilds it."""
+        with self._lock:
+            self._state = None
+
+    def forward(self, *args: Any) -> Any:
+        st = self._state
+        if st is None:
+            if any(isinstance(a, torch._subclasses.FakeTensor) for a in args):
+                return self.sub(*args)  # traced again under fake mode (e.g. by a nested compile)
+            st = self._build_once(args)
+        if isinstance(st, str):
+            return self.sub(*args)
+        ins = []
+        for j in st.runtime_pos:
+            t = args[j]
+            if t.requires_grad:
+                t = t.detach()
+            if not t.is_contiguous():
+                t = t.contiguous()
+            ins.append(t)
+        key = tuple(tuple(t.shape) for t in ins)
+        shapes = st.shapes.get(key)
+        C = _c()
+        try:
+            if shapes is None:
+                shapes = [tuple(s) for s in st.cg.prepare([list(k) for k in key])]
+                st.shapes[key] = shapes
+            outs = [torch.empty(s, dtype=d) for s, d in zip(shapes, st.out_dtypes)]
+            st.cg.run(ins, outs)
+        except C.UpdraftError as e:
+            if not self.config.fallback:
+                raise
+            msg = f"[updraft.partition] {self.report.name}: engine error at run time: {e}"
+            warn_once(msg + "; running this partition in PyTorch from now on")
+            with self._lock:
+                self._state = msg
+                self.report.status = f"failed: {e}"
+            return self.sub(*args)
+        return tuple(outs) if self._multi else outs[0]
+
+    def _build_once(self, args: tuple) -> Any:
+        with self._lock:
+            if self._state is None:
+                try:
+                    self._state = self._build(args)
+                    self.report.status = "ok"
+                except Exception as e:  # any engine/lowering error: eager, or raise if strict
+                    reason = f"{type(e).__name__}: {e}" if not isinstance(e, Unsupported) else str(e)
+                    self.report.status = f"failed: {reason}"
+                    if not self.config.fallback:
+                        raise RuntimeError(
+                            f"[updraft.partition] {self.report.name} failed to compile: {reason}; "
+                            "set CompilerConfig(fallback=True) to run it in PyTorch instead") from e
+                    warn_once(f"[updraft.partition] {self.report.name} failed to compile "
+                              f"({reason}); running it in PyTorch")
+                    self._state = reason
+            return self._state
+
+    def _build(self, args: tuple) -> "_Built":
+        C = _c()
+        t0 = time.perf_counter()
+        lw = Lowerer(C.Graph())
+        placeholders = [n for n in self.sub.graph.nodes if n.op == "placeholder"]
+        runtime_pos, bound_ids = [], set()
+        n_const = 0
+        for j, (ph, arg) in enumerate(zip(placeholders, args)):
+            if not isinstance(arg, torch.Tensor):
+                continue  # SymInts feed shape arithmetic only; the engine reads shapes itself
+            if self.const_mask[j]:
+                vid = lw.constant(arg, name=ph.name)
+                lw.env[ph] = vid
+                n_const += 1
+            else:
+                vid = lw.bind_input(ph, ph.name)
+                runtime_pos.append(j)
+            bound_ids.add(vid)
+        for n in self.sub.graph.nodes:
+            if n.op == "call_function" and n not in lw.env and n.target not in _DEFERRED:
+                lw.lower(n)
+        out = next(n for n in self.sub.graph.nodes if n.op == "output").args[0]
+        outs = list(out) if self._multi else [out]
+        ids, seen = [], set()
+        for o in outs:
+            vid = lw.value(o)
+            if vid in seen or vid in bound_ids:
+                vid = lw.emit1("copy", [vid])  # the engine writes each output buffer once
+            seen.add(vid)
+            ids.append(vid)
+        lw.g.set_outputs(ids)
+        out_dtypes = [TORCH_DTYPES[lw.g.value_type(i)[0]] for i in ids]
+        for o, got in zip(outs, out_dtypes):
+            if got != meta(o).dtype:
+                raise Unsupported(f"output {o.name}: engine dtype {got} differs from torch's {meta(o).dtype}")
+        debug_text = lw.g.text() if self.config.debug >= 2 else None
+        t1 = time.perf_counter()
+        cg = C.compile(lw.g, self.config.engine_options())
+        t2 = time.perf_counter()
+        self.report.lower_ms = (t1 - t0) * 1e3
+        self.report.compile_ms = getattr(cg, "compile_ms", (t2 - t1) * 1e3)
+        self.report.num_inputs = len(runtime_pos)
+        self.report.num_constants = n_const
+        if self.config.debug >= 2:
+            print(f"[updraft] {self.report.name} engine graph:\n{debug_text}\n"
+                  f"[updraft] after passes:\n{cg.graph_text()}", file=sys.stderr)
+            for name, changed, ms, note in cg.pass_log():
+                print(f"[updraft]   pass {name}: changed={changed} {ms:.2f} ms {note}", file=sys.stderr)
+        return _Built(cg, runtime_pos, out_dtypes)
+
+
+class _Built:
+    __slots__ = ("cg", "runtime_pos", "out_dtypes", "shapes")
+
+    def __init__(self, cg: Any, runtime_pos: list[int], out_dtypes: list[torch.dtype]) -> None:
+        self.cg = cg
+        self.runtime_pos = runtime_pos
+        self.out_dtypes = out_dtypes
+        self.shapes: dict = {}  # input-shape signature -> output shapes
+
+
+def partition_graph(gm: fx.GraphModule, config: CompilerConfig, report: GraphReport,
+                    frozen: set[int]) -> tuple[fx.GraphModule, list[EnginePartition]]:
+    """Fuses engine-supported nodes of `gm` into EnginePartition submodules, in place.
+
+    `frozen` holds the indices of gm's placeholders that become engine constants.
+    """
+    t0 = time.perf_counter()
+    support = EngineSupport(config)
+    partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
+    proposed = partitioner.propose_partitions()
+    kept = []
+    for p in proposed:
+        n_compute = sum(1 for n in p.nodes if is_compute(n))
+        if n_compute >= config.min_partition_size and n_compute > 0:
+            kept.append(p)
+    in_engine = {n for p in kept for n in p.nodes}
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        if n in in_engine:
+            report.add_engine(op_name(n), is_compute(n))
+        else:
+            reason = support.reason(n) or (
+                "its partition has fewer compute ops than CompilerConfig.min_partition_size")
+            report.add_fallback(op_name(n), reason, is_compute(n))
+    # By name: fuse_partitions re-creates the graph's nodes (stable_topological_sort).
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    frozen_names = {placeholders[i].name for i in frozen if i < len(placeholders)}
+    engine_parts: list[EnginePartition] = []
+    if kept:
+        gm = partitioner.fuse_partitions(kept, prefix=PREFIX)
+        for node in list(gm.graph.nodes):
+            if node.op != "call_module" or not str(node.target).startswith(PREFIX):
+                continue
+            sub = getattr(gm, node.target)
+            subs_ph = [n for n in sub.graph.nodes if n.op == "placeholder"]
+            for ph, src in zip(subs_ph, node.args):
+                if "val" not in ph.meta and isinstance(src, fx.Node):
+                    ph.meta["val"] = meta(src)
+            const_mask = [isinstance(src, fx.Node) and (
+                (src.op == "placeholder" and src.name in frozen_names) or src.op == "get_attr")
+                          for src in node.args]
+            body = [n for n in sub.graph.nodes if n.op == "call_function"]
+            prep = PartitionReport(str(node.target), len(body), sum(1 for n in body if is_compute(n)))
+            report.partitions.append(prep)
+            part = EnginePartition(sub, const_mask, config, prep)
+            setattr(gm, node.target, part)
+            engine_parts.append(part)
+    if engine_parts:
+        _views_to_reshapes(gm)
+    report.partition_ms = (time.perf_counter() - t0) * 1e3
+    return gm, engine_parts
+
+
+def _views_to_reshapes(gm: fx.GraphModule) -> None:
+    """Eager `view`s may read engine outputs, which are contiguous where torch's were not (e.g.
+    attention output [B,H,L,E] stored as [B,L,H,E]); reshape is a view when strides allow and a
+    copy otherwise, so it computes the same values for any input layout."""
+    views = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+    changed = False
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target in views:
+            n.target = torch.ops.aten.reshape.default
+            changed = True
+    if changed:
+        gm.recompile()

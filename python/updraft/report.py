@@ -1,0 +1,184 @@
+"""What the backend decided, in a form a user can read: `updraft.explain(...)`, `last_report()`.
+
+A Report covers one torch.compile call site (or one `explain` run): one GraphReport per aten
+graph AOTAutograd handed to the backend (inference, or training forward/backward), each with
+its partitions and, per op that stayed in PyTorch, the reasons.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+from typing import Optional
+
+
+@dataclasses.dataclass
+class PartitionReport:
+    name: str
+    num_ops: int
+    num_compute_ops: int
+    status: str = "pending"  # pending (built at first call) | ok | failed: <reason>
+    compile_ms: float = 0.0  # engine compile (C.compile) time
+    lower_ms: float = 0.0    # Python lowering time
+    num_inputs: int = 0
+    num_constants: int = 0
+
+
+@dataclasses.dataclass
+class GraphReport:
+    kind: str  # "inference", "training forward", "training backward"
+    engine_ops: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    fallback_ops: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    engine_compute: int = 0
+    fallback_compute: int = 0
+    reasons: dict = dataclasses.field(default_factory=dict)  # op name -> list of distinct reasons
+    partitions: list = dataclasses.field(default_factory=list)
+    partition_ms: float = 0.0
+    note: str = ""  # why the whole graph runs eagerly, when it does
+
+    def add_fallback(self, op: str, reason: str, compute: bool) -> None:
+        self.fallback_ops[op] += 1
+        if compute:
+            self.fallback_compute += 1
+        reasons = self.reasons.setdefault(op, [])
+        if reason not in reasons and len(reasons) < 5:
+            reasons.append(reason)
+
+    def add_engine(self, op: str, compute: bool) -> None:
+        self.engine_ops[op] += 1
+        if compute:
+            self.engine_compute += 1
+
+
+class Report:
+    """Everything compiled for one call site; printable."""
+
+    def __init__(self) -> None:
+        self.graphs: list[GraphReport] = []
+        self._lock = threading.Lock()
+
+    def new_graph(self, kind: str) -> GraphReport:
+        g = GraphReport(kind)
+        with self._lock:
+            self.graphs.append(g)
+        return g
+
+    # -- totals
+    @property
+    def engine_ops(self) -> collections.Counter:
+        return sum((g.engine_ops for g in self.graphs), collections.Counter())
+
+    @property
+    def fallback_ops(self) -> collections.Counter:
+        return sum((g.fallback_ops for g in self.graphs), collections.Counter())
+
+    @property
+    def num_engine_compute(self) -> int:
+        return sum(g.engine_compute for g in self.graphs)
+
+    @property
+    def num_fallback_compute(self) -> int:
+        return sum(g.fallback_compute for g in self.graphs)
+
+    @property
+    def coverage(self) -> float:
+        """Fraction of compute ops (not views/getitems) that run in the engine."""
+        total = self.num_engine_compute + self.num_fallback_compute
+        return 1.0 if total == 0 else self.num_engine_compute / total
+
+    @property
+    def reasons(self) -> dict:
+        out: dict = {}
+        for g in self.graphs:
+            for op, rs in g.reasons.items():
+                for r in rs:
+                    if r not in out.setdefault(op, []):
+                        out[op].append(r)
+        return out
+
+    @property
+    def partitions(self) -> list:
+        return [p for g in self.graphs for p in g.partitions]
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.partitions)
+
+    @property
+    def compile_ms(self) -> float:
+        """Partitioning + lowering + engine compile time (engine graphs are built at first call)."""
+        return sum(g.partition_ms for g in self.graphs) + sum(
+            p.compile_ms + p.lower_ms for p in self.partitions)
+
+    @property
+    def failed_partitions(self) -> list:
+        return [p for p in self.partitions if p.status.startswith("failed")]
+
+    def summary(self) -> str:
+        """Two lines: coverage and what fell back (the full text is str(report))."""
+        eng, fb = self.num_engine_compute, self.num_fallback_compute
+        line = (f"updraft: {eng}/{eng + fb} compute ops in the engine ({100 * self.coverage:.1f}%), "
+                f"{self.num_partitions} partition(s), compile {self.compile_ms:.1f} ms")
+        fb_ops = self.fallback_ops
+        if fb_ops:
+            line += "\n  in PyTorch: " + ", ".join(f"{op} x{n}" for op, n in fb_ops.most_common(8))
+        return line
+
+    def __str__(self) -> str:
+        lines = ["updraft report"]
+        if not self.graphs:
+            lines.append("  no graphs were compiled (did the call run, or hit a cached compile?)")
+            return "\n".join(lines)
+        eng, fb = self.num_engine_compute, self.num_fallback_compute
+        lines.append(f"  graphs: {len(self.graphs)}   partitions: {self.num_partitions}   "
+                     f"compile: {self.compile_ms:.1f} ms")
+        lines.append(f"  compute ops in engine: {eng}/{eng + fb} ({100 * self.coverage:.1f}%)   "
+                     f"ops in eager PyTorch: {sum(self.fallback_ops.values())}")
+        for i, g in enumerate(self.graphs):
+            lines.append(f"  graph {i} ({g.kind}): engine {sum(g.engine_ops.values())} ops, "
+                         f"eager {sum(g.fallback_ops.values())} ops, {len(g.partitions)} partition(s)")
+            if g.note:
+                lines.append(f"    note: {g.note}")
+            for p in g.partitions:
+                lines.append(f"    {p.name}: {p.num_ops} ops ({p.num_compute_ops} compute), "
+                             f"{p.num_inputs} inputs, {p.num_constants} constants, {p.status}, "
+                             f"lower {p.lower_ms:.1f} ms, engine compile {p.compile_ms:.1f} ms")
+        if self.reasons:
+            lines.append("  fell back to PyTorch:")
+            fb_ops = self.fallback_ops
+            for op in sorted(self.reasons, key=lambda o: -fb_ops[o]):
+                for r in self.reasons[op]:
+                    lines.append(f"    {op} x{fb_ops[op]}: {r}")
+        if self.engine_ops:
+            lines.append("  in the engine: " + ", ".join(
+                f"{op} x{n}" for op, n in sorted(self.engine_ops.items(), key=lambda kv: -kv[1])))
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+# The report the backend writes into: `explain` installs one for its run; otherwise each
+# compiled Dynamo graph starts a new one. `last_report()` returns the latest.
+_state = threading.local()
+_last: list = [None]
+
+
+def _collector() -> Optional[Report]:
+    return getattr(_state, "collector", None)
+
+
+def set_collector(report: Optional[Report]) -> None:
+    _state.collector = report
+
+
+def report_for_new_graph() -> Report:
+    rep = _collector()
+    if rep is None:
+        rep = Report()
+    _last[0] = rep
+    return rep
+
+
+def last_report() -> Optional[Report]:
+    """The report of the most recent updraft compilation (None before the first)."""
+    return _last[0]

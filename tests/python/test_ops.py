@@ -1,0 +1,216 @@
+"""Each lowering vs eager PyTorch, through torch.compile(backend="updraft"), fp32, small inputs.
+
+Every case also asserts that all compute ops ran in the engine (report.num_fallback_compute ==
+0), so a case cannot pass by silently falling back to PyTorch.
+
+Tolerances (rtol, atol):
+- EXACT (0, 0): data movement, comparisons, selections: no arithmetic.
+- ELEM (1e-5, 1e-6): elementwise math; the engine's vectorised exp/tanh/erf/log are a few ulp
+  from libm's.
+- RED (1e-5, 1e-5): reductions and norms sum in a different (blocked) order than ATen.
+- GEMM (1e-4, 1e-5): oneDNN matmul/conv accumulate in a different order (notes §4).
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import updraft
+
+EXACT = (0.0, 0.0)
+ELEM = (1e-5, 1e-6)
+RED = (1e-5, 1e-5)
+GEMM = (1e-4, 1e-5)
+
+
+def r(*shape):
+    return torch.randn(*shape)
+
+
+def pos(*shape):
+    return torch.rand(*shape) + 0.1
+
+
+def ints(*shape, hi=10):
+    return torch.randint(0, hi, shape)
+
+
+CASES = {
+    # unary elementwise
+    "neg": (lambda x: -x, lambda: (r(3, 5),), ELEM),
+    "abs": (torch.abs, lambda: (r(3, 5),), ELEM),
+    "relu": (torch.relu, lambda: (r(3, 5),), ELEM),
+    "sigmoid": (torch.sigmoid, lambda: (r(3, 5),), ELEM),
+    "tanh": (torch.tanh, lambda: (r(3, 5),), ELEM),
+    "exp": (torch.exp, lambda: (r(3, 5),), ELEM),
+    "log": (torch.log, lambda: (pos(3, 5),), ELEM),
+    "sqrt": (torch.sqrt, lambda: (pos(3, 5),), ELEM),
+    "rsqrt": (torch.rsqrt, lambda: (pos(3, 5),), ELEM),
+    "erf": (torch.erf, lambda: (r(3, 5),), ELEM),
+    "silu": (F.silu, lambda: (r(3, 5),), ELEM),
+    "reciprocal": (torch.reciprocal, lambda: (pos(3, 5),), ELEM),
+    "sin": (torch.sin, lambda: (r(3, 5),), ELEM),
+    "cos": (torch.cos, lambda: (r(3, 5),), ELEM),
+    "floor": (torch.floor, lambda: (r(3, 5) * 4,), EXACT),
+    "ceil": (torch.ceil, lambda: (r(3, 5) * 4,), EXACT),
+    "round": (torch.round, lambda: (r(3, 5) * 4,), EXACT),
+    "sign": (torch.sign, lambda: (r(3, 5),), EXACT),
+    "hardswish": (F.hardswish, lambda: (r(3, 5) * 4,), ELEM),
+    "hardsigmoid": (F.hardsigmoid, lambda: (r(3, 5) * 4,), ELEM),
+    "gelu": (F.gelu, lambda: (r(3, 5),), ELEM),
+    "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), lambda: (r(3, 5),), ELEM),
+    "leaky_relu": (lambda x: F.leaky_relu(x, 0.2), lambda: (r(3, 5),), ELEM),
+    "elu": (F.elu, lambda: (r(3, 5),), ELEM),
+    "clamp": (lambda x: torch.clamp(x, -0.5, 0.7), lambda: (r(3, 5),), EXACT),
+    "clamp_min": (lambda x: torch.clamp(x, min=0.1), lambda: (r(3, 5),), EXACT),
+    "hardtanh": (F.hardtanh, lambda: (r(3, 5) * 2,), EXACT),
+    "pow_2": (lambda x: x ** 2, lambda: (r(3, 5),), ELEM),
+    "pow_3": (lambda x: x ** 3, lambda: (r(3, 5),), ELEM),
+    "pow_half": (lambda x: x ** 0.5, lambda: (pos(3, 5),), ELEM),
+    "logical_not": (lambda x: torch.logical_not(x > 0), lambda: (r(3, 5),), EXACT),
+    "isnan": (lambda x: torch.isnan(x / x), lambda: (torch.tensor([[0.0, 1.0], [2.0, 0.0]]),), EXACT),
+    # binary elementwise, broadcasting, scalars and type promotion
+    "add": (torch.add, lambda: (r(3, 5), r(5)), ELEM),
+    "add_alpha": (lambda x, y: torch.add(x, y, alpha=2.5), lambda: (r(3, 5), r(3, 5)), ELEM),
+    "sub_alpha": (lambda x, y: torch.sub(x, y, alpha=0.5), lambda: (r(3, 5), r(3, 1)), ELEM),
+    "mul": (torch.mul, lambda: (r(2, 3, 5), r(3, 1)), ELEM),
+    "div": (torch.div, lambda: (r(3, 5), pos(3, 5)), ELEM),
+    "add_scalar": (lambda x: x + 3.0, lambda: (r(3, 5),), ELEM),
+    "mul_scalar": (lambda x: x * 0.125, lambda: (r(3, 5),), ELEM),
+    "rsub": (lambda x: 1.0 - x, lambda: (r(3, 5),), ELEM),
+    "div_scalar_int": (lambda x: x / 8, lambda: (r(3, 5),), ELEM),
+    "maximum": (torch.maximum, lambda: (r(3, 5), r(3, 5)), EXACT),
+    "minimum": (torch.minimum, lambda: (r(3, 5), r(5)), EXACT),
+    "pow_tensor": (torch.pow, lambda: (pos(3, 5), r(3, 5)), ELEM),
+    "int_plus_float": (lambda i, x: i + x, lambda: (ints(3, 5), r(3, 5)), ELEM),
+    "int_times_scalar": (lambda i: i * 0.5, lambda: (ints(3, 5),), ELEM),
+    "int_div_int": (lambda i, j: i / (j + 1), lambda: (ints(3, 5), ints(3, 5)), ELEM),
+    "int_add": (lambda i, j: i + j * 3, lambda: (ints(3, 5), ints(3, 5)), EXACT),
+    "floor_divide": (lambda i, j: torch.floor_divide(i, j + 1), lambda: (ints(3, 5), ints(3, 5)), EXACT),
+    "eq": (lambda x, y: x == y, lambda: (ints(3, 5), ints(3, 5)), EXACT),
+    "lt": (torch.lt, lambda: (r(3, 5), r(3, 5)), EXACT),
+    "ge_scalar": (lambda x: x >= 0.25, lambda: (r(3, 5),), EXACT),
+    "ne_int_float": (lambda i: i != 2.5, lambda: (ints(3, 5),), EXACT),
+    "logical_and": (lambda x, y: (x > 0) & (y > 0), lambda: (r(3, 5), r(3, 5)), EXACT),
+    "where": (lambda x, y: torch.where(x > 0, x, y), lambda: (r(3, 5), r(3, 5)), EXACT),
+    "where_scalar": (lambda x: torch.where(x > 0, x, 0.0), lambda: (r(3, 5),), EXACT),
+    "masked_fill": (lambda x: x.masked_fill(x < 0, -1e4), lambda: (r(3, 5),), EXACT),
+    # reductions
+    "sum_dim": (lambda x: x.sum(1), lambda: (r(4, 6, 5),), RED),
+    "sum_all": (lambda x: x.sum(), lambda: (r(4, 6),), RED),
+    "sum_int": (lambda i: i.sum(0), lambda: (ints(4, 6),), EXACT),
+    "mean_keepdim": (lambda x: x.mean((-1, -2), keepdim=True), lambda: (r(2, 3, 4, 5),), RED),
+    "amax": (lambda x: x.amax(-1), lambda: (r(4, 6),), EXACT),
+    "amin": (lambda x: x.amin(0, keepdim=True), lambda: (r(4, 6),), EXACT),
+    "argmax": (lambda x: x.argmax(-1), lambda: (r(4, 6),), EXACT),
+    "argmax_all": (lambda x: x.argmax(), lambda: (r(4, 6),), EXACT),
+    "prod": (lambda x: x.prod(1), lambda: (pos(4, 6),), RED),
+    "cumsum": (lambda x: x.cumsum(1), lambda: (r(4, 6),), RED),
+    "var": (lambda x: x.var(-1), lambda: (r(4, 6),), RED),
+    # normalisations
+    "softmax": (lambda x: torch.softmax(x, -1), lambda: (r(2, 3, 7),), RED),
+    "softmax_dim1": (lambda x: torch.softmax(x, 1), lambda: (r(2, 3, 7),), RED),
+    "log_softmax": (lambda x: torch.log_softmax(x, -1), lambda: (r(2, 7),), RED),
+    "layer_norm": (lambda x, w, b: F.layer_norm(x, (8,), w, b, 1e-5), lambda: (r(2, 3, 8), r(8), r(8)), RED),
+    "layer_norm_noaffine": (lambda x: F.layer_norm(x, (3, 8)), lambda: (r(2, 3, 8),), RED),
+    "batch_norm": (lambda x, m, v, w, b: F.batch_norm(x, m, v, w, b, False, 0.1, 1e-5),
+                   lambda: (r(2, 4, 3, 3), r(4), pos(4), r(4), r(4)), RED),
+    # data movement
+    "view": (lambda x: x.view(6, 4) + 1, lambda: (r(2, 3, 4),), ELEM),
+    "permute": (lambda x: x.permute(2, 0, 1) * 2, lambda: (r(2, 3, 4),), ELEM),
+    "transpose": (lambda x: x.transpose(0, 1) * 2, lambda: (r(2, 3, 4),), ELEM),
+    "t": (lambda x: x.t() + 0.0, lambda: (r(3, 4),), EXACT),
+    "expand": (lambda x: x.expand(3, 4, 5) * 1.5, lambda: (r(4, 1),), ELEM),
+    "slice": (lambda x: x[:, 1:5:2] * 2, lambda: (r(3, 7),), ELEM),
+    "slice_neg": (lambda x: x[..., -3:] + 1, lambda: (r(3, 7),), ELEM),
+    "select": (lambda x: x[:, 2] + 1, lambda: (r(3, 7),), ELEM),
+    "select_neg": (lambda x: x[-1] * 3, lambda: (r(3, 7),), ELEM),
+    "cat": (lambda x, y: torch.cat([x, y * 2], 1), lambda: (r(2, 3), r(2, 5)), ELEM),
+    "stack": (lambda x, y: torch.stack([x, y], 0) + 1, lambda: (r(2, 3), r(2, 3)), ELEM),
+    "split": (lambda x: [t * 2 for t in x.split(2, dim=1)], lambda: (r(3, 5),), ELEM),
+    "chunk_sizes": (lambda x: [t + 1 for t in torch.split(x, [1, 3], 0)], lambda: (r(4, 3),), ELEM),
+    "squeeze_unsqueeze": (lambda x: x.squeeze(1).unsqueeze(0) * 2, lambda: (r(3, 1, 4),), ELEM),
+    "flatten": (lambda x: x.flatten(1) + 1, lambda: (r(2, 3, 4),), ELEM),
+    "embedding": (F.embedding, lambda: (ints(2, 5, hi=7), r(7, 4)), EXACT),
+    "index_select": (lambda x, i: torch.index_select(x, 1, i), lambda: (r(3, 6), torch.tensor([0, 5, 2])), EXACT),
+    "gather": (lambda x, i: torch.gather(x, 1, i), lambda: (r(3, 6), ints(3, 4, hi=6)), EXACT),
+    "pad": (lambda x: F.pad(x, (1, 2, 0, 1), value=0.5), lambda: (r(2, 3, 4),), EXACT),
+    "arange": (lambda x: x + torch.arange(5), lambda: (r(3, 5),), ELEM),
+    "full": (lambda x: x * torch.full((3, 5), 2.0), lambda: (r(3, 5),), ELEM),
+    "to_dtype": (lambda x: (x * 10).to(torch.int64), lambda: (r(3, 5),), EXACT),
+    "to_float": (lambda i: i.float() * 0.5, lambda: (ints(3, 5),), ELEM),
+    # compute
+    "linear": (F.linear, lambda: (r(4, 8), r(6, 8), r(6)), GEMM),
+    "linear_3d": (F.linear, lambda: (r(2, 4, 8), r(6, 8), r(6)), GEMM),
+    "linear_nobias": (F.linear, lambda: (r(4, 8), r(6, 8)), GEMM),
+    "mm": (torch.mm, lambda: (r(4, 8), r(8, 3)), GEMM),
+    "bmm": (torch.bmm, lambda: (r(2, 4, 8), r(2, 8, 3)), GEMM),
+    "matmul_4d": (torch.matmul, lambda: (r(2, 3, 4, 8), r(2, 3, 8, 5)), GEMM),
+    "addmm_beta": (lambda b, x, y: torch.addmm(b, x, y, beta=0.5, alpha=2.0), lambda: (r(4, 3), r(4, 8), r(8, 3)), GEMM),
+    "conv2d": (lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1), lambda: (r(2, 3, 9, 9), r(4, 3, 3, 3), r(4)), GEMM),
+    "conv2d_nobias_dil": (lambda x, w: F.conv2d(x, w, None, padding=2, dilation=2), lambda: (r(1, 3, 8, 8), r(4, 3, 3, 3)), GEMM),
+    "conv2d_groups": (lambda x, w: F.conv2d(x, w, groups=2), lambda: (r(1, 4, 6, 6), r(6, 2, 3, 3)), GEMM),
+    "conv2d_depthwise": (lambda x, w: F.conv2d(x, w, groups=4, padding=1), lambda: (r(1, 4, 6, 6), r(4, 1, 3, 3)), GEMM),
+    "max_pool2d": (lambda x: F.max_pool2d(x, 3, 2, 1), lambda: (r(2, 3, 9, 9),), EXACT),
+    "max_pool2d_ceil": (lambda x: F.max_pool2d(x, 2, ceil_mode=True), lambda: (r(1, 2, 7, 7),), EXACT),
+    "avg_pool2d": (lambda x: F.avg_pool2d(x, 3, 2, 1), lambda: (r(2, 3, 9, 9),), RED),
+    "avg_pool2d_nopad": (lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), lambda: (r(1, 3, 8, 8),), RED),
+    "adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, (2, 3)), lambda: (r(2, 3, 8, 9),), RED),
+    "global_avg_pool": (lambda x: F.adaptive_avg_pool2d(x, 1), lambda: (r(2, 3, 8, 9),), RED),
+    "sdpa": (F.scaled_dot_product_attention, lambda: (r(2, 3, 5, 8), r(2, 3, 7, 8), r(2, 3, 7, 8)), GEMM),
+    # head dims of v != q/k: torch takes its math path (bmm, softmax, any, where) instead of sdpa
+    "sdpa_math_path": (F.scaled_dot_product_attention, lambda: (r(2, 3, 5, 8), r(2, 3, 7, 8), r(2, 3, 7, 4)), GEMM),
+    "any": (lambda x: (x > 1).any(-1), lambda: (r(4, 6),), EXACT),
+    "sdpa_causal": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                    lambda: (r(2, 3, 6, 8), r(2, 3, 6, 8), r(2, 3, 6, 8)), GEMM),
+    "sdpa_float_mask": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+                        lambda: (r(1, 2, 5, 8), r(1, 2, 5, 8), r(1, 2, 5, 8), r(1, 1, 5, 5)), GEMM),
+    "sdpa_bool_mask": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m > -1.0),
+                       lambda: (r(1, 2, 5, 8), r(1, 2, 5, 8), r(1, 2, 5, 8), r(1, 1, 5, 5)), GEMM),
+    "sdpa_scale": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=0.3),
+                   lambda: (r(1, 2, 5, 8), r(1, 2, 5, 8), r(1, 2, 5, 8)), GEMM),
+}
+
+
+def _compare(got, ref, tol):
+    rtol, atol = tol
+    if isinstance(ref, (list, tuple)):
+        assert len(got) == len(ref)
+        for g, e in zip(got, ref):
+            _compare(g, e, tol)
+        return
+    assert got.dtype == ref.dtype, (got.dtype, ref.dtype)
+    torch.testing.assert_close(got, ref, rtol=rtol, atol=atol, equal_nan=True)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_op_matches_eager(name):
+    fn, make_inputs, tol = CASES[name]
+    inputs = make_inputs()
+    with torch.no_grad():
+        ref = fn(*inputs)
+        compiled = torch.compile(fn, backend="updraft", fullgraph=True)
+        got = compiled(*inputs)
+        got2 = compiled(*inputs)  # second call: cached plan and output shapes
+    _compare(got, ref, tol)
+    _compare(got2, ref, tol)
+    rep = updraft.last_report()
+    assert rep is not None and rep.num_partitions >= 1, str(rep)
+    assert rep.num_fallback_compute == 0, str(rep)
+    assert all(p.status == "ok" for p in rep.partitions), str(rep)
+
+
+def test_noncontiguous_input():
+    x = torch.randn(6, 4)
+    fn = lambda a: torch.relu(a) * 2
+    with torch.no_grad():
+        got = torch.compile(fn, backend="updraft")(x.t())
+    torch.testing.assert_close(got, fn(x.t()), rtol=0, atol=0)
+    assert updraft.last_report().num_fallback_compute == 0
+
+
+def test_zero_size_and_scalar_inputs():
+    fn = lambda a, b: (a * 2 + b).sum(-1)
+    with torch.no_grad():
+        for a, b in [(torch.randn(0, 3), torch.randn(3)), (torch.randn(4, 3), torch.tensor(1.5))]:
+            torch._dynamo.reset()
+            torch.testing.assert_close(torch.compile(fn, backend="updraft")(a, b), fn(a, b), rtol=1e-5, atol=1e-5)
