@@ -19,13 +19,20 @@ if [ ! -x .venv/bin/python ]; then
 fi
 . .venv/bin/activate
 echo "[setup] installing Python dependencies (torch==2.13.0 CPU, oneDNN 3.2, nanobind, transformers, pytest)"
-python -m pip install -q --disable-pip-version-check \
-  torch==2.13.0 numpy transformers pytest expecttest \
+# pip's output goes to a log that is shown only when a step fails.
+pip_quiet() {
+  local log; log=$(mktemp)
+  if ! python -m pip install -q --disable-pip-version-check "$@" >"$log" 2>&1; then
+    grep -v "^WARNING: Location" "$log"; rm -f "$log"
+    echo "[setup] pip install failed (see above)"; exit 1
+  fi
+  rm -f "$log"
+}
+pip_quiet torch==2.13.0 numpy transformers pytest expecttest \
   nanobind scikit-build-core ninja cmake \
-  onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0 2>&1 | grep -v "^WARNING: Location" || true
+  onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0
 
 echo "[setup] building and installing updraft (engine, extension, C++ tests) into .venv"
-python -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
-  -Ccmake.define.UPDRAFT_BUILD_TESTS=ON . 2>&1 | grep -v "^WARNING: Location" || true
+pip_quiet --no-build-isolation --no-deps -Ccmake.define.UPDRAFT_BUILD_TESTS=ON .
 python -c "import updraft, updraft._C" || { echo "[setup] updraft failed to build or import"; exit 1; }
 echo "[setup] ready"

@@ -1,4 +1,11 @@
-"""The `updraft` command: `updraft --version`, `updraft ops`."""
+"""The `updraft` command.
+
+    updraft --version
+    updraft ops                              # the ops the engine implements
+    updraft explain --model mlp [--batch N]  # compile a zoo model, print what ran in the engine
+    updraft run --model resnet50 [--batch N] [--iters N] [--warmup N] [--inductor]
+                                             # python -m updraft.demo: check vs eager and time it
+"""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +13,7 @@ import sys
 from typing import Optional
 
 
-def _cmd_ops(args: argparse.Namespace) -> int:
+def _cmd_ops(args: argparse.Namespace, extra: list) -> int:
     from . import _C
 
     names = _C.op_names()
@@ -16,19 +23,72 @@ def _cmd_ops(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_model(name: str) -> bool:
+    from . import zoo  # imports torch: only for the commands that build a model
+
+    if name not in zoo.MODELS:
+        print(f"updraft: unknown model '{name}'; choose one of {', '.join(sorted(zoo.MODELS))}",
+              file=sys.stderr)
+        return False
+    return True
+
+
+def _cmd_explain(args: argparse.Namespace, extra: list) -> int:
+    import updraft
+
+    from . import zoo
+
+    if not _check_model(args.model):
+        return 2
+    model, inputs = zoo.build(args.model, batch=args.batch)
+    print(f"model {args.model} batch {args.batch}")
+    report = updraft.explain(model, *inputs)
+    print(report)
+    return 0 if report.graphs else 1
+
+
+def _cmd_run(args: argparse.Namespace, extra: list) -> int:
+    if not _check_model(args.model):
+        return 2
+    from . import demo
+
+    return demo.main(["--model", args.model, "--batch", str(args.batch)] + extra)
+
+
 def main(argv: Optional[list] = None) -> int:
     from . import __version__
 
     parser = argparse.ArgumentParser(prog="updraft", description="updraft torch.compile backend tools")
     parser.add_argument("--version", action="version", version=f"updraft {__version__}")
     sub = parser.add_subparsers(dest="command")
+
     p_ops = sub.add_parser("ops", help="list the ops the engine implements")
     p_ops.set_defaults(func=_cmd_ops)
-    args = parser.parse_args(argv)
+
+    model_help = "a model name from updraft.zoo, e.g. mlp (small) or resnet50"
+    p_explain = sub.add_parser(
+        "explain", help="compile a zoo model with updraft and print its report",
+        description="Builds a model from updraft.zoo (random weights), runs updraft.explain on it "
+                    "and prints the report: ops in the engine vs in PyTorch, and why.")
+    p_explain.add_argument("--model", required=True, metavar="NAME", help=model_help)
+    p_explain.add_argument("--batch", type=int, default=1)
+    p_explain.set_defaults(func=_cmd_explain)
+
+    p_run = sub.add_parser(
+        "run", help="run the demo on a zoo model: check against eager, time eager vs updraft",
+        description="Same as `python -m updraft.demo`; its other options (--iters, --warmup, "
+                    "--inductor) pass through.")
+    p_run.add_argument("--model", default="resnet50", metavar="NAME", help=model_help)
+    p_run.add_argument("--batch", type=int, default=1)
+    p_run.set_defaults(func=_cmd_run)
+
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "run":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return args.func(args)
+    return args.func(args, extra)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,373 @@
+"""Infrastructure of the front end's lowering: engine dtypes, `Unsupported`, metadata helpers,
+the `Lowerer` (one engine graph plus the map from FX nodes to engine values) and the op table.
+
+LOWERINGS maps an aten OpOverload to `fn(lw: Lowerer, node: fx.Node, a: dict) -> id | list[id | None]`,
+where `a` holds the node's arguments by schema name (defaults filled in). A function returns the
+engine value id of the node's result, or a list for nodes with several outputs (None marks an
+output the engine does not compute; a user of it makes the node unsupported). Functions raise
+`Unsupported(reason)` for argument combinations the engine cannot express.
+
+The table is filled by `register` in the per-family modules (lowering_elementwise,
+lowering_shape, lowering_nn); `updraft.lowering` imports them all, so import the table from
+there rather than from this module.
+
+The engine's contract is docs/ops.md. Binary engine ops need equal input dtypes, so every
+lowering casts its operands to the dtype PyTorch's type promotion gives (read from
+node.meta["val"]); `Lowerer.lower` then checks the result's dtype and static shape against the
+node's meta, so a wrong lowering turns into a fallback with a reason, never a wrong answer.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+from torch import fx
+
+aten = torch.ops.aten
+
+# torch dtype -> engine dtype name.
+DTYPES = {
+    torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
+    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8",
+    torch.uint8: "u8", torch.bool: "bool",
+}
+TORCH_DTYPES = {v: k for k, v in DTYPES.items()}
+
+class Unsupported(Exception):
+    """The engine cannot run this node; str(self) is the reason shown in reports."""
+
+
+def load_c():
+    from . import _C  # imported lazily: the pure-Python parts work without the extension
+    return _C
+
+
+# ---------------------------------------------------------------------------------------------
+# Metadata helpers
+
+
+def check_op(op: str, inputs: list, attrs: dict) -> str | None:
+    """C.check_op: None if the engine can run `op` on these (dtype, shape) inputs."""
+    C = load_c()
+    try:
+        return C.check_op(op, inputs, attrs)
+    except TypeError:
+        # Bindings built without nanobind's std::pair caster reject every call; then ask for the
+        # CPU kernel here, and Graph.add_node (called next) validates dtypes, shapes and attrs.
+        if hasattr(C, "has_cpu_kernel") and op in C.op_names() and not C.has_cpu_kernel(op):
+            return f"the engine has no CPU kernel for {op}"
+        return None
+
+
+def meta(arg: Any) -> Any:
+    """The FakeTensor / SymInt / list that an FX node produces, or the Python value itself."""
+    if isinstance(arg, fx.Node):
+        return arg.meta.get("val", arg.meta.get("example_value"))
+    return arg
+
+
+def engine_dtype(dtype: torch.dtype) -> str:
+    name = DTYPES.get(dtype)
+    if name is None:
+        raise Unsupported(f"dtype {dtype} has no engine equivalent")
+    return name
+
+
+def engine_dim(d: Any) -> int | str:
+    """An int, or the text of a dynamic dim (a symbol such as s0, or an expression)."""
+    if isinstance(d, int):
+        return d
+    if isinstance(d, torch.SymInt):
+        expr = d.node.expr
+        if getattr(expr, "is_Integer", False):
+            return int(expr)
+        # A symbol (s0) or an expression of symbols (s0*s1): the engine keeps either as a
+        # symbolic dim and binds it from the input's actual size at prepare().
+        return str(expr).replace(" ", "")
+    raise Unsupported(f"dim {d!r} is not an int")
+
+
+def tensor_type(val: Any) -> tuple[str, list]:
+    """(engine dtype, engine shape) of a FakeTensor, after checking the engine can hold it."""
+    if not isinstance(val, torch.Tensor):
+        raise Unsupported(f"value is a {type(val).__name__}, not a tensor")
+    if val.device.type != "cpu":
+        raise Unsupported(f"tensor on device {val.device}; the engine runs on the CPU")
+    if val.layout != torch.strided:
+        raise Unsupported(f"tensor layout {val.layout}; the engine takes dense tensors")
+    if val.is_quantized:
+        raise Unsupported("quantized tensor")
+    if val.is_complex():
+        raise Unsupported(f"complex dtype {val.dtype}")
+    return engine_dtype(val.dtype), [engine_dim(d) for d in val.shape]
+
+
+def static_int(v: Any, what: str) -> int:
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v
+    if isinstance(v, torch.SymInt):
+        expr = v.node.expr
+        if getattr(expr, "is_Integer", False):
+            return int(expr)
+        raise Unsupported(f"{what} is dynamic ({expr}); the engine needs it static")
+    raise Unsupported(f"{what} must be an int, got {v!r}")
+
+
+def static_or_none(d: Any) -> int | None:
+    if isinstance(d, int):
+        return d
+    if isinstance(d, torch.SymInt) and getattr(d.node.expr, "is_Integer", False):
+        return int(d.node.expr)
+    return None
+
+
+def static_ints(vs: Any, what: str) -> list[int]:
+    return [static_int(v, what) for v in vs]
+
+
+def shape_of(val: torch.Tensor) -> list:
+    return list(val.shape)
+
+
+def bind_args(node: fx.Node) -> dict[str, Any]:
+    """The node's arguments by schema name, defaults filled in."""
+    schema = node.target._schema
+    out: dict[str, Any] = {}
+    for i, arg in enumerate(schema.arguments):
+        if i < len(node.args) and not arg.kwarg_only:
+            out[arg.name] = node.args[i]
+        elif arg.name in node.kwargs:
+            out[arg.name] = node.kwargs[arg.name]
+        elif arg.has_default_value():
+            out[arg.name] = arg.default_value
+        else:
+            out[arg.name] = None
+    return out
+
+
+def result_dtype(*operands: Any) -> torch.dtype:
+    """torch's type promotion for these operands (FakeTensors, nodes or Python scalars)."""
+    probes = []
+    for o in operands:
+        m = meta(o)
+        if isinstance(m, torch.Tensor):
+            probes.append(torch.empty([1] * min(m.dim(), 1), dtype=m.dtype))
+        elif isinstance(m, (bool, int, float)):
+            probes.append(m)
+        elif isinstance(m, torch.SymInt):
+            probes.append(1)
+        elif isinstance(m, torch.SymFloat):
+            probes.append(1.0)
+        else:
+            raise Unsupported(f"operand {o!r} has no dtype")
+    if len(probes) == 1:
+        p = probes[0]
+        return p.dtype if isinstance(p, torch.Tensor) else torch.tensor(p).dtype
+    dt = torch.result_type(probes[0], probes[1])
+    for p in probes[2:]:
+        dt = torch.result_type(torch.empty((), dtype=dt), p)
+    return dt
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+# The lowerer: owns one engine graph and the map from FX nodes to engine values.
+
+
+class Lowerer:
+    """Emits engine nodes for FX nodes into `graph` (a C.Graph).
+
+    Nodes are lowered on demand (`value(node)`): a node no engine op consumes is never emitted,
+    which lets e.g. addmm(b, x, permute(w)) become linear(x, w) without a dead transpose.
+    In check mode (`check=True`) any node that is not bound yet becomes a graph input typed by
+    its meta, so one node can be tested alone.
+    """
+
+    def __init__(self, graph: Any, check: bool = False) -> None:
+        self.g = graph
+        self.check = check
+        self.env: dict[fx.Node, Any] = {}
+        self._scalars: dict[tuple, int] = {}
+        self._n_consts = 0
+        self._n_inputs = 0
+
+    # -- binding values
+    def bind_input(self, node: fx.Node, name: str | None = None) -> int:
+        dtype, shape = tensor_type(meta(node))
+        try:
+            vid = self.g.add_input(name or f"in{self._n_inputs}", dtype, shape)
+        except load_c().UpdraftError as e:
+            raise Unsupported(f"input {node.name} {dtype}{shape}: {e}") from None
+        self._n_inputs += 1
+        self.env[node] = vid
+        return vid
+
+    def constant(self, t: torch.Tensor, name: str | None = None) -> int:
+        t = t.detach()
+        if t.device.type != "cpu":
+            raise Unsupported(f"constant on device {t.device}")
+        if not t.is_contiguous():
+            t = t.contiguous()
+        vid = self.g.add_constant(name or f"const{self._n_consts}", t)
+        self._n_consts += 1
+        return vid
+
+    def scalar(self, value: Any, dtype: torch.dtype) -> int:
+        """A 0-d constant of `dtype`, shared between uses."""
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            raise Unsupported(f"scalar {value} is dynamic")
+        key = (type(value), value, dtype)
+        if isinstance(value, float) and math.isnan(value):
+            key = ("nan", dtype)
+        vid = self._scalars.get(key)
+        if vid is None:
+            vid = self.constant(torch.tensor(value, dtype=dtype))
+            self._scalars[key] = vid
+        return vid
+
+    # -- reading values
+    def value(self, arg: Any) -> int:
+        """Engine id of a tensor-valued FX node, lowering it first if needed."""
+        if not isinstance(arg, fx.Node):
+            raise Unsupported(f"expected a tensor, got {type(arg).__name__} {arg!r}")
+        vid = self.env.get(arg)
+        if vid is None:
+            if self.check or arg.op != "call_function":
+                if not self.check:
+                    raise Unsupported(f"value {arg.name} is not bound in the engine graph")
+                return self.bind_input(arg)
+            vid = self.lower(arg)
+        if isinstance(vid, list):
+            raise Unsupported(f"{arg.name} has several outputs; expected one tensor")
+        return vid
+
+    def operand(self, arg: Any, dtype: torch.dtype) -> int:
+        """A tensor node cast to `dtype`, or a Python scalar as a 0-d constant of `dtype`."""
+        if isinstance(arg, fx.Node):
+            return self.cast(self.value(arg), dtype)
+        if isinstance(arg, (bool, int, float)):
+            return self.scalar(arg, dtype)
+        raise Unsupported(f"operand {arg!r} is neither a tensor nor a number")
+
+    def vtype(self, vid: int) -> tuple[str, list]:
+        dt, shape = self.g.value_type(vid)
+        return dt, list(shape)
+
+    def dtype_of(self, vid: int) -> torch.dtype:
+        return TORCH_DTYPES[self.vtype(vid)[0]]
+
+    # -- emitting
+    def emit(self, op: str, inputs: list[int], **attrs: Any) -> list[int]:
+        C = load_c()
+        types = [self.g.value_type(i) for i in inputs]
+        reason = check_op(op, [(d, list(s)) for d, s in types], attrs)
+        if reason is not None:
+            raise Unsupported(f"engine op {op}: {reason}")
+        try:
+            return list(self.g.add_node(op, list(inputs), attrs))
+        except C.UpdraftError as e:
+            raise Unsupported(f"engine op {op}: {e}") from None
+
+    def emit1(self, op: str, inputs: list[int], **attrs: Any) -> int:
+        return self.emit(op, inputs, **attrs)[0]
+
+    def cast(self, vid: int, dtype: torch.dtype) -> int:
+        if self.dtype_of(vid) == dtype:
+            return vid
+        return self.emit1("cast", [vid], dtype=engine_dtype(dtype))
+
+    def reshape(self, vid: int, shape: list) -> int:
+        """Reshape to `shape` (ints or SymInts); at most one dynamic dim (it becomes -1)."""
+        cur = self.vtype(vid)[1]
+        target: list[int] = []
+        dynamic = 0
+        for d in shape:
+            if static_or_none(d) is not None:
+                target.append(static_or_none(d))
+            else:
+                dynamic += 1
+                target.append(-1)
+        if dynamic > 1:
+            raise Unsupported("reshape to a shape with more than one dynamic dim")
+        if target == cur:
+            return vid
+        return self.emit1("reshape", [vid], shape=target)
+
+    # -- one node
+    def lower(self, node: fx.Node) -> Any:
+        """Lowers one call_function node; returns its id (or list of ids) and records it."""
+        fn = LOWERINGS.get(node.target)
+        if fn is None:
+            raise Unsupported(f"no lowering for {op_name(node)}")
+        out = fn(self, node, bind_args(node) if hasattr(node.target, "_schema") else {})
+        out = self._conform(node, out)
+        self.env[node] = out
+        return out
+
+    def _conform(self, node: fx.Node, out: Any) -> Any:
+        """Casts results to the node's dtype; rejects a static shape that disagrees with torch."""
+        val = meta(node)
+        if isinstance(out, list):
+            if not isinstance(val, (list, tuple)) or len(val) != len(out):
+                raise Unsupported(f"{op_name(node)}: lowering returned {len(out)} outputs")
+            return [None if o is None else self._conform_one(node, o, v) for o, v in zip(out, val)]
+        return self._conform_one(node, out, val)
+
+    def _conform_one(self, node: fx.Node, vid: int, val: Any) -> int:
+        if not isinstance(val, torch.Tensor):
+            raise Unsupported(f"{op_name(node)} produces {type(val).__name__}, not a tensor")
+        want_dt, want_shape = tensor_type(val)
+        got_dt, got_shape = self.vtype(vid)
+        if len(got_shape) != len(want_shape) or any(
+                isinstance(w, int) and isinstance(g, int) and w != g for w, g in zip(want_shape, got_shape)):
+            raise Unsupported(
+                f"{op_name(node)}: engine shape {got_shape} differs from torch's {want_shape}")
+        if got_dt != want_dt:
+            vid = self.emit1("cast", [vid], dtype=want_dt)
+        return vid
+
+
+def op_name(node: fx.Node) -> str:
+    t = node.target
+    if isinstance(t, torch._ops.OpOverload):
+        return f"aten.{t._schema.name.split('::')[-1]}.{t._overloadname}" if t.namespace == "aten" \
+            else str(t)
+    if getattr(t, "__module__", None) in ("_operator", "operator"):
+        return f"operator.{t.__name__}"
+    return getattr(t, "__name__", str(t))
+
+
+# ---------------------------------------------------------------------------------------------
+# The op table, filled by the `register` decorator in the lowering_* modules.
+
+LOWERINGS: dict[Any, Callable] = {}
+
+
+def register(*targets: Any) -> Callable:
+    def deco(fn: Callable) -> Callable:
+        for t in targets:
+            LOWERINGS[t] = fn
+        return fn
+    return deco
+
+
+# Node helpers shared by the lowering rules.
+
+
+def out_dtype(node: fx.Node) -> torch.dtype:
+    val = meta(node)
+    if isinstance(val, (list, tuple)):
+        val = val[0]
+    return val.dtype
+
+
+def rank_of(node: fx.Node) -> int:
+    return meta(node).dim()
+
+
+def norm_dim(d: int, rank: int) -> int:
+    return d + rank if d < 0 else d

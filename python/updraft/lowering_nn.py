@@ -1,0 +1,300 @@
+"""Lowerings of reductions, normalisations (softmax, layer/batch norm) and the heavy compute
+ops: matmul/linear, convolution, attention, pooling."""
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import torch
+from torch import fx
+
+from .lowerer import (LOWERINGS, Lowerer, Unsupported, aten, meta, norm_dim, op_name, out_dtype,
+                      rank_of, register, static_int, static_ints)
+
+
+# -- reductions
+def _dims(dim: Any, rank: int) -> list[int]:
+    if dim is None:
+        return []
+    if isinstance(dim, int):
+        dim = [dim]
+    return [norm_dim(d, rank) for d in dim]
+
+
+def _reduce(op: str, cast_input: bool = True) -> Callable:
+    def fn(lw, node, a):
+        x_node = a["self"]
+        rank = rank_of(x_node)
+        dims = _dims(a.get("dim"), rank)
+        x = lw.value(x_node)
+        if cast_input:
+            x = lw.cast(x, out_dtype(node))
+        if rank == 0:
+            return x
+        return lw.emit1(op, [x], dims=dims, keepdim=bool(a.get("keepdim", False)))
+    return fn
+
+
+LOWERINGS[aten.sum.dim_IntList] = _reduce("sum")
+LOWERINGS[aten.sum.default] = _reduce("sum")
+LOWERINGS[aten.mean.dim] = _reduce("mean")
+LOWERINGS[aten.mean.default] = _reduce("mean")
+LOWERINGS[aten.amax.default] = _reduce("amax", cast_input=False)
+LOWERINGS[aten.amin.default] = _reduce("amin", cast_input=False)
+
+
+@register(aten.any.dim, aten.any.dims, aten.any.default)
+def _any(lw, node, a):
+    # any(x) = amax(x != 0 as f32) > 0: the engine has no boolean reduction.
+    rank = rank_of(a["self"])
+    flags = lw.cast(lw.cast(lw.value(a["self"]), torch.bool), torch.float32)
+    if rank == 0:
+        return lw.cast(flags, torch.bool)
+    m = lw.emit1("amax", [flags], dims=_dims(a.get("dim"), rank), keepdim=bool(a.get("keepdim", False)))
+    return lw.cast(m, torch.bool)
+
+
+@register(aten.prod.dim_int)
+def _prod(lw, node, a):
+    x = lw.cast(lw.value(a["self"]), out_dtype(node))
+    if rank_of(a["self"]) == 0:
+        return x
+    return lw.emit1("prod", [x], dims=[norm_dim(a["dim"], rank_of(a["self"]))], keepdim=bool(a["keepdim"]))
+
+
+@register(aten.argmax.default, aten.argmin.default)
+def _argmax(lw, node, a):
+    op = "argmax" if node.target is aten.argmax.default else "argmin"
+    x = lw.value(a["self"])
+    dim, keepdim = a["dim"], bool(a["keepdim"])
+    if dim is None:
+        if keepdim and rank_of(a["self"]) > 0:
+            raise Unsupported(f"{op} over all dims with keepdim=True")
+        x = lw.emit1("reshape", [x], shape=[-1])
+        dim = 0
+    return lw.emit1(op, [x], dim=dim, keepdim=keepdim)
+
+
+@register(aten.var.correction)
+def _var(lw, node, a):
+    rank = rank_of(a["self"])
+    x = lw.cast(lw.value(a["self"]), out_dtype(node))
+    corr = a["correction"]
+    return lw.emit1("var", [x], dims=_dims(a["dim"], rank),
+                    correction=1.0 if corr is None else float(corr), keepdim=bool(a["keepdim"]))
+
+
+@register(aten.cumsum.default)
+def _cumsum(lw, node, a):
+    x = lw.cast(lw.value(a["self"]), out_dtype(node))
+    return lw.emit1("cumsum", [x], dim=norm_dim(a["dim"], rank_of(a["self"])))
+
+
+# -- normalisations
+@register(aten._softmax.default, aten._log_softmax.default)
+def _softmax(lw, node, a):
+    if a["half_to_float"]:
+        raise Unsupported("softmax with half_to_float=True")
+    op = "softmax" if node.target is aten._softmax.default else "log_softmax"
+    return lw.emit1(op, [lw.value(a["self"])], dim=norm_dim(a["dim"], rank_of(a["self"])))
+
+
+def _only_output0(node: fx.Node) -> None:
+    """Multi-output norms/pools: the engine computes output 0 only."""
+    for user in node.users:
+        if user.target is not operator.getitem or user.args[1] != 0:
+            raise Unsupported(f"{op_name(node)}: only output 0 is computed by the engine, "
+                              f"but {user.name} uses more")
+
+
+@register(aten.native_layer_norm.default)
+def _layer_norm(lw, node, a):
+    _only_output0(node)
+    dt = out_dtype(node)
+    x = lw.value(a["input"])
+    ins = [x]
+    w, b = a["weight"], a["bias"]
+    if w is not None:
+        ins.append(lw.operand(w, dt))
+    if b is not None:
+        ins.append(lw.operand(b, dt))
+    y = lw.emit1("layer_norm", ins, normalized_ndim=len(a["normalized_shape"]), eps=float(a["eps"]),
+                 has_weight=w is not None, has_bias=b is not None)
+    return [y, None, None]
+
+
+def _batch_norm(lw, node, x, w, b, mean, var, eps):
+    _only_output0(node)
+    dt = out_dtype(node)
+    ins = [lw.value(x), lw.operand(mean, dt), lw.operand(var, dt)]
+    if w is not None:
+        ins.append(lw.operand(w, dt))
+    if b is not None:
+        ins.append(lw.operand(b, dt))
+    y = lw.emit1("batch_norm", ins, eps=float(eps), has_weight=w is not None, has_bias=b is not None)
+    return [y, None, None]
+
+
+@register(aten._native_batch_norm_legit_no_training.default)
+def _bn_no_training(lw, node, a):
+    return _batch_norm(lw, node, a["input"], a["weight"], a["bias"], a["running_mean"],
+                       a["running_var"], a["eps"])
+
+
+@register(aten.native_batch_norm.default)
+def _native_bn(lw, node, a):
+    if a["training"]:
+        raise Unsupported("batch_norm in training mode (batch statistics)")
+    return _batch_norm(lw, node, a["input"], a["weight"], a["bias"], a["running_mean"],
+                       a["running_var"], a["eps"])
+
+
+# -- compute
+def _is_transpose_2d(arg: Any) -> bool:
+    """arg is permute(w, [1, 0]) / t(w) of a 2-d tensor (the weight of a linear layer)."""
+    if not isinstance(arg, fx.Node) or arg.op != "call_function":
+        return False
+    if arg.target is aten.t.default:
+        return meta(arg.args[0]).dim() == 2
+    if arg.target is aten.permute.default:
+        return meta(arg.args[0]).dim() == 2 and list(arg.args[1]) in ([1, 0], [-1, -2], [1, -2], [-1, 0])
+    return False
+
+
+def _mm(lw: Lowerer, node: fx.Node, a_arg: Any, b_arg: Any, bias: Any = None) -> int:
+    """a @ b (+ bias [N]) as linear when b is a transposed 2-d weight, else matmul."""
+    dt = out_dtype(node)
+    a = lw.operand(a_arg, dt)
+    extra = []
+    if bias is not None:
+        extra.append(bias)
+    if _is_transpose_2d(b_arg):
+        w = lw.operand(b_arg.args[0], dt)
+        return lw.emit1("linear", [a, w] + extra, has_bias=bias is not None)
+    return lw.emit1("matmul", [a, lw.operand(b_arg, dt)] + extra, has_bias=bias is not None)
+
+
+@register(aten.mm.default, aten.bmm.default)
+def _mm_bmm(lw, node, a):
+    return _mm(lw, node, a["self"], a["mat2"])
+
+
+@register(aten.matmul.default)
+def _matmul(lw, node, a):
+    dt = out_dtype(node)
+    return lw.emit1("matmul", [lw.operand(a["self"], dt), lw.operand(a["other"], dt)])
+
+
+@register(aten.addmm.default)
+def _addmm(lw, node, a):
+    dt = out_dtype(node)
+    bias_node, beta, alpha = a["self"], a["beta"], a["alpha"]
+    out_shape = list(meta(node).shape)
+    bias_meta = meta(bias_node)
+    if alpha != 1:
+        y = _mm(lw, node, a["mat1"], a["mat2"])
+        y = lw.emit1("mul", [y, lw.scalar(alpha, dt)])
+    else:
+        y = None
+    bias = lw.operand(bias_node, dt)
+    if beta != 1:
+        bias = lw.emit1("mul", [bias, lw.scalar(beta, dt)])
+    if beta == 0:
+        return y if y is not None else _mm(lw, node, a["mat1"], a["mat2"])
+    if y is None and isinstance(bias_meta, torch.Tensor) and bias_meta.dim() >= 1 \
+            and list(bias_meta.shape)[-1:] == out_shape[-1:] and all(d == 1 for d in bias_meta.shape[:-1]):
+        bias = lw.reshape(bias, [out_shape[-1]])
+        return _mm(lw, node, a["mat1"], a["mat2"], bias=bias)
+    if y is None:
+        y = _mm(lw, node, a["mat1"], a["mat2"])
+    return lw.emit1("add", [y, bias])
+
+
+def _pair(v: Any, what: str) -> list[int]:
+    v = static_ints([v] if isinstance(v, int) else v, what)
+    return v * 2 if len(v) == 1 else v
+
+
+@register(aten.convolution.default)
+def _convolution(lw, node, a):
+    if a["transposed"]:
+        raise Unsupported("transposed convolution")
+    if rank_of(a["input"]) != 4:
+        raise Unsupported(f"{rank_of(a['input']) - 2}-d convolution; the engine has conv2d only")
+    dt = out_dtype(node)
+    ins = [lw.operand(a["input"], dt), lw.operand(a["weight"], dt)]
+    if a["bias"] is not None:
+        ins.append(lw.operand(a["bias"], dt))
+    return lw.emit1("conv2d", ins, stride=_pair(a["stride"], "stride"),
+                    padding=_pair(a["padding"], "padding"), dilation=_pair(a["dilation"], "dilation"),
+                    groups=static_int(a["groups"], "groups"), has_bias=a["bias"] is not None)
+
+
+def _sdpa(lw, node, q, k, v, mask, dropout_p, is_causal, scale, gqa=False) -> int:
+    if dropout_p:
+        raise Unsupported("attention with dropout_p > 0")
+    if gqa:
+        raise Unsupported("attention with enable_gqa=True")
+    dt = out_dtype(node)
+    ins = [lw.operand(q, dt), lw.operand(k, dt), lw.operand(v, dt)]
+    if mask is not None:
+        mdt = meta(mask).dtype
+        ins.append(lw.value(mask) if mdt == torch.bool else lw.operand(mask, dt))
+    return lw.emit1("sdpa", ins, is_causal=bool(is_causal), scale=float(scale or 0.0),
+                    has_mask=mask is not None)
+
+
+@register(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def _sdpa_flash_cpu(lw, node, a):
+    _only_output0(node)
+    y = _sdpa(lw, node, a["query"], a["key"], a["value"], a["attn_mask"], a["dropout_p"],
+              a["is_causal"], a["scale"])
+    return [y, None]
+
+
+@register(aten._scaled_dot_product_efficient_attention.default)
+def _sdpa_efficient(lw, node, a):
+    _only_output0(node)
+    y = _sdpa(lw, node, a["query"], a["key"], a["value"], a["attn_bias"], a["dropout_p"],
+              a["is_causal"], a["scale"])
+    return [y, None, None, None]
+
+
+@register(aten.scaled_dot_product_attention.default)
+def _sdpa_plain(lw, node, a):
+    return _sdpa(lw, node, a["query"], a["key"], a["value"], a["attn_mask"], a["dropout_p"],
+                 a["is_causal"], a["scale"], a["enable_gqa"])
+
+
+@register(aten.max_pool2d_with_indices.default)
+def _max_pool(lw, node, a):
+    _only_output0(node)
+    if rank_of(a["self"]) != 4:
+        raise Unsupported("max_pool2d on a 3-d (unbatched) input")
+    kernel = _pair(a["kernel_size"], "kernel_size")
+    stride = _pair(a["stride"], "stride") if a["stride"] else kernel
+    y = lw.emit1("max_pool2d", [lw.value(a["self"])], kernel=kernel, stride=stride,
+                 padding=_pair(a["padding"], "padding"), dilation=_pair(a["dilation"], "dilation"),
+                 ceil_mode=bool(a["ceil_mode"]))
+    return [y, None]
+
+
+@register(aten.avg_pool2d.default)
+def _avg_pool(lw, node, a):
+    if a["divisor_override"] is not None:
+        raise Unsupported("avg_pool2d with divisor_override")
+    if rank_of(a["self"]) != 4:
+        raise Unsupported("avg_pool2d on a 3-d (unbatched) input")
+    kernel = _pair(a["kernel_size"], "kernel_size")
+    stride = _pair(a["stride"], "stride") if a["stride"] else kernel
+    return lw.emit1("avg_pool2d", [lw.value(a["self"])], kernel=kernel, stride=stride,
+                    padding=_pair(a["padding"], "padding"), ceil_mode=bool(a["ceil_mode"]),
+                    count_include_pad=bool(a["count_include_pad"]))
+
+
+@register(aten._adaptive_avg_pool2d.default)
+def _adaptive_avg_pool(lw, node, a):
+    if rank_of(a["self"]) != 4:
+        raise Unsupported("adaptive_avg_pool2d on a 3-d (unbatched) input")
+    return lw.emit1("adaptive_avg_pool2d", [lw.value(a["self"])],
+                    output_size=_pair(a["output_size"], "output_size"))
