@@ -15,13 +15,10 @@ import platform
 import statistics
 import sys
 import time
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))  # run from a checkout too
-import updraft  # noqa: E402
-from updraft import zoo  # noqa: E402
+import updraft  # the installed package (bash scripts/setup.sh), which carries the engine
+from updraft import zoo
 
 
 def _tensor(out):

@@ -122,6 +122,20 @@ def compile_inference(gm: fx.GraphModule, config: CompilerConfig, report: GraphR
     return CompiledGraph(gm, parts, frozen)
 
 
+def _record_all_in_pytorch(gm: fx.GraphModule, graph_report: GraphReport, reason: str) -> None:
+    """The whole graph runs in PyTorch: every op is a fallback, with `reason`."""
+    from .lowering import is_compute, op_name
+
+    graph_report.note = reason
+    # Anything partitioning recorded before the failure no longer runs in the engine.
+    graph_report.engine_ops.clear()
+    graph_report.engine_compute = 0
+    graph_report.partitions.clear()
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            graph_report.add_fallback(op_name(n), reason, is_compute(n))
+
+
 def _make_compilers(config: CompilerConfig) -> dict:
     rep = report_for_new_graph()
 
@@ -132,20 +146,15 @@ def _make_compilers(config: CompilerConfig) -> dict:
         except Exception as e:
             if not config.fallback:
                 raise
-            graph_report.note = f"compile failed, graph runs in PyTorch: {type(e).__name__}: {e}"
+            _record_all_in_pytorch(gm, graph_report,
+                                   f"compile failed, graph runs in PyTorch: {type(e).__name__}: {e}")
             warn_once(f"[updraft.backend] compiling a graph failed ({type(e).__name__}: {e}); "
                       "running it in PyTorch. Set CompilerConfig(fallback=False) to raise instead.")
             return _boxed(gm.forward)
 
     def training_compiler(kind: str) -> Callable:
         def compiler(gm: fx.GraphModule, example_inputs: list) -> Callable:
-            graph_report = rep.new_graph(kind)
-            graph_report.note = _TRAINING_NOTE
-            from .lowering import is_compute, op_name
-
-            for n in gm.graph.nodes:
-                if n.op == "call_function":
-                    graph_report.add_fallback(op_name(n), _TRAINING_NOTE, is_compute(n))
+            _record_all_in_pytorch(gm, rep.new_graph(kind), _TRAINING_NOTE)
             return _boxed(gm.forward)
         return compiler
 

@@ -256,3 +256,22 @@ def test_eager_view_of_engine_output_with_other_strides():
             torch.testing.assert_close(compiled(ids).last_hidden_state, model(ids).last_hidden_state,
                                        rtol=1e-4, atol=1e-4)
     assert updraft.last_report().num_partitions >= 1
+
+
+def test_whole_graph_compile_failure_is_reported_as_fallback(monkeypatch):
+    """If partitioning itself fails, the graph runs in PyTorch and the report says so per op."""
+    from updraft import backend
+
+    def broken_partition(*args, **kwargs):
+        raise RuntimeError("simulated partitioner failure")
+
+    monkeypatch.setattr(backend, "partition_graph", broken_partition)
+    fn = lambda x: torch.relu(x @ x.T)
+    x = torch.randn(4, 4)
+    with torch.no_grad(), warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        got = torch.compile(fn, backend="updraft")(x)
+    torch.testing.assert_close(got, fn(x))
+    rep = updraft.last_report()
+    assert rep.num_engine_compute == 0 and rep.num_fallback_compute >= 2, str(rep)
+    assert any("simulated partitioner failure" in r for rs in rep.reasons.values() for r in rs), str(rep)
