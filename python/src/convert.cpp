@@ -3,6 +3,8 @@
 #include <nanobind/stl/string.h>
 
 #include "core/error.h"
+#include "ir/op_table.h"
+#include "ir/text.h"
 
 namespace updraft::py {
 
@@ -46,13 +48,28 @@ TensorView view_of(const AnyArray& a) {
   return v;
 }
 
+// A size written by the front end: an int, or text in the IR's dim syntax ("s0", "s0*12",
+// "(s0*s1)//2"), parsed with the text IR's dim parser so "s0*12" is an expression over s0 and
+// not one opaque symbol.
+static Dim dim_from_py(nb::handle h, const char* where) {
+  if (nb::isinstance<nb::bool_>(h))
+    throw Error("bindings", std::string(where) + " entries must be int or str, got a bool");
+  if (nb::isinstance<nb::int_>(h)) return Dim(nb::cast<int64_t>(h));
+  if (nb::isinstance<nb::str>(h)) {
+    std::string text = nb::cast<std::string>(h);
+    try {
+      return parse_dim(text);
+    } catch (const Error& e) {
+      throw Error("bindings", std::string(where) + " entry '" + text +
+                                  "' is not a size expression (an int, a symbol like s0, or e.g. s0*12): " + e.what());
+    }
+  }
+  throw Error("bindings", std::string(where) + " entries must be int or str (a symbol like s0 or an expression like s0*12)");
+}
+
 Shape shape_from_py(const nb::list& dims) {
   Shape s;
-  for (nb::handle h : dims) {
-    if (nb::isinstance<nb::str>(h)) s.push_back(Dim::sym(nb::cast<std::string>(h)));
-    else if (nb::isinstance<nb::int_>(h)) s.push_back(Dim(nb::cast<int64_t>(h)));
-    else throw Error("bindings", "shape entries must be int or str (a symbol name)");
-  }
+  for (nb::handle h : dims) s.push_back(dim_from_py(h, "shape"));
   return s;
 }
 
@@ -65,11 +82,32 @@ nb::list shape_to_py(const Shape& s) {
   return out;
 }
 
-Attrs attrs_from_py(const nb::dict& d) {
+Attrs attrs_from_py(const nb::dict& d, const std::string& op) {
+  // Symbolic specs (reshape/expand shape, slice start/end) take sizes written as text; which
+  // attributes those are comes from the op table, so a str elsewhere stays a string attr.
+  const OpDef* def = op.empty() ? nullptr : OpTable::get().find(op);
+  auto spec_kind = [&](const std::string& key) -> int {
+    if (def)
+      for (const AttrSpec& s : def->attrs)
+        if (s.name == key) return static_cast<int>(s.kind);
+    return -1;
+  };
   Attrs attrs;
   for (auto [k, v] : d) {
     std::string key = nb::cast<std::string>(k);
     // bool is a subclass of int in Python: test it first.
+    const int kind = spec_kind(key);
+    if (kind == static_cast<int>(Attr::Kind::Sym) && (nb::isinstance<nb::str>(v) || nb::isinstance<nb::int_>(v)) &&
+        !nb::isinstance<nb::bool_>(v)) {
+      attrs[key] = Attr::from_dim(dim_from_py(v, ("attribute '" + key + "'").c_str()));
+      continue;
+    }
+    if (kind == static_cast<int>(Attr::Kind::Dims) && (nb::isinstance<nb::list>(v) || nb::isinstance<nb::tuple>(v))) {
+      Shape dims;
+      for (nb::handle e : nb::borrow<nb::sequence>(v)) dims.push_back(dim_from_py(e, ("attribute '" + key + "'").c_str()));
+      attrs[key] = Attr::from_dims(dims);
+      continue;
+    }
     if (nb::isinstance<nb::bool_>(v)) attrs[key] = Attr(nb::cast<bool>(v));
     else if (nb::isinstance<nb::int_>(v)) attrs[key] = Attr(nb::cast<int64_t>(v));
     else if (nb::isinstance<nb::float_>(v)) attrs[key] = Attr(nb::cast<double>(v));

@@ -17,8 +17,10 @@ using AnyArray = nb::ndarray<nb::device::cpu>;
 
 DType dtype_from_dlpack(nb::dlpack::dtype dt);  // throws Error("bindings", ...) for complex etc.
 TensorView view_of(const AnyArray& a);          // zero-copy; strides in elements
-Shape shape_from_py(const nb::list& dims);      // ints and symbol names
-nb::list shape_to_py(const Shape& s);
-Attrs attrs_from_py(const nb::dict& d);
+Shape shape_from_py(const nb::list& dims);      // ints and size text ("s0", "s0*12")
+nb::list shape_to_py(const Shape& s);           // ints, and Dim::str() for symbolic dims
+// `op` (when given) says which attributes are symbolic sizes (Dims/Sym specs), which then take
+// ints mixed with size text: {"shape": ["s0", "s1", 12, 64]}, {"end": "s1"}.
+Attrs attrs_from_py(const nb::dict& d, const std::string& op = "");
 
 }  // namespace updraft::py

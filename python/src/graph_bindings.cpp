@@ -54,7 +54,7 @@ void bind_graph(nb::module_& m) {
            [](GraphHandle& h, const std::string& op, const std::vector<int>& inputs, const nb::dict& attrs) {
              std::vector<Value*> ins;
              for (int id : inputs) ins.push_back(h.value(id));
-             Node* n = h.get().add_node(op, std::move(ins), attrs_from_py(attrs));
+             Node* n = h.get().add_node(op, std::move(ins), attrs_from_py(attrs, op));
              std::vector<int> outs;
              for (Value* v : n->outputs) outs.push_back(v->id);
              return outs;

@@ -19,7 +19,7 @@ node's meta, so a wrong lowering turns into a fallback with a reason, never a wr
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 from torch import fx
@@ -74,17 +74,80 @@ def engine_dtype(dtype: torch.dtype) -> str:
     return name
 
 
+def sym_expr(d: Any) -> Any:
+    """The sympy expression of a size (an int, a SymInt, or an FX node producing a SymInt)."""
+    import sympy
+
+    d = meta(d)
+    if isinstance(d, bool):
+        raise Unsupported(f"size {d!r} is a bool")
+    if isinstance(d, int):
+        return sympy.Integer(d)
+    if isinstance(d, torch.SymInt):
+        return d.node.expr
+    raise Unsupported(f"size {d!r} is not an int")
+
+
+def dim_text(expr: Any, rename: Optional[dict] = None) -> int | str:
+    """A sympy size as the engine's dim syntax (docs: src/ir/text.h): an int, or text such as
+    "s0", "(s0*s1)", "((s1+1)//2)" that the bindings parse into a Dim expression.
+
+    `rename` maps sub-expressions to engine symbol names (opaque input dims, see Lowerer).
+    Raises Unsupported for operations the engine's Dim has no form of.
+    """
+    import sympy
+    from torch.utils._sympy import functions as F
+
+    if rename and expr in rename:
+        return rename[expr]
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Symbol:
+        return expr.name
+
+    def sub(e: Any) -> str:
+        return str(dim_text(e, rename))
+
+    def chain(args: Any, op: str) -> str:
+        parts = [sub(a) for a in args]
+        out = parts[0]
+        for p in parts[1:]:
+            out = f"({out}{op}{p})"
+        return out
+
+    if isinstance(expr, sympy.Add):
+        pos = [a for a in expr.args if not (a.is_Mul and a.args[0].is_Integer and a.args[0] < 0)
+               and not (a.is_Integer and a < 0)]
+        neg = [-a for a in expr.args if a not in pos]
+        out = chain(pos, "+") if pos else "0"
+        for n in neg:
+            out = f"({out}-{sub(n)})"
+        return out
+    if isinstance(expr, sympy.Mul):
+        return chain(expr.args, "*")
+    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:
+        return chain([expr.base] * int(expr.exp), "*")
+    if isinstance(expr, F.FloorDiv):
+        return f"({sub(expr.args[0])}//{sub(expr.args[1])})"
+    if isinstance(expr, (F.Mod, F.PythonMod)):
+        return f"({sub(expr.args[0])}%{sub(expr.args[1])})"
+    if isinstance(expr, (sympy.Max, sympy.Min)):
+        name = "max" if isinstance(expr, sympy.Max) else "min"
+        out = sub(expr.args[0])
+        for a in expr.args[1:]:
+            out = f"{name}({out},{sub(a)})"
+        return out
+    raise Unsupported(f"size {expr} ({type(expr).__name__}) has no engine form")
+
+
 def engine_dim(d: Any) -> int | str:
     """An int, or the text of a dynamic dim (a symbol such as s0, or an expression)."""
     if isinstance(d, int):
         return d
     if isinstance(d, torch.SymInt):
-        expr = d.node.expr
-        if getattr(expr, "is_Integer", False):
-            return int(expr)
         # A symbol (s0) or an expression of symbols (s0*s1): the engine keeps either as a
         # symbolic dim and binds it from the input's actual size at prepare().
-        return str(expr).replace(" ", "")
+        return dim_text(d.node.expr)
     raise Unsupported(f"dim {d!r} is not an int")
 
 
@@ -194,10 +257,67 @@ class Lowerer:
         self._scalars: dict[tuple, int] = {}
         self._n_consts = 0
         self._n_inputs = 0
+        # Dynamic sizes. The engine binds a symbol from an input dim that is exactly that
+        # symbol, so sizes are written over the symbols some input carries plainly (`syms`).
+        # An input dim that is an expression over symbols no input carries (s0*s1 after a
+        # flatten that ran in PyTorch) becomes an opaque engine symbol (`opaque`: expr -> name),
+        # bound from that dim, and later sizes that contain the expression use the name.
+        self.syms: set[str] = set()
+        self.opaque: dict = {}
+
+    # -- dynamic sizes
+    def declare_inputs(self, vals: list) -> None:
+        """Records the symbols the runtime inputs (FakeTensors) carry as plain dims; call before
+        bind_input so an input's expression dims can refer to symbols of later inputs."""
+        for v in vals:
+            if isinstance(v, torch.Tensor):
+                for d in v.shape:
+                    if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol:
+                        self.syms.add(d.node.expr.name)
+
+    def dim(self, d: Any) -> int | str:
+        """Size `d` (int, SymInt or SymInt-valued FX node) as engine dim text over this graph's
+        input symbols; Unsupported when it uses a symbol no engine input carries."""
+        import sympy
+
+        expr = sym_expr(d)
+        if expr.is_Integer:
+            return int(expr)
+        if self.opaque:
+            expr = expr.xreplace({k: sympy.Symbol(v, integer=True, positive=True) for k, v in self.opaque.items()})
+        missing = sorted(s.name for s in expr.free_symbols
+                         if s.name not in self.syms and s.name not in self.opaque.values())
+        # Check mode tests one node alone and cannot know which symbols the partition's inputs
+        # will carry; the partition build checks again (and runs in PyTorch if one is missing).
+        if missing and not self.check:
+            raise Unsupported(f"size {expr} uses {', '.join(missing)}, which no input of this engine "
+                              "graph has as a dim")
+        return dim_text(expr)
+
+    def dims(self, ds: Any) -> list:
+        return [self.dim(d) for d in ds]
+
+    def _input_shape(self, val: torch.Tensor) -> list:
+        shape: list = []
+        for d in val.shape:
+            expr = sym_expr(d)
+            if expr.is_Integer:
+                shape.append(int(expr))
+            elif expr.is_Symbol:
+                self.syms.add(expr.name)
+                shape.append(expr.name)
+            else:
+                try:
+                    shape.append(self.dim(d))
+                except Unsupported:
+                    name = self.opaque.setdefault(expr, f"e_{len(self.opaque)}")
+                    shape.append(name)
+        return shape
 
     # -- binding values
     def bind_input(self, node: fx.Node, name: str | None = None) -> int:
-        dtype, shape = tensor_type(meta(node))
+        dtype, _ = tensor_type(meta(node))
+        shape = self._input_shape(meta(node))
         try:
             vid = self.g.add_input(name or f"in{self._n_inputs}", dtype, shape)
         except load_c().UpdraftError as e:
@@ -281,18 +401,11 @@ class Lowerer:
         return self.emit1("cast", [vid], dtype=engine_dtype(dtype))
 
     def reshape(self, vid: int, shape: list) -> int:
-        """Reshape to `shape` (ints or SymInts); at most one dynamic dim (it becomes -1)."""
+        """Reshape to `shape` (ints or SymInts). Dynamic sizes go to the engine as symbolic
+        dims ([s0, s1, 12, 64]), written as torch has them, so one engine graph serves every
+        size and later ops see the same expressions torch does."""
         cur = self.vtype(vid)[1]
-        target: list[int] = []
-        dynamic = 0
-        for d in shape:
-            if static_or_none(d) is not None:
-                target.append(static_or_none(d))
-            else:
-                dynamic += 1
-                target.append(-1)
-        if dynamic > 1:
-            raise Unsupported("reshape to a shape with more than one dynamic dim")
+        target = self.dims(shape)
         if target == cur:
             return vid
         return self.emit1("reshape", [vid], shape=target)

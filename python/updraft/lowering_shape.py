@@ -10,7 +10,7 @@ from torch import fx
 
 from .lowerer import (LOWERINGS, Lowerer, Unsupported, aten, meta, norm_dim, op_name,
                       out_dtype, rank_of, register, shape_of, static_int, static_ints,
-                      static_or_none)
+                      static_or_none, sym_expr)
 
 _INT64_MAX = 2**63 - 1
 
@@ -60,6 +60,13 @@ def _to_copy(lw, node, a):
     return lw.cast(lw.value(a["self"]), out_dtype(node))
 
 
+@register(torch.ops.prims.convert_element_type.default)
+def _convert_element_type(lw, node, a):
+    # Decompositions of dynamic graphs cast with the prim (e.g. GPT-2's attention scale, a
+    # SymFloat turned tensor); it is a plain dtype cast.
+    return lw.cast(lw.value(node.args[0]), out_dtype(node))
+
+
 @register(aten.permute.default)
 def _permute(lw, node, a):
     dims = [norm_dim(d, rank_of(a["self"])) for d in a["dims"]]
@@ -89,29 +96,33 @@ def _transpose(lw, node, a):
 
 @register(aten.expand.default)
 def _expand(lw, node, a):
+    x = lw.value(a["self"])  # first: in check mode this binds the input and so its symbols
     x_meta = meta(a["self"])
     out_shape = list(meta(node).shape)
     lead = len(out_shape) - x_meta.dim()
     shape = []
     for i, d in enumerate(out_shape):
-        if static_or_none(d) is not None:
-            shape.append(static_or_none(d))
-        elif i >= lead and x_meta.shape[i - lead] is d or (
-                i >= lead and str(x_meta.shape[i - lead]) == str(d)):
-            shape.append(-1)
+        if i >= lead and static_or_none(d) is None and sym_expr(x_meta.shape[i - lead]) == sym_expr(d):
+            shape.append(-1)  # keeps the input's (symbolic) size
         else:
-            raise Unsupported("expand to a dynamic size that does not come from the input")
-    x = lw.value(a["self"])
+            shape.append(lw.dim(d))  # static, or a size-1 dim broadcast to a symbolic size
     if shape == lw.vtype(x)[1]:
         return x
     return lw.emit1("expand", [x], shape=shape)
 
 
-def _slice_bound(v: Any, default: int) -> int:
+def _slice_bound(lw: Lowerer, v: Any, default: int) -> int | str:
+    """A static bound (clamped to int64), or a symbolic one as engine dim text. The engine
+    takes a symbolic bound as already within [0, size]; `_slice` checks the result against
+    torch's shape, which is how a bound outside that range shows up."""
     if v is None:
         return default
-    v = static_int(v, "slice bound")
-    return max(min(v, _INT64_MAX), -_INT64_MAX)
+    expr = sym_expr(v)
+    if expr.is_Integer:
+        return max(min(int(expr), _INT64_MAX), -_INT64_MAX)
+    if expr.is_nonnegative is not True:
+        raise Unsupported(f"slice bound {expr} may be negative")
+    return lw.dim(v)
 
 
 @register(aten.slice.Tensor)
@@ -119,13 +130,22 @@ def _slice(lw, node, a):
     rank = rank_of(a["self"])
     x = lw.value(a["self"])
     dim = norm_dim(a["dim"], rank)
-    start = _slice_bound(a["start"], 0)
-    end = _slice_bound(a["end"], _INT64_MAX)
+    start = _slice_bound(lw, a["start"], 0)
+    end = _slice_bound(lw, a["end"], _INT64_MAX)
     step = static_int(a["step"], "slice step")
     size = meta(a["self"]).shape[dim]
-    if start == 0 and step == 1 and isinstance(size, int) and end >= size:
+    if start == 0 and step == 1 and isinstance(end, int) and (
+            (isinstance(size, int) and end >= size) or end == _INT64_MAX):
         return x
-    return lw.emit1("slice", [x], dim=dim, start=start, end=end, step=step)
+    if start == 0 and step == 1 and isinstance(end, str) and lw.vtype(x)[1][dim] == end:
+        return x  # x[:s1] of a dim that is s1
+    out = lw.emit1("slice", [x], dim=dim, start=start, end=end, step=step)
+    if isinstance(start, str) or isinstance(end, str):
+        want = lw.dim(meta(node).shape[dim])
+        got = lw.vtype(out)[1][dim]
+        if got != want:
+            raise Unsupported(f"symbolic slice gives size {got} in the engine, torch says {want}")
+    return out
 
 
 @register(aten.select.int)
@@ -191,43 +211,95 @@ def _pad(lw, node, a):
     return lw.emit1("pad", [lw.value(a["self"])], pads=pads, value=float(a["value"]))
 
 
-# -- tensors built from constants: computed now, when their size is static
-def _const_factory(make: Callable) -> Callable:
-    def fn(lw, node, a):
-        if a.get("device") is not None and torch.device(a["device"]).type != "cpu":
-            raise Unsupported(f"factory on device {a['device']}")
-        t = make(a, node)
-        return lw.constant(t)
-    return fn
+# -- tensors built from constants: computed now when their size is static; with a dynamic
+# size they are built in the graph from a scalar (expand for full, a cumulative sum for arange),
+# so one engine graph serves every size.
+def _check_device(a: dict) -> None:
+    if a.get("device") is not None and torch.device(a["device"]).type != "cpu":
+        raise Unsupported(f"factory on device {a['device']}")
 
 
-LOWERINGS[aten.full.default] = _const_factory(
-    lambda a, n: torch.full(static_ints(a["size"], "full size"), a["fill_value"], dtype=out_dtype(n)))
-LOWERINGS[aten.scalar_tensor.default] = _const_factory(
-    lambda a, n: torch.scalar_tensor(a["s"], dtype=out_dtype(n)))
-LOWERINGS[aten.arange.start_step] = _const_factory(
-    lambda a, n: torch.arange(a["start"], a["end"], a["step"], dtype=out_dtype(n)))
-LOWERINGS[aten.arange.start] = _const_factory(
-    lambda a, n: torch.arange(a["start"], a["end"], dtype=out_dtype(n)))
-LOWERINGS[aten.arange.default] = _const_factory(
-    lambda a, n: torch.arange(a["end"], dtype=out_dtype(n)))
+def _number(v: Any, what: str) -> Any:
+    """A factory's scalar argument as a Python number (FX nodes are SymInts/SymFloats)."""
+    v = meta(v)
+    if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        expr = v.node.expr
+        if getattr(expr, "is_number", False):
+            return int(expr) if isinstance(v, torch.SymInt) else float(expr)
+        raise Unsupported(f"factory argument {what}={expr} is dynamic")
+    if not isinstance(v, (bool, int, float)):
+        raise Unsupported(f"factory argument {what}={v!r} is not a number")
+    return v
 
 
-def _check_static_factory(a: dict) -> None:
-    for k in ("start", "end", "step", "s", "fill_value"):
-        v = a.get(k)
-        if isinstance(v, (torch.SymInt, torch.SymFloat)):
-            raise Unsupported(f"factory argument {k}={v} is dynamic")
+def _is_static_size(size: Any) -> bool:
+    return all(static_or_none(meta(d)) is not None for d in size)
 
 
-for _target in (aten.full.default, aten.scalar_tensor.default, aten.arange.start_step,
-           aten.arange.start, aten.arange.default):
-    _inner = LOWERINGS[_target]
-    LOWERINGS[_target] = (lambda inner: lambda lw, node, a: (_check_static_factory(a), inner(lw, node, a))[1])(_inner)
+def _broadcast_scalar(lw: Lowerer, value: Any, dtype: torch.dtype, shape: list) -> int:
+    """`value` of `dtype` broadcast to `shape` (engine dim text allowed)."""
+    v = lw.scalar(value, dtype)
+    if not shape:
+        return v
+    return lw.emit1("expand", [lw.reshape(v, [1] * len(shape))], shape=shape)
+
+
+@register(aten.full.default)
+def _full(lw, node, a):
+    _check_device(a)
+    fill = _number(a["fill_value"], "fill_value")
+    dt = out_dtype(node)
+    if _is_static_size(a["size"]):
+        return lw.constant(torch.full(static_ints([meta(d) for d in a["size"]], "full size"), fill, dtype=dt))
+    return _broadcast_scalar(lw, fill, dt, lw.dims(a["size"]))
+
+
+@register(aten.scalar_tensor.default)
+def _scalar_tensor(lw, node, a):
+    _check_device(a)
+    return lw.constant(torch.scalar_tensor(_number(a["s"], "s"), dtype=out_dtype(node)))
+
+
+def _arange(lw: Lowerer, node: fx.Node, start: Any, end: Any, step: Any) -> int:
+    dt = out_dtype(node)
+    n = meta(node).shape[0]
+    if static_or_none(n) is not None:
+        return lw.constant(torch.arange(_number(start, "start"), _number(end, "end"), _number(step, "step"),
+                                        dtype=dt))
+    # Dynamic length: start + step * (cumsum(ones[n]) - 1). The engine's cumsum takes
+    # f32/f64/i64; integer results are exact, float ones exact while n < 2**24 (f32).
+    start, step = _number(start, "start"), _number(step, "step")
+    acc = dt if dt in (torch.float32, torch.float64, torch.int64) else None
+    if acc is None:
+        raise Unsupported(f"arange of dynamic length in {dt}")
+    idx = lw.emit1("cumsum", [_broadcast_scalar(lw, 1, acc, [lw.dim(n)])], dim=0)
+    idx = lw.emit1("sub", [idx, lw.scalar(1, acc)])
+    if step != 1:
+        idx = lw.emit1("mul", [idx, lw.scalar(step, acc)])
+    if start != 0:
+        idx = lw.emit1("add", [idx, lw.scalar(start, acc)])
+    return idx
+
+
+@register(aten.arange.start_step)
+def _arange_start_step(lw, node, a):
+    _check_device(a)
+    return _arange(lw, node, a["start"], a["end"], a["step"])
+
+
+@register(aten.arange.start)
+def _arange_start(lw, node, a):
+    _check_device(a)
+    return _arange(lw, node, a["start"], a["end"], 1)
+
+
+@register(aten.arange.default)
+def _arange_default(lw, node, a):
+    _check_device(a)
+    return _arange(lw, node, 0, a["end"], 1)
 
 
 @register(aten.full_like.default)
 def _full_like(lw, node, a):
-    shape = static_ints(meta(node).shape, "full_like size")
-    fill = lw.scalar(a["fill_value"], out_dtype(node))
-    return lw.emit1("expand", [lw.reshape(fill, [1] * len(shape))], shape=shape) if shape else fill
+    shape = lw.dims(meta(node).shape)
+    return _broadcast_scalar(lw, _number(a["fill_value"], "fill_value"), out_dtype(node), shape)

@@ -22,6 +22,11 @@ class PartitionReport:
     lower_ms: float = 0.0    # Python lowering time
     num_inputs: int = 0
     num_constants: int = 0
+    # Dynamic shapes: engine compiles (1 unless rebuilt after a parameter change) vs plans
+    # built (one per input-shape signature, over the same compile).
+    engine_compiles: int = 0
+    plans_built: int = 0
+    plan_ms: float = 0.0  # total Plan::build time
 
 
 @dataclasses.dataclass
@@ -111,6 +116,14 @@ class Report:
             p.compile_ms + p.lower_ms for p in self.partitions)
 
     @property
+    def engine_compiles(self) -> int:
+        return sum(p.engine_compiles for p in self.partitions)
+
+    @property
+    def plans_built(self) -> int:
+        return sum(p.plans_built for p in self.partitions)
+
+    @property
     def failed_partitions(self) -> list:
         return [p for p in self.partitions if p.status.startswith("failed")]
 
@@ -142,7 +155,8 @@ class Report:
             for p in g.partitions:
                 lines.append(f"    {p.name}: {p.num_ops} ops ({p.num_compute_ops} compute), "
                              f"{p.num_inputs} inputs, {p.num_constants} constants, {p.status}, "
-                             f"lower {p.lower_ms:.1f} ms, engine compile {p.compile_ms:.1f} ms")
+                             f"lower {p.lower_ms:.1f} ms, engine compile {p.compile_ms:.1f} ms"
+                             f" (x{p.engine_compiles}), {p.plans_built} plan(s) {p.plan_ms:.1f} ms")
         if self.reasons:
             lines.append("  fell back to PyTorch:")
             fb_ops = self.fallback_ops

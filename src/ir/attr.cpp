@@ -8,7 +8,8 @@
 namespace updraft {
 
 static const char* kind_name(Attr::Kind k) {
-  static const char* names[] = {"int", "float", "bool", "string", "int list", "float list"};
+  static const char* names[] = {"int", "float", "bool", "string", "int list", "float list",
+                                "symbolic size list", "symbolic size"};
   return names[static_cast<int>(k)];
 }
 
@@ -43,6 +44,49 @@ const std::vector<double>& Attr::floats() const {
   return std::get<std::vector<double>>(v_);
 }
 
+Attr Attr::from_dims(const Shape& dims) {
+  Attr a;
+  if (shape_is_static(dims)) a.v_ = shape_values(dims);
+  else a.v_ = dims;
+  return a;
+}
+Attr Attr::from_dim(const Dim& d) {
+  Attr a;
+  if (d.is_static()) a.v_ = d.value();
+  else a.v_ = d;
+  return a;
+}
+Shape Attr::dims() const {
+  if (kind() == Kind::Ints) return shape_from(std::get<std::vector<int64_t>>(v_));
+  ATTR_EXPECT(kind() == Kind::Dims, "int list or symbolic size list");
+  return std::get<Shape>(v_);
+}
+Dim Attr::dim() const {
+  if (kind() == Kind::Int) return Dim(std::get<int64_t>(v_));
+  ATTR_EXPECT(kind() == Kind::Sym, "int or symbolic size");
+  return std::get<Dim>(v_);
+}
+
+bool attrs_symbolic(const Attrs& attrs) {
+  for (const auto& kv : attrs)
+    if (kv.second.is_symbolic()) return true;
+  return false;
+}
+
+Attrs bind_attrs(const Attrs& attrs, const SymBindings& b) {
+  Attrs out = attrs;
+  for (auto& [name, a] : out) {
+    if (!a.is_symbolic()) continue;
+    try {
+      if (a.kind() == Attr::Kind::Dims) a = Attr(shape_eval(a.dims(), b));
+      else a = Attr(a.dim().eval(b));
+    } catch (const Error& e) {
+      throw Error("ir", "attribute '" + name + "' = " + a.str() + " cannot be evaluated: " + e.what());
+    }
+  }
+  return out;
+}
+
 // Floats print with enough digits to round-trip exactly, and always with a '.', 'e', "inf"
 // or "nan" so the parser can tell them from ints.
 static std::string float_str(double x) {
@@ -73,6 +117,8 @@ std::string Attr::str() const {
       for (size_t k = 0; k < v.size(); ++k) r += (k ? ", " : "") + float_str(v[k]);
       return r + "]";
     }
+    case Kind::Dims: return shape_str(std::get<Shape>(v_));
+    case Kind::Sym: return std::get<Dim>(v_).str();
   }
   return "?";
 }

@@ -85,7 +85,10 @@ std::vector<TensorType> OpTable::infer(const std::string& op, const std::vector<
     bool ok = value.kind() == spec->kind ||
               (spec->kind == Attr::Kind::Float && value.kind() == Attr::Kind::Int) ||
               (spec->kind == Attr::Kind::Bool && value.kind() == Attr::Kind::Int) ||
-              (spec->kind == Attr::Kind::Ints && value.kind() == Attr::Kind::Ints);
+              // Symbolic specs take their static forms too (a symbolic attr whose sizes are
+              // all known is normalised to Ints / Int).
+              (spec->kind == Attr::Kind::Dims && value.kind() == Attr::Kind::Ints) ||
+              (spec->kind == Attr::Kind::Sym && value.kind() == Attr::Kind::Int);
     if (!ok) throw Error(op, "attribute '" + name + "' has the wrong kind (" + value.str() + ")");
   }
   for (const AttrSpec& s : d.attrs)

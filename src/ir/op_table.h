@@ -47,6 +47,8 @@ class InferCtx {
   bool attr_bool(const std::string& n) const { return attr(n).b(); }
   const std::string& attr_str(const std::string& n) const { return attr(n).s(); }
   const std::vector<int64_t>& attr_ints(const std::string& n) const { return attr(n).ints(); }
+  Shape attr_dims(const std::string& n) const { return attr(n).dims(); }  // Dims or Ints
+  Dim attr_dim(const std::string& n) const { return attr(n).dim(); }      // Sym or Int
   [[noreturn]] void fail(const std::string& msg) const;  // throws Error(op name, msg)
   void set_output(int k, TensorType t);
   std::vector<TensorType>& outputs() { return outputs_; }

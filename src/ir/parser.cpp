@@ -38,6 +38,15 @@ class Parser {
  public:
   explicit Parser(const std::string& src) : s_(src) {}
 
+  // One dimension expression and nothing else ("s0", "(s0*12)", "s0*s1+1").
+  Dim parse_dim_only() {
+    ws(false);
+    Dim d = dim_expr();
+    ws(false);
+    if (pos_ != s_.size()) fail("expected the end of the dimension expression");
+    return d;
+  }
+
   std::unique_ptr<Graph> parse() {
     g_ = std::make_unique<Graph>();
     ws();
@@ -349,22 +358,42 @@ class Parser {
       return Attr(std::move(v));
     }
     if (eat("[")) {
-      std::vector<int64_t> v;
+      // An int list, or a symbolic size list when an entry is a symbol or an expression
+      // ([s0, (s1*12), 64]); Attr::from_dims stores an all-static list as Ints.
+      Shape v;
       if (!eat("]")) {
         do {
           size_t b = pos_;
-          Number n = number("an integer");
+          if (starts_dim_expr()) {
+            v.push_back(dim_expr());
+            ws();
+            continue;
+          }
+          Number n = number("an integer or a symbolic size (s0, (s1*12))");
           if (n.is_float) fail_at(b, "an int list holds a float; write float lists as f[0.5, 1.0]");
-          v.push_back(n.i);
+          v.push_back(Dim(n.i));
         } while (eat(","));
         expect("]");
       }
-      return Attr(std::move(v));
+      return Attr::from_dims(v);
     }
     if (peek_word("true")) { expect_word("true"); return Attr(true); }
     if (peek_word("false")) { expect_word("false"); return Attr(false); }
+    if (starts_dim_expr()) {  // one symbolic size: s1, (s1*2), max(s0, 1)
+      Dim d = dim_expr();
+      ws();
+      return Attr::from_dim(d);
+    }
     Number n = number("an attribute value (3, 1.5, true, \"s\", [1, 2] or f[0.5])");
     return n.is_float ? Attr(n.f) : Attr(n.i);
+  }
+
+  // A symbol, a parenthesised expression or max/min(...) starts a symbolic size; "inf" and
+  // "nan" are float literals, not symbols.
+  bool starts_dim_expr() const {
+    if (pos_ >= s_.size()) return false;
+    if (s_[pos_] == '(') return true;
+    return is_ident_start(s_[pos_]) && !peek_word("inf") && !peek_word("nan");
   }
 
   std::string string_literal() {
@@ -534,5 +563,7 @@ class Parser {
 }  // namespace
 
 std::unique_ptr<Graph> parse_graph(const std::string& text) { return Parser(text).parse(); }
+
+Dim parse_dim(const std::string& text) { return Parser(text).parse_dim_only(); }
 
 }  // namespace updraft

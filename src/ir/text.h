@@ -26,6 +26,7 @@
 //           | bits[0x3c00, ...]                       // f16/bf16: raw 16-bit patterns
 //   attr   := name '=' value                          // value as Attr::str() prints it:
 //             3  1.5  true  "tanh"  [1, 2]  f[0.5, 1.0]
+//             [s0, (s1*12), 64]  s1  (s1*2)           // symbolic sizes (Attr Dims / Sym)
 //
 // Values print as %name when a node output / input / constant has a non-numeric name and as
 // %0, %1, ... otherwise. The declared output types after ':' are checked against the op
@@ -51,5 +52,9 @@ std::string print_graph(const Graph& g, const PrintOptions& opts = {});
 // Throws Error("parse", "line L, col C: <what was expected> ...") on malformed text, and
 // Error("parse", "line L, col C: <op>: <op table message>") when the op table rejects a node.
 std::unique_ptr<Graph> parse_graph(const std::string& text);
+
+// One dimension in the type syntax: "64", "s0", "s0*12", "(s0*s1)//2", "max(s0, 1)". Used by
+// the bindings to turn sizes written by the front end into Dims. Throws Error("parse", ...).
+Dim parse_dim(const std::string& text);
 
 }  // namespace updraft

@@ -28,7 +28,18 @@ struct KernelContext {
   std::vector<std::vector<int64_t>> out_shapes;  // concrete
   std::vector<const Tensor*> const_inputs;       // [k] non-null when input k is a constant
   int num_threads = 0;                           // 0: the runtime's default
+  // The node's attributes with symbolic sizes (Attr Dims/Sym) evaluated for this plan's
+  // binding; null when the node has none. Kernels read attributes through attr(), which
+  // prefers these, so a slice with end=s1 sees the concrete end.
+  const Attrs* attrs = nullptr;
 
+  const Attr& attr(const std::string& name) const {
+    if (attrs) {
+      auto it = attrs->find(name);
+      if (it != attrs->end()) return it->second;
+    }
+    return node.attr(name);
+  }
   DType in_dtype(int k) const { return node.inputs.at(k)->type.dtype; }
   DType out_dtype(int k) const { return node.outputs.at(k)->type.dtype; }
 };
@@ -73,8 +84,10 @@ void register_cpu_data_movement_kernels(KernelRegistry& r);
 void register_ref_compute_kernels(KernelRegistry& r);     // conv, matmul, pooling, attention
 void register_onednn_compute_kernels(KernelRegistry& r);
 
-// Runs one node on concrete tensors (allocating contiguous outputs): used by constant folding
-// and by tests that compare a fast kernel with the reference.
-std::vector<Tensor> run_node(const Node& n, const std::vector<TensorView>& inputs, Device d);
+// Runs one node on concrete tensors (allocating contiguous outputs): used by constant folding,
+// the interpreter and tests that compare a fast kernel with the reference. `bindings` gives
+// the symbols' values when the node has symbolic attributes (reshape to [s0, -1]).
+std::vector<Tensor> run_node(const Node& n, const std::vector<TensorView>& inputs, Device d,
+                             const SymBindings* bindings = nullptr);
 
 }  // namespace updraft

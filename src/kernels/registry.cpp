@@ -66,10 +66,14 @@ std::unique_ptr<Kernel> KernelRegistry::create(const KernelContext& ctx, Device 
   return k;
 }
 
-std::vector<Tensor> run_node(const Node& n, const std::vector<TensorView>& inputs, Device d) {
+std::vector<Tensor> run_node(const Node& n, const std::vector<TensorView>& inputs, Device d,
+                             const SymBindings* bindings) {
   UPDRAFT_CHECK(inputs.size() == n.inputs.size(), "kernels", "run_node: wrong number of inputs for " + n.op_name());
-  SymBindings none;
-  KernelContext ctx{n, {}, {}, {}, 0};
+  const bool symbolic = attrs_symbolic(n.attrs);
+  UPDRAFT_CHECK(!symbolic || bindings, "kernels",
+                "run_node: " + n.op_name() + " has symbolic attributes; pass the symbol bindings");
+  Attrs bound = symbolic ? bind_attrs(n.attrs, *bindings) : Attrs{};
+  KernelContext ctx{n, {}, {}, {}, 0, symbolic ? &bound : nullptr};
   for (size_t k = 0; k < inputs.size(); ++k) {
     ctx.in_shapes.push_back(inputs[k].shape());
     ctx.const_inputs.push_back(n.inputs[k]->is_constant() ? &*n.inputs[k]->constant : nullptr);
@@ -77,7 +81,7 @@ std::vector<Tensor> run_node(const Node& n, const std::vector<TensorView>& input
   // Output shapes: re-infer from the concrete input shapes, so symbolic graphs work too.
   std::vector<TensorType> in_types;
   for (size_t k = 0; k < inputs.size(); ++k) in_types.push_back({n.inputs[k]->type.dtype, shape_from(inputs[k].shape())});
-  auto out_types = OpTable::get().infer(n.op_name(), in_types, n.attrs);
+  auto out_types = OpTable::get().infer(n.op_name(), in_types, symbolic ? bound : n.attrs);
   std::vector<Tensor> outs;
   std::vector<TensorView> out_views;
   for (const TensorType& t : out_types) {

@@ -43,10 +43,10 @@ SymBindings bind_input_shapes(const Graph& g, const std::vector<std::vector<int6
 
 // A View op's output is its input's bytes under a new shape; the interpreter copies them
 // rather than alias, since it has no planner to keep the input alive.
-static Tensor run_view(const Node& n, const Tensor& in) {
+static Tensor run_view(const Node& n, const Tensor& in, const SymBindings& b) {
   std::vector<TensorType> in_types{{in.dtype(), shape_from(in.shape())}};
   for (size_t k = 1; k < n.inputs.size(); ++k) in_types.push_back(n.inputs[k]->type);
-  auto out = OpTable::get().infer(n.op_name(), in_types, n.attrs);
+  auto out = OpTable::get().infer(n.op_name(), in_types, attrs_symbolic(n.attrs) ? bind_attrs(n.attrs, b) : n.attrs);
   Tensor t(out.at(0).dtype, shape_values(out.at(0).shape));
   UPDRAFT_CHECK(t.nbytes() == in.nbytes(), "interpret", n.op_name() + " changes the byte size of a view");
   if (t.nbytes()) std::memcpy(t.data(), in.data(), t.nbytes());
@@ -62,7 +62,7 @@ std::vector<Tensor> interpret(const Graph& g, const std::vector<Tensor>& inputs,
                     "input " + std::to_string(i) + " is " + dtype_name(inputs[i].dtype()) + ", the graph expects " +
                         dtype_name(g.inputs()[i]->type.dtype));
   }
-  bind_input_shapes(g, shapes);
+  const SymBindings bindings = bind_input_shapes(g, shapes);
 
   std::unordered_map<const Value*, Tensor> env;
   for (size_t i = 0; i < inputs.size(); ++i) env[g.inputs()[i]] = inputs[i];
@@ -85,11 +85,11 @@ std::vector<Tensor> interpret(const Graph& g, const std::vector<Tensor>& inputs,
     std::vector<Tensor> outs;
     bool has_kernel = reg.has(n.op_name(), d) || reg.has(n.op_name(), Device::ref);
     if (n.op->alias && !has_kernel) {
-      outs.push_back(run_view(n, lookup(n.inputs.at(0))));
+      outs.push_back(run_view(n, lookup(n.inputs.at(0)), bindings));
     } else {
       std::vector<TensorView> views;
       for (const Value* v : n.inputs) views.push_back(lookup(v).view());
-      outs = run_node(n, views, d);
+      outs = run_node(n, views, d, &bindings);
     }
     for (size_t k = 0; k < n.outputs.size(); ++k) env[n.outputs[k]] = std::move(outs.at(k));
     for (const Value* v : n.inputs) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "core/error.h"
 #include "ir/op_table.h"
@@ -139,13 +140,27 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
   for (size_t k = 0; k < g.inputs().size(); ++k) shape[g.inputs()[k]->id] = input_shapes[k];
   for (const Value* c : g.constants()) shape[c->id] = c->constant->shape();
   Liveness lv = compute_liveness(g);
+  // Symbolic attributes (reshape to [s0, s1, 12, 64], slice end s1) evaluated for this
+  // binding: the shape functions below and the kernels see concrete sizes only.
+  std::vector<std::optional<Attrs>> bound_attrs(lv.at_end);
   for (int i = 0; i < lv.at_end; ++i) {
     const Node* n = lv.order[i];
+    if (!attrs_symbolic(n->attrs)) continue;
+    try {
+      bound_attrs[i] = bind_attrs(n->attrs, p->bindings_);
+    } catch (const Error& e) {
+      throw Error("runtime", "node %" + std::to_string(n->id) + " (" + n->op_name() + "): " + e.what() +
+                                 "; its symbols must appear as plain input dims");
+    }
+  }
+  for (int i = 0; i < lv.at_end; ++i) {
+    const Node* n = lv.order[i];
+    const Attrs& attrs = bound_attrs[i] ? *bound_attrs[i] : n->attrs;
     std::vector<TensorType> in_types;
     for (const Value* v : n->inputs) in_types.push_back({v->type.dtype, shape_from(shape[v->id])});
     std::vector<TensorType> out_types;
     try {
-      out_types = OpTable::get().infer(n->op_name(), in_types, n->attrs);
+      out_types = OpTable::get().infer(n->op_name(), in_types, attrs);
     } catch (const Error& e) {
       throw Error("runtime", "node %" + std::to_string(n->id) + " (" + n->op_name() +
                                  ") cannot take the shapes these inputs give it: " + e.what());
@@ -194,7 +209,7 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
   for (int i = 0; i < lv.at_end; ++i) {
     const Node* n = lv.order[i];
     if (n->op->alias) continue;
-    KernelContext ctx{*n, {}, {}, {}, opts.num_threads};
+    KernelContext ctx{*n, {}, {}, {}, opts.num_threads, bound_attrs[i] ? &*bound_attrs[i] : nullptr};
     for (const Value* v : n->inputs) {
       ctx.in_shapes.push_back(shape[v->id]);
       ctx.const_inputs.push_back(v->is_constant() ? &*v->constant : nullptr);

@@ -3,6 +3,7 @@
 // clamping/pad rules they share with the kernels live in ir/ops/params.h.
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "ir/op_table.h"
 #include "ir/ops/params.h"
@@ -40,45 +41,72 @@ struct Monomial {
     for (const Dim& f : factors) r = r * f;
     return r * coeff;
   }
+  // this / o when o's factors are a sub-multiset of ours (structurally) and the constant
+  // divides: exact for every binding. nullopt when that cannot be shown.
+  std::optional<Monomial> divide(const Monomial& o) const {
+    if (o.coeff == 0 || coeff % o.coeff != 0) return std::nullopt;
+    Monomial q = *this;
+    q.coeff /= o.coeff;
+    for (const Dim& f : o.factors) {
+      auto it = std::find(q.factors.begin(), q.factors.end(), f);
+      if (it == q.factors.end()) return std::nullopt;
+      q.factors.erase(it);
+    }
+    return q;
+  }
+  bool same_as(const Monomial& o) const {
+    auto q = divide(o);
+    return q && q->coeff == 1 && q->factors.empty();
+  }
 };
 
-// reshape: at most one -1, inferred symbolically; static numels must match.
+// reshape: the target may hold symbolic dims (e.g. [s0, s1, 12, 64], or [(s0*s1), 768]) and at
+// most one -1, inferred symbolically. When the element counts cannot be shown equal
+// symbolically the node is still accepted: the plan re-runs this function with concrete sizes
+// for every binding, where the static check below rejects a mismatch before anything runs.
 void infer_reshape(InferCtx& c) {
   const TensorType& x = c.in(0);
-  const auto& target = c.attr_ints("shape");
+  const Shape target = c.attr_dims("shape");
+  const std::string target_str = c.attr("shape").str();
   Monomial in;
   for (const Dim& d : x.shape) in.absorb(d);
   if (in.coeff == 0) in.factors.clear();  // a static 0 anywhere makes the numel 0 for every binding
   int infer_at = -1;
-  int64_t known = 1;
+  Monomial known;
   for (size_t i = 0; i < target.size(); ++i) {
-    if (target[i] == -1) {
-      if (infer_at >= 0) c.fail("shape " + Attr(target).str() + " has more than one -1");
+    const Dim& t = target[i];
+    if (t.is_static() && t.value() == -1) {
+      if (infer_at >= 0) c.fail("shape " + target_str + " has more than one -1");
       infer_at = static_cast<int>(i);
-    } else if (target[i] < 0) {
-      c.fail("shape " + Attr(target).str() + " has a negative size other than -1");
+    } else if (t.is_static() && t.value() < 0) {
+      c.fail("shape " + target_str + " has a negative size other than -1");
     } else {
-      known *= target[i];
+      known.absorb(t);
     }
   }
-  Shape out = shape_from(target);
-  std::string what = "cannot reshape " + shape_str(x.shape) + " to " + Attr(target).str();
+  if (known.coeff == 0) known.factors.clear();
+  Shape out = target;
+  std::string what = "cannot reshape " + shape_str(x.shape) + " to " + target_str;
   if (infer_at >= 0) {
-    if (known == 0) c.fail(what + ": the -1 is ambiguous when other sizes multiply to 0");
-    if (in.coeff % known == 0) {
-      Monomial q = in;
-      q.coeff /= known;
-      out[infer_at] = q.product();
-    } else if (in.factors.empty()) {
-      c.fail(what + ": " + std::to_string(in.coeff) + " elements do not divide by " + std::to_string(known));
+    if (known.coeff == 0) c.fail(what + ": the -1 is ambiguous when other sizes multiply to 0");
+    if (auto q = in.divide(known)) {
+      out[infer_at] = q->product();
+    } else if (in.factors.empty() && known.factors.empty()) {
+      c.fail(what + ": " + std::to_string(in.coeff) + " elements do not divide by " + std::to_string(known.coeff));
     } else {
-      out[infer_at] = floordiv(shape_numel(x.shape), Dim(known));  // exact for valid bindings
+      out[infer_at] = floordiv(shape_numel(x.shape), known.product());  // exact for valid bindings
     }
-  } else if (!in.factors.empty()) {
-    // A static target for a symbolic input only fits one binding; the front end must say -1.
-    c.fail(what + ": the input size is symbolic; use -1 for the dim that varies");
-  } else if (in.coeff != known) {
-    c.fail(what + ": " + std::to_string(in.coeff) + " elements vs " + std::to_string(known));
+  } else if (in.factors.empty() && known.factors.empty()) {
+    if (in.coeff != known.coeff)
+      c.fail(what + ": " + std::to_string(in.coeff) + " elements vs " + std::to_string(known.coeff));
+  } else if (known.factors.empty()) {
+    // A static target for a symbolic input only fits one binding.
+    c.fail(what + ": the input size is symbolic; use -1 or symbolic sizes for the dims that vary");
+  } else if (in.factors.size() == known.factors.size() && !in.same_as(known)) {
+    // The same symbolic factors with a different constant is wrong for every binding.
+    auto q = in.divide(known), r = known.divide(in);
+    if ((q && q->factors.empty()) || (r && r->factors.empty()))
+      c.fail(what + ": the element counts differ by a constant factor");
   }
   c.set_output(0, {x.dtype, out});
 }
@@ -116,12 +144,35 @@ Dim slice_length(InferCtx& c, const Dim& n, int64_t start, int64_t end, int64_t 
   return floordiv(len + Dim(step - 1), Dim(step));
 }
 
+// start/end may be symbolic (x[:, :s1]). A symbolic bound is taken as already clamped into
+// [0, n], which is what the front end passes (PyTorch's guards established it); the plan
+// re-runs this with concrete bounds and PyTorch's clamping, so every binding gets PyTorch's
+// result or a shape error, never a mis-sized buffer.
+Dim symbolic_slice_length(InferCtx& c, const Dim& n, const Dim& start, const Dim& end, int64_t step) {
+  if (step <= 0) c.fail("step must be positive, got " + std::to_string(step));
+  constexpr int64_t kToEnd = std::numeric_limits<int64_t>::max() / 2;
+  auto bound = [&](const Dim& v) -> Dim {
+    if (!v.is_static()) return v;
+    int64_t k = v.value();
+    if (k >= kToEnd) return n;
+    if (k >= 0) return k == 0 ? Dim(0) : (n.is_static() ? Dim(std::min(k, n.value())) : min(Dim(k), n));
+    return n.is_static() ? Dim(std::max(n.value() + k, int64_t{0})) : max(n + Dim(k), Dim(0));
+  };
+  Dim s = bound(start), e = bound(end);
+  Dim len = s.is_static() && s.value() == 0 ? e : max(e - s, Dim(0));
+  return floordiv(len + Dim(step - 1), Dim(step));
+}
+
 void infer_slice(InferCtx& c) {
   const TensorType& x = c.in(0);
   int dim = normalize_dim(c.attr_int("dim"), static_cast<int>(x.shape.size()), "slice");
   if (x.shape.empty()) c.fail("cannot slice a 0-d tensor");
   Shape out = x.shape;
-  out[dim] = slice_length(c, x.shape[dim], c.attr_int("start"), c.attr_int("end"), c.attr_int("step"));
+  Dim start = c.attr_dim("start"), end = c.attr_dim("end");
+  if (start.is_static() && end.is_static())
+    out[dim] = slice_length(c, x.shape[dim], start.value(), end.value(), c.attr_int("step"));
+  else
+    out[dim] = symbolic_slice_length(c, x.shape[dim], start, end, c.attr_int("step"));
   c.set_output(0, {x.dtype, out});
 }
 
@@ -147,28 +198,34 @@ void infer_concat(InferCtx& c) {
   c.set_output(0, {x0.dtype, out});
 }
 
-// expand: new leading dims, size-1 dims broadcast, -1 keeps the input's size.
+// expand: new leading dims, size-1 dims broadcast, -1 keeps the input's size. Target dims may be
+// symbolic: a symbolic leading dim, a size-1 dim broadcast to a symbolic size, or a symbolic
+// dim that equals the input's. A symbolic target against a different symbolic input dim cannot
+// be shown valid here; it is accepted and the plan checks it with concrete sizes per binding.
 void infer_expand(InferCtx& c) {
   const TensorType& x = c.in(0);
-  const auto& target = c.attr_ints("shape");
+  const Shape target = c.attr_dims("shape");
+  const std::string target_str = c.attr("shape").str();
   size_t rank = x.shape.size();
   if (target.size() < rank)
-    c.fail("shape " + Attr(target).str() + " has fewer dims than the input " + shape_str(x.shape));
+    c.fail("shape " + target_str + " has fewer dims than the input " + shape_str(x.shape));
   size_t lead = target.size() - rank;
   Shape out;
   for (size_t i = 0; i < target.size(); ++i) {
-    int64_t t = target[i];
+    const Dim& t = target[i];
+    bool t_static = t.is_static();
     if (i < lead) {
-      if (t < 0) c.fail("shape " + Attr(target).str() + ": new leading dims cannot be -1");
-      out.push_back(Dim(t));
+      if (t_static && t.value() < 0) c.fail("shape " + target_str + ": new leading dims cannot be -1");
+      out.push_back(t);
       continue;
     }
     const Dim& d = x.shape[i - lead];
-    if (t == -1 || (d.is_static() && d.value() == t)) out.push_back(d);
-    else if (d.is_static() && d.value() == 1 && t >= 0) out.push_back(Dim(t));
+    if ((t_static && t.value() == -1) || t == d) out.push_back(d);
+    else if (d.is_static() && d.value() == 1 && (!t_static || t.value() >= 0)) out.push_back(t);
+    else if (!t_static && !d.is_static()) out.push_back(t);
     else
-      c.fail("cannot expand " + shape_str(x.shape) + " to " + Attr(target).str() + " (dim " + std::to_string(i) +
-             "); only size-1 dims broadcast, and symbolic dims need -1");
+      c.fail("cannot expand " + shape_str(x.shape) + " to " + target_str + " (dim " + std::to_string(i) +
+             "); only size-1 dims broadcast, and symbolic dims need -1 or the same size");
   }
   c.set_output(0, {x.dtype, out});
 }
@@ -254,8 +311,11 @@ void register_data_movement_ops(OpTable& t) {
   const auto ints = Attr::Kind::Ints;
   const auto integer = Attr::Kind::Int;
 
-  OpDef reshape = movement("reshape", {{"shape", ints, std::nullopt}},
-                           "the same elements in a new shape (one -1 inferred); aliases x");
+  const auto dims = Attr::Kind::Dims;  // sizes that may be symbolic ([s0, (s1*12), 64])
+  const auto sym = Attr::Kind::Sym;    // one size that may be symbolic (s1)
+
+  OpDef reshape = movement("reshape", {{"shape", dims, std::nullopt}},
+                           "the same elements in a new shape (sizes may be symbolic; one -1 inferred); aliases x");
   reshape.cls = OpClass::View;
   reshape.alias = true;
   reshape.infer = infer_reshape;
@@ -267,8 +327,8 @@ void register_data_movement_ops(OpTable& t) {
 
   OpDef slice = movement("slice",
                          {{"dim", integer, std::nullopt},
-                          {"start", integer, std::nullopt},
-                          {"end", integer, std::nullopt},
+                          {"start", sym, std::nullopt},
+                          {"end", sym, std::nullopt},
                           {"step", integer, Attr(int64_t{1})}},
                          "x[start:end:step] along dim (PyTorch clamping)");
   slice.infer = infer_slice;
@@ -279,7 +339,8 @@ void register_data_movement_ops(OpTable& t) {
   concat.infer = infer_concat;
   t.add(std::move(concat));
 
-  OpDef expand = movement("expand", {{"shape", ints, std::nullopt}}, "broadcast x to shape, materialised");
+  OpDef expand = movement("expand", {{"shape", dims, std::nullopt}},
+                          "broadcast x to shape (sizes may be symbolic), materialised");
   expand.infer = infer_expand;
   t.add(std::move(expand));
 

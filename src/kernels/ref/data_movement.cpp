@@ -64,7 +64,8 @@ KernelFactory slice_factory() {
   return [](const KernelContext& ctx) {
     const Node& n = ctx.node;
     int dim = normalize_dim(n.attr("dim").i(), static_cast<int>(ctx.in_shapes[0].size()), "slice");
-    int64_t start = n.attr("start").i(), end = n.attr("end").i(), step = n.attr("step").i();
+    // ctx.attr: start/end may be symbolic in the graph; the plan passes them evaluated.
+    int64_t start = ctx.attr("start").i(), end = ctx.attr("end").i(), step = n.attr("step").i();
     return make_kernel("ref_slice", [=](const TensorView* in, TensorView* out) {
       SliceRange r = slice_range(in[0].sizes[dim], start, end, step);
       map_copy(in[0], out[0], nullptr, [&](const Index& o, Index& i) {
