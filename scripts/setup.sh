@@ -28,7 +28,7 @@ pip_quiet() {
   fi
   rm -f "$log"
 }
-pip_quiet torch==2.13.0 numpy transformers pytest expecttest \
+pip_quiet torch==2.13.0 numpy transformers pytest expecttest matplotlib \
   nanobind scikit-build-core ninja cmake \
   onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0
 

@@ -9,6 +9,7 @@
 #include "graph_handle.h"
 #include "ir/text.h"
 #include "runtime/compiled_graph.h"
+#include "runtime/plan.h"
 
 namespace updraft::py {
 
@@ -36,7 +37,61 @@ static std::vector<TensorView> views_of(const std::vector<AnyArray>& arrays) {
   return v;
 }
 
+// A plan bound to one input-shape signature, run with raw data pointers: the Python fast path
+// (EnginePartition), which skips DLPack capsules and the plan lookup. The caller vouches for
+// what DLPack would have said: each input is a contiguous CPU tensor with this plan's input
+// shape and the graph's input dtype, each output a contiguous CPU tensor of output_shapes /
+// the graph's output dtypes. Shapes, dtypes and strides of the views are taken from the plan,
+// and CompiledGraph::run_plan still validates them.
+struct PlannedCall {
+  std::shared_ptr<CompiledGraph> cg;
+  std::shared_ptr<const Plan> plan;
+  std::vector<TensorView> ins, outs;  // templates: everything but the data pointers
+
+  PlannedCall(std::shared_ptr<CompiledGraph> g, const std::vector<std::vector<int64_t>>& shapes) : cg(std::move(g)) {
+    {
+      nb::gil_scoped_release release;  // a first call with these shapes builds the plan
+      plan = cg->plan(shapes);
+    }
+    const auto& gin = cg->graph().inputs();
+    for (size_t k = 0; k < shapes.size() && k < gin.size(); ++k) ins.push_back(contiguous(shapes[k], gin[k]->type.dtype));
+    std::vector<DType> odt = cg->output_dtypes();
+    for (size_t k = 0; k < plan->output_shapes().size(); ++k) outs.push_back(contiguous(plan->output_shapes()[k], odt[k]));
+  }
+
+  static TensorView contiguous(const std::vector<int64_t>& shape, DType dt) {
+    UPDRAFT_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), "bindings", "tensor rank exceeds the engine limit of 8");
+    TensorView v;
+    v.dtype = dt;
+    v.ndim = static_cast<int>(shape.size());
+    int64_t acc = 1;
+    for (int i = v.ndim - 1; i >= 0; --i) {
+      v.sizes[i] = shape[i];
+      v.strides[i] = acc;
+      acc *= shape[i];
+    }
+    return v;
+  }
+
+  void run(const std::vector<uintptr_t>& in_ptrs, const std::vector<uintptr_t>& out_ptrs) const {
+    UPDRAFT_CHECK(in_ptrs.size() == ins.size() && out_ptrs.size() == outs.size(), "bindings",
+                  "PlannedCall.run: expected " + std::to_string(ins.size()) + " input and " +
+                      std::to_string(outs.size()) + " output pointers, got " + std::to_string(in_ptrs.size()) +
+                      " and " + std::to_string(out_ptrs.size()));
+    std::vector<TensorView> in = ins, out = outs;  // per call: concurrent callers share this object
+    for (size_t k = 0; k < in.size(); ++k) in[k].data = reinterpret_cast<void*>(in_ptrs[k]);
+    for (size_t k = 0; k < out.size(); ++k) out[k].data = reinterpret_cast<void*>(out_ptrs[k]);
+    nb::gil_scoped_release release;
+    cg->run_plan(*plan, in, out);
+  }
+};
+
 void bind_runtime(nb::module_& m) {
+  nb::class_<PlannedCall>(m, "PlannedCall")
+      .def("run", &PlannedCall::run, nb::arg("input_ptrs"), nb::arg("output_ptrs"),
+           "Runs the plan on raw data pointers (see runtime_bindings.cpp for the contract).")
+      .def_prop_ro("output_shapes", [](const PlannedCall& p) { return p.plan->output_shapes(); });
+
   using CG = CompiledGraph;
   nb::class_<CG>(m, "CompiledGraph")
       .def("prepare", &CG::prepare, nb::arg("input_shapes"), nb::call_guard<nb::gil_scoped_release>(),
@@ -50,6 +105,12 @@ void bind_runtime(nb::module_& m) {
              cg.run(in, out);
            },
            nb::arg("inputs"), nb::arg("outputs"))
+      .def("planned",
+           [](std::shared_ptr<CompiledGraph> cg, const std::vector<std::vector<int64_t>>& shapes) {
+             return PlannedCall(std::move(cg), shapes);
+           },
+           nb::arg("input_shapes"),
+           "A PlannedCall for these input shapes: the plan looked up (or built) once, run by pointers.")
       .def("output_dtypes",
            [](const CG& cg) {
              std::vector<std::string> r;
@@ -65,7 +126,12 @@ void bind_runtime(nb::module_& m) {
            })
       .def_prop_ro("compile_ms", &CG::compile_ms)
       .def("plan_text", &CG::plan_text, nb::arg("input_shapes"))
-      .def_prop_ro("num_plans", &CG::num_plans);
+      .def_prop_ro("num_plans", &CG::num_plans)
+      .def_prop_ro("plans_built", [](const CG& cg) { return cg.plan_stats().built; },
+                   "Plans built so far (one per new input-shape signature; evicted ones count).")
+      .def_prop_ro("last_plan_ms", [](const CG& cg) { return cg.plan_stats().last_ms; },
+                   "Milliseconds the most recent plan build took (CompiledGraph::prepare on a new shape).")
+      .def_prop_ro("total_plan_ms", [](const CG& cg) { return cg.plan_stats().total_ms; });
 
   m.def(
       "compile",

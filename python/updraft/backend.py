@@ -60,6 +60,9 @@ class CompiledGraph:
     Frozen inputs (parameters/buffers) are engine constants. Dynamo reuses compiled code across
     module instances of the same class, and a parameter may be updated in place, so each call
     checks the frozen tensors' identity and version; on a change the partitions rebuild.
+    (Measured on a 16-parameter MLP: ~2 us a call, almost all of it reading `_version`; a
+    map/itemgetter version was no faster.) The outer GraphModule is ours and has no hooks, so
+    it is called through `forward`, skipping nn.Module.__call__.
     """
 
     _boxed_call = True
@@ -76,7 +79,7 @@ class CompiledGraph:
             bound = self._bound
             if bound is None or any(args[i] is not t or t._version != v for i, t, v in bound):
                 self._rebind(args)
-        return self.gm(*args)
+        return self.gm.forward(*args)
 
     def _rebind(self, args: list) -> None:
         with self._lock:

@@ -30,6 +30,10 @@ from .report import GraphReport, PartitionReport
 
 PREFIX = "updraft_partition_"
 
+# Shape signatures per partition that keep a bound plan for the fast path (the engine's own
+# plan cache holds 16 by default; a bound plan stays alive while bound, so this is bounded too).
+_MAX_BOUND_PLANS = 16
+
 # Lowered only when a consumer asks (so addmm(b, x, permute(w)) absorbs the permute).
 _DEFERRED = {torch.ops.aten.permute.default, torch.ops.aten.t.default}
 
@@ -107,6 +111,39 @@ class EnginePartition(torch.nn.Module):
             st = self._build_once(args)
         if isinstance(st, str):
             return self.sub(*args)
+        # Fast path, once a shape signature has run: the plan is bound (PlannedCall) and the
+        # tensors cross as data pointers, no DLPack. It needs each runtime input to be a
+        # contiguous CPU tensor of the dtype the engine graph was built for (the shape is the
+        # dict key); anything else takes the general path below.
+        ins = [args[j] for j in st.runtime_pos]
+        call = st.calls.get(tuple([t.shape for t in ins]))
+        if call is not None:
+            ptrs = []
+            for t, dt in zip(ins, st.in_dtypes):
+                if t.dtype is not dt or not t.is_cpu or not t.is_contiguous():
+                    break
+                ptrs.append(t.data_ptr())
+            else:
+                outs = [torch.empty(s, dtype=d) for s, d in call[1]]
+                try:
+                    call[0].run(ptrs, [o.data_ptr() for o in outs])
+                except _c().UpdraftError as e:
+                    return self._engine_failed(e, args)
+                return tuple(outs) if self._multi else outs[0]
+        return self._run_general(st, args)
+
+    def _engine_failed(self, e: Exception, args: tuple) -> Any:
+        if not self.config.fallback:
+            raise e
+        msg = f"[updraft.partition] {self.report.name}: engine error at run time: {e}"
+        warn_once(msg + "; running this partition in PyTorch from now on")
+        with self._lock:
+            self._state = msg
+            self.report.status = f"failed: {e}"
+        return self.sub(*args)
+
+    def _run_general(self, st: "_Built", args: tuple) -> Any:
+        """Any inputs (strided, requiring grad): DLPack views, plan looked up by the engine."""
         ins = []
         for j in st.runtime_pos:
             t = args[j]
@@ -122,17 +159,17 @@ class EnginePartition(torch.nn.Module):
             if shapes is None:
                 shapes = [tuple(s) for s in st.cg.prepare([list(k) for k in key])]
                 st.shapes[key] = shapes
+                # New shape signature: one more plan over the same engine compile.
+                self.report.plans_built = getattr(st.cg, "plans_built", self.report.plans_built + 1)
+                self.report.plan_ms = getattr(st.cg, "total_plan_ms", 0.0)
             outs = [torch.empty(s, dtype=d) for s, d in zip(shapes, st.out_dtypes)]
             st.cg.run(ins, outs)
+            if key not in st.calls:  # later calls with this signature take the fast path
+                if len(st.calls) >= _MAX_BOUND_PLANS:
+                    st.calls.pop(next(iter(st.calls)))  # a PlannedCall pins its plan: bound them
+                st.calls[key] = (st.cg.planned([list(k) for k in key]), list(zip(shapes, st.out_dtypes)))
         except C.UpdraftError as e:
-            if not self.config.fallback:
-                raise
-            msg = f"[updraft.partition] {self.report.name}: engine error at run time: {e}"
-            warn_once(msg + "; running this partition in PyTorch from now on")
-            with self._lock:
-                self._state = msg
-                self.report.status = f"failed: {e}"
-            return self.sub(*args)
+            return self._engine_failed(e, args)
         return tuple(outs) if self._multi else outs[0]
 
     def _build_once(self, args: tuple) -> Any:
@@ -158,6 +195,10 @@ class EnginePartition(torch.nn.Module):
         t0 = time.perf_counter()
         lw = Lowerer(C.Graph())
         placeholders = [n for n in self.sub.graph.nodes if n.op == "placeholder"]
+        # Dynamic dims stay symbolic: every runtime input's symbols are known before any input
+        # is bound, so one engine compile serves every size (see Lowerer.dim).
+        lw.declare_inputs([meta(ph) for j, (ph, arg) in enumerate(zip(placeholders, args))
+                           if isinstance(arg, torch.Tensor) and not self.const_mask[j]])
         runtime_pos, bound_ids = [], set()
         n_const = 0
         for j, (ph, arg) in enumerate(zip(placeholders, args)):
@@ -192,6 +233,7 @@ class EnginePartition(torch.nn.Module):
         t1 = time.perf_counter()
         cg = C.compile(lw.g, self.config.engine_options())
         t2 = time.perf_counter()
+        self.report.engine_compiles += 1
         self.report.lower_ms = (t1 - t0) * 1e3
         self.report.compile_ms = getattr(cg, "compile_ms", (t2 - t1) * 1e3)
         self.report.num_inputs = len(runtime_pos)
@@ -201,17 +243,21 @@ class EnginePartition(torch.nn.Module):
                   f"[updraft] after passes:\n{cg.graph_text()}", file=sys.stderr)
             for name, changed, ms, note in cg.pass_log():
                 print(f"[updraft]   pass {name}: changed={changed} {ms:.2f} ms {note}", file=sys.stderr)
-        return _Built(cg, runtime_pos, out_dtypes)
+        return _Built(cg, runtime_pos, out_dtypes, [args[j].dtype for j in runtime_pos])
 
 
 class _Built:
-    __slots__ = ("cg", "runtime_pos", "out_dtypes", "shapes")
+    __slots__ = ("cg", "runtime_pos", "out_dtypes", "shapes", "in_dtypes", "calls")
 
-    def __init__(self, cg: Any, runtime_pos: list[int], out_dtypes: list[torch.dtype]) -> None:
+    def __init__(self, cg: Any, runtime_pos: list[int], out_dtypes: list[torch.dtype],
+                 in_dtypes: list[torch.dtype]) -> None:
         self.cg = cg
         self.runtime_pos = runtime_pos
         self.out_dtypes = out_dtypes
         self.shapes: dict = {}  # input-shape signature -> output shapes
+        self.in_dtypes = in_dtypes  # runtime inputs' dtypes the engine graph was built for
+        # input-shape signature -> (PlannedCall, [(output shape, dtype)]): the fast path
+        self.calls: dict = {}
 
 
 def partition_graph(gm: fx.GraphModule, config: CompilerConfig, report: GraphReport,

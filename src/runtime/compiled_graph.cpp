@@ -56,7 +56,11 @@ std::shared_ptr<Plan> CompiledGraph::plan_for(const std::vector<std::vector<int6
     }
   }
   // Built under the lock: a plan is built once per signature even when many threads miss.
+  auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<Plan> plan = Plan::build(*graph_, input_shapes, opts_);
+  last_plan_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  total_plan_ms_ += last_plan_ms_;
+  ++plans_built_;
   if (opts_.debug >= 2) std::fprintf(stderr, "[updraft] new plan\n%s", plan->str().c_str());
   plans_.insert(plans_.begin(), {input_shapes, plan});
   size_t cap = std::max<size_t>(opts_.plan_cache_size, 1);
@@ -72,6 +76,11 @@ std::string CompiledGraph::plan_text(const std::vector<std::vector<int64_t>>& in
   return plan_for(input_shapes)->str();
 }
 
+PlanStats CompiledGraph::plan_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {plans_built_, last_plan_ms_, total_plan_ms_};
+}
+
 size_t CompiledGraph::num_plans() const {
   std::lock_guard<std::mutex> lock(mu_);
   return plans_.size();
@@ -83,7 +92,11 @@ std::vector<DType> CompiledGraph::output_dtypes() const {
   return r;
 }
 
-void CompiledGraph::run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs) {
+std::shared_ptr<const Plan> CompiledGraph::plan(const std::vector<std::vector<int64_t>>& input_shapes) {
+  return plan_for(input_shapes);
+}
+
+void CompiledGraph::check_inputs(const std::vector<TensorView>& inputs) const {
   // Validate what the graph alone decides (count, dtype, rank) before looking for a plan;
   // sizes are checked by the plan lookup (a cached plan matches exactly) or its build.
   const auto& gin = graph_->inputs();
@@ -100,7 +113,10 @@ void CompiledGraph::run(const std::vector<TensorView>& inputs, const std::vector
     if (inputs[k].data == nullptr && inputs[k].numel() > 0)
       throw Error("runtime", "input " + std::to_string(k) + " has no data pointer");
   }
+}
 
+void CompiledGraph::run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs) {
+  check_inputs(inputs);
   std::shared_ptr<Plan> plan;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -118,7 +134,23 @@ void CompiledGraph::run(const std::vector<TensorView>& inputs, const std::vector
     for (const TensorView& v : inputs) shapes.push_back(v.shape());
     plan = plan_for(shapes);
   }
+  execute_checked(*plan, inputs, outputs);
+}
 
+void CompiledGraph::run_plan(const Plan& plan, const std::vector<TensorView>& inputs,
+                             const std::vector<TensorView>& outputs) {
+  check_inputs(inputs);
+  if (!plan.matches(inputs)) {
+    std::string got;
+    for (const TensorView& v : inputs) got += dims_str(v.sizes, v.ndim);
+    throw Error("runtime", "run_plan: input shapes " + got + " are not the plan's");
+  }
+  execute_checked(plan, inputs, outputs);
+}
+
+void CompiledGraph::execute_checked(const Plan& plan_ref, const std::vector<TensorView>& inputs,
+                                    const std::vector<TensorView>& outputs) {
+  const Plan* plan = &plan_ref;
   const auto& want = plan->output_shapes();
   UPDRAFT_CHECK(outputs.size() == want.size(), "runtime",
                 "expected " + std::to_string(want.size()) + " outputs, got " + std::to_string(outputs.size()));

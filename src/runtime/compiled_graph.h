@@ -37,6 +37,14 @@ struct PassRecord {
 
 class Plan;  // runtime/plan.h
 
+// Plans built over this CompiledGraph's life (evicted ones included): one per new input-shape
+// signature, or more when the LRU evicted a signature that came back.
+struct PlanStats {
+  size_t built = 0;
+  double last_ms = 0;   // Plan::build of the most recent new signature
+  double total_ms = 0;
+};
+
 class CompiledGraph {
  public:
   static std::shared_ptr<CompiledGraph> compile(std::unique_ptr<Graph> graph, const CompileOptions& opts);
@@ -48,17 +56,29 @@ class CompiledGraph {
   // with the shapes prepare() returned. Throws Error("runtime", ...) on a mismatch.
   void run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs);
 
+  // For callers that look a plan up once per shape signature and then run it many times (the
+  // Python fast path): plan() returns the cached plan for these input shapes (building it if
+  // needed); run_plan() runs it with the same validation as run() but no plan lookup. The
+  // plan stays valid while the caller holds it, even if the LRU evicts it.
+  std::shared_ptr<const Plan> plan(const std::vector<std::vector<int64_t>>& input_shapes);
+  void run_plan(const Plan& plan, const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs);
+
   const Graph& graph() const { return *graph_; }
   std::vector<DType> output_dtypes() const;
   const std::vector<PassRecord>& pass_log() const { return pass_log_; }
   double compile_ms() const { return compile_ms_; }
   // The memory plan and kernel schedule for one input-shape signature, as text.
   std::string plan_text(const std::vector<std::vector<int64_t>>& input_shapes);
-  size_t num_plans() const;
+  size_t num_plans() const;  // plans cached now (at most plan_cache_size)
+  PlanStats plan_stats() const;
 
  private:
   CompiledGraph() = default;
   std::shared_ptr<Plan> plan_for(const std::vector<std::vector<int64_t>>& input_shapes);
+  void check_inputs(const std::vector<TensorView>& inputs) const;  // count, dtype, rank, data
+  // Checks the outputs against the plan (count, dtype, shape, contiguity) and executes it.
+  void execute_checked(const Plan& plan, const std::vector<TensorView>& inputs,
+                       const std::vector<TensorView>& outputs);
 
   std::unique_ptr<Graph> graph_;
   CompileOptions opts_;
@@ -66,6 +86,8 @@ class CompiledGraph {
   double compile_ms_ = 0;
   mutable std::mutex mu_;
   std::vector<std::pair<std::vector<std::vector<int64_t>>, std::shared_ptr<Plan>>> plans_;  // LRU, front = newest
+  size_t plans_built_ = 0;  // guarded by mu_, like the timings
+  double last_plan_ms_ = 0, total_plan_ms_ = 0;
 };
 
 }  // namespace updraft
