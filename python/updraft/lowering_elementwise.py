@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import fx
 
-from .lowerer import (LOWERINGS, Lowerer, Unsupported, aten, out_dtype, register,
+from .lowerer import (LOWERINGS, Lowerer, Unsupported, aten, meta, out_dtype, register,
                       result_dtype)
 
 
@@ -156,7 +156,9 @@ def _div_mode(lw, node, a):
         return lw.emit1("div", [x, y])
     if mode == "floor":
         return lw.emit1("floor_divide", [x, y])
-    raise Unsupported("div with rounding_mode='trunc'")
+    if not dt.is_floating_point:
+        raise Unsupported(f"div with rounding_mode='trunc' on {dt}")
+    return _trunc(lw, lw.emit1("div", [x, y]))  # ATen: trunc(a / b)
 
 
 _COMPARE = {
@@ -186,3 +188,48 @@ def _where(lw, node, a):
     dt = out_dtype(node)
     cond = lw.operand(a["condition"], torch.bool)
     return lw.emit1("where", [cond, lw.operand(a["self"], dt), lw.operand(a["other"], dt)])
+
+
+# -- exact compositions of engine ops (no rounding beyond what torch's own kernel does)
+@register(aten.isinf.default)
+def _isinf(lw, node, a):
+    dt = meta(a["self"]).dtype
+    if not dt.is_floating_point:
+        raise Unsupported(f"isinf of a {dt} tensor")
+    x = lw.value(a["self"])
+    return lw.emit1("eq", [lw.emit1("abs", [x]), lw.scalar(float("inf"), dt)])
+
+
+@register(aten.logical_xor.default)
+def _logical_xor(lw, node, a):
+    return lw.emit1("ne", [lw.operand(a["self"], torch.bool), lw.operand(a["other"], torch.bool)])
+
+
+def _trunc(lw: Lowerer, x: int) -> int:
+    # trunc(x) = x < 0 ? ceil(x) : floor(x); NaN and +-inf pass through floor unchanged.
+    neg = lw.emit1("lt", [x, lw.scalar(0.0, lw.dtype_of(x))])
+    return lw.emit1("where", [neg, lw.emit1("ceil", [x]), lw.emit1("floor", [x])])
+
+
+@register(aten.trunc.default)
+def _trunc_op(lw, node, a):
+    dt = out_dtype(node)
+    x = lw.operand(a["self"], dt)
+    return _trunc(lw, x) if dt.is_floating_point else x
+
+
+@register(aten.round.decimals)
+def _round_decimals(lw, node, a):
+    # ATen: nearbyint(x * 10^d) / 10^d, or nearbyint(x / 10^-d) * 10^-d for d < 0, with the
+    # power computed in the tensor's dtype.
+    dt = out_dtype(node)
+    if not dt.is_floating_point:
+        raise Unsupported(f"round(decimals) of a {dt} tensor")
+    d = a["decimals"]
+    x = lw.operand(a["self"], dt)
+    if d == 0:
+        return lw.emit1("round", [x])
+    p = lw.scalar(float(torch.tensor(10.0, dtype=dt) ** abs(d)), dt)
+    if d > 0:
+        return lw.emit1("div", [lw.emit1("round", [lw.emit1("mul", [x, p])]), p])
+    return lw.emit1("mul", [lw.emit1("round", [lw.emit1("div", [x, p])]), p])

@@ -43,6 +43,24 @@ LOWERINGS[aten.amax.default] = _reduce("amax", cast_input=False)
 LOWERINGS[aten.amin.default] = _reduce("amin", cast_input=False)
 
 
+@register(aten.max.default, aten.min.default)
+def _max_all(lw, node, a):
+    # max(x) / min(x) over every element = amax / amin with no dims (NaN propagates, as torch).
+    op = "amax" if node.target is aten.max.default else "amin"
+    x = lw.value(a["self"])
+    if rank_of(a["self"]) == 0:
+        return x
+    return lw.emit1(op, [x], dims=[], keepdim=False)
+
+
+@register(aten.prod.default)
+def _prod_all(lw, node, a):
+    x = lw.cast(lw.value(a["self"]), out_dtype(node))
+    if rank_of(a["self"]) == 0:
+        return x
+    return lw.emit1("prod", [x], dims=[], keepdim=False)
+
+
 @register(aten.any.dim, aten.any.dims, aten.any.default)
 def _any(lw, node, a):
     # any(x) = amax(x != 0 as f32) > 0: the engine has no boolean reduction.

@@ -9,3 +9,14 @@ def _fresh_dynamo():
     torch.manual_seed(0)
     yield
     torch._dynamo.reset()
+
+
+def pytest_collection_modifyitems(config, items):
+    """The full OpInfo sweep (@pytest.mark.opinfo_full, tens of minutes) runs only when the
+    -m expression names it (`pytest -m opinfo_full`); otherwise its items are deselected."""
+    if "opinfo_full" in (config.getoption("markexpr") or ""):
+        return
+    keep = [it for it in items if it.get_closest_marker("opinfo_full") is None]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[it for it in items if it not in keep])
+        items[:] = keep
