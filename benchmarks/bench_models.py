@@ -12,51 +12,32 @@ from __future__ import annotations
 
 import argparse
 import platform
-import statistics
 import sys
 import time
 import torch
 
 import updraft  # the installed package (bash scripts/setup.sh), which carries the engine
 from updraft import zoo
-
-
-def _tensor(out):
-    if isinstance(out, torch.Tensor):
-        return out
-    if hasattr(out, "last_hidden_state"):
-        return out.last_hidden_state
-    return _tensor(out[0])
-
-
-def _median_ms(fn, inputs, warmup, iters):
-    for _ in range(warmup):
-        fn(*inputs)
-    ts = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn(*inputs)
-        ts.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ts)
+from updraft.demo import median_ms
 
 
 def bench(name, args):
     model, inputs = zoo.build(name, batch=args.batch)
     row = {"model": name}
     with torch.no_grad():
-        want = _tensor(model(*inputs))
-        row["eager"] = _median_ms(model, inputs, args.warmup, args.iters)
+        want = zoo.first_tensor(model(*inputs))
+        row["eager"] = median_ms(model, inputs, args.warmup, args.iters)
 
         torch._dynamo.reset()
         fast = torch.compile(model, backend="updraft")
         t0 = time.perf_counter()
-        got = _tensor(fast(*inputs))
+        got = zoo.first_tensor(fast(*inputs))
         row["compile_s"] = time.perf_counter() - t0
         rep = updraft.last_report()
         row["engine_ms"] = sum(p.compile_ms for p in rep.partitions) if rep else float("nan")
         row["ops"] = f"{rep.num_engine_compute}/{rep.num_engine_compute + rep.num_fallback_compute}" if rep else "?"
         row["err"] = (got - want).abs().max().item()
-        row["updraft"] = _median_ms(fast, inputs, args.warmup, args.iters)
+        row["updraft"] = median_ms(fast, inputs, args.warmup, args.iters)
 
         if args.inductor:
             torch._dynamo.reset()
@@ -64,7 +45,7 @@ def bench(name, args):
             t0 = time.perf_counter()
             ind(*inputs)
             row["ind_compile_s"] = time.perf_counter() - t0
-            row["inductor"] = _median_ms(ind, inputs, args.warmup, args.iters)
+            row["inductor"] = median_ms(ind, inputs, args.warmup, args.iters)
     return row
 
 

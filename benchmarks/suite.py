@@ -64,18 +64,6 @@ PRESETS = {
 # ---------------------------------------------------------------------------------------------
 # Worker: one (model, backend, threads) in this process. Writes a JSON result to --result.
 
-def _first_tensor(out):
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return out
-    if hasattr(out, "last_hidden_state"):
-        return out.last_hidden_state
-    if isinstance(out, dict):
-        return _first_tensor(next(iter(out.values())))
-    return _first_tensor(out[0])
-
-
 def _time_calls(fn, min_time: float, min_iters: int, max_iters: int, warmup: int) -> list[float]:
     for _ in range(warmup):
         fn()
@@ -92,6 +80,7 @@ def _make_runner(backend: str, model, inputs: tuple, threads: int, tmp: Path):
     """Returns a no-argument callable running `model` on `inputs` with `backend`, and a
     function that converts its output to a torch tensor. Raises when the peer is unusable."""
     import torch
+    from updraft.zoo import first_tensor as _first_tensor
 
     if backend == "eager":
         return (lambda: model(*inputs)), _first_tensor
@@ -146,7 +135,7 @@ def worker(spec: dict) -> dict:
     model, inputs = zoo.build(name, batch=batch)
     res: dict = {}
     with torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
-        want = _first_tensor(model(*inputs)).clone()
+        want = zoo.first_tensor(model(*inputs)).clone()
         t0 = time.perf_counter()
         run, to_tensor = _make_runner(spec["backend"], model, inputs, threads, Path(tmp))
         got = to_tensor(run())

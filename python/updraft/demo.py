@@ -16,19 +16,8 @@ import torch
 from . import zoo
 
 
-def _first_tensor(out):
-    if isinstance(out, torch.Tensor):
-        return out
-    if hasattr(out, "last_hidden_state"):
-        return out.last_hidden_state
-    if isinstance(out, (tuple, list)):
-        return _first_tensor(out[0])
-    if isinstance(out, dict):
-        return _first_tensor(next(iter(out.values())))
-    raise TypeError(f"cannot find a tensor in model output of type {type(out).__name__}")
-
-
-def _median_ms(fn, inputs, warmup: int, iters: int) -> float:
+def median_ms(fn, inputs, warmup: int, iters: int) -> float:
+    """Median wall time of fn(*inputs) in ms over `iters` calls after `warmup` calls."""
     for _ in range(warmup):
         fn(*inputs)
     times = []
@@ -54,32 +43,32 @@ def main(argv=None) -> int:
     print(f"updraft {updraft.__version__} | torch {torch.__version__} | model {args.model} batch {args.batch} | "
           f"threads {torch.get_num_threads()}")
     with torch.no_grad():
-        expected = _first_tensor(model(*inputs))
+        expected = zoo.first_tensor(model(*inputs))
 
         torch._dynamo.reset()
         compiled = torch.compile(model, backend="updraft")
         t0 = time.perf_counter()
-        got = _first_tensor(compiled(*inputs))
+        got = zoo.first_tensor(compiled(*inputs))
         compile_s = time.perf_counter() - t0
         err = (got - expected).abs().max().item()
         ok = torch.allclose(got, expected, rtol=1e-3, atol=1e-3)
 
-        rows = [("eager", _median_ms(model, inputs, args.warmup, args.iters), None)]
-        rows.append(("updraft", _median_ms(compiled, inputs, args.warmup, args.iters), compile_s))
+        rows = [("eager", median_ms(model, inputs, args.warmup, args.iters), None)]
+        rows.append(("updraft", median_ms(compiled, inputs, args.warmup, args.iters), compile_s))
         if args.inductor:
             torch._dynamo.reset()
             ind = torch.compile(model)
             t0 = time.perf_counter()
             ind(*inputs)
             ind_compile = time.perf_counter() - t0
-            rows.append(("inductor", _median_ms(ind, inputs, args.warmup, args.iters), ind_compile))
+            rows.append(("inductor", median_ms(ind, inputs, args.warmup, args.iters), ind_compile))
 
     report = updraft.last_report()
     if report is not None:
         print(report.summary())
     print(f"max abs error vs eager: {err:.3g}  ({'OK' if ok else 'MISMATCH'} at rtol=atol=1e-3)")
     eager_ms = rows[0][1]
-    print(f"\n| backend | median latency (ms) | speedup vs eager | first call incl. compile (s) |")
+    print("\n| backend | median latency (ms) | speedup vs eager | first call incl. compile (s) |")
     print("|---|---|---|---|")
     for name, ms, comp in rows:
         print(f"| {name} | {ms:.2f} | {eager_ms / ms:.2f}x | {'' if comp is None else f'{comp:.2f}'} |")

@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-__all__ = ["MODELS", "build"]
+__all__ = ["MODELS", "build", "first_tensor"]
 
 
 def _bert(batch: int = 1, seq: int = 128):
@@ -108,3 +108,16 @@ def build(name: str, seed: int = 0, **kwargs):
     torch.manual_seed(seed)
     model, inputs = MODELS[name](**kwargs)
     return model.eval(), inputs
+
+
+def first_tensor(out):
+    """The main tensor of a model output: a tensor, `last_hidden_state`, or the first element."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if hasattr(out, "last_hidden_state"):
+        return out.last_hidden_state
+    if isinstance(out, dict):
+        return first_tensor(next(iter(out.values())))
+    if isinstance(out, (tuple, list)):
+        return first_tensor(out[0])
+    raise TypeError(f"[updraft.zoo] cannot find a tensor in a model output of type {type(out).__name__}")
