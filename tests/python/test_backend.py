@@ -275,3 +275,16 @@ def test_whole_graph_compile_failure_is_reported_as_fallback(monkeypatch):
     rep = updraft.last_report()
     assert rep.num_engine_compute == 0 and rep.num_fallback_compute >= 2, str(rep)
     assert any("simulated partitioner failure" in r for rs in rep.reasons.values() for r in rs), str(rep)
+
+
+def test_tensor_on_a_device_the_engine_does_not_drive_falls_back():
+    """A tensor on another device (here `meta`, always available) stays in PyTorch, with the
+    device named in the report, and the result is what eager gives."""
+    fn = lambda x: torch.relu(x) * 2
+    x = torch.empty(4, 8, device="meta")
+    with torch.no_grad():
+        got = torch.compile(fn, backend="updraft")(x)
+    assert got.device.type == "meta" and got.shape == (4, 8)
+    rep = updraft.last_report()
+    assert rep.num_engine_compute == 0, str(rep)
+    assert any("device meta" in r for rs in rep.reasons.values() for r in rs), str(rep)
