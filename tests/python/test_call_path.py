@@ -61,6 +61,23 @@ def test_repeated_calls_use_the_bound_plan_and_fresh_outputs(partitions):
     assert len({o.data_ptr() for o in outs}) == len(outs)  # each call returns its own tensor
 
 
+def _partition_args(p, f, x) -> list:
+    """The arguments partition `p` receives when the compiled `f` is called on `x`."""
+    captured = {}
+    fwd = p.forward
+
+    def spy(*args):
+        captured["args"] = args
+        return fwd(*args)
+
+    p.forward = spy
+    try:
+        f(x)
+    finally:
+        p.forward = fwd
+    return list(captured["args"])
+
+
 def test_strided_and_new_shape_inputs_after_the_fast_path(partitions):
     m = _mlp()
     with torch.no_grad():
@@ -70,17 +87,7 @@ def test_strided_and_new_shape_inputs_after_the_fast_path(partitions):
         f(x)
         (p,) = partitions
         # Call the partition itself with a strided runtime input of the bound shape.
-        captured = {}
-        fwd = p.forward
-
-        def spy(*args):
-            captured["args"] = args
-            return fwd(*args)
-
-        p.forward = spy
-        f(x)
-        p.forward = fwd
-        sub_args = list(captured["args"])
+        sub_args = _partition_args(p, f, x)
         j = p._state.runtime_pos[0]
         strided = torch.randn(16, 3).t()
         assert not strided.is_contiguous()
@@ -99,17 +106,7 @@ def test_wrong_dtype_on_a_bound_signature_is_never_run_by_pointer(partitions):
         f(x)
         f(x)
         (p,) = partitions
-        captured = {}
-        fwd = p.forward
-
-        def spy(*args):
-            captured["args"] = args
-            return fwd(*args)
-
-        p.forward = spy
-        f(x)
-        p.forward = fwd
-        args = list(captured["args"])
+        args = _partition_args(p, f, x)
         j = p._state.runtime_pos[0]
         key = (x.shape,)
         p._state.calls[key] = (_Boom(), p._state.calls[key][1])
