@@ -131,7 +131,11 @@ void bind_runtime(nb::module_& m) {
                    "Plans built so far (one per new input-shape signature; evicted ones count).")
       .def_prop_ro("last_plan_ms", [](const CG& cg) { return cg.plan_stats().last_ms; },
                    "Milliseconds the most recent plan build took (CompiledGraph::prepare on a new shape).")
-      .def_prop_ro("total_plan_ms", [](const CG& cg) { return cg.plan_stats().total_ms; });
+      .def_prop_ro("total_plan_ms", [](const CG& cg) { return cg.plan_stats().total_ms; })
+      .def_prop_ro("kernels_created", [](const CG& cg) { return cg.plan_stats().kernels_created; },
+                   "Kernels made by a factory over all plans (shape-generic ones once per compile).")
+      .def_prop_ro("kernels_reused", [](const CG& cg) { return cg.plan_stats().kernels_reused; },
+                   "Plan nodes served by an already built kernel (KernelCache).");
 
   m.def(
       "compile",

@@ -3,7 +3,12 @@
 // A KernelFactory is called once per (node, concrete shapes) when a plan is built; it may do
 // expensive work then (create oneDNN primitives, prepack constant weights) and returns a
 // Kernel whose run() is const and thread-safe: many calls may run one Kernel at once, each
-// with its own buffers and scratch. A factory returns nullptr to decline a configuration it
+// with its own buffers and scratch.
+//
+// Shape-generic kernels: a kernel whose run() reads every size from the views it is given may
+// say so (runs_shapes_of), and then one instance serves the node in the plans of every shape
+// signature of a compile (the runtime's KernelCache reuses it instead of calling the factory
+// again). Other kernels are reused only for exactly the shapes they were built for. A factory returns nullptr to decline a configuration it
 // does not handle; the runtime then uses the reference kernel and says so in the plan dump.
 //
 // Every op has a reference kernel (Device::ref): plain loops, double accumulation where it
@@ -53,13 +58,29 @@ class Kernel {
   virtual void run(const TensorView* in, TensorView* out, void* scratch) const = 0;
   virtual size_t scratch_bytes() const { return 0; }  // per call, planned in the arena
   virtual std::string name() const = 0;  // e.g. "cpu_f32_add_avx2", "onednn_conv:jit:avx2"
+
+  // Reuse across shape signatures. `ctx` is the same node (same dtypes, ranks, constant
+  // inputs, and bound attributes equal to the ones this kernel was built with) at other
+  // concrete shapes. True when this kernel runs those shapes correctly as it is, and is the
+  // kernel the factory would pick for them (a kernel chosen as a fallback must say false).
+  // Default: false, the kernel is specific to the shapes it was built for.
+  virtual bool runs_shapes_of(const KernelContext& /*ctx*/) const { return false; }
+  // Scratch for a call at ctx's shapes (only asked when runs_shapes_of(ctx) or ctx is the
+  // context the kernel was built from). Default: scratch_bytes().
+  virtual size_t scratch_bytes_for(const KernelContext& /*ctx*/) const { return scratch_bytes(); }
 };
 
 using KernelFactory = std::function<std::unique_ptr<Kernel>(const KernelContext&)>;
 
-// A kernel from a plain function (most elementwise and data-movement kernels).
+// A kernel from a plain function (most elementwise and data-movement kernels), specific to
+// the shapes it was built for (the reference kernels use this).
 using KernelFn = std::function<void(const TensorView* in, TensorView* out)>;
 std::unique_ptr<Kernel> make_kernel(std::string name, KernelFn fn);
+// The same for a shape-generic function: `fn` reads every size from the views and captures
+// nothing derived from the context's concrete shapes (ranks, attributes, dtypes and thread
+// counts are fine: they are the same in every plan of a compile). Only for kernels a
+// factory picks whatever the sizes are (not a size-dependent fallback).
+std::unique_ptr<Kernel> make_generic_kernel(std::string name, KernelFn fn);
 
 class KernelRegistry {
  public:

@@ -11,18 +11,25 @@ const char* device_name(Device d) { return d == Device::ref ? "ref" : "cpu"; }
 namespace {
 class FnKernel final : public Kernel {
  public:
-  FnKernel(std::string name, KernelFn fn) : name_(std::move(name)), fn_(std::move(fn)) {}
+  FnKernel(std::string name, KernelFn fn, bool generic)
+      : name_(std::move(name)), fn_(std::move(fn)), generic_(generic) {}
   void run(const TensorView* in, TensorView* out, void*) const override { fn_(in, out); }
   std::string name() const override { return name_; }
+  bool runs_shapes_of(const KernelContext&) const override { return generic_; }
 
  private:
   std::string name_;
   KernelFn fn_;
+  bool generic_;
 };
 }  // namespace
 
 std::unique_ptr<Kernel> make_kernel(std::string name, KernelFn fn) {
-  return std::make_unique<FnKernel>(std::move(name), std::move(fn));
+  return std::make_unique<FnKernel>(std::move(name), std::move(fn), false);
+}
+
+std::unique_ptr<Kernel> make_generic_kernel(std::string name, KernelFn fn) {
+  return std::make_unique<FnKernel>(std::move(name), std::move(fn), true);
 }
 
 const KernelRegistry& KernelRegistry::get() {

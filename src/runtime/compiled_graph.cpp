@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "passes/pipeline.h"
 #include "runtime/plan.h"
+#include "runtime/plan_cache.h"
 
 namespace updraft {
 
@@ -34,6 +35,9 @@ std::shared_ptr<CompiledGraph> CompiledGraph::compile(std::unique_ptr<Graph> gra
   cg->pass_log_ = run_pipeline(*graph, opts);
   cg->compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   cg->graph_ = std::move(graph);
+  // Shape-specific kernels: twice the plan LRU per node, so a signature whose plan was evicted
+  // and comes back finds its kernels (shape-generic ones are shared by every plan anyway).
+  cg->plan_cache_ = std::make_unique<PlanCache>(*cg->graph_, 2 * std::max<size_t>(opts.plan_cache_size, 1));
   if (opts.debug >= 1) {
     for (const PassRecord& r : cg->pass_log_)
       std::fprintf(stderr, "[updraft] pass %-20s %-9s %.3f ms\n", r.name.c_str(), r.changed ? "changed" : "unchanged",
@@ -57,7 +61,7 @@ std::shared_ptr<Plan> CompiledGraph::plan_for(const std::vector<std::vector<int6
   }
   // Built under the lock: a plan is built once per signature even when many threads miss.
   auto t0 = std::chrono::steady_clock::now();
-  std::shared_ptr<Plan> plan = Plan::build(*graph_, input_shapes, opts_);
+  std::shared_ptr<Plan> plan = Plan::build(*graph_, input_shapes, opts_, plan_cache_.get());
   last_plan_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   total_plan_ms_ += last_plan_ms_;
   ++plans_built_;
@@ -78,7 +82,8 @@ std::string CompiledGraph::plan_text(const std::vector<std::vector<int64_t>>& in
 
 PlanStats CompiledGraph::plan_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return {plans_built_, last_plan_ms_, total_plan_ms_};
+  KernelCache::Stats k = plan_cache_->kernels.stats();
+  return {plans_built_, last_plan_ms_, total_plan_ms_, k.created, k.reused};
 }
 
 size_t CompiledGraph::num_plans() const {

@@ -35,7 +35,8 @@ struct PassRecord {
   std::string ir_after;  // filled when debug >= 2
 };
 
-class Plan;  // runtime/plan.h
+class Plan;        // runtime/plan.h
+struct PlanCache;  // runtime/plan_cache.h
 
 // Plans built over this CompiledGraph's life (evicted ones included): one per new input-shape
 // signature, or more when the LRU evicted a signature that came back.
@@ -43,6 +44,9 @@ struct PlanStats {
   size_t built = 0;
   double last_ms = 0;   // Plan::build of the most recent new signature
   double total_ms = 0;
+  // Kernels over all plans: made by a factory, or served from the KernelCache (plan_cache.h)
+  // because they are shape-generic or were built for the same shapes before.
+  size_t kernels_created = 0, kernels_reused = 0;
 };
 
 class CompiledGraph {
@@ -86,6 +90,7 @@ class CompiledGraph {
   double compile_ms_ = 0;
   mutable std::mutex mu_;
   std::vector<std::pair<std::vector<std::vector<int64_t>>, std::shared_ptr<Plan>>> plans_;  // LRU, front = newest
+  std::unique_ptr<PlanCache> plan_cache_;  // liveness + kernels shared by this graph's plans
   size_t plans_built_ = 0;  // guarded by mu_, like the timings
   double last_plan_ms_ = 0, total_plan_ms_ = 0;
 };

@@ -1,5 +1,6 @@
 #include "runtime/plan.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -95,6 +96,22 @@ SymBindings bind_symbols(const Graph& g, const std::vector<std::vector<int64_t>>
   return b;
 }
 
+// Phase times of one Plan::build, printed at debug >= 1 (where a new shape's plan time goes).
+class PhaseTimer {
+ public:
+  void mark(const char* phase) {
+    auto now = std::chrono::steady_clock::now();
+    text_ += std::string(text_.empty() ? "" : ", ") + phase + " " +
+             std::to_string(std::chrono::duration<double, std::milli>(now - last_).count()).substr(0, 5) + " ms";
+    last_ = now;
+  }
+  const std::string& str() const { return text_; }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+  std::string text_;
+};
+
 }  // namespace
 
 void copy_to_contiguous(const TensorView& src, const TensorView& dst) {
@@ -129,7 +146,10 @@ void copy_to_contiguous(const TensorView& src, const TensorView& dst) {
 }
 
 std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<int64_t>>& input_shapes,
-                                  const CompileOptions& opts) {
+                                  const CompileOptions& opts, PlanCache* cache) {
+  std::optional<PlanCache> own;
+  PhaseTimer timer;
+  if (!cache) cache = &own.emplace(g, 1);
   std::shared_ptr<Plan> p(new Plan());
   p->input_shapes_ = input_shapes;
   p->bindings_ = bind_symbols(g, input_shapes);
@@ -139,7 +159,7 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
   std::vector<std::vector<int64_t>> shape(g.num_values());
   for (size_t k = 0; k < g.inputs().size(); ++k) shape[g.inputs()[k]->id] = input_shapes[k];
   for (const Value* c : g.constants()) shape[c->id] = c->constant->shape();
-  Liveness lv = compute_liveness(g);
+  const Liveness& lv = cache->liveness;
   // Symbolic attributes (reshape to [s0, s1, 12, 64], slice end s1) evaluated for this
   // binding: the shape functions below and the kernels see concrete sizes only.
   std::vector<std::optional<Attrs>> bound_attrs(lv.at_end);
@@ -178,6 +198,7 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
       shape[out->id] = shape_values(out_types[k].shape);
     }
   }
+  timer.mark("shapes");
   std::vector<size_t> bytes(g.num_values(), 0);
   for (size_t id = 0; id < g.num_values(); ++id)
     if (lv.values[id].live()) bytes[id] = static_cast<size_t>(numel_of(shape[id])) * dtype_size(g.value(id)->type.dtype);
@@ -203,8 +224,9 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
                         lv.buffer_last(in->id)});
   }
 
+  timer.mark("buffers");
   // Kernels (View nodes run none), and their scratch, live only during their own step.
-  std::vector<std::unique_ptr<Kernel>> kernels(lv.at_end);
+  std::vector<std::shared_ptr<const Kernel>> kernels(lv.at_end);
   std::vector<int> scratch_request(lv.at_end, -1);
   for (int i = 0; i < lv.at_end; ++i) {
     const Node* n = lv.order[i];
@@ -215,16 +237,19 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
       ctx.const_inputs.push_back(v->is_constant() ? &*v->constant : nullptr);
     }
     for (const Value* v : n->outputs) ctx.out_shapes.push_back(shape[v->id]);
-    kernels[i] = KernelRegistry::get().create(ctx, Device::cpu);
-    if (size_t s = kernels[i]->scratch_bytes()) {
+    size_t s = 0;
+    kernels[i] = cache->kernels.get(ctx, Device::cpu, &s);
+    if (s) {
       scratch_request[i] = static_cast<int>(requests.size());
       requests.push_back({"scratch step " + std::to_string(i) + " (" + n->op_name() + ")", s, i, i});
     }
   }
+  timer.mark("kernels");
   p->memory_ = plan_memory(requests);
   std::string why;
   UPDRAFT_CHECK(plan_is_valid(p->memory_, &why), "plan", "internal error, memory plan overlaps: " + why);
 
+  timer.mark("memory plan");
   // Slots. Every alias points at an earlier slot, so one forward pass resolves pointers.
   auto add_slot = [&](Slot s) {
     p->slots_.push_back(std::move(s));
@@ -309,6 +334,10 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
     p->steps_.push_back(std::move(st));
   }
   p->num_views_ = nviews;
+  if (opts.debug >= 1) {
+    timer.mark("slots+steps");
+    std::fprintf(stderr, "[updraft] plan build: %s\n", timer.str().c_str());
+  }
   return p;
 }
 

@@ -28,7 +28,7 @@ TensorView as_shape(const TensorView& out, const TensorView& like) {
 KernelFactory fn_factory(const std::string& name, std::function<void(const TensorView*, TensorView*, int)> fn) {
   return [name, fn](const KernelContext& ctx) {
     int threads = ctx.num_threads;
-    return make_kernel(name, [fn, threads](const TensorView* in, TensorView* out) { fn(in, out, threads); });
+    return make_generic_kernel(name, [fn, threads](const TensorView* in, TensorView* out) { fn(in, out, threads); });
   };
 }
 
@@ -42,7 +42,7 @@ KernelFactory permute_factory() {
     std::vector<int> dims;
     for (int64_t d : ctx.node.attr("dims").ints()) dims.push_back(normalize_dim(d, rank, "permute"));
     int threads = ctx.num_threads;
-    return make_kernel("cpu_permute_blocked", [dims, threads](const TensorView* in, TensorView* out) {
+    return make_generic_kernel("cpu_permute_blocked", [dims, threads](const TensorView* in, TensorView* out) {
       copy_strided(cpu::permute_view(in[0], dims), out[0], threads);
     });
   };
@@ -55,7 +55,7 @@ KernelFactory slice_factory() {
     // ctx.attr: start/end may be symbolic in the graph; the plan passes them evaluated.
     int64_t start = ctx.attr("start").i(), end = ctx.attr("end").i(), step = n.attr("step").i();
     int threads = ctx.num_threads;
-    return make_kernel("cpu_slice", [=](const TensorView* in, TensorView* out) {
+    return make_generic_kernel("cpu_slice", [=](const TensorView* in, TensorView* out) {
       SliceRange r = slice_range(in[0].sizes[dim], start, end, step);
       copy_strided(narrow_view(in[0], dim, r.start, r.len, step), out[0], threads);
     });
@@ -66,7 +66,7 @@ KernelFactory concat_factory() {
   return [](const KernelContext& ctx) {
     int dim = normalize_dim(ctx.node.attr("dim").i(), static_cast<int>(ctx.in_shapes[0].size()), "concat");
     int count = static_cast<int>(ctx.in_shapes.size()), threads = ctx.num_threads;
-    return make_kernel("cpu_concat", [=](const TensorView* in, TensorView* out) {
+    return make_generic_kernel("cpu_concat", [=](const TensorView* in, TensorView* out) {
       int64_t at = 0;
       for (int k = 0; k < count; ++k) {
         copy_strided(in[k], narrow_view(out[0], dim, at, in[k].sizes[dim]), threads);
@@ -93,7 +93,7 @@ KernelFactory split_factory() {
     int dim = normalize_dim(ctx.node.attr("dim").i(), static_cast<int>(ctx.in_shapes[0].size()), "split");
     std::vector<int64_t> sizes = ctx.node.attr("sizes").ints();
     int threads = ctx.num_threads;
-    return make_kernel("cpu_split", [=](const TensorView* in, TensorView* out) {
+    return make_generic_kernel("cpu_split", [=](const TensorView* in, TensorView* out) {
       int64_t total = 0;
       for (int64_t s : sizes) total += s;
       if (total != in[0].sizes[dim])
@@ -114,7 +114,7 @@ KernelFactory pad_factory() {
     auto amounts = pad_amounts(ctx.node.attr("pads").ints(), rank);
     auto fill = ref::scalar_bytes(ctx.in_dtype(0), ctx.node.attr("value").f(), "pad");
     int threads = ctx.num_threads;
-    return make_kernel("cpu_pad", [=](const TensorView* in, TensorView* out) {
+    return make_generic_kernel("cpu_pad", [=](const TensorView* in, TensorView* out) {
       // Fill everything, then copy the part of the input that survives cropping into the
       // interior. Filling twice is cheaper than describing the border as many small views.
       cpu::fill_strided(out[0], fill.data(), threads);
@@ -166,7 +166,7 @@ KernelFactory index_select_factory() {
     int rank = static_cast<int>(ctx.in_shapes[0].size());
     int dim = normalize_dim(ctx.node.attr("dim").i(), rank, "index_select");
     int threads = ctx.num_threads;
-    return make_kernel("cpu_index_select", [=](const TensorView* in, TensorView* out) {
+    return make_generic_kernel("cpu_index_select", [=](const TensorView* in, TensorView* out) {
       if (rank == 0) {  // torch: a 0-d input takes the single index 0
         checked_indices("index_select", in[1], 1);
         copy_strided(in[0], out[0], threads);
@@ -211,7 +211,7 @@ KernelFactory gather_factory() {
     int rank = static_cast<int>(ctx.in_shapes[0].size());
     int dim = normalize_dim(ctx.node.attr("dim").i(), rank, "gather");
     int threads = ctx.num_threads;
-    return make_kernel("cpu_gather", [=](const TensorView* in, TensorView* out) {
+    return make_generic_kernel("cpu_gather", [=](const TensorView* in, TensorView* out) {
       auto idx = checked_indices("gather", in[1], rank ? in[0].sizes[dim] : 1);
       switch (dtype_size(in[0].dtype)) {
         case 1: return gather_typed<uint8_t>(in[0], in[1], idx, dim, out[0], threads);

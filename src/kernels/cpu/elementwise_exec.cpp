@@ -194,7 +194,7 @@ bool all_f32_data(const Node& n, bool is_where) {
 }
 
 std::unique_ptr<Kernel> program_kernel(std::string name, std::string op, std::shared_ptr<const F32Program> prog) {
-  return make_kernel(std::move(name), [prog, op](const TensorView* in, TensorView* out) {
+  return make_generic_kernel(std::move(name), [prog, op](const TensorView* in, TensorView* out) {
     prog->run(in, static_cast<int>(prog->num_inputs()), out[0], op);
   });
 }

@@ -82,7 +82,7 @@ KernelFactory softmax_factory(bool log, const std::string& name) {
     int rank = static_cast<int>(ctx.in_shapes[0].size());
     int dim = wrap_dim(ctx.node.attr("dim").i(), rank, name);
     int threads = ctx.num_threads;
-    return make_kernel("cpu_f32_" + name + "_avx2", [=](const TensorView* in, TensorView* out) {
+    return make_generic_kernel("cpu_f32_" + name + "_avx2", [=](const TensorView* in, TensorView* out) {
       Packed packed(in[0], threads);
       const float* x = packed.ptr<float>();
       float* y = out[0].ptr<float>();
@@ -132,7 +132,7 @@ KernelFactory row_norm_factory(bool center, const std::string& name) {
     double eps = node.attr("eps").f();
     bool hw = node.attr("has_weight").b(), hb = center && node.attr("has_bias").b();
     int threads = ctx.num_threads;
-    return make_kernel("cpu_f32_" + name + "_avx2", [=](const TensorView* in, TensorView* out) {
+    return make_generic_kernel("cpu_f32_" + name + "_avx2", [=](const TensorView* in, TensorView* out) {
       Packed px(in[0], threads);
       Packed pw(hw ? in[1] : in[0], 1), pb(hb ? in[1 + hw] : in[0], 1);
       const float* w = hw ? pw.ptr<float>() : nullptr;
@@ -165,7 +165,7 @@ KernelFactory batch_norm_factory() {
     double eps = node.attr("eps").f();
     bool hw = node.attr("has_weight").b(), hb = node.attr("has_bias").b();
     int threads = ctx.num_threads;
-    return make_kernel("cpu_f32_batch_norm_avx2", [=](const TensorView* in, TensorView* out) {
+    return make_generic_kernel("cpu_f32_batch_norm_avx2", [=](const TensorView* in, TensorView* out) {
       Packed px(in[0], threads), pm(in[1], 1), pv(in[2], 1);
       Packed pw(hw ? in[3] : in[1], 1), pb(hb ? in[3 + hw] : in[1], 1);
       const float *x = px.ptr<float>(), *mean = pm.ptr<float>(), *var = pv.ptr<float>();

@@ -158,7 +158,7 @@ KernelFactory reduce_factory(RedOp op, const std::string& name) {
     auto mask = reduce_mask(ctx.node.attr("dims").ints(), static_cast<int>(ctx.in_shapes[0].size()), name);
     double correction = op == RedOp::var ? ctx.node.attr("correction").f() : 0.0;
     int threads = ctx.num_threads;
-    return make_kernel("cpu_f32_" + name + "_avx2", [=](const TensorView* in, TensorView* out) {
+    return make_generic_kernel("cpu_f32_" + name + "_avx2", [=](const TensorView* in, TensorView* out) {
       if ((op == RedOp::amax || op == RedOp::amin) && in[0].numel() == 0 && out[0].numel() > 0)
         throw Error(name, "cannot reduce over an empty dim (no identity)");
       if (out[0].numel() == 0) return;
@@ -189,7 +189,7 @@ KernelFactory arg_factory(bool is_max, const std::string& name) {
     int rank = static_cast<int>(ctx.in_shapes[0].size());
     int dim = wrap_dim(ctx.node.attr("dim").i(), rank, name);
     int threads = ctx.num_threads;
-    return make_kernel("cpu_f32_" + name + "_avx2", [=](const TensorView* in, TensorView* out) {
+    return make_generic_kernel("cpu_f32_" + name + "_avx2", [=](const TensorView* in, TensorView* out) {
       if (out[0].numel() == 0) return;
       if (in[0].numel() == 0) throw Error(name, "cannot reduce over an empty dim (no identity)");
       // Move `dim` last so each output reads one contiguous row.
@@ -214,7 +214,7 @@ KernelFactory cumsum_factory() {
     if (!is_f32(ctx)) return nullptr;
     int dim = wrap_dim(ctx.node.attr("dim").i(), static_cast<int>(ctx.in_shapes[0].size()), "cumsum");
     int threads = ctx.num_threads;
-    return make_kernel("cpu_f32_cumsum", [=](const TensorView* in, TensorView* out) {
+    return make_generic_kernel("cpu_f32_cumsum", [=](const TensorView* in, TensorView* out) {
       Packed packed(in[0], threads);
       const float* x = packed.ptr<float>();
       float* y = out[0].ptr<float>();

@@ -9,6 +9,11 @@
 // Vectorisation is AVX2 + FMA, the engine's baseline (CMakeLists.txt compiles it with
 // -mavx2 -mfma); the softmax uses the engine's vector exp (simd_f32.h, < 2 ulp).
 //
+// Shape-generic: run() reads L, S and the batch dims from the views, and the per-thread score
+// rows are sized by this call's S (scratch_bytes_for), so one kernel serves every plan of a
+// dynamic-shape compile, unless q/k/v is a graph input (its staging region is sized by the
+// shapes the kernel was built for).
+//
 // Layouts: q, k, v need a unit stride in their last dim; their row and batch strides may be
 // anything, and size-1 batch dims broadcast. A graph input with a non-unit inner stride is
 // packed dense into scratch first. The mask is read through its strides (broadcast dims of
@@ -58,15 +63,19 @@ class SdpaKernel final : public Kernel {
     const TensorView* mask = has_mask_ ? &in[3] : nullptr;
     const TensorView& y = out[0];
     int nb = y.ndim - 2;
-    const int64_t rows = batches_ * L_;
+    // This call's sizes (the kernel may have been built for other ones; see the top).
+    const int64_t L = q.sizes[q.ndim - 2], S = k.sizes[k.ndim - 2], E = q.sizes[q.ndim - 1];
+    const int64_t Ev = v.sizes[v.ndim - 1];
+    const int64_t rows = L * Ev ? y.numel() / Ev : 0;
+    const size_t row_bytes = row_bytes_for(S);
     float* y_data = y.ptr<float>();
     char* row_scratch = at_offset(scratch, scores_);
 #pragma omp parallel num_threads(threads_)
     {
-      float* sc = reinterpret_cast<float*>(row_scratch + omp_get_thread_num() * row_bytes_);
+      float* sc = reinterpret_cast<float*>(row_scratch + omp_get_thread_num() * row_bytes);
 #pragma omp for schedule(dynamic, 8)
       for (int64_t row = 0; row < rows; ++row) {
-        int64_t b = row / L_, l = row % L_;
+        int64_t b = row / L, l = row % L;
         int64_t idx[kMaxDims];
         int64_t rem = b;
         for (int d = nb - 1; d >= 0; --d) idx[d] = rem % y.sizes[d], rem /= y.sizes[d];
@@ -75,39 +84,47 @@ class SdpaKernel final : public Kernel {
         const float* vb = v.ptr<const float>() + batch_offset(v, idx, nb);
         int64_t ks = k.strides[k.ndim - 2], vs = v.strides[v.ndim - 2];
         // Causal: keys after the query position are masked, so they are never computed.
-        int64_t n = causal_ ? std::min(l + 1, S_) : S_;
-        for (int64_t j = 0; j < n; ++j) sc[j] = dot(qr, kb + j * ks, E_) * scale_;
+        int64_t n = causal_ ? std::min(l + 1, S) : S;
+        for (int64_t j = 0; j < n; ++j) sc[j] = dot(qr, kb + j * ks, E) * scale_;
         if (mask) apply_mask(*mask, idx, nb, l, sc, n);
         float mx = simd::row_max(sc, n);  // NaN scores make the row NaN, as in torch
         float sum = simd::exp_shift_sum(sc, mx, n, sc);
-        float* yr = y_data + row * Ev_;
-        for (int64_t e = 0; e < Ev_; ++e) yr[e] = 0.f;
+        float* yr = y_data + row * Ev;
+        for (int64_t e = 0; e < Ev; ++e) yr[e] = 0.f;
         for (int64_t j = 0; j < n; ++j)
-          if (sc[j] != 0.f) axpy(sc[j], vb + j * vs, yr, Ev_);
+          if (sc[j] != 0.f) axpy(sc[j], vb + j * vs, yr, Ev);
         float inv = 1.f / sum;
-        for (int64_t e = 0; e < Ev_; ++e) yr[e] *= inv;
+        for (int64_t e = 0; e < Ev; ++e) yr[e] *= inv;
       }
     }
   }
 
   size_t scratch_bytes() const override { return scratch_total_; }
   std::string name() const override { return "cpu_f32_sdpa_rowwise_avx2"; }
+  bool runs_shapes_of(const KernelContext& ctx) const override { return generic_ && !has_empty_tensor(ctx); }
+  size_t scratch_bytes_for(const KernelContext& ctx) const override {
+    const auto& ks = ctx.in_shapes[1];
+    return row_bytes_for(ks[ks.size() - 2]) * static_cast<size_t>(threads_);  // scores_ is 0, nothing staged
+  }
 
   static std::unique_ptr<Kernel> create(const KernelContext& ctx) {
     if (has_empty_tensor(ctx)) return nullptr;
     auto k = std::make_unique<SdpaKernel>();
-    const auto &qs = ctx.in_shapes[0], &ks = ctx.in_shapes[1], &vs = ctx.in_shapes[2], &ys = ctx.out_shapes[0];
-    k->L_ = qs[qs.size() - 2], k->E_ = qs.back(), k->S_ = ks[ks.size() - 2], k->Ev_ = vs.back();
-    k->batches_ = numel_of(ys) / (k->L_ * k->Ev_);
+    const auto &qs = ctx.in_shapes[0], &ks = ctx.in_shapes[1];
+    const int64_t E = qs.back(), S = ks[ks.size() - 2];
     k->causal_ = ctx.node.attr("is_causal").b();
     k->has_mask_ = ctx.node.attr("has_mask").b();
     double scale = ctx.node.attr("scale").f();
-    k->scale_ = static_cast<float>(scale != 0 ? scale : 1.0 / std::sqrt(static_cast<double>(k->E_)));
+    // E (q's last dim) is the same in every plan: the default scale is fixed per node.
+    k->scale_ = static_cast<float>(scale != 0 ? scale : 1.0 / std::sqrt(static_cast<double>(E)));
     k->threads_ = ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads();
     ScratchPlan plan;
-    k->row_bytes_ = (static_cast<size_t>(k->S_) * sizeof(float) + 63) / 64 * 64;
-    k->scores_ = plan.add(k->row_bytes_ * static_cast<size_t>(k->threads_));
-    for (int i = 0; i < 3; ++i) k->qkv_[i].plan(ctx, i, numel_of(ctx.in_shapes[i]), plan);
+    k->scores_ = plan.add(row_bytes_for(S) * static_cast<size_t>(k->threads_));
+    k->generic_ = true;
+    for (int i = 0; i < 3; ++i) {
+      k->qkv_[i].plan(ctx, i, numel_of(ctx.in_shapes[i]), plan);
+      if (k->qkv_[i].may_stage) k->generic_ = false;
+    }
     k->scratch_total_ = plan.total();
     return k;
   }
@@ -148,11 +165,13 @@ class SdpaKernel final : public Kernel {
     }
   }
 
-  int64_t L_ = 0, E_ = 0, S_ = 0, Ev_ = 0, batches_ = 0;
-  bool causal_ = false, has_mask_ = false;
+  // One thread's row of S scores, padded to a cache line.
+  static size_t row_bytes_for(int64_t S) { return (static_cast<size_t>(S) * sizeof(float) + 63) / 64 * 64; }
+
+  bool causal_ = false, has_mask_ = false, generic_ = false;
   float scale_ = 1;
   int threads_ = 1;
-  size_t row_bytes_ = 0, scores_ = 0, scratch_total_ = 0;
+  size_t scores_ = 0, scratch_total_ = 0;
   DenseInput qkv_[3];
 };
 

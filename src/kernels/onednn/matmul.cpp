@@ -8,6 +8,15 @@
 //    oneDNN itself (size-1 batch dims), after collapsing runs of batch dims that every operand
 //    either spans fully or broadcasts, so most calls reach oneDNN as a 2-d or 3-d problem.
 //
+// Runtime M (shape-generic linear). When x's leading dims are symbolic in the graph (dynamic
+// shapes) and the weight is a constant, the primitive is created with M = DNNL_RUNTIME_DIM_VAL
+// and the weight prepacked once; run() describes this call's M, and the kernel declares itself
+// shape-generic, so every plan of the compile shares it (no primitive creation or reorder per
+// new shape). oneDNN 3.2 serves runtime M with its jit gemm, not brgemm; static shapes keep
+// the static primitive. Falls back to the static primitive when oneDNN cannot create the
+// runtime one (or only as a reference implementation), and for x as a graph input or a
+// residual that is one (they may need staging sized by M).
+//
 // Strided operands. Engine intermediates are dense, but graph inputs may be torch views; the
 // common one is a transpose of the last two dims (x @ w.t()). For an operand that is a graph
 // input the factory builds a second primitive variant whose memory descriptor carries those
@@ -78,8 +87,10 @@ struct Operand {
     variants = (swappable && dense.may_stage && vs.size() >= 2) ? 2 : 1;
     dims ds = dense_strides(internal), ss = swapped_strides(internal);
     md[0] = dnnl::memory::desc(internal, dt::f32, flip ? ss : ds);
-    md[1] = dnnl::memory::desc(internal, dt::f32, flip ? ds : ss);
-    if (variants == 2) swapped_view = swapped_strides(dims(vs.begin(), vs.end()));
+    if (variants == 2) {
+      md[1] = dnnl::memory::desc(internal, dt::f32, flip ? ds : ss);
+      swapped_view = swapped_strides(dims(vs.begin(), vs.end()));
+    }
   }
 };
 
@@ -92,14 +103,22 @@ class GemmKernel final : public Kernel {
     int vb = 0;
     if (!packed_b_[va]) vb = b_.pick(in, scratch, op_, &b);
     const Variant& v = variants_[va][vb];
+    const dnnl::memory::desc *a_md = &a_.md[va], *c_md = &c_md_;
+    dnnl::memory::desc a_now, c_now;
+    if (runtime_m_) {  // this call's M: x is dense [..., K], the output [..., N]
+      const int64_t M = in[0].numel() / K_;
+      a_now = dnnl::memory::desc({M, K_}, dt::f32, dims{K_, 1});
+      c_now = dnnl::memory::desc({M, N_}, dt::f32, dims{N_, 1});
+      a_md = &a_now, c_md = &c_now;
+    }
     std::unordered_map<int, dnnl::memory> args;
-    args[DNNL_ARG_SRC] = wrap(a_.md[va], a);
+    args[DNNL_ARG_SRC] = wrap(*a_md, a);
     args[DNNL_ARG_WEIGHTS] = packed_b_[va] ? *packed_b_[va] : wrap(b_.md[vb], b);
-    args[DNNL_ARG_DST] = wrap(c_md_, out[0].data);
+    args[DNNL_ARG_DST] = wrap(*c_md, out[0].data);
     args[DNNL_ARG_SCRATCHPAD] = wrap(v.pd.scratchpad_desc(), at_offset(scratch, prim_scratch_));
     if (ep_.has_bias) args[DNNL_ARG_BIAS] = wrap(bias_md_, in[ep_.bias_input].data);
     if (v.residual == ResidualMode::binary_add)
-      args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = wrap(c_md_, res_.get(in, scratch, op_));
+      args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = wrap(*c_md, res_.get(in, scratch, op_));
     if (v.residual == ResidualMode::sum) copy_residual_into(in[ep_.residual_input], out[0]);
     v.prim.execute(s, args);
     s.wait();
@@ -107,11 +126,18 @@ class GemmKernel final : public Kernel {
 
   size_t scratch_bytes() const override { return scratch_total_; }
   std::string name() const override { return name_; }
+  // Runtime-M kernels run any M (the weight, so K and N, is the same constant in every plan);
+  // empty tensors go to the reference kernel, as create_linear decides.
+  bool runs_shapes_of(const KernelContext& ctx) const override {
+    return runtime_m_ && !has_empty_tensor(ctx) && !ctx.in_shapes[0].empty() && ctx.in_shapes[0].back() == K_;
+  }
+  size_t scratch_bytes_for(const KernelContext&) const override { return scratch_total_; }  // no M-sized regions
 
   // a_dims/b_dims/c_dims: the gemm problem (same rank, batch dims equal or 1). b_flip: see
-  // Operand::init. b is prepacked when it is a constant.
+  // Operand::init. b is prepacked when it is a constant. `runtime_m`: a_dims/c_dims are
+  // {DNNL_RUNTIME_DIM_VAL, K} / {.., N} (2-d, constant b, nothing staged; see the top).
   static std::unique_ptr<Kernel> create(const KernelContext& ctx, const char* op, const dims& a_dims,
-                                        const dims& b_dims, const dims& c_dims, bool b_flip);
+                                        const dims& b_dims, const dims& c_dims, bool b_flip, bool runtime_m = false);
 
  private:
   struct Variant {
@@ -127,13 +153,18 @@ class GemmKernel final : public Kernel {
   std::optional<dnnl::memory> packed_b_[2];  // per a-variant: constant b in that pd's layout
   DenseInput res_;
   size_t prim_scratch_ = 0, scratch_total_ = 0;
+  bool runtime_m_ = false;
+  int64_t K_ = 0, N_ = 0;  // runtime_m_ only
   std::string name_;
 };
 
 std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char* op, const dims& a_dims,
-                                           const dims& b_dims, const dims& c_dims, bool b_flip) {
+                                           const dims& b_dims, const dims& c_dims, bool b_flip, bool runtime_m) {
   auto k = std::make_unique<GemmKernel>();
   k->op_ = op;
+  k->runtime_m_ = runtime_m;
+  k->K_ = a_dims.back();
+  k->N_ = c_dims.back();
   k->ep_ = Epilogue::of(ctx.node, 2);
   // Scratch layout: [primitive scratchpad (max over variants) | staged operands, residual].
   // The staged regions are planned first, relative to 0, and shifted once the max is known.
@@ -170,12 +201,17 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
       try {
         // The residual as binary_add (no copy), unless only a reference implementation takes
         // it that way; then as a sum post-op over a copy (see onednn_util.h, ResidualMode).
-        v.residual = k->ep_.has_residual ? ResidualMode::binary_add : ResidualMode::none;
+        // Runtime M: oneDNN takes no binary post-op of runtime size, so always the sum form.
+        v.residual = !k->ep_.has_residual ? ResidualMode::none
+                     : runtime_m          ? ResidualMode::sum
+                                          : ResidualMode::binary_add;
         v.pd = make_pd(v.residual);
         if (v.residual == ResidualMode::binary_add && is_reference_impl(v.pd.impl_info_str())) {
           auto with_sum = make_pd(ResidualMode::sum);
           if (!is_reference_impl(with_sum.impl_info_str())) v.pd = with_sum, v.residual = ResidualMode::sum;
         }
+        if (runtime_m && is_reference_impl(v.pd.impl_info_str()))
+          throw Error(op, std::string("runtime-M matmul only as ") + v.pd.impl_info_str());
         v.prim = dnnl::matmul(v.pd);
       } catch (const dnnl::error& e) {
         fail_create(op, "a matmul for " + shape_text(ctx.in_shapes[0]) + " x " + shape_text(ctx.in_shapes[1]), e);
@@ -202,8 +238,21 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
   k->res_.offset += base;
   k->scratch_total_ = base + rest.total();
   k->name_ = std::string("onednn_f32_") + op + ":" + k->variants_[0][0].pd.impl_info_str() +
-             (b_const ? ":prepacked" : "");
+             (b_const ? ":prepacked" : "") + (runtime_m ? ":runtime_m" : "");
   return k;
+}
+
+// A linear whose M is symbolic in the graph, with a constant weight and nothing that needs
+// M-sized staging scratch (x and the residual are not graph inputs, which may be strided).
+bool runtime_m_fits(const KernelContext& ctx) {
+  const Node& n = ctx.node;
+  const Value* x = n.inputs[0];
+  if (!ctx.const_inputs[1] || x->is_input || x->type.shape.empty()) return false;
+  Epilogue ep = Epilogue::of(n, 2);
+  if (ep.has_residual && n.inputs[ep.residual_input]->is_input) return false;
+  for (size_t d = 0; d + 1 < x->type.shape.size(); ++d)
+    if (!x->type.shape[d].is_static()) return true;
+  return false;
 }
 
 // linear: x [..., K] -> [M, K]; w [N, K] read as B = w^T [K, N].
@@ -212,6 +261,14 @@ std::unique_ptr<Kernel> create_linear(const KernelContext& ctx) {
   const auto& ws = ctx.in_shapes[1];
   int64_t N = ws[0], K = ws[1];
   int64_t M = numel_of(ctx.in_shapes[0]) / K;
+  if (runtime_m_fits(ctx)) {
+    try {
+      const int64_t rt = DNNL_RUNTIME_DIM_VAL;
+      return GemmKernel::create(ctx, "linear", {rt, K}, {K, N}, {rt, N}, /*b_flip=*/true, /*runtime_m=*/true);
+    } catch (const Error&) {
+      // oneDNN has no (fast) runtime-M matmul for this epilogue: the static primitive below.
+    }
+  }
   return GemmKernel::create(ctx, "linear", {M, K}, {K, N}, {M, N}, /*b_flip=*/true);
 }
 

@@ -1,0 +1,61 @@
+// PlanCache: what the plans of one compiled graph share across shape signatures.
+//
+//   PlanCache cache(graph, 16);                       // once per compile
+//   auto p1 = Plan::build(graph, {{2, 16}}, opts, &cache);
+//   auto p2 = Plan::build(graph, {{3, 40}}, opts, &cache);  // reuses p1's generic kernels
+//
+// - the liveness of the graph (shape-independent: node order, lifetimes, aliases);
+// - a KernelCache: per node, the kernels built so far. A new plan reuses a cached kernel when
+//   it was built for exactly the same concrete shapes and bound attributes, or when it is
+//   shape-generic (Kernel::runs_shapes_of) and the bound attributes are equal; otherwise it
+//   asks the registry for a new one. A kernel is shared (shared_ptr) by every plan using it;
+//   eviction from the cache never frees a kernel a plan still holds.
+//
+// Thread-safe: a mutex guards the kernel lists (CompiledGraph also builds under its own lock).
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "ir/graph.h"
+#include "kernels/kernel.h"
+#include "plan/liveness.h"
+
+namespace updraft {
+
+class KernelCache {
+ public:
+  // `per_node`: how many kernels each node keeps (most recently used first); at least 1.
+  explicit KernelCache(size_t per_node) : per_node_(per_node ? per_node : 1) {}
+
+  // The kernel for ctx (a cached one that runs ctx's shapes, else a new one from the
+  // registry for `device`) and its scratch bytes for these shapes.
+  std::shared_ptr<const Kernel> get(const KernelContext& ctx, Device device, size_t* scratch_bytes);
+
+  struct Stats {
+    size_t created = 0;  // factory calls
+    size_t reused = 0;   // plans' nodes served by a cached kernel
+  };
+  Stats stats() const;
+
+ private:
+  struct Entry {
+    std::shared_ptr<const Kernel> kernel;
+    std::vector<std::vector<int64_t>> in_shapes, out_shapes;
+    std::optional<Attrs> attrs;  // the bound attributes it was built with, when symbolic
+  };
+  size_t per_node_;
+  mutable std::mutex mu_;
+  std::vector<std::vector<Entry>> by_node_;  // indexed by node id; most recently used first
+  Stats stats_;
+};
+
+struct PlanCache {
+  PlanCache(const Graph& g, size_t kernels_per_node) : liveness(compute_liveness(g)), kernels(kernels_per_node) {}
+  Liveness liveness;
+  KernelCache kernels;
+};
+
+}  // namespace updraft
