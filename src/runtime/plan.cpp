@@ -173,14 +173,20 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
                                  "; its symbols must appear as plain input dims");
     }
   }
+  std::vector<TensorType> in_types;
   for (int i = 0; i < lv.at_end; ++i) {
     const Node* n = lv.order[i];
     const Attrs& attrs = bound_attrs[i] ? *bound_attrs[i] : n->attrs;
-    std::vector<TensorType> in_types;
+    in_types.clear();
     for (const Value* v : n->inputs) in_types.push_back({v->type.dtype, shape_from(shape[v->id])});
     std::vector<TensorType> out_types;
     try {
-      out_types = OpTable::get().infer(n->op_name(), in_types, attrs);
+      // The op's shape function itself: arity, attribute kinds and dtypes were validated
+      // when the graph was built and are the same for every shape (OpTable::infer repeats
+      // those checks, which cost more than the shape function for most ops).
+      InferCtx ictx(*n->op, in_types, attrs);
+      n->op->infer(ictx);
+      out_types = std::move(ictx.outputs());
     } catch (const Error& e) {
       throw Error("runtime", "node %" + std::to_string(n->id) + " (" + n->op_name() +
                                  ") cannot take the shapes these inputs give it: " + e.what());
