@@ -146,6 +146,39 @@ def test_dynamic_factories_and_slices_match_eager(engine_compiles):
         assert op not in rep.fallback_ops, str(rep)
 
 
+def test_new_shapes_reuse_the_compiles_kernels(monkeypatch):
+    """Plans for new shapes share the kernels of earlier ones (runtime/plan_cache.h). Every
+    linear (a runtime-M oneDNN matmul), attention, norm and elementwise kernel is built once;
+    only the two kernels whose attributes hold a symbol are made again, once per new value:
+    the slice of the position-id table to [:, :s1] (per new length) and the expand of the
+    token-type ids to [s0, -1] (per new batch size)."""
+    graphs = []
+    real = _C.compile
+
+    def spy(graph, options=None):
+        graphs.append(real(graph, options if options is not None else {}))
+        return graphs[-1]
+
+    monkeypatch.setattr(_C, "compile", spy)
+    torch._dynamo.reset()
+    model = _small_bert()
+    compiled = torch.compile(model, backend="updraft", dynamic=True)
+    _run_shapes(model, compiled, [(2, 8)])
+    assert len(graphs) == 1
+    cg = graphs[0]
+    first = cg.kernels_created
+    assert "runtime_m" in cg.plan_text([[2, 8]])
+    shapes = [(2, 13), (3, 32), (2, 77), (4, 5), (3, 128), (2, 8)]
+    _run_shapes(model, compiled, shapes)
+    assert len(graphs) == 1
+    assert cg.plans_built == 6  # (2, 8) repeats
+    new_lengths = len({s for _, s in shapes} - {8})
+    new_batches = len({b for b, _ in shapes} - {2})
+    assert cg.kernels_created - first == new_lengths + new_batches, cg.plan_text([[2, 8]])
+    assert cg.kernels_reused >= 5 * (first - 2)
+    torch._dynamo.reset()
+
+
 @pytest.mark.slow
 def test_bert_base_20_lengths_3_batches_one_compile(engine_compiles):
     from updraft import zoo
