@@ -132,6 +132,8 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("last_plan_ms", [](const CG& cg) { return cg.plan_stats().last_ms; },
                    "Milliseconds the most recent plan build took (CompiledGraph::prepare on a new shape).")
       .def_prop_ro("total_plan_ms", [](const CG& cg) { return cg.plan_stats().total_ms; })
+      .def_prop_ro("total_plan_cpu_ms", [](const CG& cg) { return cg.plan_stats().total_cpu_ms; },
+                   "CPU milliseconds of the building thread over all plan builds (excludes waiting for a core).")
       .def_prop_ro("kernels_created", [](const CG& cg) { return cg.plan_stats().kernels_created; },
                    "Kernels made by a factory over all plans (shape-generic ones once per compile).")
       .def_prop_ro("kernels_reused", [](const CG& cg) { return cg.plan_stats().kernels_reused; },

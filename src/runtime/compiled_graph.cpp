@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 
 #include "core/error.h"
 #include "passes/pipeline.h"
@@ -18,6 +19,12 @@
 namespace updraft {
 
 namespace {
+
+double thread_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
 
 std::string dims_str(const int64_t* s, int n) {
   std::string r = "[";
@@ -61,9 +68,12 @@ std::shared_ptr<Plan> CompiledGraph::plan_for(const std::vector<std::vector<int6
   }
   // Built under the lock: a plan is built once per signature even when many threads miss.
   auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = thread_cpu_ms();
   std::shared_ptr<Plan> plan = Plan::build(*graph_, input_shapes, opts_, plan_cache_.get());
   last_plan_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   total_plan_ms_ += last_plan_ms_;
+  last_plan_cpu_ms_ = thread_cpu_ms() - cpu0;
+  total_plan_cpu_ms_ += last_plan_cpu_ms_;
   ++plans_built_;
   if (opts_.debug >= 2) std::fprintf(stderr, "[updraft] new plan\n%s", plan->str().c_str());
   plans_.insert(plans_.begin(), {input_shapes, plan});
@@ -83,7 +93,7 @@ std::string CompiledGraph::plan_text(const std::vector<std::vector<int64_t>>& in
 PlanStats CompiledGraph::plan_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   KernelCache::Stats k = plan_cache_->kernels.stats();
-  return {plans_built_, last_plan_ms_, total_plan_ms_, k.created, k.reused};
+  return {plans_built_, last_plan_ms_, total_plan_ms_, k.created, k.reused, last_plan_cpu_ms_, total_plan_cpu_ms_};
 }
 
 size_t CompiledGraph::num_plans() const {
