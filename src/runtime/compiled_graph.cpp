@@ -42,9 +42,6 @@ std::shared_ptr<CompiledGraph> CompiledGraph::compile(std::unique_ptr<Graph> gra
   cg->pass_log_ = run_pipeline(*graph, opts);
   cg->compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   cg->graph_ = std::move(graph);
-  // Shape-specific kernels: twice the plan LRU per node, so a signature whose plan was evicted
-  // and comes back finds its kernels (shape-generic ones are shared by every plan anyway).
-  cg->plan_cache_ = std::make_unique<PlanCache>(*cg->graph_, 2 * std::max<size_t>(opts.plan_cache_size, 1));
   if (opts.debug >= 1) {
     for (const PassRecord& r : cg->pass_log_)
       std::fprintf(stderr, "[updraft] pass %-20s %-9s %.3f ms\n", r.name.c_str(), r.changed ? "changed" : "unchanged",
@@ -67,6 +64,11 @@ std::shared_ptr<Plan> CompiledGraph::plan_for(const std::vector<std::vector<int6
     }
   }
   // Built under the lock: a plan is built once per signature even when many threads miss.
+  // The PlanCache is made with the first plan, whichever way this CompiledGraph was made.
+  // Shape-specific kernels: twice the plan LRU per node, so a signature whose plan was evicted
+  // and comes back finds its kernels (shape-generic ones are shared by every plan anyway).
+  if (!plan_cache_)
+    plan_cache_ = std::make_unique<PlanCache>(*graph_, 2 * std::max<size_t>(opts_.plan_cache_size, 1));
   auto t0 = std::chrono::steady_clock::now();
   const double cpu0 = thread_cpu_ms();
   std::shared_ptr<Plan> plan = Plan::build(*graph_, input_shapes, opts_, plan_cache_.get());
@@ -92,7 +94,7 @@ std::string CompiledGraph::plan_text(const std::vector<std::vector<int64_t>>& in
 
 PlanStats CompiledGraph::plan_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  KernelCache::Stats k = plan_cache_->kernels.stats();
+  KernelCache::Stats k = plan_cache_ ? plan_cache_->kernels.stats() : KernelCache::Stats{};
   return {plans_built_, last_plan_ms_, total_plan_ms_, k.created, k.reused, last_plan_cpu_ms_, total_plan_cpu_ms_};
 }
 

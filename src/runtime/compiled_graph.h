@@ -94,7 +94,7 @@ class CompiledGraph {
   double compile_ms_ = 0;
   mutable std::mutex mu_;
   std::vector<std::pair<std::vector<std::vector<int64_t>>, std::shared_ptr<Plan>>> plans_;  // LRU, front = newest
-  std::unique_ptr<PlanCache> plan_cache_;  // liveness + kernels shared by this graph's plans
+  std::unique_ptr<PlanCache> plan_cache_;  // liveness + kernels shared by this graph's plans; guarded by mu_
   size_t plans_built_ = 0;  // guarded by mu_, like the timings
   double last_plan_ms_ = 0, total_plan_ms_ = 0, last_plan_cpu_ms_ = 0, total_plan_cpu_ms_ = 0;
 };
