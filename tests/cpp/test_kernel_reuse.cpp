@@ -31,8 +31,9 @@ constexpr double kTol = 1e-4;
 
 // Post-norm attention block: %h (not a graph input, so its linears get runtime M) feeds
 // q/k/v, attention with an additive mask, an output projection with the residual, layer norm,
-// a gelu MLP with its residual and a second layer norm. %side is a linear straight on the
-// graph input, which keeps the shape-specific static primitive.
+// a gelu MLP with its residual, a second layer norm and a matmul by a constant [K, N] matrix
+// with a bias (GPT-2's Conv1D). %side is a linear straight on the graph input, which keeps the
+// shape-specific static primitive.
 const char* kLayer = R"(graph(%x: f32[s0, s1, 32], %m: f32[s0, 1, 1, s1]) {
   %pos = constant f32[32] random(seed=1)
   %wq = constant f32[32, 32] random(seed=2, lo=-0.3, hi=0.3)
@@ -48,6 +49,8 @@ const char* kLayer = R"(graph(%x: f32[s0, s1, 32], %m: f32[s0, 1, 1, s1]) {
   %n1 = constant f32[32] random(seed=12)
   %n2 = constant f32[32] random(seed=13)
   %ws = constant f32[8, 32] random(seed=14, lo=-0.3, hi=0.3)
+  %wm = constant f32[32, 16] random(seed=15, lo=-0.3, hi=0.3)
+  %bm = constant f32[16] random(seed=16)
   %h = add(%x, %pos)
   %q = linear(%h, %wq)
   %k = linear(%h, %wk)
@@ -72,7 +75,9 @@ const char* kLayer = R"(graph(%x: f32[s0, s1, 32], %m: f32[s0, 1, 1, s1]) {
   %r2 = add(%f2, %y1)
   %y2 = layer_norm(%r2, %g2, %n2) {normalized_ndim=1}
   %side = linear(%x, %ws)
-  return (%y2, %side)
+  %mm = matmul(%y2, %wm)
+  %mmb = add(%mm, %bm)
+  return (%y2, %side, %mmb)
 }
 )";
 
@@ -135,6 +140,8 @@ TEST(KernelReuse, GenericKernelsAreBuiltOncePerCompile) {
   auto cg = CompiledGraph::compile(parse_graph(kLayer), CompileOptions{});
   auto first = cg->plan({{2, 5, 32}, {2, 1, 1, 5}});
   ASSERT_NE(kernel_named(*first, ":runtime_m"), nullptr) << first->str();
+  ASSERT_NE(kernel_named(*first, "onednn_f32_matmul:"), nullptr) << first->str();
+  EXPECT_NE(kernel_named(*first, "onednn_f32_matmul:")->name().find(":runtime_m"), std::string::npos);
   const size_t created_first = cg->plan_stats().kernels_created;
   // The one shape-specific kernel: the static linear on the graph input.
   size_t specific = 0;
@@ -157,6 +164,7 @@ TEST(KernelReuse, GenericKernelsAreBuiltOncePerCompile) {
     }
     EXPECT_EQ(kernel_named(*p, ":runtime_m", 0), kernel_named(*first, ":runtime_m", 0));
     EXPECT_EQ(kernel_named(*p, "sdpa"), kernel_named(*first, "sdpa"));
+    EXPECT_EQ(kernel_named(*p, "onednn_f32_matmul:"), kernel_named(*first, "onednn_f32_matmul:"));
   }
   // Only the static linear is created again, once per new shape.
   EXPECT_EQ(cg->plan_stats().kernels_created, created_first + more.size() * specific);
@@ -186,7 +194,7 @@ TEST(KernelReuse, PlanBuildWithoutCacheStillWorks) {
   auto g = parse_graph(kLayer);
   CompileOptions opts;
   auto p = Plan::build(*g, {{2, 3, 32}, {2, 1, 1, 3}}, opts);
-  EXPECT_EQ(p->output_shapes(), (std::vector<std::vector<int64_t>>{{2, 3, 32}, {2, 3, 8}}));
+  EXPECT_EQ(p->output_shapes(), (std::vector<std::vector<int64_t>>{{2, 3, 32}, {2, 3, 8}, {2, 3, 16}}));
   PlanCache cache(*g, 4);
   auto a = Plan::build(*g, {{2, 3, 32}, {2, 1, 1, 3}}, opts, &cache);
   auto b = Plan::build(*g, {{1, 9, 32}, {1, 1, 1, 9}}, opts, &cache);

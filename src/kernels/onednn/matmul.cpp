@@ -8,8 +8,8 @@
 //    oneDNN itself (size-1 batch dims), after collapsing runs of batch dims that every operand
 //    either spans fully or broadcasts, so most calls reach oneDNN as a 2-d or 3-d problem.
 //
-// Runtime M (shape-generic linear). When x's leading dims are symbolic in the graph (dynamic
-// shapes) and the weight is a constant, the primitive is created with M = DNNL_RUNTIME_DIM_VAL
+// Runtime M (shape-generic linear, and matmul by a constant 2-d matrix). When x's leading dims
+// are symbolic in the graph (dynamic shapes) and the weight is a constant, the primitive is created with M = DNNL_RUNTIME_DIM_VAL
 // and the weight prepacked once; run() describes this call's M, and the kernel declares itself
 // shape-generic, so every plan of the compile shares it (no primitive creation or reorder per
 // new shape). oneDNN 3.2 serves runtime M with its jit gemm, not brgemm; static shapes keep
@@ -242,7 +242,8 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
   return k;
 }
 
-// A linear whose M is symbolic in the graph, with a constant weight and nothing that needs
+// A linear (or matmul by a constant 2-d matrix) whose M is symbolic in the graph, with a
+// constant weight and nothing that needs
 // M-sized staging scratch (x and the residual are not graph inputs, which may be strided).
 bool runtime_m_fits(const KernelContext& ctx) {
   const Node& n = ctx.node;
@@ -275,6 +276,16 @@ std::unique_ptr<Kernel> create_linear(const KernelContext& ctx) {
 // matmul: promote 1-d operands, then collapse the broadcast batch dims.
 std::unique_ptr<Kernel> create_matmul(const KernelContext& ctx) {
   if (has_empty_tensor(ctx)) return nullptr;
+  // x @ W with a constant 2-d W (GPT-2's Conv1D): x's dense leading dims flatten into M, as
+  // for linear, so a symbolic batch or sequence gets the runtime-M kernel.
+  if (ctx.in_shapes[1].size() == 2 && ctx.in_shapes[0].size() >= 2 && runtime_m_fits(ctx)) {
+    const int64_t K = ctx.in_shapes[1][0], N = ctx.in_shapes[1][1], rt = DNNL_RUNTIME_DIM_VAL;
+    try {
+      return GemmKernel::create(ctx, "matmul", {rt, K}, {K, N}, {rt, N}, /*b_flip=*/false, /*runtime_m=*/true);
+    } catch (const Error&) {
+      // no (fast) runtime-M primitive for this epilogue: the static one below
+    }
+  }
   std::vector<int64_t> a = ctx.in_shapes[0], b = ctx.in_shapes[1];
   if (a.size() == 1) a.insert(a.begin(), 1);
   if (b.size() == 1) b.push_back(1);
