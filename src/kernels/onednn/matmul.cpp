@@ -9,10 +9,11 @@
 //    either spans fully or broadcasts, so most calls reach oneDNN as a 2-d or 3-d problem.
 //
 // Runtime M (shape-generic linear, and matmul by a constant 2-d matrix). When x's leading dims
-// are symbolic in the graph (dynamic shapes) and the weight is a constant, the primitive is created with M = DNNL_RUNTIME_DIM_VAL
-// and the weight prepacked once; run() describes this call's M, and the kernel declares itself
-// shape-generic, so every plan of the compile shares it (no primitive creation or reorder per
-// new shape). oneDNN 3.2 serves runtime M with its jit gemm, not brgemm; static shapes keep
+// are symbolic in the graph (dynamic shapes) and the weight is a constant, the primitive is
+// created with M = DNNL_RUNTIME_DIM_VAL and the weight prepacked once; run() describes this
+// call's M, and the kernel declares itself shape-generic, so every plan of the compile shares
+// it (no primitive creation or reorder per new shape). A fused residual takes the sum form
+// (oneDNN has no binary post-op of runtime size). oneDNN 3.2 serves runtime M with its jit gemm, not brgemm; static shapes keep
 // the static primitive. Falls back to the static primitive when oneDNN cannot create the
 // runtime one (or only as a reference implementation), and for x as a graph input or a
 // residual that is one (they may need staging sized by M).
@@ -243,8 +244,8 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
 }
 
 // A linear (or matmul by a constant 2-d matrix) whose M is symbolic in the graph, with a
-// constant weight and nothing that needs
-// M-sized staging scratch (x and the residual are not graph inputs, which may be strided).
+// constant weight and nothing that needs M-sized staging scratch (x and the residual are not
+// graph inputs, which may be strided).
 bool runtime_m_fits(const KernelContext& ctx) {
   const Node& n = ctx.node;
   const Value* x = n.inputs[0];
