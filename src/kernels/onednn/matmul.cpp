@@ -24,6 +24,7 @@
 // swapped strides, so such views run zero-copy. Any other strided view is packed dense into
 // planned scratch first (DenseInput).
 #include <array>
+#include <cstdlib>
 #include <optional>
 
 #include "kernels/onednn/onednn_util.h"
@@ -246,7 +247,14 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
 // A linear (or matmul by a constant 2-d matrix) whose M is symbolic in the graph, with a
 // constant weight and nothing that needs M-sized staging scratch (x and the residual are not
 // graph inputs, which may be strided).
+// UPDRAFT_STATIC_GEMM=1 turns the runtime-M kernel off (every plan then builds static
+// primitives): for comparing the two on a given machine.
 bool runtime_m_fits(const KernelContext& ctx) {
+  static const bool disabled = [] {
+    const char* e = std::getenv("UPDRAFT_STATIC_GEMM");
+    return e && std::string(e) == "1";
+  }();
+  if (disabled) return false;
   const Node& n = ctx.node;
   const Value* x = n.inputs[0];
   if (!ctx.const_inputs[1] || x->is_input || x->type.shape.empty()) return false;
