@@ -16,7 +16,7 @@ try:
 
     __version__ = _dist_version("updraft")
 except Exception:  # running from a source tree without an installed distribution
-    __version__ = "0.1.0"
+    __version__ = "0.2.0"
 
 __all__ = ["CompilerConfig", "Report", "__version__", "explain", "get_backend", "last_report"]
 

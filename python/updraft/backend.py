@@ -69,7 +69,7 @@ class CompiledGraph:
 
     def __init__(self, gm: fx.GraphModule, parts: list[EnginePartition], frozen: list[int],
                  history: Optional["_History"] = None, config: Optional[CompilerConfig] = None,
-                 report: Optional[GraphReport] = None) -> None:
+                 report: Optional[GraphReport] = None, names: Optional[list] = None) -> None:
         self.gm = gm
         self.parts = parts
         self.frozen = frozen
@@ -78,7 +78,7 @@ class CompiledGraph:
         self.report = report
         self._bound: Optional[list] = None
         self._lock = threading.Lock()
-        self._names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+        self._names = names or [n.name for n in gm.graph.nodes if n.op == "placeholder"]
 
     def __call__(self, args: list) -> Any:
         if self.frozen:
@@ -172,16 +172,15 @@ def _history_for(gm: fx.GraphModule) -> tuple[_History, int]:
         return h, cid.frame_compile_id
 
 
-def _signature(gm: fx.GraphModule) -> list:
+def _signature(gm: fx.GraphModule, names: Optional[list] = None) -> list:
     sig = []
-    for n in gm.graph.nodes:
-        if n.op != "placeholder":
-            continue
+    for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
+        name = names[i] if names else n.name
         v = n.meta.get("val")
         if isinstance(v, torch.Tensor):
-            sig.append((n.name, str(v.dtype).replace("torch.", ""), tuple(str(d) for d in v.shape)))
+            sig.append((name, str(v.dtype).replace("torch.", ""), tuple(str(d) for d in v.shape)))
         else:
-            sig.append((n.name, type(v).__name__, ()))
+            sig.append((name, type(v).__name__, ()))
     return sig
 
 
@@ -225,9 +224,10 @@ def _frozen_inputs(gm: fx.GraphModule, config: CompilerConfig) -> list[int]:
                   and isinstance(placeholders[i].meta.get("val"), torch.Tensor))
 
 
-def compile_inference(gm: fx.GraphModule, config: CompilerConfig, report: GraphReport) -> Callable:
+def compile_inference(gm: fx.GraphModule, config: CompilerConfig, report: GraphReport,
+                      names: Optional[list] = None) -> Callable:
     history, frame_compile = _history_for(gm)
-    reason = history.compiled(_signature(gm), frame_compile)
+    reason = history.compiled(_signature(gm, names), frame_compile)
     report.compiles.append(("recompile", reason) if reason else ("compile", "first compile of this graph"))
     if history.recompiles > config.recompile_limit:
         note = (f"recompile limit reached: compiled {history.recompiles + 1} times, over "
@@ -247,7 +247,7 @@ def compile_inference(gm: fx.GraphModule, config: CompilerConfig, report: GraphR
             print(f"[updraft]   eager {op}: {reasons[0]}", file=sys.stderr)
     if not parts:
         return _boxed(gm.forward)
-    return CompiledGraph(gm, parts, frozen, history, config, report)
+    return CompiledGraph(gm, parts, frozen, history, config, report, names)
 
 
 def _record_all_in_pytorch(gm: fx.GraphModule, graph_report: GraphReport, reason: str) -> None:
@@ -264,13 +264,17 @@ def _record_all_in_pytorch(gm: fx.GraphModule, graph_report: GraphReport, reason
             graph_report.add_fallback(op_name(n), reason, is_compute(n))
 
 
-def _make_compilers(config: CompilerConfig) -> dict:
+def _make_compilers(config: CompilerConfig, input_names: Optional[list] = None) -> dict:
+    """`input_names`: the Dynamo graph's placeholder names (L_x_, L_self_..._weight_), which
+    AOTAutograd's flat inputs follow in order; messages use them."""
     rep = report_for_new_graph()
 
     def inference_compiler(gm: fx.GraphModule, example_inputs: list) -> Callable:
         graph_report = rep.new_graph("inference")
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        names = input_names if input_names and len(input_names) == len(placeholders) else None
         try:
-            return compile_inference(gm, config, graph_report)
+            return compile_inference(gm, config, graph_report, names)
         except Exception as e:
             if not config.fallback:
                 raise
@@ -294,7 +298,8 @@ def _make_compilers(config: CompilerConfig) -> dict:
 def _compile(gm: fx.GraphModule, example_inputs: list, config: CompilerConfig) -> Callable:
     from torch._dynamo.backends.common import aot_autograd
 
-    backend = aot_autograd(decompositions=decompositions(), **_make_compilers(config))
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    backend = aot_autograd(decompositions=decompositions(), **_make_compilers(config, names))
     return backend(gm, example_inputs)
 
 
