@@ -9,6 +9,7 @@ The compiled extension is `updraft._C`; it is imported lazily, when a graph is c
 from __future__ import annotations
 
 from .config import CompilerConfig
+from .gears import Gear
 from .report import Report, last_report
 
 try:
@@ -18,7 +19,7 @@ try:
 except Exception:  # running from a source tree without an installed distribution
     __version__ = "0.2.0"
 
-__all__ = ["CompilerConfig", "Report", "__version__", "explain", "get_backend", "last_report"]
+__all__ = ["CompilerConfig", "Gear", "Report", "__version__", "explain", "get_backend", "last_report"]
 
 
 def get_backend(config: CompilerConfig | None = None):

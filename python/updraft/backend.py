@@ -18,6 +18,7 @@ import torch
 from torch import fx
 
 from .config import CompilerConfig
+from .gears import GearBox
 from .partition import EnginePartition, partition_graph, warn_once
 from .report import GraphReport, report_for_new_graph
 
@@ -79,13 +80,45 @@ class CompiledGraph:
         self._bound: Optional[list] = None
         self._lock = threading.Lock()
         self._names = names or [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+        self.gears: list = []
+        for gear in (config.gears if config is not None else ()):
+            box = GearBox.bind(gear, gm, self._names, warn_once)
+            if box is not None:
+                self.gears.append(box)
+                if report is not None:
+                    report.compiles.append(("gears", f"{gear.input} dim {gear.dim} ({box.symbol}): plans for "
+                                            f"{list(gear.sizes)} at the first call, padding "
+                                            f"{'on' if box.padding else 'off'}"))
 
     def __call__(self, args: list) -> Any:
         if self.frozen:
             bound = self._bound
             if bound is None or any(args[i] is not t or t._version != v for i, t, v in bound):
                 self._rebind(args)
+        if self.gears:
+            return self._call_geared(args)
         return self.gm.forward(*args)
+
+    def _call_geared(self, args: list) -> Any:
+        """Gears (updraft/gears.py): plan every gear at the first call, pad between gears."""
+        for box in self.gears:
+            if not box.warmed:
+                with self._lock:
+                    if not box.warmed:
+                        for size in box.gear.sizes:  # builds each partition's plans for the gear
+                            self.gm.forward(*box.resized(args, size))
+                        box.warmed = True
+        cuts = []
+        for box in self.gears:
+            size = box.size_of(args)
+            target = box.gear_for(size)
+            if target is not None:
+                args = box.resized(args, target)
+                cuts.append((box, size))
+        outs = self.gm.forward(*args)
+        for box, size in reversed(cuts):
+            outs = box.cut(outs, size)
+        return outs
 
     def _rebind(self, args: list) -> None:
         with self._lock:
@@ -245,7 +278,7 @@ def compile_inference(gm: fx.GraphModule, config: CompilerConfig, report: GraphR
               f"{len(frozen)} frozen inputs", file=sys.stderr)
         for op, reasons in report.reasons.items():
             print(f"[updraft]   eager {op}: {reasons[0]}", file=sys.stderr)
-    if not parts:
+    if not parts and not config.gears:
         return _boxed(gm.forward)
     return CompiledGraph(gm, parts, frozen, history, config, report, names)
 

@@ -45,6 +45,8 @@ class CompilerConfig:
     recompile_limit: engine compiles allowed per graph after its first (Dynamo recompiling a
         graph for new static shapes or dtypes, or a rebuild after parameters changed). Past it,
         that graph runs in PyTorch, with a warning naming what changed.
+    gears: updraft.Gear entries: sizes of a dynamic dim planned at compile time, with padding
+        up to the next gear where the caller says it is safe (updraft/gears.py).
     """
 
     freeze: bool = True
@@ -58,6 +60,7 @@ class CompilerConfig:
     cache_dir: Optional[str] = None
     cache_max_bytes: int = 1 << 30
     recompile_limit: int = 8
+    gears: tuple = ()
 
     def __post_init__(self) -> None:
         for name in ("freeze", "fold_constants", "fuse", "fallback"):
@@ -79,6 +82,14 @@ class CompilerConfig:
             if not isinstance(self.cache_dir, str):
                 raise TypeError(f"[updraft.config] cache_dir must be a path or None, got "
                                 f"{type(self.cache_dir).__name__} {self.cache_dir!r}")
+        from .gears import Gear
+
+        gears = self.gears
+        if isinstance(gears, Gear):
+            gears = (gears,)
+        if not all(isinstance(g, Gear) for g in gears):
+            raise TypeError(f"[updraft.config] gears must be a sequence of updraft.Gear, got {self.gears!r}")
+        object.__setattr__(self, "gears", tuple(gears))
         ops = self.eager_ops
         if isinstance(ops, str) or not all(isinstance(o, str) for o in ops):
             raise TypeError("[updraft.config] eager_ops must be a sequence of op names such as ('aten.gelu.default',)")
