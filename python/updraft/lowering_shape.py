@@ -203,6 +203,62 @@ def _gather(lw, node, a):
                     dim=norm_dim(a["dim"], rank_of(a["self"])))
 
 
+@register(aten.index.Tensor)
+def _index(lw, node, a):
+    # x[..., idx, ...] with one index tensor (leading dims indexed by None = ':'):
+    # index_select along that dim with the index flattened, then the result reshaped to
+    # x.shape[:k] + idx.shape + x.shape[k+1:]. Negative indices count from the end, as in torch.
+    idxs = list(a["indices"])
+    while idxs and idxs[-1] is None:
+        idxs.pop()
+    tensors = [i for i in idxs if i is not None]
+    if len(tensors) != 1:
+        raise Unsupported(f"index with {len(tensors)} index tensors (the engine takes one)")
+    k = len(idxs) - 1
+    idx_meta = meta(idxs[k])
+    if idx_meta.dtype == torch.bool or idx_meta.dtype == torch.uint8:
+        raise Unsupported("boolean-mask indexing (data-dependent size)")
+    size = static_int(meta(a["self"]).shape[k], "indexed dim size")
+    x = lw.value(a["self"])
+    i = lw.operand(idxs[k], torch.int64)
+    if idx_meta.dim() != 1:
+        i = lw.emit1("reshape", [i], shape=[-1])
+    i = lw.emit1("where", [lw.emit1("lt", [i, lw.scalar(0, torch.int64)]),
+                          lw.emit1("add", [i, lw.scalar(size, torch.int64)]), i])
+    y = lw.emit1("index_select", [x, i], dim=k)
+    return lw.reshape(y, shape_of(meta(node)))
+
+
+@register(aten.roll.default)
+def _roll(lw, node, a):
+    # roll = concat(x[n-s:], x[:n-s]) along each dim (s = shift mod n); with no dims the
+    # flattened tensor is rolled and reshaped back.
+    x_meta = meta(a["self"])
+    x = lw.value(a["self"])
+    shifts = static_ints(a["shifts"], "roll shift")
+    dims = [norm_dim(d, x_meta.dim()) for d in a["dims"]]
+    if not dims:
+        if len(shifts) != 1:
+            raise Unsupported("roll without dims takes one shift")
+        flat = lw.emit1("reshape", [x], shape=[-1])
+        n = static_int(x_meta.numel(), "roll size")
+        return lw.reshape(_roll_dim(lw, flat, 0, shifts[0], n), shape_of(x_meta))
+    if len(shifts) != len(dims):
+        raise Unsupported("roll with different numbers of shifts and dims")
+    for s, d in zip(shifts, dims):
+        x = _roll_dim(lw, x, d, s, static_int(x_meta.shape[d], "rolled dim size"))
+    return x
+
+
+def _roll_dim(lw: Lowerer, x: int, dim: int, shift: int, n: int) -> int:
+    if n == 0 or shift % n == 0:
+        return x
+    cut = n - shift % n
+    tail = lw.emit1("slice", [x], dim=dim, start=cut, end=n, step=1)
+    head = lw.emit1("slice", [x], dim=dim, start=0, end=cut, step=1)
+    return lw.emit1("concat", [tail, head], dim=dim)
+
+
 @register(aten.constant_pad_nd.default)
 def _pad(lw, node, a):
     pads = static_ints(a["pad"], "pad")
