@@ -141,6 +141,35 @@ def _layer_norm(lw, node, a):
     return [y, None, None]
 
 
+@register(aten.native_group_norm.default)
+def _group_norm(lw, node, a):
+    # y = (x - mean) / sqrt(var + eps) * w[c] + b[c] with mean and biased var over each group
+    # of C/G channels and all spatial positions: reshape to [N, G, C/G * HxW], engine mean and
+    # var (correction 0) over the last dim, then elementwise; weight/bias as [C, 1, ...].
+    _only_output0(node)
+    dt = out_dtype(node)
+    if not dt.is_floating_point:
+        raise Unsupported(f"group_norm of {dt}")
+    x_meta = meta(a["input"])
+    n, c, g = static_int(a["N"], "N"), static_int(a["C"], "C"), static_int(a["group"], "group")
+    if x_meta.dim() < 2 or g <= 0 or c % g:
+        raise Unsupported(f"group_norm with {g} groups over {c} channels")
+    x = lw.value(a["input"])
+    shape = lw.vtype(x)[1]
+    xg = lw.emit1("reshape", [x], shape=[shape[0], g, -1])
+    mean = lw.emit1("mean", [xg], dims=[2], keepdim=True)
+    var = lw.emit1("var", [xg], dims=[2], correction=0.0, keepdim=True)
+    inv = lw.emit1("rsqrt", [lw.emit1("add", [var, lw.scalar(float(a["eps"]), dt)])])
+    y = lw.emit1("mul", [lw.emit1("sub", [xg, mean]), inv])
+    y = lw.emit1("reshape", [y], shape=shape)
+    per_channel = [c] + [1] * (x_meta.dim() - 2)
+    if a["weight"] is not None:
+        y = lw.emit1("mul", [y, lw.emit1("reshape", [lw.operand(a["weight"], dt)], shape=per_channel)])
+    if a["bias"] is not None:
+        y = lw.emit1("add", [y, lw.emit1("reshape", [lw.operand(a["bias"], dt)], shape=per_channel)])
+    return [y, None, None]
+
+
 def _batch_norm(lw, node, x, w, b, mean, var, eps):
     _only_output0(node)
     dt = out_dtype(node)

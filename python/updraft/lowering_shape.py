@@ -205,27 +205,49 @@ def _gather(lw, node, a):
 
 @register(aten.index.Tensor)
 def _index(lw, node, a):
-    # x[..., idx, ...] with one index tensor (leading dims indexed by None = ':'):
-    # index_select along that dim with the index flattened, then the result reshaped to
-    # x.shape[:k] + idx.shape + x.shape[k+1:]. Negative indices count from the end, as in torch.
+    # x[:, ..., i0, i1, ...] with index tensors on adjacent dims k..k+m-1 (the leading dims
+    # indexed by None = ':'). The indexed dims are merged into one of size n0*n1*..., the index
+    # tensors broadcast into one linear index (i0*n1*n2... + i1*n2... + ..., negative indices
+    # counted from the end as torch does), and index_select picks along the merged dim; the
+    # result is reshaped to x.shape[:k] + broadcast(i).shape + x.shape[k+m:]. Exact (no
+    # arithmetic on x). This is what interpolate's nearest/bilinear decompositions emit.
     idxs = list(a["indices"])
     while idxs and idxs[-1] is None:
         idxs.pop()
-    tensors = [i for i in idxs if i is not None]
-    if len(tensors) != 1:
-        raise Unsupported(f"index with {len(tensors)} index tensors (the engine takes one)")
-    k = len(idxs) - 1
-    idx_meta = meta(idxs[k])
-    if idx_meta.dtype == torch.bool or idx_meta.dtype == torch.uint8:
-        raise Unsupported("boolean-mask indexing (data-dependent size)")
-    size = static_int(meta(a["self"]).shape[k], "indexed dim size")
+    k = next((j for j, t in enumerate(idxs) if t is not None), len(idxs))
+    if k == len(idxs) or any(t is None for t in idxs[k:]):
+        raise Unsupported("index with no index tensor, or with index tensors on dims that are "
+                          "not adjacent (torch moves the result dims first)")
+    for t in idxs[k:]:
+        if meta(t).dtype in (torch.bool, torch.uint8):
+            raise Unsupported("boolean-mask indexing (data-dependent size)")
+    x_meta = meta(a["self"])
+    m = len(idxs) - k
+    sizes = static_ints(x_meta.shape[k:k + m], "indexed dim size")
     x = lw.value(a["self"])
-    i = lw.operand(idxs[k], torch.int64)
-    if idx_meta.dim() != 1:
-        i = lw.emit1("reshape", [i], shape=[-1])
-    i = lw.emit1("where", [lw.emit1("lt", [i, lw.scalar(0, torch.int64)]),
-                          lw.emit1("add", [i, lw.scalar(size, torch.int64)]), i])
-    y = lw.emit1("index_select", [x, i], dim=k)
+    i64 = torch.int64
+    lin = None
+    stride = 1
+    for t, n in reversed(list(zip(idxs[k:], sizes))):
+        i = lw.operand(t, i64)
+        i = lw.emit1("where", [lw.emit1("lt", [i, lw.scalar(0, i64)]),
+                              lw.emit1("add", [i, lw.scalar(n, i64)]), i])
+        if stride != 1:
+            i = lw.emit1("mul", [i, lw.scalar(stride, i64)])
+        lin = i if lin is None else lw.emit1("add", [i, lin])
+        stride *= n
+    if m > 1:
+        lead = lw.vtype(x)[1][:k]
+        tail = lw.vtype(x)[1][k + m:]
+        x = lw.emit1("reshape", [x], shape=lead + [stride] + tail)
+    # The linear index has the broadcast shape of the index tensors (the adds broadcast);
+    # an index tensor alone may need expanding to that shape first.
+    bshape = list(torch.broadcast_shapes(*[meta(t).shape for t in idxs[k:]]))
+    if lw.vtype(lin)[1] != lw.dims(bshape):
+        lin = lw.emit1("expand", [lin], shape=lw.dims(bshape))
+    if len(bshape) != 1:
+        lin = lw.emit1("reshape", [lin], shape=[-1])
+    y = lw.emit1("index_select", [x, lin], dim=k)
     return lw.reshape(y, shape_of(meta(node)))
 
 
