@@ -34,6 +34,12 @@ def ints(*shape, hi=10):
     return torch.randint(0, hi, shape)
 
 
+def _setitem_dim1(x, i, v):
+    y = x * 1.0
+    y[:, i] = v  # functionalised to index_put with a leading None
+    return y
+
+
 CASES = {
     # unary elementwise
     "neg": (lambda x: -x, lambda: (r(3, 5),), ELEM),
@@ -150,6 +156,18 @@ CASES = {
     "interpolate_bilinear": (lambda x: F.interpolate(x, size=(5, 7), mode="bilinear"), lambda: (r(1, 2, 3, 4),), ELEM),
     "interpolate_bilinear_ac": (lambda x: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True),
                                 lambda: (r(2, 2, 1, 3),), ELEM),
+    "scatter": (lambda x, i, v: x.scatter(1, i, v), lambda: (r(3, 5), torch.tensor([[4, 0], [1, 2], [3, 3]]), r(3, 4)), EXACT),
+    "scatter_value": (lambda x, i: x.scatter(0, i, 2.5), lambda: (r(3, 5), torch.tensor([[2, 0, 1, 1, 0]])), EXACT),
+    "scatter_add": (lambda x, i, v: x.scatter_add(1, i, v), lambda: (r(3, 5), ints(3, 6, hi=5), r(3, 6)), ELEM),
+    "scatter_add_int": (lambda x, i, v: x.scatter_add(0, i, v), lambda: (ints(4, 2), ints(7, 2, hi=4), ints(7, 2)), EXACT),
+    "scatter_reduce_sum": (lambda x, i, v: x.scatter_reduce(1, i, v, "sum"), lambda: (r(2, 4), ints(2, 3, hi=4), r(2, 3)), ELEM),
+    "index_put": (lambda x, i, v: x.index_put((i,), v), lambda: (r(5, 3), torch.tensor([4, -5]), r(2, 3)), EXACT),
+    "index_put_accumulate": (lambda x, i, v: x.index_put((i,), v, accumulate=True),
+                             lambda: (r(5, 3), torch.tensor([1, 3, 1, 1]), r(4, 3)), ELEM),
+    "index_put_broadcast_value": (lambda x, i, j: x.index_put((i, j), torch.tensor(7.0)),
+                                  lambda: (r(4, 5, 2), torch.tensor([0, 3]), torch.tensor([[1], [4]])), EXACT),
+    "setitem_dim1": (_setitem_dim1,
+                     lambda: (r(3, 6), torch.tensor([5, 0]), r(3, 2)), EXACT),
     "roll": (lambda x: torch.roll(x, 2, 1) + 1, lambda: (r(3, 7),), ELEM),
     "roll_two_dims": (lambda x: torch.roll(x, (-3, 4), (1, 2)) * 2, lambda: (r(2, 5, 6, 3),), ELEM),
     "roll_flat": (lambda x: torch.roll(x, 5) + 1, lambda: (r(3, 4),), ELEM),
