@@ -387,3 +387,21 @@ def _adaptive_avg_pool(lw, node, a):
         raise Unsupported("adaptive_avg_pool2d on a 3-d (unbatched) input")
     return lw.emit1("adaptive_avg_pool2d", [lw.value(a["self"])],
                     output_size=_pair(a["output_size"], "output_size"))
+
+
+@register(aten.adaptive_max_pool2d.default)
+def _adaptive_max_pool(lw, node, a):
+    # When the output size divides the input size, every adaptive window is the same
+    # [H/oh, W/ow] tile with that stride: max_pool2d, exact. Other sizes fall back.
+    _only_output0(node)
+    x_meta = meta(a["self"])
+    if x_meta.dim() != 4:
+        raise Unsupported("adaptive_max_pool2d on a 3-d (unbatched) input")
+    h, w = static_ints(x_meta.shape[2:], "adaptive_max_pool2d input size")
+    oh, ow = _pair(a["output_size"], "output_size")
+    if oh <= 0 or ow <= 0 or h % oh or w % ow:
+        raise Unsupported(f"adaptive_max_pool2d from {h}x{w} to {oh}x{ow} (sizes that do not divide)")
+    k = [h // oh, w // ow]
+    y = lw.emit1("max_pool2d", [lw.value(a["self"])], kernel=k, stride=k, padding=[0, 0],
+                 dilation=[1, 1], ceil_mode=False)
+    return [y, None]

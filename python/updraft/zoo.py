@@ -28,10 +28,11 @@ def _gpt2(batch: int = 1, seq: int = 64, layers: int = 12):
     return model, (ids,)
 
 
-def _resnet50(batch: int = 1, size: int = 224):
+def _resnet50(batch: int = 1, size: int = 224, depths: tuple = (3, 4, 6, 3)):
     from transformers import ResNetConfig, ResNetModel
 
-    model = ResNetModel(ResNetConfig())  # defaults are ResNet-50 (depths 3-4-6-3, bottleneck)
+    # defaults are ResNet-50 (depths 3-4-6-3, bottleneck)
+    model = ResNetModel(ResNetConfig(depths=list(depths)))
     return model, (torch.randn(batch, 3, size, size),)
 
 

@@ -196,6 +196,8 @@ CASES = {
     "avg_pool2d": (lambda x: F.avg_pool2d(x, 3, 2, 1), lambda: (r(2, 3, 9, 9),), RED),
     "avg_pool2d_nopad": (lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), lambda: (r(1, 3, 8, 8),), RED),
     "adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, (2, 3)), lambda: (r(2, 3, 8, 9),), RED),
+    "adaptive_max_pool2d": (lambda x: F.adaptive_max_pool2d(x, (2, 3)), lambda: (r(2, 3, 8, 9),), EXACT),
+    "adaptive_max_pool2d_global": (lambda x: F.adaptive_max_pool2d(x, 1), lambda: (r(1, 4, 5, 1),), EXACT),
     "global_avg_pool": (lambda x: F.adaptive_avg_pool2d(x, 1), lambda: (r(2, 3, 8, 9),), RED),
     "sdpa": (F.scaled_dot_product_attention, lambda: (r(2, 3, 5, 8), r(2, 3, 7, 8), r(2, 3, 7, 8)), GEMM),
     # head dims of v != q/k: torch takes its math path (bmm, softmax, any, where) instead of sdpa

@@ -32,10 +32,11 @@ CASES = {
     "whisper_encoder": (dict(layers=2), 1e-3, "two conv1d (run as conv2d) then pre-norm layers"),
     "vit": (dict(layers=2), 1e-3, "patch conv + layer norms"),
     "deit": (dict(layers=4), 1e-3, "as ViT"),
-    "swin": (dict(depths=(2, 2, 2, 2)), 1e-3, "shifted windows: roll as slices + concat, exact"),
+    "swin": (dict(depths=(2, 2, 1, 1)), 1e-3, "shifted windows: roll as slices + concat, exact"),
     "convnext": (dict(depths=(1, 1, 1, 1)), 1e-3, "7x7 depthwise convs; channels-last layer norm"),
     "llama_decode": (dict(layers=2), 1e-3, "one KV-cache step: grouped-query sdpa over a 64-token past"),
-    "resnet50": ({}, 2e-3, "50 convs with folded batch norms; the folding rounds the weights once (f32)"),
+    "resnet50": (dict(depths=(2, 1, 1, 1)), 2e-3,
+                 "convs with folded batch norms; the folding rounds the weights once (f32)"),
     "mobilenet_v2": ({}, 2e-3, "depthwise convs with folded batch norms, as ResNet-50"),
 }
 
