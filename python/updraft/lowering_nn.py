@@ -151,7 +151,7 @@ def _group_norm(lw, node, a):
     if not dt.is_floating_point:
         raise Unsupported(f"group_norm of {dt}")
     x_meta = meta(a["input"])
-    n, c, g = static_int(a["N"], "N"), static_int(a["C"], "C"), static_int(a["group"], "group")
+    c, g = static_int(a["C"], "C"), static_int(a["group"], "group")
     if x_meta.dim() < 2 or g <= 0 or c % g:
         raise Unsupported(f"group_norm with {g} groups over {c} channels")
     x = lw.value(a["input"])

@@ -188,9 +188,6 @@ class DecodeStep(torch.nn.Module):
         return self.model(ids, cache=cache, use_cache=True).last_hidden_state
 
 
-GPT2DecodeStep = DecodeStep  # the name earlier code used
-
-
 class CausalLMStep(torch.nn.Module):
     """One step of greedy decoding with a KV cache, cache as plain tensors:
     forward(ids [B, T], *keys, *values) -> (logits of the last position [B, vocab], *new keys,
