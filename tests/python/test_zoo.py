@@ -9,7 +9,8 @@ one another, so a shallower stack exercises the same ops; widths, heads, windows
 stay at the published configs (python/updraft/zoo.py documents each). The full-depth
 BERT/GPT-2/ResNet-50/ViT run in test_models.py.
 
-Tolerance (atol = rtol, on the output the model's users read: the last hidden state):
+Tolerance (rtol = tol, atol = tol * max|eager output|, on the output the model's users read:
+the last hidden state):
 oneDNN's GEMMs and convolutions sum in a different order from ATen's (about 1e-5 relative per
 GEMM, notes in test_models.py), and norms rescale differences; a real lowering bug gives errors
 of order 1. Per model the bound and its reason:
@@ -41,6 +42,13 @@ CASES = {
 }
 
 
+def scale(t: torch.Tensor) -> float:
+    """The output's magnitude: atol is tol * max|eager|. Most outputs are O(1), but a deep conv
+    stack with random weights can shrink them (MobileNetV2's final features are ~1e-26), where a
+    fixed atol would accept anything."""
+    return float(t.abs().max())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("batch", [1, 4])
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -53,7 +61,7 @@ def test_zoo_model(name, batch):
         got = zoo.first_tensor(compiled(*inputs))
     rep = updraft.last_report()
     assert got.shape == want.shape and got.shape[0] == batch
-    torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol * scale(want))
     assert rep.coverage >= 0.95, str(rep)
     assert not rep.failed_partitions, str(rep)
 
