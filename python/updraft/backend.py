@@ -33,6 +33,7 @@ NATIVE_OPS = (
     aten.hardsigmoid.default,
     aten._scaled_dot_product_flash_attention_for_cpu.default,
     aten.adaptive_avg_pool2d.default,
+    aten.roll.default,  # slices + concat in the engine (the decomposition is index arithmetic)
 )
 
 _TRAINING_NOTE = ("training graph (inputs require grad): runs in PyTorch; the engine has no "

@@ -1,5 +1,5 @@
 // Data movement (docs/ops.md, "Data movement"): reshape permute slice concat expand copy
-// embedding index_select gather pad split. Shape functions work on symbolic Dims; the
+// embedding index_select gather scatter pad split. Shape functions work on symbolic Dims; the
 // clamping/pad rules they share with the kernels live in ir/ops/params.h.
 #include <algorithm>
 #include <limits>
@@ -270,6 +270,38 @@ void infer_gather(InferCtx& c) {
   c.set_output(0, {x.dtype, idx.shape});
 }
 
+// scatter: out = x with out[..., index[p], ...] (dim replaced) = src[p] for every position p
+// of index ("add": += instead). index and src have x's rank; index fits in src everywhere and
+// in x except along dim.
+void infer_scatter(InferCtx& c) {
+  const TensorType& x = c.in(0);
+  const TensorType& idx = c.in(1);
+  const TensorType& src = c.in(2);
+  check_index_dtype(c, 1, false);
+  if (x.shape.empty()) c.fail("x must have rank >= 1");
+  if (idx.shape.size() != x.shape.size() || src.shape.size() != x.shape.size())
+    c.fail("index " + shape_str(idx.shape) + " and src " + shape_str(src.shape) + " must have the rank of x " +
+           shape_str(x.shape));
+  if (src.dtype != x.dtype) c.fail(std::string("src is ") + dtype_name(src.dtype) + ", x is " + dtype_name(x.dtype));
+  const std::string& reduce = c.attr_str("reduce");
+  if (reduce != "none" && reduce != "add") c.fail("reduce must be none or add, got " + reduce);
+  if (reduce == "add" && x.dtype != DType::f32 && x.dtype != DType::f64 && x.dtype != DType::i64 &&
+      x.dtype != DType::i32)
+    c.fail(std::string("reduce=add takes f32/f64/i64/i32, got ") + dtype_name(x.dtype));
+  int dim = normalize_dim(c.attr_int("dim"), static_cast<int>(x.shape.size()), "scatter");
+  for (size_t d = 0; d < x.shape.size(); ++d) {
+    const Dim& i = idx.shape[d];
+    if (!i.is_static()) continue;
+    if (src.shape[d].is_static() && i.value() > src.shape[d].value())
+      c.fail("index " + shape_str(idx.shape) + " is larger than src " + shape_str(src.shape) + " in dim " +
+             std::to_string(d));
+    if (static_cast<int>(d) != dim && x.shape[d].is_static() && i.value() > x.shape[d].value())
+      c.fail("index " + shape_str(idx.shape) + " is larger than x " + shape_str(x.shape) + " in dim " +
+             std::to_string(d));
+  }
+  c.set_output(0, x);
+}
+
 void infer_pad(InferCtx& c) {
   const TensorType& x = c.in(0);
   auto amounts = pad_amounts(c.attr_ints("pads"), static_cast<int>(x.shape.size()));
@@ -362,6 +394,12 @@ void register_data_movement_ops(OpTable& t) {
   gather.min_inputs = gather.max_inputs = 2;
   gather.infer = infer_gather;
   t.add(std::move(gather));
+
+  OpDef scatter = movement("scatter", {{"dim", integer, std::nullopt}, {"reduce", Attr::Kind::Str, Attr("none")}},
+                           "torch.scatter / scatter_add: x with src written (or added) at index along dim");
+  scatter.min_inputs = scatter.max_inputs = 3;
+  scatter.infer = infer_scatter;
+  t.add(std::move(scatter));
 
   OpDef pad = movement("pad", {{"pads", ints, std::nullopt}, {"value", Attr::Kind::Float, Attr(0.0)}},
                        "constant padding (torch order: last dim first); negative pads crop");

@@ -224,6 +224,66 @@ KernelFactory gather_factory() {
   };
 }
 
+// scatter: out = x (one strided copy), then a serial pass over index in row-major order (the
+// order the reference and ATen's CPU kernel use, so duplicate indices resolve the same way).
+// Indices are validated before anything is written.
+template <typename T, bool kAdd>
+void scatter_typed(const TensorView& idx_view, const std::vector<int64_t>& idx, const TensorView& src, int dim,
+                   TensorView& out) {
+  int rank = out.ndim;
+  std::vector<int64_t> ostr(rank, 1), pos(rank, 0);
+  for (int d = rank - 2; d >= 0; --d) ostr[d] = ostr[d + 1] * out.sizes[d + 1];
+  T* dst = out.ptr<T>();
+  const T* s = src.ptr<const T>();
+  int64_t n = idx_view.numel();
+  int64_t base = 0, soff = 0;  // out offset without dim's term; src offset of pos
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t off = base + idx[e] * ostr[dim];
+    if constexpr (kAdd) dst[off] = static_cast<T>(dst[off] + s[soff]);
+    else dst[off] = s[soff];
+    for (int d = rank - 1; d >= 0; --d) {  // odometer step over index's shape
+      if (++pos[d] < idx_view.sizes[d]) {
+        if (d != dim) base += ostr[d];
+        soff += src.strides[d];
+        break;
+      }
+      if (d != dim) base -= (pos[d] - 1) * ostr[d];
+      soff -= (pos[d] - 1) * src.strides[d];
+      pos[d] = 0;
+    }
+  }
+}
+
+KernelFactory scatter_factory() {
+  return [](const KernelContext& ctx) {
+    int rank = static_cast<int>(ctx.in_shapes[0].size());
+    int dim = normalize_dim(ctx.node.attr("dim").i(), rank, "scatter");
+    bool add = ctx.node.attr("reduce").s() == "add";
+    int threads = ctx.num_threads;
+    return make_kernel(add ? "cpu_scatter_add" : "cpu_scatter", [=](const TensorView* in, TensorView* out) {
+      auto idx = checked_indices("scatter", in[1], in[0].sizes[dim]);
+      copy_strided(in[0], out[0], threads);
+      if (idx.empty()) return;
+      if (add) {
+        switch (in[0].dtype) {
+          case DType::f32: return scatter_typed<float, true>(in[1], idx, in[2], dim, out[0]);
+          case DType::f64: return scatter_typed<double, true>(in[1], idx, in[2], dim, out[0]);
+          case DType::i64: return scatter_typed<int64_t, true>(in[1], idx, in[2], dim, out[0]);
+          case DType::i32: return scatter_typed<int32_t, true>(in[1], idx, in[2], dim, out[0]);
+          default: throw Error("scatter", std::string("reduce=add of ") + dtype_name(in[0].dtype));
+        }
+      }
+      switch (dtype_size(in[0].dtype)) {
+        case 1: return scatter_typed<uint8_t, false>(in[1], idx, in[2], dim, out[0]);
+        case 2: return scatter_typed<uint16_t, false>(in[1], idx, in[2], dim, out[0]);
+        case 4: return scatter_typed<uint32_t, false>(in[1], idx, in[2], dim, out[0]);
+        case 8: return scatter_typed<uint64_t, false>(in[1], idx, in[2], dim, out[0]);
+        default: throw Error("scatter", std::string("unsupported dtype ") + dtype_name(in[0].dtype));
+      }
+    });
+  };
+}
+
 }  // namespace
 
 void register_cpu_data_movement_kernels(KernelRegistry& r) {
@@ -239,6 +299,7 @@ void register_cpu_data_movement_kernels(KernelRegistry& r) {
   r.add("embedding", Device::cpu, fn_factory("cpu_embedding_rows", embedding_fn));
   r.add("index_select", Device::cpu, index_select_factory());
   r.add("gather", Device::cpu, gather_factory());
+  r.add("scatter", Device::cpu, scatter_factory());
 }
 
 }  // namespace updraft

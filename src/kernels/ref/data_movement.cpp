@@ -150,6 +150,46 @@ KernelFactory gather_factory() {
   };
 }
 
+// scatter: out = x, then for each position p of index in row-major order the out element at p
+// with dim replaced by index[p] receives src[p] (reduce none: later positions win) or adds it.
+KernelFactory scatter_factory() {
+  return [](const KernelContext& ctx) {
+    int rank = static_cast<int>(ctx.in_shapes[0].size());
+    int dim = normalize_dim(ctx.node.attr("dim").i(), rank, "scatter");
+    bool add = ctx.node.attr("reduce").s() == "add";
+    return make_kernel("ref_scatter", [dim, add](const TensorView* in, TensorView* out) {
+      map_copy(in[0], out[0], nullptr, [](const Index& o, Index& i) {
+        i = o;
+        return true;
+      });
+      const TensorView& idx = in[1];
+      const TensorView& src = in[2];
+      Index strides = ref::strides_of(out[0].shape());
+      size_t es = dtype_size(out[0].dtype);
+      char* dst = static_cast<char*>(out[0].data);
+      ref::for_each_index(idx.shape(), [&](const Index& p, int64_t linear) {
+        int64_t t = ref::index_at(idx, linear);
+        check_index("scatter", t, out[0].sizes[dim]);
+        int64_t off = 0;
+        for (int d = 0; d < out[0].ndim; ++d) off += (d == dim ? t : p[d]) * strides[d];
+        const char* s = ref::element_at(src, p);
+        if (!add) {
+          std::memcpy(dst + off * es, s, es);
+          return;
+        }
+        ref::dispatch_numeric(out[0].dtype, "scatter", [&](auto zero) {
+          using T = decltype(zero);
+          T a, b;
+          std::memcpy(&a, dst + off * es, sizeof(T));
+          std::memcpy(&b, s, sizeof(T));
+          a = static_cast<T>(a + b);
+          std::memcpy(dst + off * es, &a, sizeof(T));
+        });
+      });
+    });
+  };
+}
+
 KernelFactory pad_factory() {
   return [](const KernelContext& ctx) {
     int rank = static_cast<int>(ctx.in_shapes[0].size());
@@ -202,6 +242,7 @@ void register_ref_data_movement_kernels(KernelRegistry& r) {
   r.add("embedding", Device::ref, simple("embedding", embedding_fn()));
   r.add("index_select", Device::ref, index_select_factory());
   r.add("gather", Device::ref, gather_factory());
+  r.add("scatter", Device::ref, scatter_factory());
   r.add("pad", Device::ref, pad_factory());
   r.add("split", Device::ref, split_factory());
 }
