@@ -49,6 +49,42 @@ CASES = {
     "atan2_specials": (torch.atan2, lambda: (with_specials(3, 5), with_specials(3, 5).flip(1)), ELEM),
     "fmod": (torch.fmod, lambda: (r(3, 5) * 10, r(3, 1) * 3), ELEM),
     "fmod_scalar": (lambda x: torch.fmod(x, -1.5), lambda: (r(3, 5) * 10,), ELEM),
+    # reductions with indices
+    "max_dim": (lambda x: torch.max(x, 1), lambda: (r(4, 6, 5),), EXACT),
+    "min_dim_keepdim": (lambda x: torch.min(x, -1, keepdim=True), lambda: (r(4, 6),), EXACT),
+    "max_dim_ties_nan": (lambda x: x.max(0),
+                         lambda: (torch.tensor([[1.0, float("nan"), 2.0], [1.0, 3.0, float("nan")],
+                                                [0.5, float("nan"), 2.0]]),), EXACT),
+    "max_dim_int": (lambda i: i.max(1).indices, lambda: (ints(4, 6, hi=3),), EXACT),
+    "max_dim_0d": (lambda x: torch.max(x, 0), lambda: (torch.tensor(2.5),), EXACT),
+    # layer norm with its statistics (mean, rstd) used
+    "native_layer_norm_stats": (lambda x, w, b: torch.native_layer_norm(x, (3, 8), w, b, 1e-5),
+                                lambda: (r(2, 3, 8), r(3, 8), r(3, 8)), RED),
+    "native_layer_norm_rstd_only": (lambda x: torch.native_layer_norm(x, (8,), None, None, 0.5)[2],
+                                    lambda: (r(4, 8) * 3 + 1,), RED),
+    # pooling with divisor_override (sum / divisor), padded, ceil_mode and unbatched
+    "avg_pool2d_divisor": (lambda x: F.avg_pool2d(x, 3, 1, 1, True, False, 2), lambda: (r(1, 3, 9, 9),), RED),
+    "avg_pool2d_divisor_pad": (lambda x: F.avg_pool2d(x, (4, 2), (2, 3), 1, True, True, 5),
+                               lambda: (r(2, 2, 9, 8),), RED),
+    "avg_pool2d_unbatched": (lambda x: F.avg_pool2d(x, 2), lambda: (r(3, 6, 7),), RED),
+    # flip, diagonal, as_strided and the copies built on them
+    "flip": (lambda x: torch.flip(x, (0, 2)), lambda: (r(3, 4, 5),), EXACT),
+    "flip_noncontiguous": (lambda x: torch.flip(x.transpose(0, 1), (1,)) * 2, lambda: (r(3, 4),), EXACT),
+    "flip_empty": (lambda x: torch.flip(x, (0,)) + 1, lambda: (r(5, 0, 3),), EXACT),
+    "fliplr": (torch.fliplr, lambda: (r(3, 4),), EXACT),
+    "diagonal": (lambda x: torch.diagonal(x) + 0, lambda: (r(5, 4),), EXACT),
+    "diagonal_offset_dims": (lambda x: torch.diagonal(x, -1, 2, 0) * 2, lambda: (r(4, 3, 5),), EXACT),
+    "diagonal_past_the_end": (lambda x: torch.diagonal(x, 7) + 1, lambda: (r(3, 4),), EXACT),
+    "diag": (torch.diag, lambda: (r(4, 6),), EXACT),
+    "trace": (torch.trace, lambda: (r(5, 5),), RED),
+    "as_strided": (lambda x: torch.as_strided(x + 1, (3, 2), (1, 2), 1), lambda: (r(3, 3),), EXACT),
+    "as_strided_input": (lambda x: torch.as_strided(x, (2, 2), (1, 2)), lambda: (r(10),), EXACT),
+    "repeat": (lambda x: x.repeat(2, 1, 3), lambda: (r(3, 4),), EXACT),
+    "repeat_empty": (lambda x: x.repeat(0, 2) + 1, lambda: (r(3, 4),), EXACT),
+    "slice_scatter": (lambda x, y: torch.slice_scatter(x, y, 1, 2, 5), lambda: (r(3, 7), r(3, 3)), EXACT),
+    "slice_scatter_tail": (lambda x, y: torch.slice_scatter(x, y, 0, -2), lambda: (r(5, 2), r(2, 2)), EXACT),
+    # an empty result goes through a contiguous output buffer whatever its strides
+    "prod_empty_bool": (lambda b: b.prod(1), lambda: (torch.zeros(0, 3, dtype=torch.bool),), EXACT),
 }
 
 
