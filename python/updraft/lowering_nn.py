@@ -109,6 +109,30 @@ def _max_dim(lw, node, a):
     return [values, indices]
 
 
+@register(aten.sort.default, aten.sort.stable)
+def _sort(lw, node, a):
+    # The engine's sort is stable, which is also a valid answer when torch's need not be.
+    dim = norm_dim(a["dim"], max(rank_of(a["self"]), 1))
+    return lw.emit("sort", [lw.value(a["self"])], dim=dim, descending=bool(a["descending"]))
+
+
+@register(aten.topk.default)
+def _topk(lw, node, a):
+    # The k largest (smallest) = the first k of a descending (ascending) sort. Unsorted topk
+    # returns them in an unspecified order, which a sort cannot promise to reproduce.
+    if not a["sorted"]:
+        raise Unsupported("topk with sorted=False (torch's order is unspecified)")
+    rank = rank_of(a["self"])
+    k = static_int(a["k"], "topk k")
+    dim = norm_dim(a["dim"], max(rank, 1))
+    values, indices = lw.emit("sort", [lw.value(a["self"])], dim=dim, descending=bool(a["largest"]))
+    if rank == 0:
+        if k != 1:
+            raise Unsupported(f"topk of a 0-d tensor with k={k}")
+        return [values, indices]
+    return [lw.emit1("slice", [v], dim=dim, start=0, end=k) for v in (values, indices)]
+
+
 @register(aten.var.correction)
 def _var(lw, node, a):
     rank = rank_of(a["self"])

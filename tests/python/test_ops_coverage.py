@@ -57,6 +57,14 @@ CASES = {
                                                 [0.5, float("nan"), 2.0]]),), EXACT),
     "max_dim_int": (lambda i: i.max(1).indices, lambda: (ints(4, 6, hi=3),), EXACT),
     "max_dim_0d": (lambda x: torch.max(x, 0), lambda: (torch.tensor(2.5),), EXACT),
+    # sort and topk (values and indices; distinct values, as torch's unstable order may differ on ties)
+    "sort": (lambda x: torch.sort(x, 1), lambda: (r(4, 7, 3),), EXACT),
+    "sort_descending_stable": (lambda x: torch.sort(x, dim=0, descending=True, stable=True),
+                               lambda: (torch.tensor([[1.0, 2.0], [3.0, 2.0], [1.0, float("nan")]]),), EXACT),
+    "argsort": (lambda x: torch.argsort(x, -1), lambda: (r(5, 6),), EXACT),
+    "topk": (lambda x: torch.topk(x, 3, 1), lambda: (r(4, 7, 3),), EXACT),
+    "topk_smallest": (lambda x: torch.topk(x, 2, largest=False), lambda: (r(5, 6),), EXACT),
+    "topk_0d": (lambda x: torch.topk(x, 1), lambda: (torch.tensor(1.5),), EXACT),
     # layer norm with its statistics (mean, rstd) used
     "native_layer_norm_stats": (lambda x, w, b: torch.native_layer_norm(x, (3, 8), w, b, 1e-5),
                                 lambda: (r(2, 3, 8), r(3, 8), r(3, 8)), RED),
