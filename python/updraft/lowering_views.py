@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from .lowerer import (Lowerer, Unsupported, aten, meta, norm_dim, rank_of, register,
                       static_int, static_ints)
 
