@@ -6,6 +6,7 @@ import operator
 from typing import Any, Callable
 
 import torch
+import torch.nn.functional as F
 from torch import fx
 
 from .lowerer import (LOWERINGS, Lowerer, Unsupported, aten, meta, norm_dim, op_name, out_dtype,
@@ -93,6 +94,45 @@ def _argmax(lw, node, a):
     return lw.emit1(op, [x], dim=dim, keepdim=keepdim)
 
 
+@register(aten.max.dim, aten.min.dim)
+def _max_dim(lw, node, a):
+    # (values, indices) = (amax, argmax) along dim: both take NaN as the extreme and argmax the
+    # first index on ties, as torch's max.dim/min.dim do.
+    is_max = node.target is aten.max.dim
+    x = lw.value(a["self"])
+    rank = rank_of(a["self"])
+    if rank == 0:  # a 0-d tensor is its own max; its index is 0
+        return [x, lw.scalar(0, torch.int64)]
+    dim, keepdim = norm_dim(a["dim"], rank), bool(a["keepdim"])
+    values = lw.emit1("amax" if is_max else "amin", [x], dims=[dim], keepdim=keepdim)
+    indices = lw.emit1("argmax" if is_max else "argmin", [x], dim=dim, keepdim=keepdim)
+    return [values, indices]
+
+
+@register(aten.sort.default, aten.sort.stable)
+def _sort(lw, node, a):
+    # The engine's sort is stable, which is also a valid answer when torch's need not be.
+    dim = norm_dim(a["dim"], max(rank_of(a["self"]), 1))
+    return lw.emit("sort", [lw.value(a["self"])], dim=dim, descending=bool(a["descending"]))
+
+
+@register(aten.topk.default)
+def _topk(lw, node, a):
+    # The k largest (smallest) = the first k of a descending (ascending) sort. Unsorted topk
+    # returns them in an unspecified order, which a sort cannot promise to reproduce.
+    if not a["sorted"]:
+        raise Unsupported("topk with sorted=False (torch's order is unspecified)")
+    rank = rank_of(a["self"])
+    k = static_int(a["k"], "topk k")
+    dim = norm_dim(a["dim"], max(rank, 1))
+    values, indices = lw.emit("sort", [lw.value(a["self"])], dim=dim, descending=bool(a["largest"]))
+    if rank == 0:
+        if k != 1:
+            raise Unsupported(f"topk of a 0-d tensor with k={k}")
+        return [values, indices]
+    return [lw.emit1("slice", [v], dim=dim, start=0, end=k) for v in (values, indices)]
+
+
 @register(aten.var.correction)
 def _var(lw, node, a):
     rank = rank_of(a["self"])
@@ -125,10 +165,31 @@ def _only_output0(node: fx.Node) -> None:
                               f"but {user.name} uses more")
 
 
+def _used_outputs(node: fx.Node) -> set:
+    """Indices of a multi-output node's results that some user reads (via getitem)."""
+    used = set()
+    for user in node.users:
+        if user.target is not operator.getitem:
+            raise Unsupported(f"{op_name(node)}: {user.name} uses the result tuple whole")
+        used.add(user.args[1])
+    return used
+
+
 @register(aten.native_layer_norm.default)
 def _layer_norm(lw, node, a):
-    _only_output0(node)
+    # Output 0 is the engine's layer_norm; mean and rstd (outputs 1, 2, shaped like x with the
+    # normalised dims kept as 1) are built from reductions only when something reads them:
+    # mean(x), and 1 / sqrt(biased var(x) + eps), as ATen defines them.
+    used = _used_outputs(node)
     dt = out_dtype(node)
+    stats = [None, None]
+    if used & {1, 2}:
+        rank, k = rank_of(a["input"]), len(a["normalized_shape"])
+        dims = list(range(rank - k, rank))
+        xv = lw.value(a["input"])
+        stats[0] = lw.emit1("mean", [xv], dims=dims, keepdim=True)
+        var = lw.emit1("var", [xv], dims=dims, correction=0.0, keepdim=True)
+        stats[1] = lw.emit1("rsqrt", [lw.emit1("add", [var, lw.scalar(float(a["eps"]), dt)])])
     x = lw.value(a["input"])
     ins = [x]
     w, b = a["weight"], a["bias"]
@@ -138,7 +199,7 @@ def _layer_norm(lw, node, a):
         ins.append(lw.operand(b, dt))
     y = lw.emit1("layer_norm", ins, normalized_ndim=len(a["normalized_shape"]), eps=float(a["eps"]),
                  has_weight=w is not None, has_bias=b is not None)
-    return [y, None, None]
+    return [y] + stats
 
 
 @register(aten.native_group_norm.default)
@@ -370,15 +431,32 @@ def _max_pool(lw, node, a):
 
 @register(aten.avg_pool2d.default)
 def _avg_pool(lw, node, a):
-    if a["divisor_override"] is not None:
-        raise Unsupported("avg_pool2d with divisor_override")
-    if rank_of(a["self"]) != 4:
-        raise Unsupported("avg_pool2d on a 3-d (unbatched) input")
     kernel = _pair(a["kernel_size"], "kernel_size")
     stride = _pair(a["stride"], "stride") if a["stride"] else kernel
-    return lw.emit1("avg_pool2d", [lw.value(a["self"])], kernel=kernel, stride=stride,
-                    padding=_pair(a["padding"], "padding"), ceil_mode=bool(a["ceil_mode"]),
-                    count_include_pad=bool(a["count_include_pad"]))
+    padding, ceil_mode = _pair(a["padding"], "padding"), bool(a["ceil_mode"])
+    x = lw.value(a["self"])
+    unbatched = rank_of(a["self"]) == 3
+    if unbatched:  # [C, H, W] pools as [1, C, H, W]
+        x = lw.reshape(x, [1] + list(meta(a["self"]).shape))
+    elif rank_of(a["self"]) != 4:
+        raise Unsupported(f"avg_pool2d on a {rank_of(a['self'])}-d input")
+    d = a["divisor_override"]
+    if d is None:
+        y = lw.emit1("avg_pool2d", [x], kernel=kernel, stride=stride, padding=padding,
+                     ceil_mode=ceil_mode, count_include_pad=bool(a["count_include_pad"]))
+    else:
+        # sum / d = mean over the window's valid (non-padding) elements * (their count / d).
+        # The counts depend on the static spatial size only; torch computes them here, once.
+        h, w = (static_int(v, "avg_pool2d spatial size") for v in meta(a["self"]).shape[-2:])
+        ones = torch.ones(1, 1, h, w, dtype=torch.float64)
+        counts = F.avg_pool2d(ones, kernel, stride, padding, ceil_mode, False, 1)[0, 0]
+        scale = lw.constant((counts / d).to(out_dtype(node)))
+        y = lw.emit1("avg_pool2d", [x], kernel=kernel, stride=stride, padding=padding,
+                     ceil_mode=ceil_mode, count_include_pad=False)
+        y = lw.emit1("mul", [y, scale])
+    if unbatched:
+        y = lw.reshape(y, list(meta(node).shape))
+    return y
 
 
 @register(aten._adaptive_avg_pool2d.default)

@@ -284,6 +284,40 @@ KernelFactory scatter_factory() {
   };
 }
 
+// A view of the input with every flipped dim read backwards (negative stride).
+KernelFactory flip_factory() {
+  return [](const KernelContext& ctx) {
+    int rank = static_cast<int>(ctx.in_shapes[0].size());
+    std::vector<bool> flipped(rank, false);
+    for (int64_t d : ctx.node.attr("dims").ints())
+      if (rank) flipped[normalize_dim(d, rank, "flip")] = true;
+    int threads = ctx.num_threads;
+    return make_kernel("cpu_flip", [flipped, threads](const TensorView* in, TensorView* out) {
+      TensorView src = in[0];
+      for (int k = 0; k < src.ndim; ++k)
+        if (flipped[k] && src.sizes[k] > 0) src = narrow_view(src, k, src.sizes[k] - 1, src.sizes[k], -1);
+      copy_strided(src, out[0], threads);
+    });
+  };
+}
+
+// The input packed contiguous (it already is unless it is a strided graph input), then read
+// through the requested sizes and strides; the shape function bounds every position.
+KernelFactory as_strided_factory() {
+  return [](const KernelContext& ctx) {
+    std::vector<int64_t> size = ctx.node.attr("size").ints(), stride = ctx.node.attr("stride").ints();
+    int64_t offset = ctx.node.attr("offset").i();
+    int threads = ctx.num_threads;
+    return make_kernel("cpu_as_strided", [=](const TensorView* in, TensorView* out) {
+      cpu::Packed packed(in[0], threads);
+      TensorView src = out[0];
+      src.data = static_cast<char*>(packed.view().data) + offset * static_cast<int64_t>(dtype_size(in[0].dtype));
+      for (size_t k = 0; k < size.size(); ++k) src.strides[k] = stride[k];
+      copy_strided(src, out[0], threads);
+    });
+  };
+}
+
 }  // namespace
 
 void register_cpu_data_movement_kernels(KernelRegistry& r) {
@@ -300,6 +334,8 @@ void register_cpu_data_movement_kernels(KernelRegistry& r) {
   r.add("index_select", Device::cpu, index_select_factory());
   r.add("gather", Device::cpu, gather_factory());
   r.add("scatter", Device::cpu, scatter_factory());
+  r.add("flip", Device::cpu, flip_factory());
+  r.add("as_strided", Device::cpu, as_strided_factory());
 }
 
 }  // namespace updraft

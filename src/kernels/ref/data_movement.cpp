@@ -230,6 +230,41 @@ KernelFactory split_factory() {
   };
 }
 
+KernelFactory flip_factory() {
+  return [](const KernelContext& ctx) {
+    int rank = static_cast<int>(ctx.in_shapes[0].size());
+    std::vector<bool> flipped(rank, false);
+    for (int64_t d : ctx.node.attr("dims").ints())
+      if (rank) flipped[normalize_dim(d, rank, "flip")] = true;
+    return make_kernel("ref_flip", [flipped](const TensorView* in, TensorView* out) {
+      map_copy(in[0], out[0], nullptr, [&](const Index& o, Index& i) {
+        for (size_t k = 0; k < o.size(); ++k) i[k] = flipped[k] ? in[0].sizes[k] - 1 - o[k] : o[k];
+        return true;
+      });
+    });
+  };
+}
+
+KernelFactory as_strided_factory() {
+  return [](const KernelContext& ctx) {
+    std::vector<int64_t> stride = ctx.node.attr("stride").ints();
+    int64_t offset = ctx.node.attr("offset").i();
+    return make_kernel("ref_as_strided", [stride, offset](const TensorView* in, TensorView* out) {
+      Index shape = in[0].shape();
+      map_copy(in[0], out[0], nullptr, [&](const Index& o, Index& i) {
+        int64_t flat = offset;  // position in x's row-major order ...
+        for (size_t k = 0; k < o.size(); ++k) flat += o[k] * stride[k];
+        for (int k = in[0].ndim - 1; k >= 0; --k) {  // ... as a multi-index of x
+          i[k] = flat % shape[k];
+          flat /= shape[k];
+        }
+        check_index("as_strided", flat, 1);  // the shape function bounds it; recheck here
+        return true;
+      });
+    });
+  };
+}
+
 }  // namespace
 
 void register_ref_data_movement_kernels(KernelRegistry& r) {
@@ -245,6 +280,8 @@ void register_ref_data_movement_kernels(KernelRegistry& r) {
   r.add("scatter", Device::ref, scatter_factory());
   r.add("pad", Device::ref, pad_factory());
   r.add("split", Device::ref, split_factory());
+  r.add("flip", Device::ref, flip_factory());
+  r.add("as_strided", Device::ref, as_strided_factory());
 }
 
 }  // namespace updraft
