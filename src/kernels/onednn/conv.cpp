@@ -33,6 +33,7 @@ constexpr const char* kOp = "conv2d";
 class ConvKernel final : public Kernel {
  public:
   void run(const TensorView* in, TensorView* out, void* scratch) const override {
+    cpu::ScopedThreads threads(threads_);
     dnnl::stream& s = thread_stream();
     void* x = x_.get(in, scratch, kOp);
     std::unordered_map<int, dnnl::memory> args;
@@ -77,6 +78,7 @@ class ConvKernel final : public Kernel {
 
  private:
   Epilogue ep_;
+  int threads_ = 1;
   ResidualMode residual_mode_ = ResidualMode::none;
   dnnl::memory::desc src_md_, dst_md_, w_user_md_, bias_md_;
   dnnl::convolution_forward::primitive_desc pd_;
@@ -107,6 +109,9 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   int64_t g = n.attr("groups").i();
   auto st = pair_attr(n, "stride"), pad = pair_attr(n, "padding"), dil = pair_attr(n, "dilation");
   int64_t O = ws[0];
+  // 2 flops per multiply-add: every output element sums C/g * kh * kw products.
+  k->threads_ = cpu::threads_for_work(2.0 * static_cast<double>(numel_of(ys)) * ws[1] * ws[2] * ws[3], ctx.num_threads);
+  cpu::ScopedThreads threads(k->threads_);  // primitives are created for the count they run with
 
   k->src_md_ = dnnl::memory::desc(dims(xs.begin(), xs.end()), dt::f32, tag::abcd);
   k->dst_md_ = dnnl::memory::desc(dims(ys.begin(), ys.end()), dt::f32, tag::abcd);
@@ -195,7 +200,8 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
     }
   }
   k->scratch_total_ = plan.total();
-  k->name_ = std::string("onednn_f32_conv2d:") + k->pd_.impl_info_str() + (k->packed_w_ ? ":prepacked" : "");
+  k->name_ = std::string("onednn_f32_conv2d:") + k->pd_.impl_info_str() + (k->packed_w_ ? ":prepacked" : "") +
+             (k->threads_ == 1 ? ":1thread" : "");
   if (k->residual_mode_ == ResidualMode::separate) k->name_ += std::string("+binary_add:") + k->add_pd_.impl_info_str();
   return k;
 }

@@ -86,6 +86,7 @@ struct Operand {
 class GemmKernel final : public Kernel {
  public:
   void run(const TensorView* in, TensorView* out, void* scratch) const override {
+    cpu::ScopedThreads threads(threads_);  // see onednn_util.h
     dnnl::stream& s = thread_stream();
     void *a = nullptr, *b = nullptr;
     int va = a_.pick(in, scratch, op_, &a);
@@ -120,6 +121,7 @@ class GemmKernel final : public Kernel {
     ResidualMode residual = ResidualMode::none;
   };
   const char* op_ = "";
+  int threads_ = 1;
   Epilogue ep_;
   Operand a_, b_;
   dnnl::memory::desc c_md_, bias_md_;
@@ -134,6 +136,9 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
                                            const dims& b_dims, const dims& c_dims, bool b_flip) {
   auto k = std::make_unique<GemmKernel>();
   k->op_ = op;
+  k->threads_ = cpu::threads_for_work(2.0 * static_cast<double>(numel_of(std::vector<int64_t>(c_dims))) * a_dims.back(),
+                                      ctx.num_threads);
+  cpu::ScopedThreads threads(k->threads_);
   k->ep_ = Epilogue::of(ctx.node, 2);
   // Scratch layout: [primitive scratchpad (max over variants) | staged operands, residual].
   // The staged regions are planned first, relative to 0, and shifted once the max is known.
@@ -202,7 +207,7 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
   k->res_.offset += base;
   k->scratch_total_ = base + rest.total();
   k->name_ = std::string("onednn_f32_") + op + ":" + k->variants_[0][0].pd.impl_info_str() +
-             (b_const ? ":prepacked" : "");
+             (b_const ? ":prepacked" : "") + (k->threads_ == 1 ? ":1thread" : "");
   return k;
 }
 

@@ -7,6 +7,10 @@
 //  - every primitive uses scratchpad_mode::user, and its scratchpad comes out of the `scratch`
 //    argument of Kernel::run (ScratchPlan lays the regions out), so one Kernel may run on many
 //    threads at once, each thread with its own scratch;
+//  - each kernel picks its OpenMP thread count from its work (cpu::threads_for_work: small
+//    problems run on the calling thread, no fork) and sets it with cpu::ScopedThreads both
+//    while creating its primitives and in run(), since oneDNN splits work by the count it
+//    saw at creation;
 //  - run() allocates no data buffers. It does create a few small oneDNN handle objects per call
 //    (dnnl::memory wrappers around caller pointers, the argument map): the C++ API has no way
 //    to execute without them, and they are O(100 bytes), independent of tensor sizes.
@@ -19,6 +23,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "ir/graph.h"
+#include "kernels/cpu/threads.h"
 #include "kernels/kernel.h"
 #include "oneapi/dnnl/dnnl.hpp"
 

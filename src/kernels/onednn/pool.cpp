@@ -8,8 +8,6 @@
 // while PyTorch counts only the part inside the (symmetrically) padded input: the two differ
 // exactly when ceil_mode adds right padding beyond pl, and that case is declined (the
 // reference kernel runs; the plan dump says so).
-#include <omp.h>
-
 #include "kernels/onednn/onednn_util.h"
 
 namespace updraft::onednn {
@@ -44,6 +42,7 @@ dims nchw(const std::vector<int64_t>& s) {
 class PoolKernel final : public Kernel {
  public:
   void run(const TensorView* in, TensorView* out, void* scratch) const override {
+    cpu::ScopedThreads threads(threads_);
     dnnl::stream& s = thread_stream();
     prim_.execute(s, {{DNNL_ARG_SRC, wrap(src_md_, x_.get(in, scratch, op_))},
                       {DNNL_ARG_DST, wrap(dst_md_, out[0].data)},
@@ -57,6 +56,10 @@ class PoolKernel final : public Kernel {
                                         const Window& w) {
     auto k = std::make_unique<PoolKernel>();
     k->op_ = op;
+    // One window's worth of element operations per output element.
+    k->threads_ = cpu::threads_for_work(static_cast<double>(numel_of(ctx.out_shapes[0])) * w.k[0] * w.k[1],
+                                        ctx.num_threads);
+    cpu::ScopedThreads threads(k->threads_);
     dims src = nchw(ctx.in_shapes[0]), dst = nchw(ctx.out_shapes[0]);
     k->src_md_ = dnnl::memory::desc(src, dt::f32, tag::abcd);
     k->dst_md_ = dnnl::memory::desc(dst, dt::f32, tag::abcd);
@@ -83,6 +86,7 @@ class PoolKernel final : public Kernel {
 
  private:
   const char* op_ = "";
+  int threads_ = 1;
   dnnl::memory::desc src_md_, dst_md_;
   dnnl::pooling_forward::primitive_desc pd_;
   dnnl::pooling_forward prim_;
@@ -117,6 +121,8 @@ class AdaptiveAvgKernel final : public Kernel {
   AdaptiveAvgKernel(const KernelContext& ctx) {
     dims s = nchw(ctx.in_shapes[0]), d = nchw(ctx.out_shapes[0]);
     planes_ = s[0] * s[1], H_ = s[2], W_ = s[3], OH_ = d[2], OW_ = d[3];
+    // Each output element reads about (H / OH + 1) * (W / OW + 1) inputs: count the input once.
+    threads_ = cpu::threads_for_work(static_cast<double>(planes_ * H_ * W_), ctx.num_threads);
     ScratchPlan plan;
     x_.plan(ctx, 0, numel_of(ctx.in_shapes[0]), plan);
     scratch_total_ = plan.total();
@@ -124,8 +130,7 @@ class AdaptiveAvgKernel final : public Kernel {
   void run(const TensorView* in, TensorView* out, void* scratch) const override {
     const float* x = static_cast<const float*>(x_.get(in, scratch, "adaptive_avg_pool2d"));
     float* y = out[0].ptr<float>();
-#pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < planes_; ++p) {
+    cpu::parallel_for(planes_, threads_, [&](int64_t p) {
       const float* xp = x + p * H_ * W_;
       float* yp = y + p * OH_ * OW_;
       for (int64_t oh = 0; oh < OH_; ++oh) {
@@ -138,13 +143,14 @@ class AdaptiveAvgKernel final : public Kernel {
           yp[oh * OW_ + ow] = sum / static_cast<float>((h1 - h0) * (w1 - w0));
         }
       }
-    }
+    });
   }
   size_t scratch_bytes() const override { return scratch_total_; }
   std::string name() const override { return "cpu_f32_adaptive_avg_pool2d"; }
 
  private:
   int64_t planes_, H_, W_, OH_, OW_;
+  int threads_ = 1;
   DenseInput x_;
   size_t scratch_total_ = 0;
 };
