@@ -44,9 +44,11 @@ class PoolKernel final : public Kernel {
   void run(const TensorView* in, TensorView* out, void* scratch) const override {
     cpu::ScopedThreads threads(threads_);
     dnnl::stream& s = thread_stream();
-    prim_.execute(s, {{DNNL_ARG_SRC, wrap(src_md_, x_.get(in, scratch, op_))},
-                      {DNNL_ARG_DST, wrap(dst_md_, out[0].data)},
-                      {DNNL_ARG_SCRATCHPAD, wrap(pd_.scratchpad_desc(), at_offset(scratch, prim_scratch_))}});
+    ArgCache::Call call = args_.acquire();  // argument order: src, dst, scratchpad (create())
+    call.set(0, x_.get(in, scratch, op_));
+    call.set(1, out[0].data);
+    call.set(2, at_offset(scratch, prim_scratch_));
+    call.execute(prim_, s);
     s.wait();
   }
   size_t scratch_bytes() const override { return scratch_total_; }
@@ -80,6 +82,9 @@ class PoolKernel final : public Kernel {
     k->prim_scratch_ = plan.add(scratchpad_bytes(k->pd_));
     k->x_.plan(ctx, 0, numel_of(ctx.in_shapes[0]), plan);
     k->scratch_total_ = plan.total();
+    k->args_.add(DNNL_ARG_SRC, k->src_md_);
+    k->args_.add(DNNL_ARG_DST, k->dst_md_);
+    k->args_.add(DNNL_ARG_SCRATCHPAD, k->pd_.scratchpad_desc());
     k->name_ = std::string("onednn_f32_") + op + ":" + k->pd_.impl_info_str();
     return k;
   }
@@ -91,6 +96,7 @@ class PoolKernel final : public Kernel {
   dnnl::pooling_forward::primitive_desc pd_;
   dnnl::pooling_forward prim_;
   DenseInput x_;
+  ArgCache args_;
   size_t prim_scratch_ = 0, scratch_total_ = 0;
   std::string name_;
 };
