@@ -137,7 +137,7 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
                                            const dims& b_dims, const dims& c_dims, bool b_flip) {
   auto k = std::make_unique<GemmKernel>();
   k->op_ = op;
-  k->threads_ = cpu::threads_for_work(2.0 * static_cast<double>(numel_of(std::vector<int64_t>(c_dims))) * a_dims.back(),
+  k->threads_ = cpu::threads_for_work(2.0 * static_cast<double>(numel_of(c_dims)) * a_dims.back(),
                                       ctx.num_threads);
   cpu::ScopedThreads threads(k->threads_);
   k->ep_ = Epilogue::of(ctx.node, 2);
