@@ -28,8 +28,6 @@ import bisect
 import dataclasses
 from typing import Any, Optional
 
-import torch
-
 
 @dataclasses.dataclass(frozen=True)
 class Gear:
@@ -78,6 +76,8 @@ class GearBox:
 
     @classmethod
     def bind(cls, gear: Gear, gm: Any, names: list, warn: Any) -> Optional["GearBox"]:
+        import torch
+
         from .lowerer import meta
 
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -133,6 +133,8 @@ class GearBox:
 
     def resized(self, args: list, target: int) -> list:
         """args with the dim padded (pad values) or cut to `target`."""
+        import torch
+
         args = list(args)
         for i, d, value in self.carriers:
             if d is None:

@@ -76,6 +76,27 @@ TEST(ElementwiseCpu, TanhDenseGrid) {
   EXPECT_TRUE(cpu_matches_ref("tanh", {x.view()}, {}, kF32Rtol, kF32Atol));
 }
 
+// erf and gelu (erf form) run a vector polynomial (simd_f32.h: erf256, gelu_erf256), fitted to
+// a few ulp. Tolerance: relative 1e-6 (about 8 f32 ulp; measured worst cases: erf < 2.5e-7,
+// gelu ~4e-7) plus an absolute 1e-37, because erfc results below ~1e-38 (subnormal)
+// are flushed to 0. Much tighter than the PyTorch-parity tolerance, so a sloppier formula
+// (e.g. the 1.5e-7-absolute Abramowitz-Stegun one, whose relative error in the gelu tail is
+// large) fails here. Dense odd-length grid over [-14, 14]: both sides of every switch
+// (|x| = 1 for erf, x = 0 for gelu), the tail, and the masked block tail.
+TEST(ElementwiseCpu, ErfAndGeluDenseGridRelative) {
+  const int64_t n = 1400001;
+  Tensor x(DType::f32, {n});
+  for (int64_t i = 0; i < n; ++i) x.ptr<float>()[i] = -14.0f + 28.0f * static_cast<float>(i) / (n - 1);
+  EXPECT_TRUE(cpu_matches_ref("erf", {x.view()}, {}, 1e-6, 1e-37));
+  EXPECT_TRUE(cpu_matches_ref("gelu", {x.view()}, {}, 1e-6, 1e-37));
+  // Tiny arguments: erf(x) ~ 2x/sqrt(pi) and gelu(x) ~ x/2 keep full relative accuracy.
+  Tensor small(DType::f32, {9});
+  const float vs[] = {1e-30f, -1e-30f, 1e-20f, 3e-10f, -3e-10f, 1e-5f, -1e-5f, 0.999999f, 1.000001f};
+  std::copy(vs, vs + 9, small.ptr<float>());
+  EXPECT_TRUE(cpu_matches_ref("erf", {small.view()}, {}, 1e-6, 0));
+  EXPECT_TRUE(cpu_matches_ref("gelu", {small.view()}, {}, 1e-6, 0));
+}
+
 TEST(ElementwiseCpu, PowScalarExponents) {
   Tensor x = random_tensor(DType::f32, {1001}, 3, 0.05, 4);
   for (double e : {2.0, 0.5, -0.5, -1.0, 3.0, 1.7, 0.0, 1.0})

@@ -9,6 +9,7 @@
 
 #include "ir/op_table.h"
 #include "ir/ops/params.h"
+#include "kernels/cpu/threads.h"
 #include "kernels/cpu/strided_copy.h"
 #include "kernels/kernel.h"
 #include "kernels/ref/ref_util.h"
@@ -16,6 +17,7 @@
 namespace updraft {
 namespace {
 using cpu::copy_strided;
+using cpu::parallel_for;
 using cpu::narrow_view;
 
 constexpr int64_t kParallelRows = 64;  // gather/embedding: fewer rows than this run serially
@@ -157,8 +159,7 @@ void embedding_fn(const TensorView* in, TensorView* out, int threads) {
   const char* src = static_cast<const char*>(w.data);
   int64_t row_bytes = d * static_cast<int64_t>(es), ws = w.strides[0] * static_cast<int64_t>(es);
   int nt = n >= kParallelRows && n * row_bytes >= (1 << 18) ? (threads > 0 ? threads : omp_get_max_threads()) : 1;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-  for (int64_t k = 0; k < n; ++k) std::memcpy(dst + k * row_bytes, src + rows[k] * ws, row_bytes);
+  parallel_for(n, nt, [&](int64_t k) { std::memcpy(dst + k * row_bytes, src + rows[k] * ws, row_bytes); });
 }
 
 KernelFactory index_select_factory() {
@@ -188,8 +189,7 @@ void gather_typed(const TensorView& x, const TensorView& idx_view, const std::ve
   const T* src = x.ptr<const T>();
   T* dst = out.ptr<T>();
   int nt = rows >= kParallelRows && out.numel() >= 65536 ? (threads > 0 ? threads : omp_get_max_threads()) : 1;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, nt, [&](int64_t r) {
     // x offset of this row, leaving out `dim` (added per element from the index).
     int64_t base = 0, rem = r;
     for (int d = rank - 2; d >= 0; --d) {
@@ -203,7 +203,7 @@ void gather_typed(const TensorView& x, const TensorView& idx_view, const std::ve
       if (dim != rank - 1 && rank) off += c * x.strides[rank - 1];
       dst[e] = src[off];
     }
-  }
+  });
 }
 
 KernelFactory gather_factory() {

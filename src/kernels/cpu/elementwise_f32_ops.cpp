@@ -2,8 +2,8 @@
 //
 // Every op runs 8 lanes at a time; the ragged tail of a block goes through the same vector
 // code with masked loads/stores, so an element's result never depends on its position.
-// exp/tanh/sigmoid/silu/gelu_tanh/elu use the vector polynomials of simd_f32.h (max error a few ulp, well inside
-// rtol 1e-5 / atol 1e-6 of PyTorch); erf, gelu (erf form), log, sin, cos, pow, the inverse
+// exp/tanh/sigmoid/silu/gelu_tanh/elu/erf/gelu use the vector polynomials of simd_f32.h (max
+// error a few ulp, well inside rtol 1e-5 / atol 1e-6 of PyTorch); log, sin, cos, pow, the inverse
 // trig/hyperbolic and log/exp variants, atan2, fmod and the floor-division family call the C
 // library per element, which is accurate to < 1 ulp.
 #include <immintrin.h>
@@ -107,7 +107,7 @@ void run_block_op(EwOp op, const float* a, const float* b, const float* c, float
     case EwOp::log: return scalar1(a, d, n, [](float x) { return std::log(x); });
     case EwOp::sqrt: return map1(a, d, n, [](__m256 x) { return _mm256_sqrt_ps(x); });
     case EwOp::rsqrt: return map1(a, d, n, [&](__m256 x) { return _mm256_div_ps(one, _mm256_sqrt_ps(x)); });
-    case EwOp::erf: return scalar1(a, d, n, [](float x) { return std::erf(x); });
+    case EwOp::erf: return map1(a, d, n, simd::erf256);
     case EwOp::silu: return map1(a, d, n, [&](__m256 x) { return div_one_plus_exp_neg(x, x); });
     case EwOp::reciprocal: return map1(a, d, n, [&](__m256 x) { return _mm256_div_ps(one, x); });
     case EwOp::sin: return scalar1(a, d, n, [](float x) { return std::sin(x); });
@@ -130,8 +130,7 @@ void run_block_op(EwOp op, const float* a, const float* b, const float* c, float
         return _mm256_div_ps(_mm256_min_ps(six, _mm256_max_ps(zero, _mm256_add_ps(x, three))), six);
       });
     // x * Phi(x) = 0.5 x erfc(-x / sqrt 2): erfc keeps the negative tail accurate.
-    case EwOp::gelu:
-      return scalar1(a, d, n, [](float x) { return 0.5f * x * std::erfc(-x * static_cast<float>(M_SQRT1_2)); });
+    case EwOp::gelu: return map1(a, d, n, simd::gelu_erf256);
     // 0.5 x (1 + tanh u) == x / (1 + e^{-2u}), which has no cancellation for x << 0.
     case EwOp::gelu_tanh:
       return map1(a, d, n, [&](__m256 x) {

@@ -86,22 +86,22 @@ struct Operand {
 class GemmKernel final : public Kernel {
  public:
   void run(const TensorView* in, TensorView* out, void* scratch) const override {
+    cpu::ScopedThreads threads(threads_);  // see onednn_util.h
     dnnl::stream& s = thread_stream();
     void *a = nullptr, *b = nullptr;
     int va = a_.pick(in, scratch, op_, &a);
     int vb = 0;
     if (!packed_b_[va]) vb = b_.pick(in, scratch, op_, &b);
     const Variant& v = variants_[va][vb];
-    std::unordered_map<int, dnnl::memory> args;
-    args[DNNL_ARG_SRC] = wrap(a_.md[va], a);
-    args[DNNL_ARG_WEIGHTS] = packed_b_[va] ? *packed_b_[va] : wrap(b_.md[vb], b);
-    args[DNNL_ARG_DST] = wrap(c_md_, out[0].data);
-    args[DNNL_ARG_SCRATCHPAD] = wrap(v.pd.scratchpad_desc(), at_offset(scratch, prim_scratch_));
-    if (ep_.has_bias) args[DNNL_ARG_BIAS] = wrap(bias_md_, in[ep_.bias_input].data);
-    if (v.residual == ResidualMode::binary_add)
-      args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = wrap(c_md_, res_.get(in, scratch, op_));
+    ArgCache::Call call = v.args.acquire();
+    call.set(v.arg_src, a);
+    if (v.arg_w >= 0) call.set(v.arg_w, b);  // else the prepacked constant, fixed in the cache
+    call.set(v.arg_dst, out[0].data);
+    call.set(v.arg_scratch, at_offset(scratch, prim_scratch_));
+    if (v.arg_bias >= 0) call.set(v.arg_bias, in[ep_.bias_input].data);
+    if (v.arg_res >= 0) call.set(v.arg_res, res_.get(in, scratch, op_));
     if (v.residual == ResidualMode::sum) copy_residual_into(in[ep_.residual_input], out[0]);
-    v.prim.execute(s, args);
+    call.execute(v.prim, s);
     s.wait();
   }
 
@@ -118,8 +118,11 @@ class GemmKernel final : public Kernel {
     dnnl::matmul::primitive_desc pd;
     dnnl::matmul prim;
     ResidualMode residual = ResidualMode::none;
+    ArgCache args;  // execute() arguments; indices below, -1 when absent or fixed
+    int arg_src = -1, arg_w = -1, arg_dst = -1, arg_scratch = -1, arg_bias = -1, arg_res = -1;
   };
   const char* op_ = "";
+  int threads_ = 1;
   Epilogue ep_;
   Operand a_, b_;
   dnnl::memory::desc c_md_, bias_md_;
@@ -134,6 +137,9 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
                                            const dims& b_dims, const dims& c_dims, bool b_flip) {
   auto k = std::make_unique<GemmKernel>();
   k->op_ = op;
+  k->threads_ = cpu::threads_for_work(2.0 * static_cast<double>(numel_of(c_dims)) * a_dims.back(),
+                                      ctx.num_threads);
+  cpu::ScopedThreads threads(k->threads_);
   k->ep_ = Epilogue::of(ctx.node, 2);
   // Scratch layout: [primitive scratchpad (max over variants) | staged operands, residual].
   // The staged regions are planned first, relative to 0, and shifted once the max is known.
@@ -194,6 +200,14 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
           fail_create(op, "the weight prepack reorder for " + shape_text(ctx.in_shapes[1]), e);
         }
       }
+      v.arg_src = v.args.add(DNNL_ARG_SRC, k->a_.md[va]);
+      if (b_const) v.args.add_fixed(DNNL_ARG_WEIGHTS, *k->packed_b_[va]);
+      else v.arg_w = v.args.add(DNNL_ARG_WEIGHTS, k->b_.md[vb]);
+      v.arg_dst = v.args.add(DNNL_ARG_DST, k->c_md_);
+      v.arg_scratch = v.args.add(DNNL_ARG_SCRATCHPAD, v.pd.scratchpad_desc());
+      if (k->ep_.has_bias) v.arg_bias = v.args.add(DNNL_ARG_BIAS, k->bias_md_);
+      if (v.residual == ResidualMode::binary_add)
+        v.arg_res = v.args.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, k->c_md_);
     }
   }
   size_t base = (prim_scratch + 63) / 64 * 64;
@@ -202,7 +216,7 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
   k->res_.offset += base;
   k->scratch_total_ = base + rest.total();
   k->name_ = std::string("onednn_f32_") + op + ":" + k->variants_[0][0].pd.impl_info_str() +
-             (b_const ? ":prepacked" : "");
+             (b_const ? ":prepacked" : "") + (k->threads_ == 1 ? ":1thread" : "");
   return k;
 }
 
