@@ -25,7 +25,7 @@ Value* GraphHandle::value(int id) {
 
 // Constants share the tensor's memory: the engine keeps the Python object alive and
 // releases it (under the GIL) when the last engine reference goes away.
-static Tensor constant_from(const AnyArray& arr) {
+Tensor constant_from(const AnyArray& arr) {
   TensorView v = view_of(arr);
   UPDRAFT_CHECK(v.is_contiguous(), "bindings", "constants must be contiguous; call .contiguous() first");
   auto* keep = new AnyArray(arr);
@@ -46,10 +46,14 @@ void bind_graph(nb::module_& m) {
            },
            nb::arg("name"), nb::arg("dtype"), nb::arg("shape"))
       .def("add_constant",
-           [](GraphHandle& h, const std::string& name, const AnyArray& t) {
-             return h.get().add_constant(name, constant_from(t))->id;
+           [](GraphHandle& h, const std::string& name, const AnyArray& t, int source) {
+             Value* v = h.get().add_constant(name, constant_from(t));
+             v->source = source;
+             return v->id;
            },
-           nb::arg("name"), nb::arg("tensor"))
+           nb::arg("name"), nb::arg("tensor"), nb::arg("source") = -1,
+           "A constant sharing the tensor's memory. source >= 0: it is the caller's parameter number "
+           "`source`, which compile-cache entries store by reference (refit on load).")
       .def("add_node",
            [](GraphHandle& h, const std::string& op, const std::vector<int>& inputs, const nb::dict& attrs) {
              std::vector<Value*> ins;

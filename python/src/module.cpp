@@ -1,5 +1,6 @@
 // updraft._C: the engine's Python surface. One file per C++ area: graph building
-// (graph_bindings.cpp), compiling and running (runtime_bindings.cpp), conversions (convert.cpp).
+// (graph_bindings.cpp), compiling and running (runtime_bindings.cpp), compile-cache entries
+// (cache_bindings.cpp), conversions (convert.cpp).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
@@ -17,6 +18,7 @@ using namespace updraft;
 namespace updraft::py {
 void bind_graph(nb::module_& m);
 void bind_runtime(nb::module_& m);
+void bind_cache(nb::module_& m);
 }  // namespace updraft::py
 
 NB_MODULE(_C, m) {
@@ -43,4 +45,5 @@ NB_MODULE(_C, m) {
 
   py::bind_graph(m);
   py::bind_runtime(m);
+  py::bind_cache(m);
 }

@@ -15,7 +15,7 @@ namespace updraft::py {
 
 std::string graph_text(const Graph& g) { return print_graph(g); }
 
-static CompileOptions options_from(const nb::dict& d) {
+CompileOptions options_from(const nb::dict& d) {
   CompileOptions o;
   for (auto [k, v] : d) {
     std::string key = nb::cast<std::string>(k);

@@ -18,6 +18,7 @@ import torch
 from torch import fx
 
 from .config import CompilerConfig
+from .gears import GearBox
 from .partition import EnginePartition, partition_graph, warn_once
 from .report import GraphReport, report_for_new_graph
 
@@ -32,6 +33,7 @@ NATIVE_OPS = (
     aten.hardsigmoid.default,
     aten._scaled_dot_product_flash_attention_for_cpu.default,
     aten.adaptive_avg_pool2d.default,
+    aten.roll.default,  # slices + concat in the engine (the decomposition is index arithmetic)
 )
 
 _TRAINING_NOTE = ("training graph (inputs require grad): runs in PyTorch; the engine has no "
@@ -67,19 +69,57 @@ class CompiledGraph:
 
     _boxed_call = True
 
-    def __init__(self, gm: fx.GraphModule, parts: list[EnginePartition], frozen: list[int]) -> None:
+    def __init__(self, gm: fx.GraphModule, parts: list[EnginePartition], frozen: list[int],
+                 history: Optional["_History"] = None, config: Optional[CompilerConfig] = None,
+                 report: Optional[GraphReport] = None, names: Optional[list] = None) -> None:
         self.gm = gm
         self.parts = parts
         self.frozen = frozen
+        self.history = history
+        self.config = config
+        self.report = report
         self._bound: Optional[list] = None
         self._lock = threading.Lock()
+        self._names = names or [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+        self.gears: list = []
+        for gear in (config.gears if config is not None else ()):
+            box = GearBox.bind(gear, gm, self._names, warn_once)
+            if box is not None:
+                self.gears.append(box)
+                if report is not None:
+                    report.compiles.append(("gears", f"{gear.input} dim {gear.dim} ({box.symbol}): plans for "
+                                            f"{list(gear.sizes)} at the first call, padding "
+                                            f"{'on' if box.padding else 'off'}"))
 
     def __call__(self, args: list) -> Any:
         if self.frozen:
             bound = self._bound
             if bound is None or any(args[i] is not t or t._version != v for i, t, v in bound):
                 self._rebind(args)
+        if self.gears:
+            return self._call_geared(args)
         return self.gm.forward(*args)
+
+    def _call_geared(self, args: list) -> Any:
+        """Gears (updraft/gears.py): plan every gear at the first call, pad between gears."""
+        for box in self.gears:
+            if not box.warmed:
+                with self._lock:
+                    if not box.warmed:
+                        for size in box.gear.sizes:  # builds each partition's plans for the gear
+                            self.gm.forward(*box.resized(args, size))
+                        box.warmed = True
+        cuts = []
+        for box in self.gears:
+            size = box.size_of(args)
+            target = box.gear_for(size)
+            if target is not None:
+                args = box.resized(args, target)
+                cuts.append((box, size))
+        outs = self.gm.forward(*args)
+        for box, size in reversed(cuts):
+            outs = box.cut(outs, size)
+        return outs
 
     def _rebind(self, args: list) -> None:
         with self._lock:
@@ -87,9 +127,116 @@ class CompiledGraph:
             if bound is not None and all(args[i] is t and t._version == v for i, t, v in bound):
                 return
             if bound is not None:
-                for p in self.parts:
-                    p.invalidate()
+                self._rebuild(self._what_changed(bound, args))
             self._bound = [(i, args[i], args[i]._version) for i in self.frozen]
+
+    def _what_changed(self, bound: list, args: list) -> str:
+        changed = [(i, "was modified in place" if args[i] is t else "is another tensor (another module instance?)")
+                   for i, t, v in bound if args[i] is not t or t._version != v]
+        i, how = changed[0]
+        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+        return f"parameter input {i} '{self._names[i]}' {how}{more}"
+
+    def _rebuild(self, reason: str) -> None:
+        """Frozen parameters changed: the partitions rebuild, unless the recompile limit is hit."""
+        if self.report is not None:
+            self.report.compiles.append(("recompile", reason))
+        over = self.history is not None and self.history.recompiled(reason, self.config.recompile_limit)
+        for p in self.parts:
+            if over:
+                p.run_in_pytorch(f"recompile limit ({self.config.recompile_limit}) reached: {reason}")
+            else:
+                p.invalidate()
+        if over:
+            warn_once(f"[updraft.backend] a graph was recompiled {self.history.recompiles} times, over "
+                      f"CompilerConfig.recompile_limit={self.config.recompile_limit}; the last change: "
+                      f"{reason}. It runs in PyTorch from now on. Avoid changing parameters between "
+                      "calls (or compile with freeze=False), or raise the limit.")
+
+
+class _History:
+    """Compiles of one graph family: the same aten ops in the same order, whatever the sizes.
+    Dynamo compiles a function again when a guard fails (new static sizes, dtypes, another
+    module instance); each such compile, and each rebuild after frozen parameters changed,
+    counts as a recompile against CompilerConfig.recompile_limit."""
+
+    def __init__(self) -> None:
+        self.signature: Optional[list] = None  # placeholders of the last compile
+        self.recompiles = 0
+        self._last_frame_compile = -1
+        self._lock = threading.Lock()
+
+    def compiled(self, signature: list, frame_compile: int) -> str:
+        """Records a compile of this family (Dynamo's compile number `frame_compile` of the frame,
+        0 after torch._dynamo.reset()); returns why it happened ("" for a first compile)."""
+        with self._lock:
+            if frame_compile <= self._last_frame_compile:  # Dynamo started over (reset)
+                self.signature, self.recompiles = None, 0
+            self._last_frame_compile = frame_compile
+            prev, self.signature = self.signature, signature
+            if prev is None:
+                return ""
+            self.recompiles += 1
+        return _describe_change(prev, signature)
+
+    def recompiled(self, reason: str, limit: int) -> bool:
+        """Counts a rebuild; True when the family is now over `limit`."""
+        with self._lock:
+            self.recompiles += 1
+            return self.recompiles > limit
+
+
+_histories: dict = {}
+_histories_lock = threading.Lock()
+
+
+def _history_for(gm: fx.GraphModule) -> tuple[_History, int]:
+    """The history of this graph's family within its Dynamo frame, and the frame's compile
+    number. Outside a Dynamo compile (a backend called by hand) every call is a first compile."""
+    from torch._guards import CompileContext
+
+    cid = CompileContext.current_compile_id()
+    if cid is None:
+        return _History(), 0
+    family = (cid.frame_id, tuple((n.op, str(n.target)) for n in gm.graph.nodes))
+    with _histories_lock:
+        h = _histories.get(family)
+        if h is None:
+            h = _histories[family] = _History()
+        return h, cid.frame_compile_id
+
+
+def _signature(gm: fx.GraphModule, names: Optional[list] = None) -> list:
+    sig = []
+    for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
+        name = names[i] if names else n.name
+        v = n.meta.get("val")
+        if isinstance(v, torch.Tensor):
+            sig.append((name, str(v.dtype).replace("torch.", ""), tuple(str(d) for d in v.shape)))
+        else:
+            sig.append((name, type(v).__name__, ()))
+    return sig
+
+
+def _describe_change(prev: list, now: list) -> str:
+    """Which input and which dim changed between two compiles of one graph family."""
+    changes = []
+    for i, (a, b) in enumerate(zip(prev, now)):
+        name = b[0]
+        if a[1] != b[1]:
+            changes.append(f"input {i} '{name}' dtype {a[1]} -> {b[1]}")
+        elif len(a[2]) != len(b[2]):
+            changes.append(f"input {i} '{name}' rank {len(a[2])} -> {len(b[2])}")
+        else:
+            for d, (x, y) in enumerate(zip(a[2], b[2])):
+                if x != y:
+                    changes.append(f"input {i} '{name}' dim {d} {x} -> {y}")
+    if len(prev) != len(now):
+        changes.append(f"{len(prev)} -> {len(now)} inputs")
+    if not changes:
+        return ("same input dtypes and shapes (Dynamo recompiled for another guard, e.g. another "
+                "module instance or a changed Python value)")
+    return "; ".join(changes[:4]) + (f" (and {len(changes) - 4} more)" if len(changes) > 4 else "")
 
 
 def _frozen_inputs(gm: fx.GraphModule, config: CompilerConfig) -> list[int]:
@@ -111,7 +258,19 @@ def _frozen_inputs(gm: fx.GraphModule, config: CompilerConfig) -> list[int]:
                   and isinstance(placeholders[i].meta.get("val"), torch.Tensor))
 
 
-def compile_inference(gm: fx.GraphModule, config: CompilerConfig, report: GraphReport) -> Callable:
+def compile_inference(gm: fx.GraphModule, config: CompilerConfig, report: GraphReport,
+                      names: Optional[list] = None) -> Callable:
+    history, frame_compile = _history_for(gm)
+    reason = history.compiled(_signature(gm, names), frame_compile)
+    report.compiles.append(("recompile", reason) if reason else ("compile", "first compile of this graph"))
+    if history.recompiles > config.recompile_limit:
+        note = (f"recompile limit reached: compiled {history.recompiles + 1} times, over "
+                f"CompilerConfig.recompile_limit={config.recompile_limit}; the last change: {reason}")
+        _record_all_in_pytorch(gm, report, f"runs in PyTorch: {note}")
+        warn_once(f"[updraft.backend] a graph was {note}. It runs in PyTorch from now on. Mark the "
+                  "changing dim dynamic (torch._dynamo.mark_dynamic, or torch.compile(dynamic=True)), "
+                  "or raise the limit.")
+        return _boxed(gm.forward)
     frozen = _frozen_inputs(gm, config)
     gm, parts = partition_graph(gm, config, report, set(frozen))
     if config.debug >= 1:
@@ -120,9 +279,9 @@ def compile_inference(gm: fx.GraphModule, config: CompilerConfig, report: GraphR
               f"{len(frozen)} frozen inputs", file=sys.stderr)
         for op, reasons in report.reasons.items():
             print(f"[updraft]   eager {op}: {reasons[0]}", file=sys.stderr)
-    if not parts:
+    if not parts and not config.gears:
         return _boxed(gm.forward)
-    return CompiledGraph(gm, parts, frozen)
+    return CompiledGraph(gm, parts, frozen, history, config, report, names)
 
 
 def _record_all_in_pytorch(gm: fx.GraphModule, graph_report: GraphReport, reason: str) -> None:
@@ -139,13 +298,17 @@ def _record_all_in_pytorch(gm: fx.GraphModule, graph_report: GraphReport, reason
             graph_report.add_fallback(op_name(n), reason, is_compute(n))
 
 
-def _make_compilers(config: CompilerConfig) -> dict:
+def _make_compilers(config: CompilerConfig, input_names: Optional[list] = None) -> dict:
+    """`input_names`: the Dynamo graph's placeholder names (L_x_, L_self_..._weight_), which
+    AOTAutograd's flat inputs follow in order; messages use them."""
     rep = report_for_new_graph()
 
     def inference_compiler(gm: fx.GraphModule, example_inputs: list) -> Callable:
         graph_report = rep.new_graph("inference")
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        names = input_names if input_names and len(input_names) == len(placeholders) else None
         try:
-            return compile_inference(gm, config, graph_report)
+            return compile_inference(gm, config, graph_report, names)
         except Exception as e:
             if not config.fallback:
                 raise
@@ -169,7 +332,8 @@ def _make_compilers(config: CompilerConfig) -> dict:
 def _compile(gm: fx.GraphModule, example_inputs: list, config: CompilerConfig) -> Callable:
     from torch._dynamo.backends.common import aot_autograd
 
-    backend = aot_autograd(decompositions=decompositions(), **_make_compilers(config))
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    backend = aot_autograd(decompositions=decompositions(), **_make_compilers(config, names))
     return backend(gm, example_inputs)
 
 

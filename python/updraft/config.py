@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 _DEBUG_ENV = "UPDRAFT_DEBUG"
 
@@ -38,6 +38,15 @@ class CompilerConfig:
     fallback: on an engine error, warn once and run that graph eagerly (True) or raise (False).
     min_partition_size: engine partitions with fewer compute ops than this run eagerly instead.
     eager_ops: aten op names (e.g. "aten.gelu.default" or "aten.gelu") always left to PyTorch.
+    cache_dir: folder of the persistent compile cache (updraft/cache.py, docs/format.md). None:
+        the environment variable UPDRAFT_CACHE_DIR, and no cache when that is unset; "" turns
+        the cache off.
+    cache_max_bytes: size bound of the cache folder; least recently used entries go first.
+    recompile_limit: engine compiles allowed per graph after its first (Dynamo recompiling a
+        graph for new static shapes or dtypes, or a rebuild after parameters changed). Past it,
+        that graph runs in PyTorch, with a warning naming what changed.
+    gears: updraft.Gear entries: sizes of a dynamic dim planned at compile time, with padding
+        up to the next gear where the caller says it is safe (updraft/gears.py).
     """
 
     freeze: bool = True
@@ -48,13 +57,18 @@ class CompilerConfig:
     fallback: bool = True
     min_partition_size: int = 1
     eager_ops: tuple = ()
+    cache_dir: Optional[str] = None
+    cache_max_bytes: int = 1 << 30
+    recompile_limit: int = 8
+    gears: tuple = ()
 
     def __post_init__(self) -> None:
         for name in ("freeze", "fold_constants", "fuse", "fallback"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise TypeError(f"[updraft.config] {name} must be a bool, got {type(value).__name__} {value!r}")
-        for name, low in (("num_threads", 0), ("min_partition_size", 1), ("debug", 0)):
+        for name, low in (("num_threads", 0), ("min_partition_size", 1), ("debug", 0),
+                          ("cache_max_bytes", 0), ("recompile_limit", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"[updraft.config] {name} must be an int, got {type(value).__name__} {value!r}")
@@ -62,6 +76,20 @@ class CompilerConfig:
                 raise ValueError(f"[updraft.config] {name}={value} must be >= {low}")
         if self.debug > 2:
             raise ValueError(f"[updraft.config] debug={self.debug} is out of range; use 0, 1 or 2")
+        if self.cache_dir is not None:
+            if isinstance(self.cache_dir, os.PathLike):
+                object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
+            if not isinstance(self.cache_dir, str):
+                raise TypeError(f"[updraft.config] cache_dir must be a path or None, got "
+                                f"{type(self.cache_dir).__name__} {self.cache_dir!r}")
+        from .gears import Gear
+
+        gears = self.gears
+        if isinstance(gears, Gear):
+            gears = (gears,)
+        if not all(isinstance(g, Gear) for g in gears):
+            raise TypeError(f"[updraft.config] gears must be a sequence of updraft.Gear, got {self.gears!r}")
+        object.__setattr__(self, "gears", tuple(gears))
         ops = self.eager_ops
         if isinstance(ops, str) or not all(isinstance(o, str) for o in ops):
             raise TypeError("[updraft.config] eager_ops must be a sequence of op names such as ('aten.gelu.default',)")
@@ -77,6 +105,10 @@ class CompilerConfig:
             raise TypeError(
                 f"[updraft.config] unknown option(s) {unknown}; valid options are {sorted(known)}")
         return cls(**options)
+
+    def cache_options(self) -> dict:
+        """The options that change the optimised graph (part of every compile-cache key)."""
+        return {"fold_constants": self.fold_constants, "fuse": self.fuse}
 
     def engine_options(self) -> dict:
         """The options dict that updraft._C.compile accepts."""

@@ -326,13 +326,15 @@ class Lowerer:
         self.env[node] = vid
         return vid
 
-    def constant(self, t: torch.Tensor, name: str | None = None) -> int:
+    def constant(self, t: torch.Tensor, name: str | None = None, source: int = -1) -> int:
+        """An engine constant sharing `t`'s memory. source >= 0: `t` is the partition's input
+        number `source`, a parameter (compile-cache entries refer to it instead of storing it)."""
         t = t.detach()
         if t.device.type != "cpu":
             raise Unsupported(f"constant on device {t.device}")
         if not t.is_contiguous():
             t = t.contiguous()
-        vid = self.g.add_constant(name or f"const{self._n_consts}", t)
+        vid = self.g.add_constant(name or f"const{self._n_consts}", t, source)
         self._n_consts += 1
         return vid
 

@@ -1,7 +1,7 @@
 """The op table of the front end: aten OpOverload -> a function that emits engine nodes.
 
 The machinery (Lowerer, Unsupported, register, metadata helpers) lives in `lowerer`; the
-lowering rules live by family in `lowering_elementwise`, `lowering_shape` and `lowering_nn`,
+lowering rules live by family in `lowering_elementwise`, `lowering_shape`, `lowering_views` and `lowering_nn`,
 which all fill the one table `LOWERINGS`. Importing this module registers every family, so
 this is the module to import the table (and the checks below) from.
 """
@@ -12,7 +12,7 @@ import operator
 import torch
 from torch import fx
 
-from . import lowering_elementwise, lowering_nn, lowering_shape  # noqa: F401  (fill LOWERINGS)
+from . import lowering_elementwise, lowering_nn, lowering_shape, lowering_views  # noqa: F401  (fill LOWERINGS)
 from .lowerer import (DTYPES, LOWERINGS, TORCH_DTYPES, Lowerer, Unsupported, aten, bind_args,
                       check_op, engine_dim, engine_dtype, load_c, meta, op_name, register,
                       static_int, static_ints, tensor_type)

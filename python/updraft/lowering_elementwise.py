@@ -17,6 +17,11 @@ _UNARY = {
     aten.sin.default: "sin", aten.cos.default: "cos", aten.floor.default: "floor",
     aten.ceil.default: "ceil", aten.round.default: "round", aten.sign.default: "sign",
     aten.hardswish.default: "hardswish", aten.hardsigmoid.default: "hardsigmoid",
+    aten.acos.default: "acos", aten.acosh.default: "acosh", aten.asin.default: "asin",
+    aten.asinh.default: "asinh", aten.atan.default: "atan", aten.atanh.default: "atanh",
+    aten.cosh.default: "cosh", aten.sinh.default: "sinh", aten.tan.default: "tan",
+    aten.log1p.default: "log1p", aten.expm1.default: "expm1", aten.log2.default: "log2",
+    aten.log10.default: "log10", aten.exp2.default: "exp2",
 }
 
 
@@ -113,6 +118,7 @@ _BINARY = {
     aten.maximum.default: "maximum", aten.minimum.default: "minimum",
     aten.remainder.Tensor: "remainder", aten.remainder.Scalar: "remainder",
     aten.floor_divide.default: "floor_divide",
+    aten.atan2.default: "atan2", aten.fmod.Tensor: "fmod", aten.fmod.Scalar: "fmod",
     aten.bitwise_and.Tensor: "bitwise_and", aten.bitwise_and.Scalar: "bitwise_and",
     aten.bitwise_or.Tensor: "bitwise_or", aten.bitwise_or.Scalar: "bitwise_or",
 }

@@ -6,6 +6,7 @@ import operator
 from typing import Any, Callable
 
 import torch
+import torch.nn.functional as F
 from torch import fx
 
 from .lowerer import (LOWERINGS, Lowerer, Unsupported, aten, meta, norm_dim, op_name, out_dtype,
@@ -93,6 +94,45 @@ def _argmax(lw, node, a):
     return lw.emit1(op, [x], dim=dim, keepdim=keepdim)
 
 
+@register(aten.max.dim, aten.min.dim)
+def _max_dim(lw, node, a):
+    # (values, indices) = (amax, argmax) along dim: both take NaN as the extreme and argmax the
+    # first index on ties, as torch's max.dim/min.dim do.
+    is_max = node.target is aten.max.dim
+    x = lw.value(a["self"])
+    rank = rank_of(a["self"])
+    if rank == 0:  # a 0-d tensor is its own max; its index is 0
+        return [x, lw.scalar(0, torch.int64)]
+    dim, keepdim = norm_dim(a["dim"], rank), bool(a["keepdim"])
+    values = lw.emit1("amax" if is_max else "amin", [x], dims=[dim], keepdim=keepdim)
+    indices = lw.emit1("argmax" if is_max else "argmin", [x], dim=dim, keepdim=keepdim)
+    return [values, indices]
+
+
+@register(aten.sort.default, aten.sort.stable)
+def _sort(lw, node, a):
+    # The engine's sort is stable, which is also a valid answer when torch's need not be.
+    dim = norm_dim(a["dim"], max(rank_of(a["self"]), 1))
+    return lw.emit("sort", [lw.value(a["self"])], dim=dim, descending=bool(a["descending"]))
+
+
+@register(aten.topk.default)
+def _topk(lw, node, a):
+    # The k largest (smallest) = the first k of a descending (ascending) sort. Unsorted topk
+    # returns them in an unspecified order, which a sort cannot promise to reproduce.
+    if not a["sorted"]:
+        raise Unsupported("topk with sorted=False (torch's order is unspecified)")
+    rank = rank_of(a["self"])
+    k = static_int(a["k"], "topk k")
+    dim = norm_dim(a["dim"], max(rank, 1))
+    values, indices = lw.emit("sort", [lw.value(a["self"])], dim=dim, descending=bool(a["largest"]))
+    if rank == 0:
+        if k != 1:
+            raise Unsupported(f"topk of a 0-d tensor with k={k}")
+        return [values, indices]
+    return [lw.emit1("slice", [v], dim=dim, start=0, end=k) for v in (values, indices)]
+
+
 @register(aten.var.correction)
 def _var(lw, node, a):
     rank = rank_of(a["self"])
@@ -125,10 +165,31 @@ def _only_output0(node: fx.Node) -> None:
                               f"but {user.name} uses more")
 
 
+def _used_outputs(node: fx.Node) -> set:
+    """Indices of a multi-output node's results that some user reads (via getitem)."""
+    used = set()
+    for user in node.users:
+        if user.target is not operator.getitem:
+            raise Unsupported(f"{op_name(node)}: {user.name} uses the result tuple whole")
+        used.add(user.args[1])
+    return used
+
+
 @register(aten.native_layer_norm.default)
 def _layer_norm(lw, node, a):
-    _only_output0(node)
+    # Output 0 is the engine's layer_norm; mean and rstd (outputs 1, 2, shaped like x with the
+    # normalised dims kept as 1) are built from reductions only when something reads them:
+    # mean(x), and 1 / sqrt(biased var(x) + eps), as ATen defines them.
+    used = _used_outputs(node)
     dt = out_dtype(node)
+    stats = [None, None]
+    if used & {1, 2}:
+        rank, k = rank_of(a["input"]), len(a["normalized_shape"])
+        dims = list(range(rank - k, rank))
+        xv = lw.value(a["input"])
+        stats[0] = lw.emit1("mean", [xv], dims=dims, keepdim=True)
+        var = lw.emit1("var", [xv], dims=dims, correction=0.0, keepdim=True)
+        stats[1] = lw.emit1("rsqrt", [lw.emit1("add", [var, lw.scalar(float(a["eps"]), dt)])])
     x = lw.value(a["input"])
     ins = [x]
     w, b = a["weight"], a["bias"]
@@ -138,6 +199,35 @@ def _layer_norm(lw, node, a):
         ins.append(lw.operand(b, dt))
     y = lw.emit1("layer_norm", ins, normalized_ndim=len(a["normalized_shape"]), eps=float(a["eps"]),
                  has_weight=w is not None, has_bias=b is not None)
+    return [y] + stats
+
+
+@register(aten.native_group_norm.default)
+def _group_norm(lw, node, a):
+    # y = (x - mean) / sqrt(var + eps) * w[c] + b[c] with mean and biased var over each group
+    # of C/G channels and all spatial positions: reshape to [N, G, C/G * HxW], engine mean and
+    # var (correction 0) over the last dim, then elementwise; weight/bias as [C, 1, ...].
+    _only_output0(node)
+    dt = out_dtype(node)
+    if not dt.is_floating_point:
+        raise Unsupported(f"group_norm of {dt}")
+    x_meta = meta(a["input"])
+    c, g = static_int(a["C"], "C"), static_int(a["group"], "group")
+    if x_meta.dim() < 2 or g <= 0 or c % g:
+        raise Unsupported(f"group_norm with {g} groups over {c} channels")
+    x = lw.value(a["input"])
+    shape = lw.vtype(x)[1]
+    xg = lw.emit1("reshape", [x], shape=[shape[0], g, -1])
+    mean = lw.emit1("mean", [xg], dims=[2], keepdim=True)
+    var = lw.emit1("var", [xg], dims=[2], correction=0.0, keepdim=True)
+    inv = lw.emit1("rsqrt", [lw.emit1("add", [var, lw.scalar(float(a["eps"]), dt)])])
+    y = lw.emit1("mul", [lw.emit1("sub", [xg, mean]), inv])
+    y = lw.emit1("reshape", [y], shape=shape)
+    per_channel = [c] + [1] * (x_meta.dim() - 2)
+    if a["weight"] is not None:
+        y = lw.emit1("mul", [y, lw.emit1("reshape", [lw.operand(a["weight"], dt)], shape=per_channel)])
+    if a["bias"] is not None:
+        y = lw.emit1("add", [y, lw.emit1("reshape", [lw.operand(a["bias"], dt)], shape=per_channel)])
     return [y, None, None]
 
 
@@ -237,24 +327,66 @@ def _pair(v: Any, what: str) -> list[int]:
 def _convolution(lw, node, a):
     if a["transposed"]:
         raise Unsupported("transposed convolution")
-    if rank_of(a["input"]) != 4:
-        raise Unsupported(f"{rank_of(a['input']) - 2}-d convolution; the engine has conv2d only")
+    rank = rank_of(a["input"])
+    if rank not in (3, 4):
+        raise Unsupported(f"{rank - 2}-d convolution; the engine has conv2d (and conv1d as conv2d)")
     dt = out_dtype(node)
-    ins = [lw.operand(a["input"], dt), lw.operand(a["weight"], dt)]
+    x, w = lw.operand(a["input"], dt), lw.operand(a["weight"], dt)
+    stride, padding, dilation = (static_ints(a[k], k) for k in ("stride", "padding", "dilation"))
+    if rank == 3:
+        # conv1d [N, C, L] is conv2d over [N, C, 1, L] with a [O, C/g, 1, k] kernel: the same
+        # sums in the same order, so the result is what a 1-d kernel gives.
+        xs, ws = lw.vtype(x)[1], lw.vtype(w)[1]
+        x = lw.emit1("reshape", [x], shape=[xs[0], xs[1], 1, xs[2]])
+        w = lw.emit1("reshape", [w], shape=[ws[0], ws[1], 1, ws[2]])
+        stride, padding, dilation = [1] + stride[-1:], [0] + padding[-1:], [1] + dilation[-1:]
+    else:
+        stride, padding, dilation = (v * 2 if len(v) == 1 else v for v in (stride, padding, dilation))
+    ins = [x, w]
     if a["bias"] is not None:
         ins.append(lw.operand(a["bias"], dt))
-    return lw.emit1("conv2d", ins, stride=_pair(a["stride"], "stride"),
-                    padding=_pair(a["padding"], "padding"), dilation=_pair(a["dilation"], "dilation"),
-                    groups=static_int(a["groups"], "groups"), has_bias=a["bias"] is not None)
+    y = lw.emit1("conv2d", ins, stride=stride, padding=padding, dilation=dilation,
+                 groups=static_int(a["groups"], "groups"), has_bias=a["bias"] is not None)
+    if rank == 3:
+        ys = lw.vtype(y)[1]
+        y = lw.emit1("reshape", [y], shape=[ys[0], ys[1], ys[3]])
+    return y
+
+
+def _repeat_kv_heads(lw: Lowerer, kv: int, heads: int) -> int:
+    """Grouped-query attention: key/value [B, Hkv, S, E] with each head repeated for the
+    heads / Hkv query heads that share it -> [B, heads, S, E] (head h reads kv head h // group),
+    as torch's SDPA with enable_gqa does."""
+    shape = lw.vtype(kv)[1]
+    hkv = shape[-3]
+    if not isinstance(hkv, int) or not isinstance(heads, int) or hkv == 0 or heads % hkv:
+        raise Unsupported(f"grouped-query attention with {heads} query heads over {hkv} key/value heads")
+    if hkv == heads:
+        return kv
+    lead, (s, e) = shape[:-3], shape[-2:]
+    x = lw.emit1("reshape", [kv], shape=lead + [hkv, 1, s, e])
+    x = lw.emit1("expand", [x], shape=[-1] * len(lead) + [hkv, heads // hkv, -1, -1])
+    return lw.emit1("reshape", [x], shape=lead + [heads, s, e])
 
 
 def _sdpa(lw, node, q, k, v, mask, dropout_p, is_causal, scale, gqa=False) -> int:
     if dropout_p:
         raise Unsupported("attention with dropout_p > 0")
-    if gqa:
-        raise Unsupported("attention with enable_gqa=True")
     dt = out_dtype(node)
     ins = [lw.operand(q, dt), lw.operand(k, dt), lw.operand(v, dt)]
+    ks_e, vs_e = lw.vtype(ins[1])[1], lw.vtype(ins[2])[1]
+    if len(ks_e) >= 2 and len(vs_e) >= 2 and ks_e[-2] != vs_e[-2] \
+            and not (isinstance(ks_e[-2], int) and isinstance(vs_e[-2], int)):
+        # A KV cache passed as separate inputs gives keys and values their own symbol for the
+        # past length (torch knows they are equal only at run time). The reshape states it:
+        # the plan checks the element counts agree for every binding.
+        ins[2] = lw.emit1("reshape", [ins[2]], shape=vs_e[:-2] + [ks_e[-2], vs_e[-1]])
+    qs, ks = meta(q).shape, meta(k).shape
+    if gqa and len(qs) >= 3 and len(ks) >= 3 and qs[-3] != ks[-3]:
+        # The CPU flash kernel (and SDPA with enable_gqa) shares key/value heads between groups
+        # of query heads; the engine's sdpa broadcasts only, so the heads are repeated first.
+        heads = static_int(qs[-3], "query heads")
+        ins[1], ins[2] = (_repeat_kv_heads(lw, t, heads) for t in ins[1:])
     if mask is not None:
         mdt = meta(mask).dtype
         ins.append(lw.value(mask) if mdt == torch.bool else lw.operand(mask, dt))
@@ -266,7 +398,7 @@ def _sdpa(lw, node, q, k, v, mask, dropout_p, is_causal, scale, gqa=False) -> in
 def _sdpa_flash_cpu(lw, node, a):
     _only_output0(node)
     y = _sdpa(lw, node, a["query"], a["key"], a["value"], a["attn_mask"], a["dropout_p"],
-              a["is_causal"], a["scale"])
+              a["is_causal"], a["scale"], gqa=True)
     return [y, None]
 
 
@@ -281,7 +413,7 @@ def _sdpa_efficient(lw, node, a):
 @register(aten.scaled_dot_product_attention.default)
 def _sdpa_plain(lw, node, a):
     return _sdpa(lw, node, a["query"], a["key"], a["value"], a["attn_mask"], a["dropout_p"],
-                 a["is_causal"], a["scale"], a["enable_gqa"])
+                 a["is_causal"], a["scale"], gqa=bool(a["enable_gqa"]))
 
 
 @register(aten.max_pool2d_with_indices.default)
@@ -299,15 +431,32 @@ def _max_pool(lw, node, a):
 
 @register(aten.avg_pool2d.default)
 def _avg_pool(lw, node, a):
-    if a["divisor_override"] is not None:
-        raise Unsupported("avg_pool2d with divisor_override")
-    if rank_of(a["self"]) != 4:
-        raise Unsupported("avg_pool2d on a 3-d (unbatched) input")
     kernel = _pair(a["kernel_size"], "kernel_size")
     stride = _pair(a["stride"], "stride") if a["stride"] else kernel
-    return lw.emit1("avg_pool2d", [lw.value(a["self"])], kernel=kernel, stride=stride,
-                    padding=_pair(a["padding"], "padding"), ceil_mode=bool(a["ceil_mode"]),
-                    count_include_pad=bool(a["count_include_pad"]))
+    padding, ceil_mode = _pair(a["padding"], "padding"), bool(a["ceil_mode"])
+    x = lw.value(a["self"])
+    unbatched = rank_of(a["self"]) == 3
+    if unbatched:  # [C, H, W] pools as [1, C, H, W]
+        x = lw.reshape(x, [1] + list(meta(a["self"]).shape))
+    elif rank_of(a["self"]) != 4:
+        raise Unsupported(f"avg_pool2d on a {rank_of(a['self'])}-d input")
+    d = a["divisor_override"]
+    if d is None:
+        y = lw.emit1("avg_pool2d", [x], kernel=kernel, stride=stride, padding=padding,
+                     ceil_mode=ceil_mode, count_include_pad=bool(a["count_include_pad"]))
+    else:
+        # sum / d = mean over the window's valid (non-padding) elements * (their count / d).
+        # The counts depend on the static spatial size only; torch computes them here, once.
+        h, w = (static_int(v, "avg_pool2d spatial size") for v in meta(a["self"]).shape[-2:])
+        ones = torch.ones(1, 1, h, w, dtype=torch.float64)
+        counts = F.avg_pool2d(ones, kernel, stride, padding, ceil_mode, False, 1)[0, 0]
+        scale = lw.constant((counts / d).to(out_dtype(node)))
+        y = lw.emit1("avg_pool2d", [x], kernel=kernel, stride=stride, padding=padding,
+                     ceil_mode=ceil_mode, count_include_pad=False)
+        y = lw.emit1("mul", [y, scale])
+    if unbatched:
+        y = lw.reshape(y, list(meta(node).shape))
+    return y
 
 
 @register(aten._adaptive_avg_pool2d.default)
@@ -316,3 +465,21 @@ def _adaptive_avg_pool(lw, node, a):
         raise Unsupported("adaptive_avg_pool2d on a 3-d (unbatched) input")
     return lw.emit1("adaptive_avg_pool2d", [lw.value(a["self"])],
                     output_size=_pair(a["output_size"], "output_size"))
+
+
+@register(aten.adaptive_max_pool2d.default)
+def _adaptive_max_pool(lw, node, a):
+    # When the output size divides the input size, every adaptive window is the same
+    # [H/oh, W/ow] tile with that stride: max_pool2d, exact. Other sizes fall back.
+    _only_output0(node)
+    x_meta = meta(a["self"])
+    if x_meta.dim() != 4:
+        raise Unsupported("adaptive_max_pool2d on a 3-d (unbatched) input")
+    h, w = static_ints(x_meta.shape[2:], "adaptive_max_pool2d input size")
+    oh, ow = _pair(a["output_size"], "output_size")
+    if oh <= 0 or ow <= 0 or h % oh or w % ow:
+        raise Unsupported(f"adaptive_max_pool2d from {h}x{w} to {oh}x{ow} (sizes that do not divide)")
+    k = [h // oh, w // ow]
+    y = lw.emit1("max_pool2d", [lw.value(a["self"])], kernel=k, stride=k, padding=[0, 0],
+                 dilation=[1, 1], ceil_mode=False)
+    return [y, None]

@@ -203,6 +203,141 @@ def _gather(lw, node, a):
                     dim=norm_dim(a["dim"], rank_of(a["self"])))
 
 
+def _advanced_index(lw: Lowerer, x_arg: Any, indices: list) -> tuple:
+    """x[:, ..., i0, i1, ...] with index tensors on adjacent dims k..k+m-1 (the leading dims
+    indexed by None = ':'): the indexed dims merged into one of size n0*n1*... and the index
+    tensors broadcast into one flat linear index (i0*n1*n2... + i1*n2... + ..., negative indices
+    counted from the end as torch does). Returns (k, merged x, flat index, broadcast shape).
+    Shared by index (index_select on the merged dim) and index_put (scatter into it)."""
+    idxs = list(indices)
+    while idxs and idxs[-1] is None:
+        idxs.pop()
+    k = next((j for j, t in enumerate(idxs) if t is not None), len(idxs))
+    if k == len(idxs) or any(t is None for t in idxs[k:]):
+        raise Unsupported("index with no index tensor, or with index tensors on dims that are "
+                          "not adjacent (torch moves the result dims first)")
+    for t in idxs[k:]:
+        if meta(t).dtype in (torch.bool, torch.uint8):
+            raise Unsupported("boolean-mask indexing (data-dependent size)")
+    x_meta = meta(x_arg)
+    m = len(idxs) - k
+    sizes = static_ints(x_meta.shape[k:k + m], "indexed dim size")
+    x = lw.value(x_arg)
+    i64 = torch.int64
+    lin = None
+    stride = 1
+    for t, n in reversed(list(zip(idxs[k:], sizes))):
+        i = lw.operand(t, i64)
+        i = lw.emit1("where", [lw.emit1("lt", [i, lw.scalar(0, i64)]),
+                              lw.emit1("add", [i, lw.scalar(n, i64)]), i])
+        if stride != 1:
+            i = lw.emit1("mul", [i, lw.scalar(stride, i64)])
+        lin = i if lin is None else lw.emit1("add", [i, lin])
+        stride *= n
+    if m > 1:
+        shape = lw.vtype(x)[1]
+        x = lw.emit1("reshape", [x], shape=shape[:k] + [stride] + shape[k + m:])
+    # The adds broadcast the index tensors; one alone may need expanding to the common shape.
+    bshape = list(torch.broadcast_shapes(*[meta(t).shape for t in idxs[k:]]))
+    if lw.vtype(lin)[1] != lw.dims(bshape):
+        lin = lw.emit1("expand", [lin], shape=lw.dims(bshape))
+    if len(bshape) != 1:
+        lin = lw.emit1("reshape", [lin], shape=[-1])
+    return k, x, lin, bshape
+
+
+@register(aten.index.Tensor)
+def _index(lw, node, a):
+    # index_select along the merged dim, reshaped to x.shape[:k] + broadcast(i).shape +
+    # x.shape[k+m:]. Exact (no arithmetic on x); interpolate's nearest/bilinear decompositions
+    # emit it.
+    k, x, lin, _ = _advanced_index(lw, a["self"], a["indices"])
+    y = lw.emit1("index_select", [x, lin], dim=k)
+    return lw.reshape(y, shape_of(meta(node)))
+
+
+@register(aten.index_put.default)
+def _index_put(lw, node, a):
+    # x[i0, i1, ...] = values (accumulate: +=) as a scatter along the merged dim: the flat
+    # index expanded over the other dims, values broadcast to x[i0, ...]'s shape and flattened
+    # the same way. Duplicate indices without accumulate: the last one wins (torch leaves it
+    # unspecified; its CPU kernel also writes in order).
+    dt = out_dtype(node)
+    k, x, lin, bshape = _advanced_index(lw, a["self"], a["indices"])
+    xs = lw.vtype(x)[1]
+    nb = 1
+    for d in bshape:
+        nb *= static_int(d, "index size")
+    target = xs[:k] + [nb] + xs[k + 1:]
+    picked = xs[:k] + lw.dims(bshape) + xs[k + 1:]  # the shape of x[i0, i1, ...]
+    v = lw.operand(a["values"], dt)
+    vshape = lw.vtype(v)[1]
+    v = lw.emit1("reshape", [v], shape=[1] * (len(picked) - len(vshape)) + vshape) \
+        if len(vshape) < len(picked) else v
+    if lw.vtype(v)[1] != picked:
+        v = lw.emit1("expand", [v], shape=picked)
+    v = lw.emit1("reshape", [v], shape=target)
+    idx = lw.emit1("reshape", [lin], shape=[1] * k + [nb] + [1] * (len(xs) - k - 1))
+    idx = lw.emit1("expand", [idx], shape=target)
+    y = lw.emit1("scatter", [x, idx, v], dim=k, reduce="add" if a["accumulate"] else "none")
+    return lw.reshape(y, shape_of(meta(node)))
+
+
+@register(aten.scatter.src, aten.scatter.value, aten.scatter_add.default, aten.scatter.reduce,
+          aten.scatter.value_reduce, aten.scatter_reduce.two)
+def _scatter(lw, node, a):
+    dt = out_dtype(node)
+    reduce = a.get("reduce")
+    if node.target is aten.scatter_add.default:
+        reduce = "add"
+    if node.target is aten.scatter_reduce.two and not a["include_self"]:
+        raise Unsupported("scatter_reduce with include_self=False")
+    if reduce not in (None, "add", "sum"):
+        raise Unsupported(f"scatter with reduce={reduce!r}")
+    x = lw.value(a["self"])
+    rank = rank_of(a["self"])
+    if rank == 0:
+        raise Unsupported("scatter into a 0-d tensor")
+    idx = lw.operand(a["index"], torch.int64)
+    if "src" in a and a["src"] is not None:
+        src = lw.operand(a["src"], dt)
+    else:  # scatter.value: a number written at every index position
+        src = lw.emit1("expand", [lw.reshape(lw.scalar(_number(a["value"], "value"), dt), [1] * rank)],
+                       shape=lw.vtype(idx)[1])
+    return lw.emit1("scatter", [x, idx, src], dim=norm_dim(a["dim"], rank),
+                    reduce="none" if reduce is None else "add")
+
+
+@register(aten.roll.default)
+def _roll(lw, node, a):
+    # roll = concat(x[n-s:], x[:n-s]) along each dim (s = shift mod n); with no dims the
+    # flattened tensor is rolled and reshaped back.
+    x_meta = meta(a["self"])
+    x = lw.value(a["self"])
+    shifts = static_ints(a["shifts"], "roll shift")
+    dims = [norm_dim(d, x_meta.dim()) for d in a["dims"]]
+    if not dims:
+        if len(shifts) != 1:
+            raise Unsupported("roll without dims takes one shift")
+        flat = lw.emit1("reshape", [x], shape=[-1])
+        n = static_int(x_meta.numel(), "roll size")
+        return lw.reshape(_roll_dim(lw, flat, 0, shifts[0], n), shape_of(x_meta))
+    if len(shifts) != len(dims):
+        raise Unsupported("roll with different numbers of shifts and dims")
+    for s, d in zip(shifts, dims):
+        x = _roll_dim(lw, x, d, s, static_int(x_meta.shape[d], "rolled dim size"))
+    return x
+
+
+def _roll_dim(lw: Lowerer, x: int, dim: int, shift: int, n: int) -> int:
+    if n == 0 or shift % n == 0:
+        return x
+    cut = n - shift % n
+    tail = lw.emit1("slice", [x], dim=dim, start=cut, end=n, step=1)
+    head = lw.emit1("slice", [x], dim=dim, start=0, end=cut, step=1)
+    return lw.emit1("concat", [tail, head], dim=dim)
+
+
 @register(aten.constant_pad_nd.default)
 def _pad(lw, node, a):
     pads = static_ints(a["pad"], "pad")

@@ -23,10 +23,11 @@ from torch import fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
+from .cache import DiskCache, cache_for, partition_key
 from .config import CompilerConfig
 from .lowering import (TORCH_DTYPES, Lowerer, Unsupported, check_node, is_compute, meta,
                        op_name)
-from .report import GraphReport, PartitionReport
+from .report import GraphReport, PartitionReport, count_cache_event
 
 PREFIX = "updraft_partition_"
 
@@ -86,11 +87,15 @@ class EngineSupport(OperatorSupport):
 class EnginePartition(torch.nn.Module):
     """One fused partition: a sub-GraphModule run by the engine (eagerly if building fails)."""
 
-    def __init__(self, sub: fx.GraphModule, const_mask: list[bool], config: CompilerConfig,
+    def __init__(self, sub: fx.GraphModule, const_kinds: list[Optional[str]], config: CompilerConfig,
                  report: PartitionReport) -> None:
         super().__init__()
         self.sub = sub
-        self.const_mask = const_mask
+        # Per placeholder: "param" (a frozen parameter/buffer: an engine constant the compile
+        # cache refers to), "literal" (a graph attribute: a constant the cache stores), or None
+        # (a runtime input).
+        self.const_kinds = const_kinds
+        self.const_mask = [k is not None for k in const_kinds]
         self.config = config
         self.report = report
         self._state: Any = None  # None: not built; _Built; or the failure reason (str)
@@ -102,6 +107,12 @@ class EnginePartition(torch.nn.Module):
         """Drops the engine graph (its constants changed); the next call rebuilds it."""
         with self._lock:
             self._state = None
+
+    def run_in_pytorch(self, reason: str) -> None:
+        """From now on this partition runs in PyTorch (the recompile limit was reached)."""
+        with self._lock:
+            self._state = reason
+            self.report.status = f"in PyTorch: {reason}"
 
     def forward(self, *args: Any) -> Any:
         st = self._state
@@ -193,30 +204,33 @@ class EnginePartition(torch.nn.Module):
     def _build(self, args: tuple) -> "_Built":
         C = _c()
         t0 = time.perf_counter()
-        lw = Lowerer(C.Graph())
         placeholders = [n for n in self.sub.graph.nodes if n.op == "placeholder"]
+        runtime_pos = [j for j, a in enumerate(args) if isinstance(a, torch.Tensor) and not self.const_mask[j]]
+        disk, key = self._cache_key(args, placeholders)
+        if key is not None:
+            built = self._load_cached(disk, key, args, runtime_pos, t0)
+            if built is not None:
+                return built
+        lw = Lowerer(C.Graph())
         # Dynamic dims stay symbolic: every runtime input's symbols are known before any input
         # is bound, so one engine compile serves every size (see Lowerer.dim).
-        lw.declare_inputs([meta(ph) for j, (ph, arg) in enumerate(zip(placeholders, args))
-                           if isinstance(arg, torch.Tensor) and not self.const_mask[j]])
-        runtime_pos, bound_ids = [], set()
+        lw.declare_inputs([meta(placeholders[j]) for j in runtime_pos])
+        bound_ids = set()
         n_const = 0
         for j, (ph, arg) in enumerate(zip(placeholders, args)):
             if not isinstance(arg, torch.Tensor):
                 continue  # SymInts feed shape arithmetic only; the engine reads shapes itself
             if self.const_mask[j]:
-                vid = lw.constant(arg, name=ph.name)
+                vid = lw.constant(arg, name=ph.name, source=j if self.const_kinds[j] == "param" else -1)
                 lw.env[ph] = vid
                 n_const += 1
             else:
                 vid = lw.bind_input(ph, ph.name)
-                runtime_pos.append(j)
             bound_ids.add(vid)
         for n in self.sub.graph.nodes:
             if n.op == "call_function" and n not in lw.env and n.target not in _DEFERRED:
                 lw.lower(n)
-        out = next(n for n in self.sub.graph.nodes if n.op == "output").args[0]
-        outs = list(out) if self._multi else [out]
+        outs = self._outputs()
         ids, seen = [], set()
         for o in outs:
             vid = lw.value(o)
@@ -225,10 +239,7 @@ class EnginePartition(torch.nn.Module):
             seen.add(vid)
             ids.append(vid)
         lw.g.set_outputs(ids)
-        out_dtypes = [TORCH_DTYPES[lw.g.value_type(i)[0]] for i in ids]
-        for o, got in zip(outs, out_dtypes):
-            if got != meta(o).dtype:
-                raise Unsupported(f"output {o.name}: engine dtype {got} differs from torch's {meta(o).dtype}")
+        out_dtypes = self._check_out_dtypes([lw.g.value_type(i)[0] for i in ids])
         debug_text = lw.g.text() if self.config.debug >= 2 else None
         t1 = time.perf_counter()
         cg = C.compile(lw.g, self.config.engine_options())
@@ -243,7 +254,86 @@ class EnginePartition(torch.nn.Module):
                   f"[updraft] after passes:\n{cg.graph_text()}", file=sys.stderr)
             for name, changed, ms, note in cg.pass_log():
                 print(f"[updraft]   pass {name}: changed={changed} {ms:.2f} ms {note}", file=sys.stderr)
+        if key is not None:
+            self._store(disk, key, cg)
         return _Built(cg, runtime_pos, out_dtypes, [args[j].dtype for j in runtime_pos])
+
+    def _outputs(self) -> list:
+        out = next(n for n in self.sub.graph.nodes if n.op == "output").args[0]
+        return list(out) if self._multi else [out]
+
+    def _check_out_dtypes(self, engine_dtypes: list[str]) -> list[torch.dtype]:
+        out_dtypes = [TORCH_DTYPES[d] for d in engine_dtypes]
+        for o, got in zip(self._outputs(), out_dtypes):
+            if got != meta(o).dtype:
+                raise Unsupported(f"output {o.name}: engine dtype {got} differs from torch's {meta(o).dtype}")
+        return out_dtypes
+
+    # -- the persistent compile cache (updraft/cache.py, docs/format.md)
+    def _cache_key(self, args: tuple, placeholders: list) -> tuple:
+        """(DiskCache, key), or (None, None) when the cache is off or unusable."""
+        try:
+            disk = cache_for(self.config)
+        except OSError as e:
+            warn_once(f"{e}; compiling without the cache")
+            self.report.cache = f"off: {e}"
+            return None, None
+        if disk is None:
+            return None, None
+        C = _c()
+        inputs = []
+        for j, (ph, arg) in enumerate(zip(placeholders, args)):
+            if not isinstance(arg, torch.Tensor):
+                inputs.append(("other", meta(ph) if "val" in ph.meta else type(arg).__name__))
+            elif self.const_kinds[j] == "param":
+                inputs.append(("param", arg))
+            elif self.const_kinds[j] == "literal":
+                inputs.append(("literal", arg))
+            else:
+                inputs.append(("runtime", meta(ph)))
+        key = partition_key(self.sub.code, inputs, self.config.cache_options(), C.engine_version(),
+                            C.cpu_features())
+        return disk, key
+
+    def _load_cached(self, disk: DiskCache, key: str, args: tuple, runtime_pos: list[int],
+                     t0: float) -> Optional["_Built"]:
+        C = _c()
+        data = disk.get(key)
+        if data is None:
+            self.report.cache = "miss"
+            count_cache_event("miss")
+            return None
+        params = [a.detach().contiguous() if isinstance(a, torch.Tensor) and k == "param" else None
+                  for a, k in zip(args, self.const_kinds)]
+        try:
+            cg = C.load_entry(data, key, params, self.config.engine_options())
+            out_dtypes = self._check_out_dtypes(cg.output_dtypes())
+        except (C.UpdraftError, Unsupported) as e:
+            warn_once(f"[updraft.cache] entry {disk.path(key)} is unusable ({e}); removing it and "
+                      "compiling again")
+            disk.discard(key)
+            self.report.cache = f"rebuilt: {e}"
+            count_cache_event("rebuilt")
+            return None
+        self.report.cache = "hit"
+        count_cache_event("hit")
+        self.report.engine_compiles += 1
+        self.report.lower_ms = 0.0
+        self.report.compile_ms = cg.compile_ms
+        self.report.cache_ms = (time.perf_counter() - t0) * 1e3
+        self.report.num_inputs = len(runtime_pos)
+        self.report.num_constants = sum(1 for a, m in zip(args, self.const_mask) if m and isinstance(a, torch.Tensor))
+        return _Built(cg, runtime_pos, out_dtypes, [args[j].dtype for j in runtime_pos])
+
+    def _store(self, disk: DiskCache, key: str, cg: Any) -> None:
+        C = _c()
+        try:
+            disk.put(key, C.save_entry(cg, key, f"{self.report.name}: {self.report.num_ops} ops"))
+        except (OSError, C.UpdraftError) as e:
+            warn_once(f"[updraft.cache] could not store the compiled {self.report.name} in {disk.root}: {e}")
+            self.report.cache += f", not stored: {e}"
+            return
+        self.report.cache += ", stored"
 
 
 class _Built:
@@ -299,13 +389,13 @@ def partition_graph(gm: fx.GraphModule, config: CompilerConfig, report: GraphRep
             for ph, src in zip(subs_ph, node.args):
                 if "val" not in ph.meta and isinstance(src, fx.Node):
                     ph.meta["val"] = meta(src)
-            const_mask = [isinstance(src, fx.Node) and (
-                (src.op == "placeholder" and src.name in frozen_names) or src.op == "get_attr")
-                          for src in node.args]
+            const_kinds = [("param" if src.op == "placeholder" and src.name in frozen_names
+                            else "literal" if src.op == "get_attr" else None)
+                           if isinstance(src, fx.Node) else None for src in node.args]
             body = [n for n in sub.graph.nodes if n.op == "call_function"]
             prep = PartitionReport(str(node.target), len(body), sum(1 for n in body if is_compute(n)))
             report.partitions.append(prep)
-            part = EnginePartition(sub, const_mask, config, prep)
+            part = EnginePartition(sub, const_kinds, config, prep)
             setattr(gm, node.target, part)
             engine_parts.append(part)
     if engine_parts:

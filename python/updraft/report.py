@@ -27,6 +27,9 @@ class PartitionReport:
     engine_compiles: int = 0
     plans_built: int = 0
     plan_ms: float = 0.0  # total Plan::build time
+    # Persistent compile cache: "" (off), "hit", "miss, stored", "rebuilt: <why>, stored", ...
+    cache: str = ""
+    cache_ms: float = 0.0  # on a hit: key + load + refit, the whole build
 
 
 @dataclasses.dataclass
@@ -40,6 +43,9 @@ class GraphReport:
     partitions: list = dataclasses.field(default_factory=list)
     partition_ms: float = 0.0
     note: str = ""  # why the whole graph runs eagerly, when it does
+    # Recompilation: "first compile", or what changed since this graph's previous compile
+    # (Dynamo recompiled it, or its parameters changed and the partitions were rebuilt).
+    compiles: list = dataclasses.field(default_factory=list)  # [(kind, reason)]
 
     def add_fallback(self, op: str, reason: str, compute: bool) -> None:
         self.fallback_ops[op] += 1
@@ -120,6 +126,19 @@ class Report:
         return sum(p.engine_compiles for p in self.partitions)
 
     @property
+    def recompiles(self) -> list:
+        """(kind, reason) of every recompile recorded here, in order."""
+        return [c for g in self.graphs for c in g.compiles if c[0] != "compile"]
+
+    @property
+    def cache_hits(self) -> int:
+        return sum(1 for p in self.partitions if p.cache == "hit")
+
+    @property
+    def cache_misses(self) -> int:
+        return sum(1 for p in self.partitions if p.cache.startswith(("miss", "rebuilt")))
+
+    @property
     def plans_built(self) -> int:
         return sum(p.plans_built for p in self.partitions)
 
@@ -152,11 +171,19 @@ class Report:
                          f"eager {sum(g.fallback_ops.values())} ops, {len(g.partitions)} partition(s)")
             if g.note:
                 lines.append(f"    note: {g.note}")
+            for kind, reason in g.compiles:
+                lines.append(f"    {kind}: {reason}")
             for p in g.partitions:
                 lines.append(f"    {p.name}: {p.num_ops} ops ({p.num_compute_ops} compute), "
                              f"{p.num_inputs} inputs, {p.num_constants} constants, {p.status}, "
                              f"lower {p.lower_ms:.1f} ms, engine compile {p.compile_ms:.1f} ms"
-                             f" (x{p.engine_compiles}), {p.plans_built} plan(s) {p.plan_ms:.1f} ms")
+                             f" (x{p.engine_compiles}), {p.plans_built} plan(s) {p.plan_ms:.1f} ms"
+                             + (f", cache {p.cache}" if p.cache else ""))
+        if any(p.cache for p in self.partitions):
+            lines.append(f"  compile cache: {self.cache_hits} hit(s), {self.cache_misses} miss(es)   "
+                         f"process total: {dict(cache_stats())}")
+        if self.recompiles:
+            lines.append(f"  recompiles: {len(self.recompiles)}")
         if self.reasons:
             lines.append("  fell back to PyTorch:")
             fb_ops = self.fallback_ops
@@ -169,6 +196,22 @@ class Report:
         return "\n".join(lines)
 
     __repr__ = __str__
+
+
+# Compile-cache events of this process (hit / miss / rebuilt), for reports and benchmarks.
+_cache_counts: collections.Counter = collections.Counter()
+_cache_lock = threading.Lock()
+
+
+def count_cache_event(kind: str) -> None:
+    with _cache_lock:
+        _cache_counts[kind] += 1
+
+
+def cache_stats() -> collections.Counter:
+    """Compile-cache hits, misses and rebuilt entries of this process so far."""
+    with _cache_lock:
+        return collections.Counter(_cache_counts)
 
 
 # The report the backend writes into: `explain` installs one for its run; otherwise each

@@ -9,36 +9,37 @@ from typing import Callable
 
 import torch
 
-__all__ = ["MODELS", "build", "first_tensor"]
+__all__ = ["MODELS", "build", "causal_lm", "first_tensor", "greedy_decode"]
 
 
-def _bert(batch: int = 1, seq: int = 128):
+def _bert(batch: int = 1, seq: int = 128, layers: int = 12):
     from transformers import BertConfig, BertModel
 
-    model = BertModel(BertConfig())  # BERT-base: 12 layers, hidden 768, 12 heads
+    model = BertModel(BertConfig(num_hidden_layers=layers))  # BERT-base: 12 layers, hidden 768, 12 heads
     ids = torch.randint(0, model.config.vocab_size, (batch, seq))
     return model, (ids,)
 
 
-def _gpt2(batch: int = 1, seq: int = 64):
+def _gpt2(batch: int = 1, seq: int = 64, layers: int = 12):
     from transformers import GPT2Config, GPT2Model
 
-    model = GPT2Model(GPT2Config())  # GPT-2 small: 12 layers, hidden 768
+    model = GPT2Model(GPT2Config(n_layer=layers))  # GPT-2 small: 12 layers, hidden 768
     ids = torch.randint(0, model.config.vocab_size, (batch, seq))
     return model, (ids,)
 
 
-def _resnet50(batch: int = 1, size: int = 224):
+def _resnet50(batch: int = 1, size: int = 224, depths: tuple = (3, 4, 6, 3)):
     from transformers import ResNetConfig, ResNetModel
 
-    model = ResNetModel(ResNetConfig())  # defaults are ResNet-50 (depths 3-4-6-3, bottleneck)
+    # defaults are ResNet-50 (depths 3-4-6-3, bottleneck)
+    model = ResNetModel(ResNetConfig(depths=list(depths)))
     return model, (torch.randn(batch, 3, size, size),)
 
 
-def _vit(batch: int = 1, size: int = 224):
+def _vit(batch: int = 1, size: int = 224, layers: int = 12):
     from transformers import ViTConfig, ViTModel
 
-    model = ViTModel(ViTConfig(), add_pooling_layer=False)  # ViT-B/16
+    model = ViTModel(ViTConfig(num_hidden_layers=layers), add_pooling_layer=False)  # ViT-B/16
     return model, (torch.randn(batch, 3, size, size),)
 
 
@@ -58,10 +59,120 @@ def _mobilenet_v2(batch: int = 1, size: int = 224):
     return model, (torch.randn(batch, 3, size, size),)
 
 
-class GPT2DecodeStep(torch.nn.Module):
-    """One GPT-2 decode step with a KV cache: forward(ids [B, 1], *keys, *values) where the
-    keys/values of each layer are [B, heads, past, head_dim]. The cache object is rebuilt from
-    the tensors inside forward, so every call computes the same step (no state grows)."""
+def _roberta(batch: int = 1, seq: int = 128, layers: int = 12):
+    from transformers import RobertaConfig, RobertaModel
+
+    # RoBERTa-base (hidden 768, 12 heads); position ids come from a cumsum over the non-pad mask.
+    model = RobertaModel(RobertaConfig(num_hidden_layers=layers), add_pooling_layer=False)
+    ids = torch.randint(3, model.config.vocab_size, (batch, seq))  # 0-2 are <s>, <pad>, </s>
+    return model, (ids,)
+
+
+def _distilbert(batch: int = 1, seq: int = 128, layers: int = 6):
+    from transformers import DistilBertConfig, DistilBertModel
+
+    model = DistilBertModel(DistilBertConfig(n_layers=layers))  # distilbert-base: 6 x 768, 12 heads
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq))
+    return model, (ids,)
+
+
+def _llama_config(layers: int = 4):
+    from transformers import LlamaConfig
+
+    # A small Llama: hidden 256, 8 query heads sharing 2 key/value heads (grouped-query
+    # attention), rotary embeddings (theta 10000), SwiGLU MLP 688, RMS norm, vocab 32000.
+    return LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=layers,
+                       num_attention_heads=8, num_key_value_heads=2, vocab_size=32000,
+                       max_position_embeddings=512, attn_implementation="sdpa")
+
+
+def _llama(batch: int = 1, seq: int = 64, layers: int = 4):
+    from transformers import LlamaModel
+
+    model = LlamaModel(_llama_config(layers))
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq))
+    return model, (ids,)
+
+
+def _t5_config(layers: int = 6):
+    from transformers import T5Config
+
+    # T5-small: d_model 512, 8 heads of 64, d_ff 2048 (ReLU), 6 + 6 layers, relative position
+    # buckets, RMS-style layer norm without bias.
+    return T5Config(num_layers=layers, num_decoder_layers=layers)
+
+
+def _t5_encoder(batch: int = 1, seq: int = 64, layers: int = 6):
+    from transformers import T5EncoderModel
+
+    model = T5EncoderModel(_t5_config(layers))
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq))
+    return model, (ids,)
+
+
+def _t5(batch: int = 1, seq: int = 64, target: int = 16, layers: int = 6):
+    from transformers import T5Model
+
+    model = T5Model(_t5_config(layers))  # encoder and decoder; output = decoder hidden state
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq))
+    dec = torch.randint(0, model.config.vocab_size, (batch, target))
+    return _T5Forward(model), (ids, dec)
+
+
+class _T5Forward(torch.nn.Module):
+    """T5Model called positionally: forward(input_ids, decoder_input_ids)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor, dec: torch.Tensor):
+        return self.model(input_ids=ids, decoder_input_ids=dec)
+
+
+def _whisper_encoder(batch: int = 1, layers: int = 4):
+    from transformers import WhisperConfig
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    # Whisper-tiny encoder: 80 mel bins, two conv1d (k=3, the second stride 2), 4 layers of
+    # d_model 384, 6 heads, ffn 1536; 3000 input frames -> 1500 positions (fixed by the model).
+    cfg = WhisperConfig(num_mel_bins=80, d_model=384, encoder_layers=layers, encoder_attention_heads=6,
+                        encoder_ffn_dim=1536, decoder_layers=layers, decoder_attention_heads=6,
+                        decoder_ffn_dim=1536)
+    model = WhisperEncoder(cfg)
+    return model, (torch.randn(batch, cfg.num_mel_bins, 2 * cfg.max_source_positions),)
+
+
+def _deit(batch: int = 1, size: int = 224, layers: int = 12):
+    from transformers import DeiTConfig, DeiTModel
+
+    # DeiT-tiny/16: hidden 192, 12 layers, 3 heads, MLP 768; class + distillation tokens.
+    cfg = DeiTConfig(hidden_size=192, num_hidden_layers=layers, num_attention_heads=3, intermediate_size=768)
+    model = DeiTModel(cfg, add_pooling_layer=False)
+    return model, (torch.randn(batch, 3, size, size),)
+
+
+def _swin(batch: int = 1, size: int = 224, depths: tuple = (2, 2, 6, 2)):
+    from transformers import SwinConfig, SwinModel
+
+    # Swin-T: embed 96, depths 2-2-6-2, heads 3-6-12-24, window 7 (shifted windows).
+    model = SwinModel(SwinConfig(depths=list(depths)), add_pooling_layer=False)
+    return model, (torch.randn(batch, 3, size, size),)
+
+
+def _convnext(batch: int = 1, size: int = 224, depths: tuple = (3, 3, 9, 3)):
+    from transformers import ConvNextConfig, ConvNextModel
+
+    # ConvNeXt-T: dims 96-192-384-768, depths 3-3-9-3, 7x7 depthwise convs, layer scale.
+    model = ConvNextModel(ConvNextConfig(depths=list(depths)))
+    return model, (torch.randn(batch, 3, size, size),)
+
+
+class DecodeStep(torch.nn.Module):
+    """One decode step with a KV cache: forward(ids [B, 1], *keys, *values) where the keys/values
+    of each layer are [B, kv_heads, past, head_dim]. The cache object is rebuilt from the tensors
+    inside forward, so every call computes the same step (no state grows). Returns the model's
+    last hidden state for the new token."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
@@ -77,17 +188,78 @@ class GPT2DecodeStep(torch.nn.Module):
         return self.model(ids, cache=cache, use_cache=True).last_hidden_state
 
 
-def _gpt2_decode(batch: int = 1, past: int = 64):
-    from transformers import GPT2Config, GPT2Model
+class CausalLMStep(torch.nn.Module):
+    """One step of greedy decoding with a KV cache, cache as plain tensors:
+    forward(ids [B, T], *keys, *values) -> (logits of the last position [B, vocab], *new keys,
+    *new values). With no cache tensors it is the prefill of the prompt. The cache object is
+    rebuilt inside forward, so the compiled graph has tensors in and tensors out."""
 
-    model = GPT2Model(GPT2Config()).eval()
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor, *kv: torch.Tensor):
+        from transformers import DynamicCache
+
+        n = len(kv) // 2
+        cache = DynamicCache()
+        for i in range(n):
+            cache.update(kv[i], kv[n + i], i)
+        out = self.model(ids, cache=cache, use_cache=True)
+        layers = out.cache.layers
+        return (out.logits[:, -1], *[layer.keys for layer in layers], *[layer.values for layer in layers])
+
+
+def causal_lm(name: str, layers: int | None = None) -> CausalLMStep:
+    """A language model with its LM head ("gpt2": GPT-2 small, "llama": the small Llama config),
+    random weights, eval mode, wrapped as a CausalLMStep."""
+    if name == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        model = GPT2LMHeadModel(GPT2Config(n_layer=layers or 12))
+    elif name == "llama":
+        from transformers import LlamaForCausalLM
+
+        model = LlamaForCausalLM(_llama_config(layers or 4))
+    else:
+        raise ValueError(f"[updraft.zoo] no causal LM named '{name}'; choose gpt2 or llama")
+    return CausalLMStep(model.eval()).eval()
+
+
+def greedy_decode(step, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    """Greedy decoding with a KV cache: `step` is a CausalLMStep (or a compiled one); returns the
+    `new_tokens` chosen tokens [B, new_tokens]. Each step feeds one token and the cache."""
+    out = step(prompt)
+    logits, kv = out[0], out[1:]
+    tokens = []
+    for _ in range(new_tokens):
+        nxt = logits.argmax(dim=-1, keepdim=True)
+        tokens.append(nxt)
+        out = step(nxt, *kv)
+        logits, kv = out[0], out[1:]
+    return torch.cat(tokens, dim=1)
+
+
+def _decode_inputs(model: torch.nn.Module, batch: int, past: int):
     prompt = torch.randint(0, model.config.vocab_size, (batch, past))
     with torch.no_grad():
-        layers = model(prompt, use_cache=True).past_key_values.layers
+        layers = model(prompt, use_cache=True).cache.layers
     keys = [layer.keys for layer in layers]
     values = [layer.values for layer in layers]
     ids = torch.randint(0, model.config.vocab_size, (batch, 1))
-    return GPT2DecodeStep(model), (ids, *keys, *values)
+    return DecodeStep(model), (ids, *keys, *values)
+
+
+def _gpt2_decode(batch: int = 1, past: int = 64):
+    from transformers import GPT2Config, GPT2Model
+
+    return _decode_inputs(GPT2Model(GPT2Config()).eval(), batch, past)
+
+
+def _llama_decode(batch: int = 1, past: int = 64, layers: int = 4):
+    from transformers import LlamaModel
+
+    return _decode_inputs(LlamaModel(_llama_config(layers)).eval(), batch, past)
 
 
 MODELS: dict[str, Callable[..., tuple[torch.nn.Module, tuple]]] = {
@@ -97,7 +269,17 @@ MODELS: dict[str, Callable[..., tuple[torch.nn.Module, tuple]]] = {
     "vit": _vit,
     "mlp": _mlp,
     "mobilenet_v2": _mobilenet_v2,
+    "roberta": _roberta,
+    "distilbert": _distilbert,
+    "llama": _llama,
+    "t5_encoder": _t5_encoder,
+    "t5": _t5,
+    "whisper_encoder": _whisper_encoder,
+    "deit": _deit,
+    "swin": _swin,
+    "convnext": _convnext,
     "gpt2_decode": _gpt2_decode,
+    "llama_decode": _llama_decode,
 }
 
 

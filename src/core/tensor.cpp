@@ -30,6 +30,9 @@ int64_t TensorView::numel() const {
 }
 
 bool TensorView::is_contiguous() const {
+  // No elements, no layout: torch calls every empty tensor contiguous, whatever its strides
+  // ([5, 0, 10] comes as strides [10, 10, 1]).
+  if (numel() == 0) return true;
   int64_t expect = 1;
   for (int i = ndim - 1; i >= 0; --i) {
     if (sizes[i] != 1 && strides[i] != expect) return false;

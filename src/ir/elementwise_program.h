@@ -28,10 +28,11 @@ enum class EwOp : uint8_t {
   // unary
   neg, abs, relu, sigmoid, tanh, exp, log, sqrt, rsqrt, erf, silu, reciprocal, sin, cos,
   floor, ceil, round, sign, hardswish, hardsigmoid, gelu, gelu_tanh, logical_not, isnan,
+  acos, acosh, asin, asinh, atan, atanh, cosh, sinh, tan, log1p, expm1, log2, log10, exp2,
   // unary with a parameter operand
   leaky_relu, elu,
   // binary
-  add, sub, mul, div, maximum, minimum, pow, remainder, floor_divide,
+  add, sub, mul, div, maximum, minimum, pow, remainder, floor_divide, atan2, fmod,
   eq, ne, lt, le, gt, ge, logical_and, logical_or, bitwise_and, bitwise_or,
   // ternary
   clamp, where,

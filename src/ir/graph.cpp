@@ -44,6 +44,19 @@ Value* Graph::add_constant(const std::string& name, Tensor value) {
   return v;
 }
 
+void Graph::record_fold(const Node& n, const std::vector<Value*>& results) {
+  FoldRecord r{n.op_name(), n.attrs, {}, {}};
+  for (const Value* v : n.inputs) {
+    UPDRAFT_CHECK(v->is_constant(), "ir", "record_fold: input of " + n.op_name() + " is not a constant");
+    r.inputs.push_back(v->id);
+  }
+  for (const Value* v : results) {
+    UPDRAFT_CHECK(v->is_constant(), "ir", "record_fold: result of " + n.op_name() + " is not a constant");
+    r.outputs.push_back(v->id);
+  }
+  folds_.push_back(std::move(r));
+}
+
 Node* Graph::add_node(const std::string& op, std::vector<Value*> inputs, Attrs attrs) {
   const OpTable& table = OpTable::get();
   const OpDef& def = table.at(op);

@@ -39,9 +39,21 @@ struct Value {
   int producer_index = 0;
   std::optional<Tensor> constant;  // set for constants (weights, folded values)
   bool is_input = false;
+  // For a constant bound from the caller's parameter number `source` (a frozen weight): the
+  // compile cache stores the reference, not the values, and binds the new tensor on load.
+  int source = -1;
 
   bool is_constant() const { return constant.has_value(); }
   int rank() const { return static_cast<int>(type.shape.size()); }
+};
+
+// A constant computed by a pass from other constants (constant folding): the op, its attributes
+// and the value ids it read and wrote. Replaying the records over new parameter values gives
+// the folded constants of that checkpoint (the compile cache's refit, docs/format.md).
+struct FoldRecord {
+  std::string op;
+  Attrs attrs;
+  std::vector<int> inputs, outputs;
 };
 
 struct Node {
@@ -66,6 +78,10 @@ class Graph {
 
   Value* add_input(const std::string& name, TensorType type);
   Value* add_constant(const std::string& name, Tensor value);
+  // Records that `results` (new constants) are what node `n` computes from its constant inputs.
+  // Every pass that folds values into new constants records them this way.
+  void record_fold(const Node& n, const std::vector<Value*>& results);
+  const std::vector<FoldRecord>& folds() const { return folds_; }
   // Appends (or inserts before the insert point) a node; output types come from the op
   // table's shape function. Throws Error("ir", ...) on unknown ops, bad arity, bad types.
   Node* add_node(const std::string& op, std::vector<Value*> inputs, Attrs attrs = {});
@@ -97,6 +113,7 @@ class Graph {
   std::list<std::unique_ptr<Node>> nodes_;
   std::unordered_map<const Node*, std::list<std::unique_ptr<Node>>::iterator> pos_;
   std::vector<Value*> inputs_, outputs_;
+  std::vector<FoldRecord> folds_;
   Node* insert_before_ = nullptr;
   int next_node_id_ = 0;
 };

@@ -36,7 +36,7 @@ struct Number {
 
 class Parser {
  public:
-  explicit Parser(const std::string& src) : s_(src) {}
+  explicit Parser(const std::string& src, const ExternResolver* externs = nullptr) : s_(src), externs_(externs) {}
 
   // One dimension expression and nothing else ("s0", "(s0*12)", "s0*s1+1").
   Dim parse_dim_only() {
@@ -421,6 +421,24 @@ class Parser {
     size_t tpos = pos_;
     TensorType t = type();
     if (!shape_is_static(t.shape)) fail_at(tpos, "a constant's shape must be static, got " + t.str());
+    if (peek_word("extern")) {
+      expect_word("extern");
+      expect("(");
+      size_t rpos = pos_;
+      std::string ref = ident("an extern reference");
+      expect(")");
+      if (!externs_) fail_at(rpos, "extern(" + ref + ") data needs a resolver (only cache entries use it)");
+      Tensor data;
+      try {
+        data = (*externs_)(ref, t);
+      } catch (const Error& e) {
+        fail_at(rpos, std::string("extern(") + ref + "): " + e.what());
+      }
+      if (data.dtype() != t.dtype || data.shape() != shape_values(t.shape))
+        fail_at(rpos, "extern(" + ref + ") resolved to a tensor that is not " + t.str());
+      define(name, where, g_->add_constant(is_numeric(name) ? "" : name, std::move(data)));
+      return;
+    }
     Tensor data(t.dtype, shape_values(t.shape));
     size_t dpos = pos_;
     if (peek_word("random")) {
@@ -558,11 +576,14 @@ class Parser {
   size_t pos_ = 0;
   std::unique_ptr<Graph> g_;
   std::unordered_map<std::string, Value*> values_;
+  const ExternResolver* externs_ = nullptr;
 };
 
 }  // namespace
 
-std::unique_ptr<Graph> parse_graph(const std::string& text) { return Parser(text).parse(); }
+std::unique_ptr<Graph> parse_graph(const std::string& text, const ExternResolver* externs) {
+  return Parser(text, externs).parse();
+}
 
 Dim parse_dim(const std::string& text) { return Parser(text).parse_dim_only(); }
 

@@ -145,7 +145,11 @@ std::string print_graph(const Graph& g, const PrintOptions& opts) {
   }
   out += ") {\n";
   for (const Value* v : consts)
-    out += "  " + names.ref(v) + " = constant " + v->type.str() + " " + constant_data(*v->constant, opts) + "\n";
+  {
+    std::string ref = opts.constant_ref ? opts.constant_ref(v) : std::string();
+    std::string data = ref.empty() ? constant_data(*v->constant, opts) : "extern(" + ref + ")";
+    out += "  " + names.ref(v) + " = constant " + v->type.str() + " " + data + "\n";
+  }
   for (Node* n : nodes) {
     out += "  ";
     for (size_t k = 0; k < n->outputs.size(); ++k) out += (k ? ", " : "") + names.ref(n->outputs[k]);

@@ -24,6 +24,7 @@
 //           | random(seed=N [, lo=X] [, hi=X])        // uniform in [lo, hi), default [-1, 1)
 //           | full(X)
 //           | bits[0x3c00, ...]                       // f16/bf16: raw 16-bit patterns
+//           | extern(REF)                             // supplied by the caller (ExternResolver)
 //   attr   := name '=' value                          // value as Attr::str() prints it:
 //             3  1.5  true  "tanh"  [1, 2]  f[0.5, 1.0]
 //             [s0, (s1*12), 64]  s1  (s1*2)           // symbolic sizes (Attr Dims / Sym)
@@ -33,6 +34,7 @@
 // table's shape function, so a test that states a wrong shape fails at parse time.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -45,13 +47,21 @@ struct PrintOptions {
   // reproduces them bit for bit). Larger ones print as `elided(numel=.., fnv1a=0x..)`, which
   // is readable but cannot be parsed. -1: always print literal data.
   int64_t max_literal_numel = 64;
+  // When set and it returns a non-empty reference for a constant, the constant prints as
+  // `extern(REF)` instead of its data (the compile cache stores values apart from the text).
+  std::function<std::string(const Value*)> constant_ref;
 };
+
+// Resolves `extern(REF)` constant data when parsing: returns the tensor for REF, which must have
+// exactly `type`. Throws Error to reject it.
+using ExternResolver = std::function<Tensor(const std::string& ref, const TensorType& type)>;
 
 std::string print_graph(const Graph& g, const PrintOptions& opts = {});
 
 // Throws Error("parse", "line L, col C: <what was expected> ...") on malformed text, and
 // Error("parse", "line L, col C: <op>: <op table message>") when the op table rejects a node.
-std::unique_ptr<Graph> parse_graph(const std::string& text);
+// `extern(REF)` data is accepted only when `externs` is given.
+std::unique_ptr<Graph> parse_graph(const std::string& text, const ExternResolver* externs = nullptr);
 
 // One dimension in the type syntax: "64", "s0", "s0*12", "(s0*s1)//2", "max(s0, 1)". Used by
 // the bindings to turn sizes written by the front end into Dims. Throws Error("parse", ...).

@@ -12,6 +12,7 @@ inline constexpr const char* kElementwiseNodeOps[] = {
     "cos", "floor", "ceil", "round", "sign", "hardswish", "hardsigmoid", "gelu", "leaky_relu", "elu", "clamp",
     "pow_scalar", "logical_not", "isnan", "add", "sub", "mul", "div", "maximum", "minimum", "pow", "remainder",
     "floor_divide", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "bitwise_and", "bitwise_or",
-    "where"};
+    "where", "acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "tan", "log1p", "expm1", "log2",
+    "log10", "exp2", "atan2", "fmod"};
 
 }  // namespace updraft

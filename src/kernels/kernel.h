@@ -100,6 +100,8 @@ void register_ref_elementwise_kernels(KernelRegistry& r);
 void register_cpu_elementwise_kernels(KernelRegistry& r);
 void register_ref_reduction_kernels(KernelRegistry& r);   // reductions and norms
 void register_cpu_reduction_kernels(KernelRegistry& r);
+void register_ref_sort_kernels(KernelRegistry& r);        // sort (values and indices)
+void register_cpu_sort_kernels(KernelRegistry& r);
 void register_ref_data_movement_kernels(KernelRegistry& r);
 void register_cpu_data_movement_kernels(KernelRegistry& r);
 void register_ref_compute_kernels(KernelRegistry& r);     // conv, matmul, pooling, attention

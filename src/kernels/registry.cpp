@@ -39,6 +39,8 @@ const KernelRegistry& KernelRegistry::get() {
     register_cpu_elementwise_kernels(*r);
     register_ref_reduction_kernels(*r);
     register_cpu_reduction_kernels(*r);
+    register_ref_sort_kernels(*r);
+    register_cpu_sort_kernels(*r);
     register_ref_data_movement_kernels(*r);
     register_cpu_data_movement_kernels(*r);
     register_ref_compute_kernels(*r);

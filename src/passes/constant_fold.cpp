@@ -31,21 +31,21 @@ bool worth_folding(const Node& n, const std::vector<TensorType>& outs) {
   return out_bytes <= kAlwaysFoldBytes || out_bytes <= kMaxGrowth * in_bytes;
 }
 
-// Evaluate one all-constant node: View ops reinterpret the bytes, others run a kernel.
-std::vector<Tensor> evaluate(const Node& n) {
-  if (n.op->alias) {
-    const Tensor& in = *n.inputs[0]->constant;
+}  // namespace
+
+std::vector<Tensor> evaluate_constant_node(const Node& n, const std::vector<TensorView>& inputs) {
+  if (n.op->alias) {  // View ops reinterpret the bytes
+    const TensorView& in = inputs.at(0);
     Tensor t(n.output()->type.dtype, shape_values(n.output()->type.shape));
-    if (t.nbytes()) std::memcpy(t.data(), in.data(), t.nbytes());
+    UPDRAFT_CHECK(static_cast<size_t>(in.numel()) * dtype_size(in.dtype) == t.nbytes(), "constant_fold",
+                  n.op_name() + ": input and result sizes differ");
+    if (t.nbytes()) std::memcpy(t.data(), in.data, t.nbytes());
     return {t};
   }
-  std::vector<TensorView> views;
-  for (const Value* v : n.inputs) views.push_back(v->constant->view());
-  return run_node(n, views, Device::cpu);
+  return run_node(n, inputs, Device::cpu);
 }
 
-// Replace an all-constant node by constants holding its results.
-bool fold_one(Graph& g, Node* n) {
+bool fold_constant_node(Graph& g, Node* n, bool always) {
   if (n->inputs.empty()) return false;
   // A graph output stays computed by a node: the runtime writes node results into caller
   // buffers, and a constant output would be a special case there for no real gain.
@@ -55,31 +55,35 @@ bool fold_one(Graph& g, Node* n) {
     if (!v->is_constant()) return false;
   std::vector<TensorType> outs;
   for (const Value* o : n->outputs) outs.push_back(o->type);
-  if (!worth_folding(*n, outs)) return false;
+  for (const TensorType& t : outs)
+    if (!shape_is_static(t.shape)) return false;
+  if (!always && !worth_folding(*n, outs)) return false;
   const KernelRegistry& reg = KernelRegistry::get();
   if (!n->op->alias && !reg.has(n->op_name(), Device::cpu) && !reg.has(n->op_name(), Device::ref)) return false;
 
-  std::vector<Tensor> results = evaluate(*n);
+  std::vector<TensorView> views;
+  for (const Value* v : n->inputs) views.push_back(v->constant->view());
+  std::vector<Tensor> results = evaluate_constant_node(*n, views);
   UPDRAFT_CHECK(results.size() == n->outputs.size(), "constant_fold",
                 n->op_name() + " returned " + std::to_string(results.size()) + " results for " +
                     std::to_string(n->outputs.size()) + " outputs; its kernel is broken");
+  std::vector<Value*> made;
   for (size_t k = 0; k < results.size(); ++k) {
     Value* o = n->outputs[k];
     UPDRAFT_CHECK(results[k].dtype() == o->type.dtype && results[k].shape() == shape_values(o->type.shape),
                   "constant_fold",
                   n->op_name() + " kernel returned a result that does not match the node's type " + o->type.str());
-    Value* c = g.add_constant(o->name, std::move(results[k]));
-    g.replace_all_uses(o, c);
+    made.push_back(g.add_constant(o->name, std::move(results[k])));
   }
+  g.record_fold(*n, made);
+  for (size_t k = 0; k < made.size(); ++k) g.replace_all_uses(n->outputs[k], made[k]);
   g.remove_node(n);
   return true;
 }
 
-}  // namespace
-
 bool constant_fold(Graph& g) {
   bool changed = false;
-  for (Node* n : g.nodes()) changed |= fold_one(g, n);
+  for (Node* n : g.nodes()) changed |= fold_constant_node(g, n);
   return changed;
 }
 

@@ -1,38 +1,32 @@
 // fold_conv_bn: batch_norm(conv2d(x, w[, b])) with constant weights and running statistics
 // becomes conv2d(x, w', b'), where per output channel o
-//   scale[o] = gamma[o] / sqrt(var[o] + eps)
+//   scale[o] = gamma[o] * rsqrt(var[o] + eps)
 //   w'[o]    = w[o] * scale[o]
 //   b'[o]    = (b[o] - mean[o]) * scale[o] + beta[o]
-// computed in double and stored in the conv's dtype. Only when the conv output feeds the
-// batch_norm alone (another user would need the unnormalised value) and the conv has no
-// epilogue yet (a residual or activation would sit between conv and norm).
+// The arithmetic is written as engine ops over the constants and folded at once with the
+// constant folder's kernels, in the conv's dtype (as eager batch_norm computes it). Folding
+// through ops records each step (Graph::record_fold), so the compile cache can replay the fold
+// for a new checkpoint. Only when the conv output feeds the batch_norm alone (another user
+// would need the unnormalised value) and the conv has no epilogue yet (a residual or activation
+// would sit between conv and norm).
 #include "passes/fold_conv_bn.h"
-
-#include <cmath>
 
 #include "core/error.h"
 #include "ir/op_table.h"
+#include "passes/constant_fold.h"
 
 namespace updraft {
 
 namespace {
 
-double get(const Tensor& t, int64_t i) {
-  return t.dtype() == DType::f64 ? t.ptr<double>()[i] : static_cast<double>(t.ptr<float>()[i]);
-}
-void set(Tensor& t, int64_t i, double x) {
-  if (t.dtype() == DType::f64) t.ptr<double>()[i] = x;
-  else t.ptr<float>()[i] = static_cast<float>(x);
-}
-
 bool is_float_const(const Value* v, DType dt) { return v->is_constant() && v->type.dtype == dt; }
 
 // The batch_norm's per-channel constants, or false when one is not a constant of `channels`.
 struct BnParams {
-  const Tensor* mean = nullptr;
-  const Tensor* var = nullptr;
-  const Tensor* gamma = nullptr;  // null: 1
-  const Tensor* beta = nullptr;   // null: 0
+  Value* mean = nullptr;
+  Value* var = nullptr;
+  Value* gamma = nullptr;  // null: 1
+  Value* beta = nullptr;   // null: 0
   double eps = 1e-5;
 };
 bool bn_params(const Node& bn, DType dt, int64_t channels, BnParams& p) {
@@ -41,15 +35,24 @@ bool bn_params(const Node& bn, DType dt, int64_t channels, BnParams& p) {
   if (bn.inputs.size() != want) return false;
   for (size_t k = 1; k < bn.inputs.size(); ++k) {
     const Value* v = bn.inputs[k];
-    if (!is_float_const(v, dt) || v->constant->numel() != channels) return false;
+    if (!is_float_const(v, dt) || v->constant->numel() != channels || v->rank() != 1) return false;
   }
-  p.mean = &*bn.inputs[1]->constant;
-  p.var = &*bn.inputs[2]->constant;
+  p.mean = bn.inputs[1];
+  p.var = bn.inputs[2];
   size_t k = 3;
-  if (has_w) p.gamma = &*bn.inputs[k++]->constant;
-  if (has_b) p.beta = &*bn.inputs[k++]->constant;
+  if (has_w) p.gamma = bn.inputs[k++];
+  if (has_b) p.beta = bn.inputs[k++];
   p.eps = bn.attr("eps").f();
   return true;
+}
+
+// Adds `op` over constants and folds it; the result is a constant (or, should a kernel be
+// missing, the node's output: still correct, computed at run time).
+Value* folded(Graph& g, const std::string& op, std::vector<Value*> ins, Attrs attrs = {}) {
+  Node* n = g.add_node(op, std::move(ins), std::move(attrs));
+  Value* out = n->output();
+  if (!fold_constant_node(g, n, /*always=*/true)) return out;
+  return g.value(g.folds().back().outputs.at(0));
 }
 
 // Rewrite batch_norm(conv2d(x, w[, b])) into conv2d(x, w', b') with folded constants.
@@ -60,30 +63,32 @@ bool fold_one(Graph& g, Node* bn) {
   if (conv->attr("has_residual").b() || conv->attr("activation").s() != "none") return false;
   DType dt = y->type.dtype;
   if (dt != DType::f32 && dt != DType::f64) return false;
-  const Value* w = conv->inputs.at(1);
+  Value* w = conv->inputs.at(1);
   if (!is_float_const(w, dt)) return false;
   bool has_bias = conv->attr("has_bias").b();
   if (has_bias && !is_float_const(conv->inputs.at(2), dt)) return false;
-  const Tensor& wt = *w->constant;
-  int64_t out_ch = wt.shape().at(0);
+  const std::vector<int64_t> wshape = w->constant->shape();
+  int64_t out_ch = wshape.at(0);
   BnParams p;
   if (!bn_params(*bn, dt, out_ch, p)) return false;
 
-  Tensor new_w(dt, wt.shape());
-  Tensor new_b(dt, {out_ch});
-  int64_t per_ch = out_ch ? wt.numel() / out_ch : 0;
-  for (int64_t o = 0; o < out_ch; ++o) {
-    double scale = (p.gamma ? get(*p.gamma, o) : 1.0) / std::sqrt(get(*p.var, o) + p.eps);
-    for (int64_t i = 0; i < per_ch; ++i) set(new_w, o * per_ch + i, get(wt, o * per_ch + i) * scale);
-    double b = has_bias ? get(*conv->inputs[2]->constant, o) : 0.0;
-    set(new_b, o, (b - get(*p.mean, o)) * scale + (p.beta ? get(*p.beta, o) : 0.0));
-  }
-
-  Value* wv = g.add_constant(w->name.empty() ? "" : w->name + "_bn", std::move(new_w));
-  Value* bv = g.add_constant(w->name.empty() ? "" : w->name + "_bn_bias", std::move(new_b));
+  g.set_insert_point(conv);  // the new nodes fold away; the conv goes where the old one was
+  Tensor eps_t(dt, {});
+  if (dt == DType::f64) eps_t.ptr<double>()[0] = p.eps;
+  else eps_t.ptr<float>()[0] = static_cast<float>(p.eps);
+  Value* eps = g.add_constant("", std::move(eps_t));
+  Value* scale = folded(g, "rsqrt", {folded(g, "add", {p.var, eps})});
+  if (p.gamma) scale = folded(g, "mul", {p.gamma, scale});
+  std::vector<int64_t> per_out(wshape.size(), 1);
+  per_out[0] = out_ch;
+  Value* wv = folded(g, "mul", {w, folded(g, "reshape", {scale}, {{"shape", Attr(per_out)}})});
+  Value* centred = has_bias ? folded(g, "sub", {conv->inputs[2], p.mean}) : folded(g, "neg", {p.mean});
+  Value* bv = folded(g, "mul", {centred, scale});
+  if (p.beta) bv = folded(g, "add", {bv, p.beta});
+  if (wv->is_constant()) wv->name = w->name.empty() ? "" : w->name + "_bn";
+  if (bv->is_constant()) bv->name = w->name.empty() ? "" : w->name + "_bn_bias";
   Attrs attrs = conv->attrs;
   attrs["has_bias"] = Attr(true);
-  g.set_insert_point(conv);  // x was available there; the new constants need no position
   Node* fused = g.add_node("conv2d", {conv->inputs[0], wv, bv}, std::move(attrs));
   g.set_insert_point(nullptr);
   UPDRAFT_CHECK(fused->output()->type == bn->output()->type, "fold_conv_bn",

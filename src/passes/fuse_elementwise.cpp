@@ -23,9 +23,10 @@
 // Instructions are evaluated in order in f32; the last one is the node's result. Ops are the
 // elementwise op names (docs/ops.md) with attributes as trailing operands:
 //   unary:   neg abs relu sigmoid tanh exp log sqrt rsqrt erf silu reciprocal sin cos floor ceil
-//            round sign hardswish hardsigmoid gelu gelu_tanh logical_not isnan
+//            round sign hardswish hardsigmoid gelu gelu_tanh logical_not isnan acos acosh asin
+//            asinh atan atanh cosh sinh tan log1p expm1 log2 log10 exp2
 //   x, p:    leaky_relu (p = negative_slope), elu (p = alpha)
-//   binary:  add sub mul div maximum minimum pow remainder floor_divide eq ne lt le gt ge
+//   binary:  add sub mul div maximum minimum pow remainder floor_divide atan2 fmod eq ne lt le gt ge
 //            logical_and logical_or      (pow_scalar x e is "pow x #e")
 //   ternary: clamp x lo hi, where cond a b
 // Truth values (compares, isnan, logical_*) are 1.0/0.0 inside a program.

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "ir/op_table.h"
+#include "passes/constant_fold.h"
 
 namespace updraft {
 
@@ -84,11 +85,16 @@ bool activation_of(const Node* n, Epilogue& e) {
 }
 
 // A bias constant reshaped to one dim ([channels]), as the epilogue's bias input expects.
-Value* flat_bias(Graph& g, Value* c) {
+// Written as a reshape node folded at once, so the fold is recorded (Graph::record_fold).
+Value* flat_bias(Graph& g, Value* c, Node* before) {
   if (c->constant->shape().size() == 1) return c;
-  Tensor t(c->constant->dtype(), {c->constant->numel()});
-  std::memcpy(t.data(), c->constant->data(), t.nbytes());
-  return g.add_constant(c->name, std::move(t));
+  g.set_insert_point(before);
+  Node* r = g.add_node("reshape", {c}, {{"shape", Attr(std::vector<int64_t>{c->constant->numel()})}});
+  g.set_insert_point(nullptr);
+  Value* out = r->output();
+  if (fold_constant_node(g, r, /*always=*/true)) out = g.value(g.folds().back().outputs.at(0));
+  out->name = c->name;
+  return out;
 }
 
 // Rewrite op -> [add bias] -> [add residual] -> [activation] into one op with an epilogue.
@@ -127,7 +133,7 @@ bool fuse_one(Graph& g, Node* n, std::unordered_set<const Node*>& removed) {
   std::vector<Value*> inputs = n->inputs;  // main inputs plus any bias/residual already fused
   Attrs attrs = n->attrs;
   if (e.bias) {  // only taken when n had no bias or residual, so order stays bias, residual
-    inputs.push_back(flat_bias(g, e.bias));
+    inputs.push_back(flat_bias(g, e.bias, n));
     attrs["has_bias"] = Attr(true);
   }
   if (e.residual) {

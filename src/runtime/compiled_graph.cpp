@@ -51,6 +51,20 @@ std::shared_ptr<CompiledGraph> CompiledGraph::compile(std::unique_ptr<Graph> gra
   return cg;
 }
 
+std::shared_ptr<CompiledGraph> CompiledGraph::from_optimized(std::unique_ptr<Graph> graph, const CompileOptions& opts,
+                                                             double load_ms) {
+  UPDRAFT_CHECK(graph != nullptr, "runtime", "from_optimized() was given no graph");
+  std::shared_ptr<CompiledGraph> cg(new CompiledGraph());
+  cg->opts_ = opts;
+  cg->graph_ = std::move(graph);
+  cg->compile_ms_ = load_ms;
+  cg->pass_log_.push_back({"cache_load", false, load_ms, ""});
+  if (opts.debug >= 1)
+    std::fprintf(stderr, "[updraft] loaded %zu nodes from the compile cache in %.3f ms\n", cg->graph_->num_nodes(),
+                 load_ms);
+  return cg;
+}
+
 CompiledGraph::~CompiledGraph() = default;
 
 std::shared_ptr<Plan> CompiledGraph::plan_for(const std::vector<std::vector<int64_t>>& input_shapes) {

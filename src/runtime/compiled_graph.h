@@ -56,6 +56,10 @@ struct PlanStats {
 class CompiledGraph {
  public:
   static std::shared_ptr<CompiledGraph> compile(std::unique_ptr<Graph> graph, const CompileOptions& opts);
+  // A graph that is already optimised (a compile-cache entry, cache/entry.h): no passes run.
+  // compile_ms() reports `load_ms`, and the pass log holds one record, "cache_load".
+  static std::shared_ptr<CompiledGraph> from_optimized(std::unique_ptr<Graph> graph, const CompileOptions& opts,
+                                                       double load_ms);
   ~CompiledGraph();
 
   // Concrete output shapes for these input shapes (builds and caches the plan if needed).

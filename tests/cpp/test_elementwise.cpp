@@ -2,6 +2,7 @@
 // strided inputs, special values; plus shape-function errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 
 #include "core/error.h"
@@ -14,12 +15,16 @@ namespace {
 
 const std::vector<std::string> kUnaryF32 = {
     "neg", "abs", "relu", "sigmoid", "tanh", "exp", "erf", "silu", "reciprocal", "sin", "cos", "floor", "ceil",
-    "round", "sign", "hardswish", "hardsigmoid", "gelu", "leaky_relu", "elu", "clamp", "isnan", "logical_not"};
+    "round", "sign", "hardswish", "hardsigmoid", "gelu", "leaky_relu", "elu", "clamp", "isnan", "logical_not",
+    // Outside their domain (acos/asin/atanh beyond [-1, 1], acosh below 1, log1p below -1) both
+    // kernels must give NaN; the inputs span [-6, 6], so every branch is reached.
+    "acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "tan", "log1p", "expm1", "log2", "log10",
+    "exp2"};
 // Ops whose domain is x > 0.
 const std::vector<std::string> kPositiveF32 = {"log", "sqrt", "rsqrt"};
 const std::vector<std::string> kBinaryF32 = {"add", "sub",       "mul",          "div", "maximum", "minimum", "pow",
                                              "eq",  "ne",        "lt",           "le",  "gt",      "ge",
-                                             "remainder", "floor_divide"};
+                                             "remainder", "floor_divide", "atan2", "fmod"};
 
 Attrs attrs_for(const std::string& op) {
   if (op == "clamp") return {{"min", -0.5}, {"max", 1.25}};
@@ -69,6 +74,27 @@ TEST(ElementwiseCpu, TanhDenseGrid) {
   Tensor x(DType::f32, {n});
   for (int64_t i = 0; i < n; ++i) x.ptr<float>()[i] = -10.0f + 20.0f * static_cast<float>(i) / (n - 1);
   EXPECT_TRUE(cpu_matches_ref("tanh", {x.view()}, {}, kF32Rtol, kF32Atol));
+}
+
+// erf and gelu (erf form) run a vector polynomial (simd_f32.h: erf256, gelu_erf256), fitted to
+// a few ulp. Tolerance: relative 1e-6 (about 8 f32 ulp; measured worst cases: erf < 2.5e-7,
+// gelu ~4e-7) plus an absolute 1e-37, because erfc results below ~1e-38 (subnormal)
+// are flushed to 0. Much tighter than the PyTorch-parity tolerance, so a sloppier formula
+// (e.g. the 1.5e-7-absolute Abramowitz-Stegun one, whose relative error in the gelu tail is
+// large) fails here. Dense odd-length grid over [-14, 14]: both sides of every switch
+// (|x| = 1 for erf, x = 0 for gelu), the tail, and the masked block tail.
+TEST(ElementwiseCpu, ErfAndGeluDenseGridRelative) {
+  const int64_t n = 1400001;
+  Tensor x(DType::f32, {n});
+  for (int64_t i = 0; i < n; ++i) x.ptr<float>()[i] = -14.0f + 28.0f * static_cast<float>(i) / (n - 1);
+  EXPECT_TRUE(cpu_matches_ref("erf", {x.view()}, {}, 1e-6, 1e-37));
+  EXPECT_TRUE(cpu_matches_ref("gelu", {x.view()}, {}, 1e-6, 1e-37));
+  // Tiny arguments: erf(x) ~ 2x/sqrt(pi) and gelu(x) ~ x/2 keep full relative accuracy.
+  Tensor small(DType::f32, {9});
+  const float vs[] = {1e-30f, -1e-30f, 1e-20f, 3e-10f, -3e-10f, 1e-5f, -1e-5f, 0.999999f, 1.000001f};
+  std::copy(vs, vs + 9, small.ptr<float>());
+  EXPECT_TRUE(cpu_matches_ref("erf", {small.view()}, {}, 1e-6, 0));
+  EXPECT_TRUE(cpu_matches_ref("gelu", {small.view()}, {}, 1e-6, 0));
 }
 
 TEST(ElementwiseCpu, PowScalarExponents) {
@@ -185,6 +211,64 @@ TEST(ElementwiseRef, PyTorchSemantics) {
   auto one = one_node("round", {x.view()});
   auto r = run_node(*one->node, {x.view()}, Device::cpu);
   EXPECT_EQ(std::vector<float>(r[0].ptr<float>(), r[0].ptr<float>() + 4), (std::vector<float>{0, 2, 2, -0.0f}));
+}
+
+// atan2 and fmod on signed zeros, infinities, NaN and zero divisors (every pair of values),
+// and known values from PyTorch.
+TEST(ElementwiseCpu, Atan2FmodSpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> v = {0.0f, -0.0f, inf, -inf, nan, 1.0f, -1.0f, 2.5f, -2.5f, 7.0f, -7.0f, 1e-30f, 3e30f};
+  int64_t k = static_cast<int64_t>(v.size());
+  Tensor a(DType::f32, {k, 1}), b(DType::f32, {k});
+  std::copy(v.begin(), v.end(), a.ptr<float>());
+  std::copy(v.begin(), v.end(), b.ptr<float>());
+  for (const char* op : {"atan2", "fmod"})
+    EXPECT_TRUE(cpu_matches_ref(op, {a.view(), b.view()}, {}, kF32Rtol, kF32Atol)) << op;
+
+  auto run2 = [](const std::string& op, std::vector<float> x, std::vector<float> y, Device d) {
+    Tensor tx(DType::f32, {static_cast<int64_t>(x.size())}), ty(DType::f32, {static_cast<int64_t>(y.size())});
+    std::copy(x.begin(), x.end(), tx.ptr<float>());
+    std::copy(y.begin(), y.end(), ty.ptr<float>());
+    auto one = one_node(op, {tx.view(), ty.view()});
+    auto r = run_node(*one->node, {tx.view(), ty.view()}, d);
+    return std::vector<float>(r[0].ptr<float>(), r[0].ptr<float>() + r[0].numel());
+  };
+  for (Device d : {Device::ref, Device::cpu}) {
+    // torch.fmod keeps the dividend's sign (torch.remainder takes the divisor's).
+    EXPECT_EQ(run2("fmod", {-7, 7, -7, 7}, {3, -3, -3, 3}, d), (std::vector<float>{-1, 1, -1, 1}));
+    auto at = run2("atan2", {0.0f, -0.0f, 1, -1}, {-1, -1, 0, 0}, d);
+    EXPECT_FLOAT_EQ(at[0], static_cast<float>(M_PI));
+    EXPECT_FLOAT_EQ(at[1], -static_cast<float>(M_PI));
+    EXPECT_FLOAT_EQ(at[2], static_cast<float>(M_PI / 2));
+    EXPECT_FLOAT_EQ(at[3], -static_cast<float>(M_PI / 2));
+  }
+}
+
+// The new math ops keep their rounding and special points: values at and around the domain
+// edges (+-1 for acos/asin/atanh, 1 for acosh, -1 for log1p), tiny arguments where log1p/expm1
+// must not cancel, and the exact powers of 2 and 10.
+TEST(ElementwiseCpu, MathOpsKnownValues) {
+  auto run1 = [](const std::string& op, std::vector<float> x, Device d) {
+    Tensor t(DType::f32, {static_cast<int64_t>(x.size())});
+    std::copy(x.begin(), x.end(), t.ptr<float>());
+    auto one = one_node(op, {t.view()});
+    auto r = run_node(*one->node, {t.view()}, d);
+    return std::vector<float>(r[0].ptr<float>(), r[0].ptr<float>() + r[0].numel());
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  for (Device d : {Device::ref, Device::cpu}) {
+    EXPECT_EQ(run1("log2", {1, 2, 1024, 0.5f}, d), (std::vector<float>{0, 1, 10, -1}));
+    EXPECT_EQ(run1("log10", {1, 10, 1000, 0.01f}, d)[2], 3.0f);
+    EXPECT_EQ(run1("exp2", {0, 3, -1, 10}, d), (std::vector<float>{1, 8, 0.5f, 1024}));
+    EXPECT_EQ(run1("atanh", {1, -1}, d), (std::vector<float>{inf, -inf}));
+    EXPECT_EQ(run1("log1p", {-1}, d), (std::vector<float>{-inf}));
+    EXPECT_EQ(run1("acosh", {1}, d), (std::vector<float>{0}));
+    EXPECT_TRUE(std::isnan(run1("acos", {1.0001f}, d)[0]));
+    EXPECT_TRUE(std::isnan(run1("acosh", {0.999f}, d)[0]));
+    EXPECT_FLOAT_EQ(run1("log1p", {1e-10f}, d)[0], 1e-10f);  // log(1 + x) would round to 0
+    EXPECT_FLOAT_EQ(run1("expm1", {1e-10f}, d)[0], 1e-10f);
+    EXPECT_TRUE(std::signbit(run1("expm1", {-0.0f}, d)[0]));  // -0 stays -0 (as torch)
+  }
 }
 
 TEST(ElementwiseShapes, SymbolicBroadcastAndDtypes) {

@@ -34,6 +34,12 @@ def ints(*shape, hi=10):
     return torch.randint(0, hi, shape)
 
 
+def _setitem_dim1(x, i, v):
+    y = x * 1.0
+    y[:, i] = v  # functionalised to index_put with a leading None
+    return y
+
+
 CASES = {
     # unary elementwise
     "neg": (lambda x: -x, lambda: (r(3, 5),), ELEM),
@@ -112,6 +118,10 @@ CASES = {
     "log_softmax": (lambda x: torch.log_softmax(x, -1), lambda: (r(2, 7),), RED),
     "layer_norm": (lambda x, w, b: F.layer_norm(x, (8,), w, b, 1e-5), lambda: (r(2, 3, 8), r(8), r(8)), RED),
     "layer_norm_noaffine": (lambda x: F.layer_norm(x, (3, 8)), lambda: (r(2, 3, 8),), RED),
+    "group_norm": (lambda x, w, b: F.group_norm(x, 2, w, b), lambda: (r(2, 4, 5, 3), r(4), r(4)), RED),
+    "group_norm_noaffine_3d": (lambda x: F.group_norm(x, 3, eps=1e-3), lambda: (r(3, 6, 7),), RED),
+    "group_norm_one_group": (lambda x, w, b: F.group_norm(x, 1, w, b), lambda: (r(1, 5, 1, 1) * 3, r(5), r(5)), RED),
+    "group_norm_per_channel": (lambda x: F.group_norm(x, 4), lambda: (r(2, 4, 3, 3) + 2,), RED),
     "batch_norm": (lambda x, m, v, w, b: F.batch_norm(x, m, v, w, b, False, 0.1, 1e-5),
                    lambda: (r(2, 4, 3, 3), r(4), pos(4), r(4), r(4)), RED),
     # data movement
@@ -134,6 +144,34 @@ CASES = {
     "index_select": (lambda x, i: torch.index_select(x, 1, i), lambda: (r(3, 6), torch.tensor([0, 5, 2])), EXACT),
     "gather": (lambda x, i: torch.gather(x, 1, i), lambda: (r(3, 6), ints(3, 4, hi=6)), EXACT),
     "pad": (lambda x: F.pad(x, (1, 2, 0, 1), value=0.5), lambda: (r(2, 3, 4),), EXACT),
+    "index_tensor": (lambda x, i: x[i] * 2, lambda: (r(5, 3), torch.tensor([[4, -1], [0, 2]])), ELEM),
+    "index_tensor_dim1": (lambda x, i: x[:, i] + 1, lambda: (r(2, 6, 3), torch.tensor([5, 0, -6, 3])), ELEM),
+    "index_tensor_size1": (lambda x, i: x[:, :, i] + 1, lambda: (r(2, 3, 1), torch.tensor([0, 0, -1])), ELEM),
+    "index_tensor_empty": (lambda x, i: x[i] + 1, lambda: (r(4, 3), torch.zeros(0, dtype=torch.int64)), ELEM),
+    "index_two_tensors": (lambda x, i, j: x[i, j] + 1, lambda: (r(4, 5, 2), torch.tensor([0, 3, -1]), torch.tensor([1, -5, 4])), ELEM),
+    "index_broadcast": (lambda x, i, j: x[:, i[:, None], j] * 2, lambda: (r(2, 4, 5), torch.tensor([0, 3, 1]), torch.tensor([4, 0])), ELEM),
+    "index_int32": (lambda x, i: x[:, i] + 1, lambda: (r(3, 4), torch.tensor([3, 1], dtype=torch.int32)), ELEM),
+    "interpolate_nearest": (lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), lambda: (r(2, 3, 3, 5),), EXACT),
+    "interpolate_nearest_size": (lambda x: F.interpolate(x, size=(5, 1), mode="nearest"), lambda: (r(1, 2, 3, 4),), EXACT),
+    "interpolate_bilinear": (lambda x: F.interpolate(x, size=(5, 7), mode="bilinear"), lambda: (r(1, 2, 3, 4),), ELEM),
+    "interpolate_bilinear_ac": (lambda x: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True),
+                                lambda: (r(2, 2, 1, 3),), ELEM),
+    "scatter": (lambda x, i, v: x.scatter(1, i, v), lambda: (r(3, 5), torch.tensor([[4, 0], [1, 2], [3, 3]]), r(3, 4)), EXACT),
+    "scatter_value": (lambda x, i: x.scatter(0, i, 2.5), lambda: (r(3, 5), torch.tensor([[2, 0, 1, 1, 0]])), EXACT),
+    "scatter_add": (lambda x, i, v: x.scatter_add(1, i, v), lambda: (r(3, 5), ints(3, 6, hi=5), r(3, 6)), ELEM),
+    "scatter_add_int": (lambda x, i, v: x.scatter_add(0, i, v), lambda: (ints(4, 2), ints(7, 2, hi=4), ints(7, 2)), EXACT),
+    "scatter_reduce_sum": (lambda x, i, v: x.scatter_reduce(1, i, v, "sum"), lambda: (r(2, 4), ints(2, 3, hi=4), r(2, 3)), ELEM),
+    "index_put": (lambda x, i, v: x.index_put((i,), v), lambda: (r(5, 3), torch.tensor([4, -5]), r(2, 3)), EXACT),
+    "index_put_accumulate": (lambda x, i, v: x.index_put((i,), v, accumulate=True),
+                             lambda: (r(5, 3), torch.tensor([1, 3, 1, 1]), r(4, 3)), ELEM),
+    "index_put_broadcast_value": (lambda x, i, j: x.index_put((i, j), torch.tensor(7.0)),
+                                  lambda: (r(4, 5, 2), torch.tensor([0, 3]), torch.tensor([[1], [4]])), EXACT),
+    "setitem_dim1": (_setitem_dim1,
+                     lambda: (r(3, 6), torch.tensor([5, 0]), r(3, 2)), EXACT),
+    "roll": (lambda x: torch.roll(x, 2, 1) + 1, lambda: (r(3, 7),), ELEM),
+    "roll_two_dims": (lambda x: torch.roll(x, (-3, 4), (1, 2)) * 2, lambda: (r(2, 5, 6, 3),), ELEM),
+    "roll_flat": (lambda x: torch.roll(x, 5) + 1, lambda: (r(3, 4),), ELEM),
+    "roll_size1_and_full": (lambda x: torch.roll(x, (3, 7), (0, 1)) + 1, lambda: (r(1, 7),), ELEM),
     "arange": (lambda x: x + torch.arange(5), lambda: (r(3, 5),), ELEM),
     "full": (lambda x: x * torch.full((3, 5), 2.0), lambda: (r(3, 5),), ELEM),
     "to_dtype": (lambda x: (x * 10).to(torch.int64), lambda: (r(3, 5),), EXACT),
@@ -150,11 +188,16 @@ CASES = {
     "conv2d_nobias_dil": (lambda x, w: F.conv2d(x, w, None, padding=2, dilation=2), lambda: (r(1, 3, 8, 8), r(4, 3, 3, 3)), GEMM),
     "conv2d_groups": (lambda x, w: F.conv2d(x, w, groups=2), lambda: (r(1, 4, 6, 6), r(6, 2, 3, 3)), GEMM),
     "conv2d_depthwise": (lambda x, w: F.conv2d(x, w, groups=4, padding=1), lambda: (r(1, 4, 6, 6), r(4, 1, 3, 3)), GEMM),
+    "conv1d": (lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1), lambda: (r(2, 3, 11), r(4, 3, 3), r(4)), GEMM),
+    "conv1d_dil_groups": (lambda x, w: F.conv1d(x, w, padding=2, dilation=2, groups=2), lambda: (r(1, 4, 9), r(6, 2, 3)), GEMM),
+    "conv1d_depthwise_len1": (lambda x, w: F.conv1d(x, w, groups=3), lambda: (r(2, 3, 1), r(3, 1, 1)), GEMM),
     "max_pool2d": (lambda x: F.max_pool2d(x, 3, 2, 1), lambda: (r(2, 3, 9, 9),), EXACT),
     "max_pool2d_ceil": (lambda x: F.max_pool2d(x, 2, ceil_mode=True), lambda: (r(1, 2, 7, 7),), EXACT),
     "avg_pool2d": (lambda x: F.avg_pool2d(x, 3, 2, 1), lambda: (r(2, 3, 9, 9),), RED),
     "avg_pool2d_nopad": (lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), lambda: (r(1, 3, 8, 8),), RED),
     "adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, (2, 3)), lambda: (r(2, 3, 8, 9),), RED),
+    "adaptive_max_pool2d": (lambda x: F.adaptive_max_pool2d(x, (2, 3)), lambda: (r(2, 3, 8, 9),), EXACT),
+    "adaptive_max_pool2d_global": (lambda x: F.adaptive_max_pool2d(x, 1), lambda: (r(1, 4, 5, 1),), EXACT),
     "global_avg_pool": (lambda x: F.adaptive_avg_pool2d(x, 1), lambda: (r(2, 3, 8, 9),), RED),
     "sdpa": (F.scaled_dot_product_attention, lambda: (r(2, 3, 5, 8), r(2, 3, 7, 8), r(2, 3, 7, 8)), GEMM),
     # head dims of v != q/k: torch takes its math path (bmm, softmax, any, where) instead of sdpa
@@ -166,6 +209,10 @@ CASES = {
                         lambda: (r(1, 2, 5, 8), r(1, 2, 5, 8), r(1, 2, 5, 8), r(1, 1, 5, 5)), GEMM),
     "sdpa_bool_mask": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m > -1.0),
                        lambda: (r(1, 2, 5, 8), r(1, 2, 5, 8), r(1, 2, 5, 8), r(1, 1, 5, 5)), GEMM),
+    "sdpa_gqa": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+                 lambda: (r(2, 6, 5, 8), r(2, 2, 7, 8), r(2, 2, 7, 8)), GEMM),
+    "sdpa_gqa_causal": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+                        lambda: (r(1, 4, 6, 8), r(1, 1, 6, 8), r(1, 1, 6, 8)), GEMM),
     "sdpa_scale": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=0.3),
                    lambda: (r(1, 2, 5, 8), r(1, 2, 5, 8), r(1, 2, 5, 8)), GEMM),
 }

@@ -1,5 +1,6 @@
 // Data movement (docs/ops.md, "Data movement"): reshape permute slice concat expand copy
-// embedding index_select gather pad split. Shape functions work on symbolic Dims; the
+// embedding index_select gather scatter pad split flip as_strided. Shape functions work on symbolic
+// Dims; the
 // clamping/pad rules they share with the kernels live in ir/ops/params.h.
 #include <algorithm>
 #include <limits>
@@ -270,6 +271,38 @@ void infer_gather(InferCtx& c) {
   c.set_output(0, {x.dtype, idx.shape});
 }
 
+// scatter: out = x with out[..., index[p], ...] (dim replaced) = src[p] for every position p
+// of index ("add": += instead). index and src have x's rank; index fits in src everywhere and
+// in x except along dim.
+void infer_scatter(InferCtx& c) {
+  const TensorType& x = c.in(0);
+  const TensorType& idx = c.in(1);
+  const TensorType& src = c.in(2);
+  check_index_dtype(c, 1, false);
+  if (x.shape.empty()) c.fail("x must have rank >= 1");
+  if (idx.shape.size() != x.shape.size() || src.shape.size() != x.shape.size())
+    c.fail("index " + shape_str(idx.shape) + " and src " + shape_str(src.shape) + " must have the rank of x " +
+           shape_str(x.shape));
+  if (src.dtype != x.dtype) c.fail(std::string("src is ") + dtype_name(src.dtype) + ", x is " + dtype_name(x.dtype));
+  const std::string& reduce = c.attr_str("reduce");
+  if (reduce != "none" && reduce != "add") c.fail("reduce must be none or add, got " + reduce);
+  if (reduce == "add" && x.dtype != DType::f32 && x.dtype != DType::f64 && x.dtype != DType::i64 &&
+      x.dtype != DType::i32)
+    c.fail(std::string("reduce=add takes f32/f64/i64/i32, got ") + dtype_name(x.dtype));
+  int dim = normalize_dim(c.attr_int("dim"), static_cast<int>(x.shape.size()), "scatter");
+  for (size_t d = 0; d < x.shape.size(); ++d) {
+    const Dim& i = idx.shape[d];
+    if (!i.is_static()) continue;
+    if (src.shape[d].is_static() && i.value() > src.shape[d].value())
+      c.fail("index " + shape_str(idx.shape) + " is larger than src " + shape_str(src.shape) + " in dim " +
+             std::to_string(d));
+    if (static_cast<int>(d) != dim && x.shape[d].is_static() && i.value() > x.shape[d].value())
+      c.fail("index " + shape_str(idx.shape) + " is larger than x " + shape_str(x.shape) + " in dim " +
+             std::to_string(d));
+  }
+  c.set_output(0, x);
+}
+
 void infer_pad(InferCtx& c) {
   const TensorType& x = c.in(0);
   auto amounts = pad_amounts(c.attr_ints("pads"), static_cast<int>(x.shape.size()));
@@ -303,6 +336,50 @@ void infer_split(InferCtx& c) {
     out[dim] = Dim(sizes[k]);
     c.set_output(static_cast<int>(k), {x.dtype, out});
   }
+}
+
+void infer_flip(InferCtx& c) {
+  const TensorType& x = c.in(0);
+  int rank = static_cast<int>(x.shape.size());
+  const auto& dims = c.attr_ints("dims");
+  std::vector<bool> seen(std::max(rank, 1), false);
+  for (int64_t d : dims) {
+    int k = wrap_dim(d, rank, "flip");
+    if (seen[k]) c.fail("dims " + Attr(dims).str() + " repeats dim " + std::to_string(k));
+    seen[k] = true;
+  }
+  c.set_output(0, x);
+}
+
+// as_strided reads x's elements in row-major order as a flat array, so every position the
+// view reaches must lie inside it; that needs x's size, hence a static input shape.
+void infer_as_strided(InferCtx& c) {
+  const TensorType& x = c.in(0);
+  const auto& size = c.attr_ints("size");
+  const auto& stride = c.attr_ints("stride");
+  int64_t offset = c.attr_int("offset");
+  if (size.size() != stride.size())
+    c.fail("size " + Attr(size).str() + " and stride " + Attr(stride).str() + " differ in length");
+  if (static_cast<int>(size.size()) > kMaxDims) c.fail("more than " + std::to_string(kMaxDims) + " dims");
+  if (offset < 0) c.fail("offset " + std::to_string(offset) + " is negative");
+  int64_t numel = 1;
+  for (const Dim& d : x.shape) {
+    if (!d.is_static()) c.fail("needs a static input shape, got " + shape_str(x.shape));
+    numel *= d.value();
+  }
+  int64_t last = offset, out_numel = 1;
+  Shape out;
+  for (size_t k = 0; k < size.size(); ++k) {
+    if (size[k] < 0 || stride[k] < 0)
+      c.fail("size " + Attr(size).str() + " and stride " + Attr(stride).str() + " must be non-negative");
+    out_numel *= size[k];
+    if (size[k] > 0) last += (size[k] - 1) * stride[k];
+    out.push_back(Dim(size[k]));
+  }
+  if (out_numel > 0 && last >= numel)
+    c.fail("the view reaches element " + std::to_string(last) + " but the input " + shape_str(x.shape) + " has " +
+           std::to_string(numel));
+  c.set_output(0, {x.dtype, out});
 }
 
 }  // namespace
@@ -363,6 +440,12 @@ void register_data_movement_ops(OpTable& t) {
   gather.infer = infer_gather;
   t.add(std::move(gather));
 
+  OpDef scatter = movement("scatter", {{"dim", integer, std::nullopt}, {"reduce", Attr::Kind::Str, Attr("none")}},
+                           "torch.scatter / scatter_add: x with src written (or added) at index along dim");
+  scatter.min_inputs = scatter.max_inputs = 3;
+  scatter.infer = infer_scatter;
+  t.add(std::move(scatter));
+
   OpDef pad = movement("pad", {{"pads", ints, std::nullopt}, {"value", Attr::Kind::Float, Attr(0.0)}},
                        "constant padding (torch order: last dim first); negative pads crop");
   pad.infer = infer_pad;
@@ -373,6 +456,17 @@ void register_data_movement_ops(OpTable& t) {
   split.num_outputs = -1;  // variadic: OpTable::infer only checks the count when >= 0
   split.infer = infer_split;
   t.add(std::move(split));
+
+  OpDef flip = movement("flip", {{"dims", ints, std::nullopt}}, "x reversed along each of dims");
+  flip.infer = infer_flip;
+  t.add(std::move(flip));
+
+  OpDef as_strided = movement("as_strided",
+                              {{"size", ints, std::nullopt}, {"stride", ints, std::nullopt},
+                               {"offset", integer, Attr(int64_t{0})}},
+                              "out[i] = flat(x)[offset + sum(i_k * stride_k)], flat(x) = x in row-major order");
+  as_strided.infer = infer_as_strided;
+  t.add(std::move(as_strided));
 }
 
 }  // namespace updraft

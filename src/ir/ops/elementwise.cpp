@@ -117,6 +117,20 @@ void register_elementwise_ops(OpTable& t) {
   add_unary(t, "reciprocal", kFloat, "1 / x");
   add_unary(t, "sin", kFloat, "sine");
   add_unary(t, "cos", kFloat, "cosine");
+  add_unary(t, "acos", kFloat, "arc cosine (NaN outside [-1, 1])");
+  add_unary(t, "acosh", kFloat, "inverse hyperbolic cosine (NaN below 1)");
+  add_unary(t, "asin", kFloat, "arc sine (NaN outside [-1, 1])");
+  add_unary(t, "asinh", kFloat, "inverse hyperbolic sine");
+  add_unary(t, "atan", kFloat, "arc tangent");
+  add_unary(t, "atanh", kFloat, "inverse hyperbolic tangent (+-inf at +-1, NaN outside)");
+  add_unary(t, "cosh", kFloat, "hyperbolic cosine");
+  add_unary(t, "sinh", kFloat, "hyperbolic sine");
+  add_unary(t, "tan", kFloat, "tangent");
+  add_unary(t, "log1p", kFloat, "log(1 + x), accurate near 0");
+  add_unary(t, "expm1", kFloat, "e^x - 1, accurate near 0");
+  add_unary(t, "log2", kFloat, "base-2 log");
+  add_unary(t, "log10", kFloat, "base-10 log");
+  add_unary(t, "exp2", kFloat, "2^x");
   add_unary(t, "floor", kFloat, "round toward -inf");
   add_unary(t, "ceil", kFloat, "round toward +inf");
   add_unary(t, "round", kFloat, "round half to even");
@@ -149,6 +163,8 @@ void register_elementwise_ops(OpTable& t) {
   add_binary(t, "pow", kFloat, "a ** b");
   add_binary(t, "remainder", kSigned, "a - b * floor(a / b) (sign of b, like Python %)");
   add_binary(t, "floor_divide", kSigned, "floor(a / b)");
+  add_binary(t, "atan2", kFloat, "angle of (b, a) in [-pi, pi], signed zeros as C atan2");
+  add_binary(t, "fmod", kFloat, "a - b * trunc(a / b) (sign of a, like C fmod)");
   for (const char* name : {"eq", "ne", "lt", "le", "gt", "ge"})
     add_binary(t, name, kAll, std::string("compare a ") + name + " b", /*bool_out=*/true);
   add_binary(t, "logical_and", {DT::boolean}, "a && b");

@@ -1,4 +1,4 @@
-// Reductions (docs/ops.md, "Reductions"): sum mean amax amin prod var argmax argmin cumsum.
+// Reductions (docs/ops.md, "Reductions"): sum mean amax amin prod var argmax argmin cumsum sort.
 #include "ir/op_table.h"
 #include "ir/ops/params.h"
 
@@ -84,6 +84,21 @@ void register_reduction_ops(OpTable& t) {
     c.set_output(0, x);
   };
   t.add(std::move(cumsum));
+
+  OpDef sort;
+  sort.name = "sort";
+  sort.attrs = {{"dim", Attr::Kind::Int, std::nullopt}, {"descending", Attr::Kind::Bool, Attr(false)}};
+  sort.dtypes = numeric;
+  sort.cls = OpClass::Reduction;
+  sort.num_outputs = 2;
+  sort.doc = "stable sort along dim: values and their i64 indices (NaN sorts above every number)";
+  sort.infer = [](InferCtx& c) {
+    const TensorType& x = c.in(0);
+    wrap_dim(c.attr_int("dim"), static_cast<int>(x.shape.size()), "sort");
+    c.set_output(0, x);
+    c.set_output(1, {DType::i64, x.shape});
+  };
+  t.add(std::move(sort));
 }
 
 }  // namespace updraft

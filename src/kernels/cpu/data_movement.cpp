@@ -9,6 +9,7 @@
 
 #include "ir/op_table.h"
 #include "ir/ops/params.h"
+#include "kernels/cpu/threads.h"
 #include "kernels/cpu/strided_copy.h"
 #include "kernels/kernel.h"
 #include "kernels/ref/ref_util.h"
@@ -16,6 +17,7 @@
 namespace updraft {
 namespace {
 using cpu::copy_strided;
+using cpu::parallel_for;
 using cpu::narrow_view;
 
 constexpr int64_t kParallelRows = 64;  // gather/embedding: fewer rows than this run serially
@@ -157,8 +159,7 @@ void embedding_fn(const TensorView* in, TensorView* out, int threads) {
   const char* src = static_cast<const char*>(w.data);
   int64_t row_bytes = d * static_cast<int64_t>(es), ws = w.strides[0] * static_cast<int64_t>(es);
   int nt = n >= kParallelRows && n * row_bytes >= (1 << 18) ? (threads > 0 ? threads : omp_get_max_threads()) : 1;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-  for (int64_t k = 0; k < n; ++k) std::memcpy(dst + k * row_bytes, src + rows[k] * ws, row_bytes);
+  parallel_for(n, nt, [&](int64_t k) { std::memcpy(dst + k * row_bytes, src + rows[k] * ws, row_bytes); });
 }
 
 KernelFactory index_select_factory() {
@@ -188,8 +189,7 @@ void gather_typed(const TensorView& x, const TensorView& idx_view, const std::ve
   const T* src = x.ptr<const T>();
   T* dst = out.ptr<T>();
   int nt = rows >= kParallelRows && out.numel() >= 65536 ? (threads > 0 ? threads : omp_get_max_threads()) : 1;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, nt, [&](int64_t r) {
     // x offset of this row, leaving out `dim` (added per element from the index).
     int64_t base = 0, rem = r;
     for (int d = rank - 2; d >= 0; --d) {
@@ -203,7 +203,7 @@ void gather_typed(const TensorView& x, const TensorView& idx_view, const std::ve
       if (dim != rank - 1 && rank) off += c * x.strides[rank - 1];
       dst[e] = src[off];
     }
-  }
+  });
 }
 
 KernelFactory gather_factory() {
@@ -224,6 +224,100 @@ KernelFactory gather_factory() {
   };
 }
 
+// scatter: out = x (one strided copy), then a serial pass over index in row-major order (the
+// order the reference and ATen's CPU kernel use, so duplicate indices resolve the same way).
+// Indices are validated before anything is written.
+template <typename T, bool kAdd>
+void scatter_typed(const TensorView& idx_view, const std::vector<int64_t>& idx, const TensorView& src, int dim,
+                   TensorView& out) {
+  int rank = out.ndim;
+  std::vector<int64_t> ostr(rank, 1), pos(rank, 0);
+  for (int d = rank - 2; d >= 0; --d) ostr[d] = ostr[d + 1] * out.sizes[d + 1];
+  T* dst = out.ptr<T>();
+  const T* s = src.ptr<const T>();
+  int64_t n = idx_view.numel();
+  int64_t base = 0, soff = 0;  // out offset without dim's term; src offset of pos
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t off = base + idx[e] * ostr[dim];
+    if constexpr (kAdd) dst[off] = static_cast<T>(dst[off] + s[soff]);
+    else dst[off] = s[soff];
+    for (int d = rank - 1; d >= 0; --d) {  // odometer step over index's shape
+      if (++pos[d] < idx_view.sizes[d]) {
+        if (d != dim) base += ostr[d];
+        soff += src.strides[d];
+        break;
+      }
+      if (d != dim) base -= (pos[d] - 1) * ostr[d];
+      soff -= (pos[d] - 1) * src.strides[d];
+      pos[d] = 0;
+    }
+  }
+}
+
+KernelFactory scatter_factory() {
+  return [](const KernelContext& ctx) {
+    int rank = static_cast<int>(ctx.in_shapes[0].size());
+    int dim = normalize_dim(ctx.node.attr("dim").i(), rank, "scatter");
+    bool add = ctx.node.attr("reduce").s() == "add";
+    int threads = ctx.num_threads;
+    return make_kernel(add ? "cpu_scatter_add" : "cpu_scatter", [=](const TensorView* in, TensorView* out) {
+      auto idx = checked_indices("scatter", in[1], in[0].sizes[dim]);
+      copy_strided(in[0], out[0], threads);
+      if (idx.empty()) return;
+      if (add) {
+        switch (in[0].dtype) {
+          case DType::f32: return scatter_typed<float, true>(in[1], idx, in[2], dim, out[0]);
+          case DType::f64: return scatter_typed<double, true>(in[1], idx, in[2], dim, out[0]);
+          case DType::i64: return scatter_typed<int64_t, true>(in[1], idx, in[2], dim, out[0]);
+          case DType::i32: return scatter_typed<int32_t, true>(in[1], idx, in[2], dim, out[0]);
+          default: throw Error("scatter", std::string("reduce=add of ") + dtype_name(in[0].dtype));
+        }
+      }
+      switch (dtype_size(in[0].dtype)) {
+        case 1: return scatter_typed<uint8_t, false>(in[1], idx, in[2], dim, out[0]);
+        case 2: return scatter_typed<uint16_t, false>(in[1], idx, in[2], dim, out[0]);
+        case 4: return scatter_typed<uint32_t, false>(in[1], idx, in[2], dim, out[0]);
+        case 8: return scatter_typed<uint64_t, false>(in[1], idx, in[2], dim, out[0]);
+        default: throw Error("scatter", std::string("unsupported dtype ") + dtype_name(in[0].dtype));
+      }
+    });
+  };
+}
+
+// A view of the input with every flipped dim read backwards (negative stride).
+KernelFactory flip_factory() {
+  return [](const KernelContext& ctx) {
+    int rank = static_cast<int>(ctx.in_shapes[0].size());
+    std::vector<bool> flipped(rank, false);
+    for (int64_t d : ctx.node.attr("dims").ints())
+      if (rank) flipped[normalize_dim(d, rank, "flip")] = true;
+    int threads = ctx.num_threads;
+    return make_kernel("cpu_flip", [flipped, threads](const TensorView* in, TensorView* out) {
+      TensorView src = in[0];
+      for (int k = 0; k < src.ndim; ++k)
+        if (flipped[k] && src.sizes[k] > 0) src = narrow_view(src, k, src.sizes[k] - 1, src.sizes[k], -1);
+      copy_strided(src, out[0], threads);
+    });
+  };
+}
+
+// The input packed contiguous (it already is unless it is a strided graph input), then read
+// through the requested sizes and strides; the shape function bounds every position.
+KernelFactory as_strided_factory() {
+  return [](const KernelContext& ctx) {
+    std::vector<int64_t> size = ctx.node.attr("size").ints(), stride = ctx.node.attr("stride").ints();
+    int64_t offset = ctx.node.attr("offset").i();
+    int threads = ctx.num_threads;
+    return make_kernel("cpu_as_strided", [=](const TensorView* in, TensorView* out) {
+      cpu::Packed packed(in[0], threads);
+      TensorView src = out[0];
+      src.data = static_cast<char*>(packed.view().data) + offset * static_cast<int64_t>(dtype_size(in[0].dtype));
+      for (size_t k = 0; k < size.size(); ++k) src.strides[k] = stride[k];
+      copy_strided(src, out[0], threads);
+    });
+  };
+}
+
 }  // namespace
 
 void register_cpu_data_movement_kernels(KernelRegistry& r) {
@@ -239,6 +333,9 @@ void register_cpu_data_movement_kernels(KernelRegistry& r) {
   r.add("embedding", Device::cpu, fn_factory("cpu_embedding_rows", embedding_fn));
   r.add("index_select", Device::cpu, index_select_factory());
   r.add("gather", Device::cpu, gather_factory());
+  r.add("scatter", Device::cpu, scatter_factory());
+  r.add("flip", Device::cpu, flip_factory());
+  r.add("as_strided", Device::cpu, as_strided_factory());
 }
 
 }  // namespace updraft

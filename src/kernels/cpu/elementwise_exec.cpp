@@ -13,11 +13,12 @@ BcastPlan make_bcast_plan(const TensorView& out, const TensorView* in, int nin, 
   UPDRAFT_CHECK(nin <= kMaxInputs, op, "has " + std::to_string(nin) + " inputs; the CPU kernels take at most " +
                                            std::to_string(kMaxInputs));
   const int r = out.ndim;
-  int64_t st[kMaxOperands][kMaxDims] = {};
+  int64_t st[kMaxOperands][kMaxDims];  // rows [0, nin] x dims [0, r) are set below
   for (int d = 0; d < r; ++d) st[0][d] = out.strides[d];
   for (int k = 0; k < nin; ++k) {
     int shift = r - in[k].ndim;
     bool ok = shift >= 0;
+    for (int d = 0; d < shift && d < r; ++d) st[k + 1][d] = 0;  // leading broadcast dims
     for (int d = 0; ok && d < in[k].ndim; ++d) {
       int64_t sz = in[k].sizes[d], want = out.sizes[d + shift];
       if (sz == want) st[k + 1][d + shift] = sz == 1 ? 0 : in[k].strides[d];
@@ -50,6 +51,7 @@ BcastPlan make_bcast_plan(const TensorView& out, const TensorView* in, int nin, 
   if (nd == 0) {  // a single element
     nd = 1;
     p.sizes[0] = 1;
+    for (int k = 0; k < p.nops; ++k) p.strides[k][0] = 0;
   }
   p.ndim = nd;
   return p;

@@ -2,9 +2,10 @@
 //
 // Every op runs 8 lanes at a time; the ragged tail of a block goes through the same vector
 // code with masked loads/stores, so an element's result never depends on its position.
-// exp/tanh/sigmoid/silu/gelu_tanh/elu use the vector polynomials of simd_f32.h (max error a few ulp, well inside
-// rtol 1e-5 / atol 1e-6 of PyTorch); erf, gelu (erf form), log, sin, cos, pow and the
-// floor-division family call the C library per element, which is accurate to < 1 ulp.
+// exp/tanh/sigmoid/silu/gelu_tanh/elu/erf/gelu use the vector polynomials of simd_f32.h (max
+// error a few ulp, well inside rtol 1e-5 / atol 1e-6 of PyTorch); log, sin, cos, pow, the inverse
+// trig/hyperbolic and log/exp variants, atan2, fmod and the floor-division family call the C
+// library per element, which is accurate to < 1 ulp.
 #include <immintrin.h>
 
 #include <cmath>
@@ -106,7 +107,7 @@ void run_block_op(EwOp op, const float* a, const float* b, const float* c, float
     case EwOp::log: return scalar1(a, d, n, [](float x) { return std::log(x); });
     case EwOp::sqrt: return map1(a, d, n, [](__m256 x) { return _mm256_sqrt_ps(x); });
     case EwOp::rsqrt: return map1(a, d, n, [&](__m256 x) { return _mm256_div_ps(one, _mm256_sqrt_ps(x)); });
-    case EwOp::erf: return scalar1(a, d, n, [](float x) { return std::erf(x); });
+    case EwOp::erf: return map1(a, d, n, simd::erf256);
     case EwOp::silu: return map1(a, d, n, [&](__m256 x) { return div_one_plus_exp_neg(x, x); });
     case EwOp::reciprocal: return map1(a, d, n, [&](__m256 x) { return _mm256_div_ps(one, x); });
     case EwOp::sin: return scalar1(a, d, n, [](float x) { return std::sin(x); });
@@ -129,8 +130,7 @@ void run_block_op(EwOp op, const float* a, const float* b, const float* c, float
         return _mm256_div_ps(_mm256_min_ps(six, _mm256_max_ps(zero, _mm256_add_ps(x, three))), six);
       });
     // x * Phi(x) = 0.5 x erfc(-x / sqrt 2): erfc keeps the negative tail accurate.
-    case EwOp::gelu:
-      return scalar1(a, d, n, [](float x) { return 0.5f * x * std::erfc(-x * static_cast<float>(M_SQRT1_2)); });
+    case EwOp::gelu: return map1(a, d, n, simd::gelu_erf256);
     // 0.5 x (1 + tanh u) == x / (1 + e^{-2u}), which has no cancellation for x << 0.
     case EwOp::gelu_tanh:
       return map1(a, d, n, [&](__m256 x) {
@@ -138,6 +138,22 @@ void run_block_op(EwOp op, const float* a, const float* b, const float* c, float
         __m256 u = _mm256_mul_ps(splat(0.7978845608028654f), _mm256_fmadd_ps(splat(0.044715f), x3, x));
         return div_one_plus_exp_neg(x, _mm256_add_ps(u, u));
       });
+    // Inverse trig/hyperbolic, log/exp variants: C library per element (< 1 ulp; a vector
+    // polynomial would need its own range reduction per function for rare ops).
+    case EwOp::acos: return scalar1(a, d, n, [](float x) { return std::acos(x); });
+    case EwOp::acosh: return scalar1(a, d, n, [](float x) { return std::acosh(x); });
+    case EwOp::asin: return scalar1(a, d, n, [](float x) { return std::asin(x); });
+    case EwOp::asinh: return scalar1(a, d, n, [](float x) { return std::asinh(x); });
+    case EwOp::atan: return scalar1(a, d, n, [](float x) { return std::atan(x); });
+    case EwOp::atanh: return scalar1(a, d, n, [](float x) { return std::atanh(x); });
+    case EwOp::cosh: return scalar1(a, d, n, [](float x) { return std::cosh(x); });
+    case EwOp::sinh: return scalar1(a, d, n, [](float x) { return std::sinh(x); });
+    case EwOp::tan: return scalar1(a, d, n, [](float x) { return std::tan(x); });
+    case EwOp::log1p: return scalar1(a, d, n, [](float x) { return std::log1p(x); });
+    case EwOp::expm1: return scalar1(a, d, n, [](float x) { return std::expm1(x); });
+    case EwOp::log2: return scalar1(a, d, n, [](float x) { return std::log2(x); });
+    case EwOp::log10: return scalar1(a, d, n, [](float x) { return std::log10(x); });
+    case EwOp::exp2: return scalar1(a, d, n, [](float x) { return std::exp2(x); });
     case EwOp::logical_not: return map1(a, d, n, [&](__m256 x) { return bool01(_mm256_cmp_ps(x, zero, _CMP_EQ_OQ)); });
     case EwOp::isnan: return map1(a, d, n, [&](__m256 x) { return bool01(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)); });
     case EwOp::leaky_relu:
@@ -157,6 +173,8 @@ void run_block_op(EwOp op, const float* a, const float* b, const float* c, float
     case EwOp::pow: return scalar2(a, b, d, n, [](float x, float y) { return std::pow(x, y); });
     case EwOp::remainder: return scalar2(a, b, d, n, py_remainder);
     case EwOp::floor_divide: return scalar2(a, b, d, n, py_floor_divide);
+    case EwOp::atan2: return scalar2(a, b, d, n, [](float y, float x) { return std::atan2(y, x); });
+    case EwOp::fmod: return scalar2(a, b, d, n, [](float x, float y) { return std::fmod(x, y); });
     case EwOp::eq: return map2(a, b, d, n, [](__m256 x, __m256 y) { return bool01(_mm256_cmp_ps(x, y, _CMP_EQ_OQ)); });
     case EwOp::ne: return map2(a, b, d, n, [](__m256 x, __m256 y) { return bool01(_mm256_cmp_ps(x, y, _CMP_NEQ_UQ)); });
     case EwOp::lt: return map2(a, b, d, n, [](__m256 x, __m256 y) { return bool01(_mm256_cmp_ps(x, y, _CMP_LT_OQ)); });

@@ -34,8 +34,10 @@ struct BcastPlan {
   int ndim = 1;
   int nops = 0;
   int64_t numel = 0;
-  int64_t sizes[kMaxDims] = {};
-  int64_t strides[kMaxOperands][kMaxDims] = {};
+  // Only sizes[0, ndim) and strides[0, nops)[0, ndim) are set: the arrays are left
+  // uninitialised because clearing all of them (about 1 KB) is a visible part of a small call.
+  int64_t sizes[kMaxDims];
+  int64_t strides[kMaxOperands][kMaxDims];
   int64_t inner() const { return sizes[ndim - 1]; }
   int64_t inner_stride(int k) const { return strides[k][ndim - 1]; }
 };
@@ -51,7 +53,24 @@ void bcast_for(const BcastPlan& p, int64_t chunk, MakeWorker make_worker) {
   const int64_t per_row = (inner + chunk - 1) / chunk;
   const int64_t items = (p.numel / inner) * per_row;
   const bool parallel = p.numel > kParallelMin && items > 1;
-#pragma omp parallel if (parallel)
+  if (!parallel) {
+    // Serial: no OpenMP region at all (even `parallel if (false)` builds a team, which costs
+    // more than a small op itself).
+    auto body = make_worker();
+    int64_t off[kMaxOperands];
+    for (int64_t it = 0; it < items; ++it) {
+      int64_t row = it / per_row, j0 = (it % per_row) * chunk;
+      for (int k = 0; k < p.nops; ++k) off[k] = j0 * p.strides[k][p.ndim - 1];
+      for (int d = p.ndim - 2; d >= 0 && row; --d) {
+        int64_t c = row % p.sizes[d];
+        row /= p.sizes[d];
+        for (int k = 0; k < p.nops; ++k) off[k] += c * p.strides[k][d];
+      }
+      body(static_cast<const int64_t*>(off), std::min(chunk, inner - j0));
+    }
+    return;
+  }
+#pragma omp parallel
   {
     auto body = make_worker();
 #pragma omp for schedule(static)

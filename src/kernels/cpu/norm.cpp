@@ -11,6 +11,7 @@
 
 #include "ir/op_table.h"
 #include "ir/ops/params.h"
+#include "kernels/cpu/threads.h"
 #include "kernels/cpu/reduce_common.h"
 #include "kernels/cpu/simd_f32.h"
 #include "kernels/cpu/strided_copy.h"
@@ -89,17 +90,15 @@ KernelFactory softmax_factory(bool log, const std::string& name) {
       Lines L(packed.view(), dim);
       int nt = threads_for(in[0].numel(), threads);
       if (L.inner == 1) {
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-        for (int64_t o = 0; o < L.outer; ++o) softmax_row(x + o * L.n, y + o * L.n, L.n, log);
+        parallel_for(L.outer, nt, [&](int64_t o) { softmax_row(x + o * L.n, y + o * L.n, L.n, log); });
         return;
       }
       int64_t chunks = (L.inner + kColChunk - 1) / kColChunk, tasks = L.outer * chunks;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-      for (int64_t t = 0; t < tasks; ++t) {
+      parallel_for(tasks, nt, [&](int64_t t) {
         int64_t o = t / chunks, i0 = (t % chunks) * kColChunk;
         int64_t off = o * L.n * L.inner + i0;
         softmax_cols(x + off, y + off, L.n, L.inner, std::min(kColChunk, L.inner - i0), log);
-      }
+      });
     });
   };
 }
@@ -143,14 +142,13 @@ KernelFactory row_norm_factory(bool center, const std::string& name) {
       const float* x = px.ptr<float>();
       float* y = out[0].ptr<float>();
       int nt = threads_for(in[0].numel(), threads);
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-      for (int64_t r = 0; r < rows; ++r) {
+      parallel_for(rows, nt, [&](int64_t r) {
         const float* xr = x + r * cols;
         float mean = center ? simd::row_mean_shifted(xr, cols) : 0.0f;
         double var = simd::row_sq_dev(xr, cols, mean) / static_cast<double>(cols);
         float rstd = static_cast<float>(1.0 / std::sqrt(var + eps));
         affine_row(xr, y + r * cols, cols, mean, rstd, w, b);
-      }
+      });
     });
   };
 }
@@ -175,8 +173,7 @@ KernelFactory batch_norm_factory() {
       Lines L(px.view(), 1);  // [N, C, spatial]
       int64_t planes = L.outer * L.n;
       int nt = threads_for(in[0].numel(), threads);
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-      for (int64_t p = 0; p < planes; ++p) {
+      parallel_for(planes, nt, [&](int64_t p) {
         int64_t c = p % L.n;
         double sc = 1.0 / std::sqrt(static_cast<double>(var[c]) + eps) * (w ? w[c] : 1.0f);
         double sh = (b ? b[c] : 0.0f) - static_cast<double>(mean[c]) * sc;
@@ -186,7 +183,7 @@ KernelFactory batch_norm_factory() {
         int64_t i = 0;
         for (; i + 8 <= L.inner; i += 8) _mm256_storeu_ps(yp + i, _mm256_fmadd_ps(_mm256_loadu_ps(xp + i), vs, vh));
         for (; i < L.inner; ++i) yp[i] = xp[i] * static_cast<float>(sc) + static_cast<float>(sh);
-      }
+      });
     });
   };
 }

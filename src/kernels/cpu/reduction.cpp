@@ -13,6 +13,7 @@
 
 #include "ir/op_table.h"
 #include "ir/ops/params.h"
+#include "kernels/cpu/threads.h"
 #include "kernels/cpu/reduce_common.h"
 #include "kernels/cpu/simd_f32.h"
 #include "kernels/cpu/strided_copy.h"
@@ -70,8 +71,7 @@ constexpr int64_t kRowBlock = 64;   // rows summed per block before joining the 
 void reduce_cols(RedOp op, const float* x, int64_t O, int64_t R, int64_t I, float* y, int threads) {
   int64_t chunks = (I + kColChunk - 1) / kColChunk, tasks = O * chunks;
   int nt = threads_for(O * R * I, threads);
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-  for (int64_t t = 0; t < tasks; ++t) {
+  parallel_for(tasks, nt, [&](int64_t t) {
     int64_t o = t / chunks, i0 = (t % chunks) * kColChunk, w = std::min(kColChunk, I - i0);
     float total[kColChunk], block[kColChunk];
     std::fill(total, total + w, identity(op));
@@ -83,7 +83,7 @@ void reduce_cols(RedOp op, const float* x, int64_t O, int64_t R, int64_t I, floa
     }
     float scale = op == RedOp::mean ? 1.0f / static_cast<float>(R) : 1.0f;
     for (int64_t i = 0; i < w; ++i) y[o * I + i] = op == RedOp::mean ? (R ? total[i] * scale : NAN) : total[i];
-  }
+  });
 }
 
 // [O, R]: rows in parallel; a few huge rows are split into chunks whose partials are joined.
@@ -91,8 +91,7 @@ void reduce_rows(RedOp op, const float* x, int64_t O, int64_t R, float* y, doubl
   int nt = threads_for(O * R, threads);
   bool split = nt > 1 && O < nt && (op == RedOp::sum || op == RedOp::mean || op == RedOp::amax || op == RedOp::amin);
   if (!split) {
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-    for (int64_t o = 0; o < O; ++o) y[o] = reduce_row(op, x + o * R, R, correction);
+    parallel_for(O, nt, [&](int64_t o) { y[o] = reduce_row(op, x + o * R, R, correction); });
     return;
   }
   RedOp part = op == RedOp::mean ? RedOp::sum : op;
@@ -202,8 +201,7 @@ KernelFactory arg_factory(bool is_max, const std::string& name) {
       const float* x = packed.ptr<float>();
       int64_t* y = out[0].ptr<int64_t>();
       int nt = threads_for(rows * n, threads);
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-      for (int64_t r = 0; r < rows; ++r) y[r] = arg_row(is_max, x + r * n, n);
+      parallel_for(rows, nt, [&](int64_t r) { y[r] = arg_row(is_max, x + r * n, n); });
     });
   };
 }
@@ -221,15 +219,14 @@ KernelFactory cumsum_factory() {
       Lines L(packed.view(), in[0].ndim ? dim : 0);
       int64_t chunks = (L.inner + kColChunk - 1) / kColChunk, tasks = L.outer * chunks;
       int nt = threads_for(in[0].numel(), threads);
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-      for (int64_t t = 0; t < tasks; ++t) {
+      parallel_for(tasks, nt, [&](int64_t t) {
         int64_t o = t / chunks, i0 = (t % chunks) * kColChunk, w = std::min(kColChunk, L.inner - i0);
         double acc[kColChunk] = {};
         for (int64_t j = 0; j < L.n; ++j) {
           int64_t base = (o * L.n + j) * L.inner + i0;
           for (int64_t i = 0; i < w; ++i) y[base + i] = static_cast<float>(acc[i] += x[base + i]);
         }
-      }
+      });
     });
   };
 }

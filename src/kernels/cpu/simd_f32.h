@@ -1,8 +1,9 @@
 // AVX2/FMA f32 building blocks (x86-64-v3, no AVX-512), shared by the elementwise, reduction,
-// norm and attention kernels: the one vector exp/expm1/tanh of the engine, horizontal ops and
+// norm and attention kernels: the one vector exp/expm1/tanh/erf of the engine, horizontal ops and
 // blocked row reductions.
 //
 //   __m256 e = simd::exp256(x);                  // < 2 ulp; overflow -> inf, underflow -> 0
+//   __m256 g = simd::gelu_erf256(x);             // x Phi(x); erf256 / erfc_pos256 likewise
 //   float s = simd::row_sum(x, n);              // blocked: error grows ~(32 + n/32)*eps, not n*eps
 //   float m = simd::row_max(x, n);              // NaN-propagating like torch.amax
 //   float z = simd::exp_shift_sum(x, m, n, y);  // y = exp(x - m) (y may be x, or null), returns the sum
@@ -36,18 +37,21 @@ inline __m256 vmin(__m256 acc, __m256 x) {
 inline float smax(float acc, float x) { return (x > acc || std::isnan(x)) ? x : acc; }
 inline float smin(float acc, float x) { return (x < acc || std::isnan(x)) ? x : acc; }
 
-// e^x. Range reduction x = n ln2 + r with ln2 split in two parts (Cody-Waite) so r is exact
-// to ~1 ulp; a degree-6 polynomial on |r| <= ln2/2 (Cephes expf coefficients) gives < 2 ulp
-// over the normal range. n = 128 (x just below the overflow threshold 88.72) is scaled in two
-// steps because 2^128 is not a finite float. Above the threshold (and +inf) the result is inf;
-// below -87.34 (where e^x is subnormal, |error| < 1.2e-38) and for -inf it is 0; NaN stays NaN.
-inline __m256 exp256(__m256 x) {
-  const __m256 hi = _mm256_set1_ps(88.72283935546875f), lo = _mm256_set1_ps(-87.33654022216797f);
+// e^(hi + lo), where lo is a small correction to hi (|lo| well below 1 ulp of hi's integer
+// part; erfc passes the rounding error of a square here). Range reduction hi = n ln2 + r with
+// ln2 split in two parts (Cody-Waite) so r is exact to ~1 ulp, then r += lo; a degree-6
+// polynomial on |r| <= ln2/2 (Cephes expf coefficients) gives < 2 ulp over the normal range.
+// n = 128 (hi just below the overflow threshold 88.72) is scaled in two steps because 2^128 is
+// not a finite float. Above the threshold (and +inf) the result is inf; below -87.34 (where
+// e^x is subnormal, |error| < 1.2e-38) and for -inf it is 0; NaN (in hi) stays NaN.
+inline __m256 exp256_split(__m256 x, __m256 lo) {
+  const __m256 hi = _mm256_set1_ps(88.72283935546875f), lo_lim = _mm256_set1_ps(-87.33654022216797f);
   const __m256 one = _mm256_set1_ps(1.0f);
-  __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+  __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo_lim), hi);
   __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  r = _mm256_add_ps(r, lo);
   __m256 y = _mm256_set1_ps(1.9875691500e-4f);
   y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
   y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
@@ -60,9 +64,12 @@ inline __m256 exp256(__m256 x) {
   __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n1), _mm256_set1_epi32(127)), 23);
   y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
   y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
-  y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
+  y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo_lim, _CMP_LT_OQ));
   return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
+
+// e^x (< 2 ulp; see exp256_split). Adding a zero correction leaves r, so the bits are exp's own.
+inline __m256 exp256(__m256 x) { return exp256_split(x, _mm256_setzero_ps()); }
 
 // e^x - 1 without the cancellation of exp(x) - 1 near 0: Taylor series to x^8 for |x| < 0.35
 // (truncation < 3e-8 relative), exp256 - 1 elsewhere.
@@ -97,6 +104,67 @@ inline __m256 tanh256(__m256 x) {
   __m256 big = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
   big = _mm256_or_ps(big, sign);
   return _mm256_blendv_ps(big, small, _mm256_cmp_ps(ax, _mm256_set1_ps(0.625f), _CMP_LT_OQ));
+}
+
+// erfc(a) for a >= 0 given a^2 as hi + lo (hi = fl(a*a), lo its rounding error, so callers
+// with a scaled argument, e.g. gelu's x / sqrt 2, can pass the square exactly). Form:
+// erfc(a) = t e^{-a^2 + P(t)}, t = 2 / (2 + a), P a degree-9 polynomial fitted (weighted least
+// squares towards minimax, our own fit) to log(erfc(a) / t) + a^2 over a in [0, 10]: relative
+// error of the formula 4.5e-8, a few ulp in f32 (the exponent is evaluated with hi and lo apart,
+// so its rounding does not grow with a^2). erfc is 0 past a ~ 9.3 (subnormal results flush);
+// +inf -> 0, NaN -> NaN.
+inline __m256 erfc_pos256(__m256 a, __m256 a2hi, __m256 a2lo) {
+  __m256 t = _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(_mm256_set1_ps(2.0f), a));
+  __m256 p = _mm256_set1_ps(0.142198269199506f);
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.666084924383831f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.1224521235275848f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.6513160333359308f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.11673226799658201f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.02016710060403518f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.028366717493640458f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.38789777227736283f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.9984927362205461f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.26544144838222f));
+  // -a^2 + P as s + err exactly (TwoSum of -hi and P), then - lo: exp256_split reduces s and
+  // adds the small rest. lo is NaN when a^2 overflows, but then s = -inf gives 0.
+  __m256 nh = _mm256_sub_ps(_mm256_setzero_ps(), a2hi);
+  __m256 sum = _mm256_add_ps(nh, p);
+  __m256 bb = _mm256_sub_ps(sum, nh);
+  __m256 err = _mm256_add_ps(_mm256_sub_ps(nh, _mm256_sub_ps(sum, bb)), _mm256_sub_ps(p, bb));
+  __m256 e = exp256_split(sum, _mm256_sub_ps(err, a2lo));
+  return _mm256_mul_ps(t, e);
+}
+
+// erf(x): x Q(x^2) for |x| < 1 (Q degree 5, our own fit, relative error 4e-8), otherwise
+// sign(x) (1 - erfc(|x|)), where erfc(|x|) <= 0.16 keeps the subtraction accurate. +-inf -> +-1.
+inline __m256 erf256(__m256 x) {
+  const __m256 signbit = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+  __m256 ax = _mm256_andnot_ps(signbit, x);
+  __m256 s = _mm256_mul_ps(x, x);
+  __m256 q = _mm256_set1_ps(-0.0005631470841746877f);
+  q = _mm256_fmadd_ps(q, s, _mm256_set1_ps(0.004917563837994291f));
+  q = _mm256_fmadd_ps(q, s, _mm256_set1_ps(-0.02671132246618345f));
+  q = _mm256_fmadd_ps(q, s, _mm256_set1_ps(0.1128018052486323f));
+  q = _mm256_fmadd_ps(q, s, _mm256_set1_ps(-0.3761232624095141f));
+  q = _mm256_fmadd_ps(q, s, _mm256_set1_ps(1.1283791225056432f));
+  __m256 small = _mm256_mul_ps(x, q);
+  __m256 big = _mm256_sub_ps(one, erfc_pos256(ax, s, _mm256_fmsub_ps(x, x, s)));
+  big = _mm256_or_ps(big, _mm256_and_ps(x, signbit));
+  return _mm256_blendv_ps(big, small, _mm256_cmp_ps(ax, one, _CMP_LT_OQ));
+}
+
+// gelu, erf form: x Phi(x) = 0.5 x erfc(-x / sqrt 2). With a = |x| / sqrt 2, erfc(-x/sqrt 2) is
+// erfc(a) for x < 0 (relative accuracy kept in the tail) and 2 - erfc(a) for x >= 0. a^2 =
+// x^2 / 2 is passed exactly (x*x split by an fma, halving is exact).
+inline __m256 gelu_erf256(__m256 x) {
+  const __m256 half = _mm256_set1_ps(0.5f);
+  __m256 ax = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+  __m256 x2 = _mm256_mul_ps(x, x);
+  __m256 c = erfc_pos256(_mm256_mul_ps(ax, _mm256_set1_ps(0.70710678118654752f)), _mm256_mul_ps(x2, half),
+                         _mm256_mul_ps(_mm256_fmsub_ps(x, x, x2), half));
+  __m256 neg = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
+  c = _mm256_blendv_ps(_mm256_sub_ps(_mm256_set1_ps(2.0f), c), c, neg);
+  return _mm256_mul_ps(_mm256_mul_ps(half, x), c);
 }
 
 // Sum of (x[i] - shift) over [0, n): four 8-lane accumulators inside blocks of 4096, blocks

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/cpu/threads.h"
 
 namespace updraft::cpu {
 namespace {
@@ -65,8 +66,7 @@ void copy_rows(const CopyPlan& p, const T* src, T* dst, int num_threads) {
   int64_t outer = 1;
   for (int d = 0; d < last; ++d) outer *= p.size[d];
   int threads = threads_for(outer * n * static_cast<int64_t>(sizeof(T)), num_threads);
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-  for (int64_t o = 0; o < outer; ++o) {
+  parallel_for(outer, threads, [&](int64_t o) {
     int64_t so, dof;
     offsets(p, outer_dims, last, o, so, dof);
     const T* s = src + so;
@@ -79,7 +79,7 @@ void copy_rows(const CopyPlan& p, const T* src, T* dst, int num_threads) {
     } else {
       for (int64_t j = 0; j < n; ++j) d[j * d1] = s[j * s1];
     }
-  }
+  });
 }
 
 // The source's unit-stride dim k is not the innermost: copy (k, last) planes tile by tile so
@@ -97,8 +97,7 @@ void copy_transposed(const CopyPlan& p, int k, const T* src, T* dst, int num_thr
   int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
   int64_t tasks = outer * row_tiles * col_tiles;
   int threads = threads_for(outer * rows * cols * static_cast<int64_t>(sizeof(T)), num_threads);
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-  for (int64_t t = 0; t < tasks; ++t) {
+  parallel_for(tasks, threads, [&](int64_t t) {
     int64_t o = t / (row_tiles * col_tiles), tile = t % (row_tiles * col_tiles);
     int64_t i0 = (tile / col_tiles) * kTile, j0 = (tile % col_tiles) * kTile;
     int64_t so, dof;
@@ -108,7 +107,7 @@ void copy_transposed(const CopyPlan& p, int k, const T* src, T* dst, int num_thr
     int64_t i1 = std::min(rows, i0 + kTile), j1 = std::min(cols, j0 + kTile);
     for (int64_t i = i0; i < i1; ++i)
       for (int64_t j = j0; j < j1; ++j) d[i * dr + j * dc] = s[i * sr + j * sc];
-  }
+  });
 }
 
 template <typename T>

@@ -33,35 +33,32 @@ constexpr const char* kOp = "conv2d";
 class ConvKernel final : public Kernel {
  public:
   void run(const TensorView* in, TensorView* out, void* scratch) const override {
+    cpu::ScopedThreads threads(threads_);
     dnnl::stream& s = thread_stream();
-    void* x = x_.get(in, scratch, kOp);
-    std::unordered_map<int, dnnl::memory> args;
-    args[DNNL_ARG_SRC] = wrap(src_md_, x);
-    args[DNNL_ARG_DST] = wrap(dst_md_, out[0].data);
-    args[DNNL_ARG_SCRATCHPAD] = wrap(pd_.scratchpad_desc(), at_offset(scratch, prim_scratch_));
-    if (packed_w_) {
-      args[DNNL_ARG_WEIGHTS] = *packed_w_;
-    } else {
+    ArgCache::Call call = args_.acquire();
+    call.set(arg_src_, x_.get(in, scratch, kOp));
+    call.set(arg_dst_, out[0].data);
+    call.set(arg_scratch_, at_offset(scratch, prim_scratch_));
+    if (!packed_w_) {  // else the prepacked constant, fixed in the cache
       void* w = w_.get(in, scratch, kOp);
       if (w_reorder_) {
         // Non-constant weights in the user layout: reorder into the primitive's layout each call.
-        dnnl::memory packed = wrap(pd_.weights_desc(), at_offset(scratch, w_packed_));
+        void* packed = at_offset(scratch, w_packed_);
         w_reorder_->execute(s, {{DNNL_ARG_FROM, wrap(w_user_md_, w)},
-                                {DNNL_ARG_TO, packed},
+                                {DNNL_ARG_TO, wrap(pd_.weights_desc(), packed)},
                                 {DNNL_ARG_SCRATCHPAD, wrap(reorder_pd_.scratchpad_desc(),
                                                            at_offset(scratch, reorder_scratch_))}});
-        args[DNNL_ARG_WEIGHTS] = packed;
+        call.set(arg_w_, packed);
       } else {
-        args[DNNL_ARG_WEIGHTS] = wrap(w_user_md_, w);
+        call.set(arg_w_, w);
       }
     }
-    if (ep_.has_bias) args[DNNL_ARG_BIAS] = wrap(bias_md_, in[ep_.bias_input].data);
-    if (residual_mode_ == ResidualMode::binary_add)
-      args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = wrap(dst_md_, res_.get(in, scratch, kOp));
+    if (arg_bias_ >= 0) call.set(arg_bias_, in[ep_.bias_input].data);
+    if (arg_res_ >= 0) call.set(arg_res_, res_.get(in, scratch, kOp));
     if (residual_mode_ == ResidualMode::sum) copy_residual_into(in[ep_.residual_input], out[0]);
-    prim_.execute(s, args);
+    call.execute(prim_, s);
     if (residual_mode_ == ResidualMode::separate) {
-      dnnl::memory dst = args[DNNL_ARG_DST];
+      const dnnl::memory& dst = call.memory(arg_dst_);
       add_.execute(s, {{DNNL_ARG_SRC_0, dst},
                        {DNNL_ARG_SRC_1, wrap(dst_md_, res_.get(in, scratch, kOp))},
                        {DNNL_ARG_DST, dst},
@@ -77,6 +74,7 @@ class ConvKernel final : public Kernel {
 
  private:
   Epilogue ep_;
+  int threads_ = 1;
   ResidualMode residual_mode_ = ResidualMode::none;
   dnnl::memory::desc src_md_, dst_md_, w_user_md_, bias_md_;
   dnnl::convolution_forward::primitive_desc pd_;
@@ -88,6 +86,8 @@ class ConvKernel final : public Kernel {
   dnnl::reorder::primitive_desc reorder_pd_;
   std::optional<dnnl::reorder> w_reorder_;  // non-constant weights whose layout differs
   DenseInput x_, w_, res_;
+  ArgCache args_;  // prim_'s execute() arguments; indices below, -1 when absent or fixed
+  int arg_src_ = -1, arg_dst_ = -1, arg_scratch_ = -1, arg_w_ = -1, arg_bias_ = -1, arg_res_ = -1;
   size_t prim_scratch_ = 0, reorder_scratch_ = 0, w_packed_ = 0, scratch_total_ = 0;
   std::string name_;
 };
@@ -107,6 +107,9 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   int64_t g = n.attr("groups").i();
   auto st = pair_attr(n, "stride"), pad = pair_attr(n, "padding"), dil = pair_attr(n, "dilation");
   int64_t O = ws[0];
+  // 2 flops per multiply-add: every output element sums C/g * kh * kw products.
+  k->threads_ = cpu::threads_for_work(2.0 * static_cast<double>(numel_of(ys)) * ws[1] * ws[2] * ws[3], ctx.num_threads);
+  cpu::ScopedThreads threads(k->threads_);  // primitives are created for the count they run with
 
   k->src_md_ = dnnl::memory::desc(dims(xs.begin(), xs.end()), dt::f32, tag::abcd);
   k->dst_md_ = dnnl::memory::desc(dims(ys.begin(), ys.end()), dt::f32, tag::abcd);
@@ -195,7 +198,16 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
     }
   }
   k->scratch_total_ = plan.total();
-  k->name_ = std::string("onednn_f32_conv2d:") + k->pd_.impl_info_str() + (k->packed_w_ ? ":prepacked" : "");
+  k->arg_src_ = k->args_.add(DNNL_ARG_SRC, k->src_md_);
+  k->arg_dst_ = k->args_.add(DNNL_ARG_DST, k->dst_md_);
+  k->arg_scratch_ = k->args_.add(DNNL_ARG_SCRATCHPAD, k->pd_.scratchpad_desc());
+  if (k->packed_w_) k->args_.add_fixed(DNNL_ARG_WEIGHTS, *k->packed_w_);
+  else k->arg_w_ = k->args_.add(DNNL_ARG_WEIGHTS, k->w_reorder_ ? w_pref : k->w_user_md_);
+  if (k->ep_.has_bias) k->arg_bias_ = k->args_.add(DNNL_ARG_BIAS, k->bias_md_);
+  if (k->residual_mode_ == ResidualMode::binary_add)
+    k->arg_res_ = k->args_.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, k->dst_md_);
+  k->name_ = std::string("onednn_f32_conv2d:") + k->pd_.impl_info_str() + (k->packed_w_ ? ":prepacked" : "") +
+             (k->threads_ == 1 ? ":1thread" : "");
   if (k->residual_mode_ == ResidualMode::separate) k->name_ += std::string("+binary_add:") + k->add_pd_.impl_info_str();
   return k;
 }

@@ -99,30 +99,26 @@ struct Operand {
 class GemmKernel final : public Kernel {
  public:
   void run(const TensorView* in, TensorView* out, void* scratch) const override {
+    cpu::ScopedThreads threads(threads_);  // see onednn_util.h
     dnnl::stream& s = thread_stream();
     void *a = nullptr, *b = nullptr;
     int va = a_.pick(in, scratch, op_, &a);
     int vb = 0;
     if (!packed_b_[va]) vb = b_.pick(in, scratch, op_, &b);
     const Variant& v = variants_[va][vb];
-    const dnnl::memory::desc *a_md = &a_.md[va], *c_md = &c_md_;
-    dnnl::memory::desc a_now, c_now;
     if (runtime_m_) {  // this call's M: x is dense [..., K], the output [..., N]
-      const int64_t M = in[0].numel() / K_;
-      a_now = dnnl::memory::desc({M, K_}, dt::f32, dims{K_, 1});
-      c_now = dnnl::memory::desc({M, N_}, dt::f32, dims{N_, 1});
-      a_md = &a_now, c_md = &c_now;
+      run_runtime_m(v, a, in, out, scratch, s);
+      return;
     }
-    std::unordered_map<int, dnnl::memory> args;
-    args[DNNL_ARG_SRC] = wrap(*a_md, a);
-    args[DNNL_ARG_WEIGHTS] = packed_b_[va] ? *packed_b_[va] : wrap(b_.md[vb], b);
-    args[DNNL_ARG_DST] = wrap(*c_md, out[0].data);
-    args[DNNL_ARG_SCRATCHPAD] = wrap(v.pd.scratchpad_desc(), at_offset(scratch, prim_scratch_));
-    if (ep_.has_bias) args[DNNL_ARG_BIAS] = wrap(bias_md_, in[ep_.bias_input].data);
-    if (v.residual == ResidualMode::binary_add)
-      args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1] = wrap(*c_md, res_.get(in, scratch, op_));
+    ArgCache::Call call = v.args.acquire();
+    call.set(v.arg_src, a);
+    if (v.arg_w >= 0) call.set(v.arg_w, b);  // else the prepacked constant, fixed in the cache
+    call.set(v.arg_dst, out[0].data);
+    call.set(v.arg_scratch, at_offset(scratch, prim_scratch_));
+    if (v.arg_bias >= 0) call.set(v.arg_bias, in[ep_.bias_input].data);
+    if (v.arg_res >= 0) call.set(v.arg_res, res_.get(in, scratch, op_));
     if (v.residual == ResidualMode::sum) copy_residual_into(in[ep_.residual_input], out[0]);
-    v.prim.execute(s, args);
+    call.execute(v.prim, s);
     s.wait();
   }
 
@@ -146,8 +142,11 @@ class GemmKernel final : public Kernel {
     dnnl::matmul::primitive_desc pd;
     dnnl::matmul prim;
     ResidualMode residual = ResidualMode::none;
+    ArgCache args;  // execute() arguments; indices below, -1 when absent or fixed
+    int arg_src = -1, arg_w = -1, arg_dst = -1, arg_scratch = -1, arg_bias = -1, arg_res = -1;
   };
   const char* op_ = "";
+  int threads_ = 1;
   Epilogue ep_;
   Operand a_, b_;
   dnnl::memory::desc c_md_, bias_md_;
@@ -157,6 +156,25 @@ class GemmKernel final : public Kernel {
   size_t prim_scratch_ = 0, scratch_total_ = 0;
   bool runtime_m_ = false;
   int64_t K_ = 0, N_ = 0;  // runtime_m_ only
+  int requested_threads_ = 0;
+
+  // Runtime M: memory objects need real dims, so this call's are made here (the ArgCache
+  // holds fixed descriptors), and the thread count follows this call's work.
+  void run_runtime_m(const Variant& v, void* a, const TensorView* in, TensorView* out, void* scratch,
+                     dnnl::stream& s) const {
+    const int64_t M = in[0].numel() / K_;
+    cpu::ScopedThreads threads(cpu::threads_for_work(2.0 * static_cast<double>(M) * N_ * K_, requested_threads_));
+    dnnl::memory::desc a_md({M, K_}, dt::f32, dims{K_, 1}), c_md({M, N_}, dt::f32, dims{N_, 1});
+    std::unordered_map<int, dnnl::memory> args;
+    args[DNNL_ARG_SRC] = wrap(a_md, a);
+    args[DNNL_ARG_WEIGHTS] = *packed_b_[0];
+    args[DNNL_ARG_DST] = wrap(c_md, out[0].data);
+    args[DNNL_ARG_SCRATCHPAD] = wrap(v.pd.scratchpad_desc(), at_offset(scratch, prim_scratch_));
+    if (ep_.has_bias) args[DNNL_ARG_BIAS] = wrap(bias_md_, in[ep_.bias_input].data);
+    if (v.residual == ResidualMode::sum) copy_residual_into(in[ep_.residual_input], out[0]);
+    v.prim.execute(s, args);
+    s.wait();
+  }
   std::string name_;
 };
 
@@ -167,6 +185,13 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
   k->runtime_m_ = runtime_m;
   k->K_ = a_dims.back();
   k->N_ = c_dims.back();
+  k->requested_threads_ = ctx.num_threads;
+  // Runtime M: the thread count is picked per call from that call's M (run_runtime_m); the
+  // primitive and the prepack get them all.
+  k->threads_ = runtime_m ? cpu::threads_for_work(1e30, ctx.num_threads)
+                          : cpu::threads_for_work(2.0 * static_cast<double>(numel_of(c_dims)) * a_dims.back(),
+                                                  ctx.num_threads);
+  cpu::ScopedThreads threads(k->threads_);
   k->ep_ = Epilogue::of(ctx.node, 2);
   // Scratch layout: [primitive scratchpad (max over variants) | staged operands, residual].
   // The staged regions are planned first, relative to 0, and shifted once the max is known.
@@ -232,6 +257,15 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
           fail_create(op, "the weight prepack reorder for " + shape_text(ctx.in_shapes[1]), e);
         }
       }
+      if (runtime_m) continue;  // run_runtime_m builds this call's arguments (memory needs real dims)
+      v.arg_src = v.args.add(DNNL_ARG_SRC, k->a_.md[va]);
+      if (b_const) v.args.add_fixed(DNNL_ARG_WEIGHTS, *k->packed_b_[va]);
+      else v.arg_w = v.args.add(DNNL_ARG_WEIGHTS, k->b_.md[vb]);
+      v.arg_dst = v.args.add(DNNL_ARG_DST, k->c_md_);
+      v.arg_scratch = v.args.add(DNNL_ARG_SCRATCHPAD, v.pd.scratchpad_desc());
+      if (k->ep_.has_bias) v.arg_bias = v.args.add(DNNL_ARG_BIAS, k->bias_md_);
+      if (v.residual == ResidualMode::binary_add)
+        v.arg_res = v.args.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, k->c_md_);
     }
   }
   size_t base = (prim_scratch + 63) / 64 * 64;
@@ -240,7 +274,7 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
   k->res_.offset += base;
   k->scratch_total_ = base + rest.total();
   k->name_ = std::string("onednn_f32_") + op + ":" + k->variants_[0][0].pd.impl_info_str() +
-             (b_const ? ":prepacked" : "") + (runtime_m ? ":runtime_m" : "");
+             (b_const ? ":prepacked" : "") + (runtime_m ? ":runtime_m" : k->threads_ == 1 ? ":1thread" : "");
   return k;
 }
 

@@ -115,6 +115,44 @@ void copy_residual_into(const TensorView& residual, const TensorView& dst) {
   else pack_dense_f32(residual, dst.ptr<float>());
 }
 
+int ArgCache::add(int id, const dnnl::memory::desc& md) {
+  specs_.push_back({id, md, std::nullopt});
+  return static_cast<int>(specs_.size()) - 1;
+}
+
+void ArgCache::add_fixed(int id, const dnnl::memory& m) { specs_.push_back({id, m.get_desc(), m}); }
+
+ArgCache::Call ArgCache::acquire() const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!pool_.empty()) {
+      std::unique_ptr<Set> set = std::move(pool_.back());
+      pool_.pop_back();
+      return Call(*this, std::move(set));
+    }
+  }
+  // A caller's first use (or more concurrent callers than before): build a set. The handles
+  // start with no data; set() points them at the call's buffers.
+  auto set = std::make_unique<Set>();
+  for (const Spec& sp : specs_) {
+    set->mem.push_back(sp.fixed ? *sp.fixed : dnnl::memory(sp.md, engine(), DNNL_MEMORY_NONE));
+    set->raw.push_back({sp.id, set->mem.back().get()});
+  }
+  return Call(*this, std::move(set));
+}
+
+ArgCache::Call::~Call() {
+  if (!set_) return;  // moved from
+  std::lock_guard<std::mutex> lock(owner_.mu_);
+  owner_.pool_.push_back(std::move(set_));
+}
+
+void ArgCache::Call::execute(const dnnl::primitive& prim, dnnl::stream& s) const {
+  dnnl::error::wrap_c_api(
+      dnnl_primitive_execute(prim.get(), s.get(), static_cast<int>(set_->raw.size()), set_->raw.data()),
+      "could not execute a primitive");
+}
+
 void fail_create(const std::string& op, const std::string& what, const dnnl::error& e) {
   throw Error(op, "oneDNN could not create " + what + ": " + e.what() +
                       " (status " + std::to_string(static_cast<int>(e.status)) + ")");

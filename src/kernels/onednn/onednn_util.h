@@ -7,11 +7,18 @@
 //  - every primitive uses scratchpad_mode::user, and its scratchpad comes out of the `scratch`
 //    argument of Kernel::run (ScratchPlan lays the regions out), so one Kernel may run on many
 //    threads at once, each thread with its own scratch;
-//  - run() allocates no data buffers. It does create a few small oneDNN handle objects per call
-//    (dnnl::memory wrappers around caller pointers, the argument map): the C++ API has no way
-//    to execute without them, and they are O(100 bytes), independent of tensor sizes.
+//  - each kernel picks its OpenMP thread count from its work (cpu::threads_for_work: small
+//    problems run on the calling thread, no fork) and sets it with cpu::ScopedThreads both
+//    while creating its primitives and in run(), since oneDNN splits work by the count it
+//    saw at creation;
+//  - run() allocates no data buffers, and reuses its oneDNN argument handles (ArgCache): the
+//    dnnl::memory objects are created once per concurrent caller and re-pointed at each call's
+//    buffers, and the primitive runs through the C API with a flat argument array.
 #pragma once
 #include <cstddef>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -19,6 +26,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "ir/graph.h"
+#include "kernels/cpu/threads.h"
 #include "kernels/kernel.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -124,6 +132,63 @@ size_t scratchpad_bytes(const PD& pd) {
 inline dnnl::memory wrap(const dnnl::memory::desc& md, const void* p) {
   return dnnl::memory(md, engine(), const_cast<void*>(p));
 }
+
+// The execute() arguments of one primitive, with the dnnl::memory handles built once and
+// re-pointed per call. Creating a dnnl::memory costs ~2,400 instructions and destroying it
+// about as much; a small linear step used 4 of them per call (measured with callgrind, see
+// benchmarks/cpp/dispatch_overhead.cpp BM_DispatchLinear).
+//
+//   ArgCache args;                                   // factory
+//   int src = args.add(DNNL_ARG_SRC, src_md);        // re-pointed per call
+//   args.add_fixed(DNNL_ARG_WEIGHTS, packed);        // same memory every call
+//   auto call = args.acquire();                      // run(): one handle set for this caller
+//   call.set(src, x);
+//   call.execute(prim, stream);
+//
+// Thread-safe: each caller leases its own handle set (popped from a small pool under a mutex,
+// or built on a caller's first use), so a Kernel may run on many threads at once.
+class ArgCache {
+  struct Set {
+    std::vector<dnnl::memory> mem;     // one per argument
+    std::vector<dnnl_exec_arg_t> raw;  // {id, handle} as the C API takes them
+  };
+
+ public:
+  ArgCache() = default;
+  ArgCache(const ArgCache&) = delete;
+  ArgCache& operator=(const ArgCache&) = delete;
+
+  // An argument whose pointer changes per call; returns its index for Call::set.
+  int add(int id, const dnnl::memory::desc& md);
+  // An argument that is the same memory on every call (e.g. prepacked weights).
+  void add_fixed(int id, const dnnl::memory& m);
+
+  class Call {
+   public:
+    Call(const ArgCache& owner, std::unique_ptr<Set> set) : owner_(owner), set_(std::move(set)) {}
+    Call(Call&&) = default;
+    ~Call();
+    void set(int k, const void* p) { set_->mem[k].set_data_handle(const_cast<void*>(p)); }
+    // The memory of argument k (e.g. to pass it to a second primitive).
+    const dnnl::memory& memory(int k) const { return set_->mem[k]; }
+    void execute(const dnnl::primitive& prim, dnnl::stream& s) const;
+
+   private:
+    const ArgCache& owner_;
+    std::unique_ptr<Set> set_;
+  };
+  Call acquire() const;
+
+ private:
+  struct Spec {
+    int id;
+    dnnl::memory::desc md;
+    std::optional<dnnl::memory> fixed;
+  };
+  std::vector<Spec> specs_;
+  mutable std::mutex mu_;
+  mutable std::vector<std::unique_ptr<Set>> pool_;
+};
 
 // Per-file registration, called by register_onednn_compute_kernels (compute.cpp).
 void register_conv(KernelRegistry& r);       // conv2d

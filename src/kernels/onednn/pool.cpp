@@ -8,8 +8,6 @@
 // while PyTorch counts only the part inside the (symmetrically) padded input: the two differ
 // exactly when ceil_mode adds right padding beyond pl, and that case is declined (the
 // reference kernel runs; the plan dump says so).
-#include <omp.h>
-
 #include "kernels/onednn/onednn_util.h"
 
 namespace updraft::onednn {
@@ -44,10 +42,13 @@ dims nchw(const std::vector<int64_t>& s) {
 class PoolKernel final : public Kernel {
  public:
   void run(const TensorView* in, TensorView* out, void* scratch) const override {
+    cpu::ScopedThreads threads(threads_);
     dnnl::stream& s = thread_stream();
-    prim_.execute(s, {{DNNL_ARG_SRC, wrap(src_md_, x_.get(in, scratch, op_))},
-                      {DNNL_ARG_DST, wrap(dst_md_, out[0].data)},
-                      {DNNL_ARG_SCRATCHPAD, wrap(pd_.scratchpad_desc(), at_offset(scratch, prim_scratch_))}});
+    ArgCache::Call call = args_.acquire();  // argument order: src, dst, scratchpad (create())
+    call.set(0, x_.get(in, scratch, op_));
+    call.set(1, out[0].data);
+    call.set(2, at_offset(scratch, prim_scratch_));
+    call.execute(prim_, s);
     s.wait();
   }
   size_t scratch_bytes() const override { return scratch_total_; }
@@ -57,6 +58,10 @@ class PoolKernel final : public Kernel {
                                         const Window& w) {
     auto k = std::make_unique<PoolKernel>();
     k->op_ = op;
+    // One window's worth of element operations per output element.
+    k->threads_ = cpu::threads_for_work(static_cast<double>(numel_of(ctx.out_shapes[0])) * w.k[0] * w.k[1],
+                                        ctx.num_threads);
+    cpu::ScopedThreads threads(k->threads_);
     dims src = nchw(ctx.in_shapes[0]), dst = nchw(ctx.out_shapes[0]);
     k->src_md_ = dnnl::memory::desc(src, dt::f32, tag::abcd);
     k->dst_md_ = dnnl::memory::desc(dst, dt::f32, tag::abcd);
@@ -77,16 +82,21 @@ class PoolKernel final : public Kernel {
     k->prim_scratch_ = plan.add(scratchpad_bytes(k->pd_));
     k->x_.plan(ctx, 0, numel_of(ctx.in_shapes[0]), plan);
     k->scratch_total_ = plan.total();
+    k->args_.add(DNNL_ARG_SRC, k->src_md_);
+    k->args_.add(DNNL_ARG_DST, k->dst_md_);
+    k->args_.add(DNNL_ARG_SCRATCHPAD, k->pd_.scratchpad_desc());
     k->name_ = std::string("onednn_f32_") + op + ":" + k->pd_.impl_info_str();
     return k;
   }
 
  private:
   const char* op_ = "";
+  int threads_ = 1;
   dnnl::memory::desc src_md_, dst_md_;
   dnnl::pooling_forward::primitive_desc pd_;
   dnnl::pooling_forward prim_;
   DenseInput x_;
+  ArgCache args_;
   size_t prim_scratch_ = 0, scratch_total_ = 0;
   std::string name_;
 };
@@ -117,6 +127,8 @@ class AdaptiveAvgKernel final : public Kernel {
   AdaptiveAvgKernel(const KernelContext& ctx) {
     dims s = nchw(ctx.in_shapes[0]), d = nchw(ctx.out_shapes[0]);
     planes_ = s[0] * s[1], H_ = s[2], W_ = s[3], OH_ = d[2], OW_ = d[3];
+    // Each output element reads about (H / OH + 1) * (W / OW + 1) inputs: count the input once.
+    threads_ = cpu::threads_for_work(static_cast<double>(planes_ * H_ * W_), ctx.num_threads);
     ScratchPlan plan;
     x_.plan(ctx, 0, numel_of(ctx.in_shapes[0]), plan);
     scratch_total_ = plan.total();
@@ -124,8 +136,7 @@ class AdaptiveAvgKernel final : public Kernel {
   void run(const TensorView* in, TensorView* out, void* scratch) const override {
     const float* x = static_cast<const float*>(x_.get(in, scratch, "adaptive_avg_pool2d"));
     float* y = out[0].ptr<float>();
-#pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < planes_; ++p) {
+    cpu::parallel_for(planes_, threads_, [&](int64_t p) {
       const float* xp = x + p * H_ * W_;
       float* yp = y + p * OH_ * OW_;
       for (int64_t oh = 0; oh < OH_; ++oh) {
@@ -138,13 +149,14 @@ class AdaptiveAvgKernel final : public Kernel {
           yp[oh * OW_ + ow] = sum / static_cast<float>((h1 - h0) * (w1 - w0));
         }
       }
-    }
+    });
   }
   size_t scratch_bytes() const override { return scratch_total_; }
   std::string name() const override { return "cpu_f32_adaptive_avg_pool2d"; }
 
  private:
   int64_t planes_, H_, W_, OH_, OW_;
+  int threads_ = 1;
   DenseInput x_;
   size_t scratch_total_ = 0;
 };

@@ -150,6 +150,46 @@ KernelFactory gather_factory() {
   };
 }
 
+// scatter: out = x, then for each position p of index in row-major order the out element at p
+// with dim replaced by index[p] receives src[p] (reduce none: later positions win) or adds it.
+KernelFactory scatter_factory() {
+  return [](const KernelContext& ctx) {
+    int rank = static_cast<int>(ctx.in_shapes[0].size());
+    int dim = normalize_dim(ctx.node.attr("dim").i(), rank, "scatter");
+    bool add = ctx.node.attr("reduce").s() == "add";
+    return make_kernel("ref_scatter", [dim, add](const TensorView* in, TensorView* out) {
+      map_copy(in[0], out[0], nullptr, [](const Index& o, Index& i) {
+        i = o;
+        return true;
+      });
+      const TensorView& idx = in[1];
+      const TensorView& src = in[2];
+      Index strides = ref::strides_of(out[0].shape());
+      size_t es = dtype_size(out[0].dtype);
+      char* dst = static_cast<char*>(out[0].data);
+      ref::for_each_index(idx.shape(), [&](const Index& p, int64_t linear) {
+        int64_t t = ref::index_at(idx, linear);
+        check_index("scatter", t, out[0].sizes[dim]);
+        int64_t off = 0;
+        for (int d = 0; d < out[0].ndim; ++d) off += (d == dim ? t : p[d]) * strides[d];
+        const char* s = ref::element_at(src, p);
+        if (!add) {
+          std::memcpy(dst + off * es, s, es);
+          return;
+        }
+        ref::dispatch_numeric(out[0].dtype, "scatter", [&](auto zero) {
+          using T = decltype(zero);
+          T a, b;
+          std::memcpy(&a, dst + off * es, sizeof(T));
+          std::memcpy(&b, s, sizeof(T));
+          a = static_cast<T>(a + b);
+          std::memcpy(dst + off * es, &a, sizeof(T));
+        });
+      });
+    });
+  };
+}
+
 KernelFactory pad_factory() {
   return [](const KernelContext& ctx) {
     int rank = static_cast<int>(ctx.in_shapes[0].size());
@@ -190,6 +230,41 @@ KernelFactory split_factory() {
   };
 }
 
+KernelFactory flip_factory() {
+  return [](const KernelContext& ctx) {
+    int rank = static_cast<int>(ctx.in_shapes[0].size());
+    std::vector<bool> flipped(rank, false);
+    for (int64_t d : ctx.node.attr("dims").ints())
+      if (rank) flipped[normalize_dim(d, rank, "flip")] = true;
+    return make_kernel("ref_flip", [flipped](const TensorView* in, TensorView* out) {
+      map_copy(in[0], out[0], nullptr, [&](const Index& o, Index& i) {
+        for (size_t k = 0; k < o.size(); ++k) i[k] = flipped[k] ? in[0].sizes[k] - 1 - o[k] : o[k];
+        return true;
+      });
+    });
+  };
+}
+
+KernelFactory as_strided_factory() {
+  return [](const KernelContext& ctx) {
+    std::vector<int64_t> stride = ctx.node.attr("stride").ints();
+    int64_t offset = ctx.node.attr("offset").i();
+    return make_kernel("ref_as_strided", [stride, offset](const TensorView* in, TensorView* out) {
+      Index shape = in[0].shape();
+      map_copy(in[0], out[0], nullptr, [&](const Index& o, Index& i) {
+        int64_t flat = offset;  // position in x's row-major order ...
+        for (size_t k = 0; k < o.size(); ++k) flat += o[k] * stride[k];
+        for (int k = in[0].ndim - 1; k >= 0; --k) {  // ... as a multi-index of x
+          i[k] = flat % shape[k];
+          flat /= shape[k];
+        }
+        check_index("as_strided", flat, 1);  // the shape function bounds it; recheck here
+        return true;
+      });
+    });
+  };
+}
+
 }  // namespace
 
 void register_ref_data_movement_kernels(KernelRegistry& r) {
@@ -202,8 +277,11 @@ void register_ref_data_movement_kernels(KernelRegistry& r) {
   r.add("embedding", Device::ref, simple("embedding", embedding_fn()));
   r.add("index_select", Device::ref, index_select_factory());
   r.add("gather", Device::ref, gather_factory());
+  r.add("scatter", Device::ref, scatter_factory());
   r.add("pad", Device::ref, pad_factory());
   r.add("split", Device::ref, split_factory());
+  r.add("flip", Device::ref, flip_factory());
+  r.add("as_strided", Device::ref, as_strided_factory());
 }
 
 }  // namespace updraft

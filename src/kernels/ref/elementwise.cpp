@@ -148,6 +148,20 @@ template <typename T> T ref_float(EwOp op, T ta, T tb, T tc) {
       r = 0.5 * a * (1.0 + std::tanh(u));
       break;
     }
+    case EwOp::acos: r = std::acos(a); break;
+    case EwOp::acosh: r = std::acosh(a); break;
+    case EwOp::asin: r = std::asin(a); break;
+    case EwOp::asinh: r = std::asinh(a); break;
+    case EwOp::atan: r = std::atan(a); break;
+    case EwOp::atanh: r = std::atanh(a); break;
+    case EwOp::cosh: r = std::cosh(a); break;
+    case EwOp::sinh: r = std::sinh(a); break;
+    case EwOp::tan: r = std::tan(a); break;
+    case EwOp::log1p: r = std::log1p(a); break;
+    case EwOp::expm1: r = std::expm1(a); break;
+    case EwOp::log2: r = std::log2(a); break;
+    case EwOp::log10: r = std::log10(a); break;
+    case EwOp::exp2: r = std::exp2(a); break;
     case EwOp::logical_not: r = a == 0.0; break;
     case EwOp::isnan: r = std::isnan(a); break;
     case EwOp::leaky_relu: r = a > 0 ? a : a * b; break;
@@ -161,6 +175,8 @@ template <typename T> T ref_float(EwOp op, T ta, T tb, T tc) {
     case EwOp::pow: r = std::pow(a, b); break;
     case EwOp::remainder: return py_remainder<T>(ta, tb);
     case EwOp::floor_divide: return py_floor_divide<T>(ta, tb);
+    case EwOp::atan2: r = std::atan2(a, b); break;
+    case EwOp::fmod: return std::fmod(ta, tb);  // exact in any precision
     case EwOp::eq: r = a == b; break;
     case EwOp::ne: r = a != b; break;
     case EwOp::lt: r = a < b; break;

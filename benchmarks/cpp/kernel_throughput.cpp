@@ -1,0 +1,153 @@
+// Kernel throughput against the machine's own ceilings: elementwise / norm kernels in GB/s
+// next to a measured memcpy bandwidth, and linear (oneDNN gemm) in GFLOP/s next to the best
+// gemm rate measured here (a large square problem).
+//
+//   cmake -S . -B build/bench -DUPDRAFT_BUILD_BENCHMARKS=ON && cmake --build build/bench -t kernel_throughput
+//   build/bench/kernel_throughput --benchmark_filter=Gelu
+//
+// Each benchmark builds one node's cpu kernel for fixed shapes (as a plan would) and calls
+// Kernel::run on preallocated buffers, so the numbers are the kernel's, not the runtime's.
+// bytes_per_second counts every input read and the output written once. BM_GeluScalarLibm is
+// the per-element C-library form the vector gelu replaced, kept as the before/after reference.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/tensor.h"
+#include "ir/graph.h"
+#include "ir/op_table.h"
+#include "kernels/kernel.h"
+
+using namespace updraft;
+
+namespace {
+
+Tensor filled(std::vector<int64_t> shape, uint32_t seed, float lo = -4.f, float hi = 4.f) {
+  Tensor t(DType::f32, std::move(shape));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) t.ptr<float>()[i] = u(rng);
+  return t;
+}
+
+// One node's cpu kernel over these inputs (constants where `constant[k]`), plus its buffers.
+struct OneKernel {
+  Graph g;
+  std::vector<Tensor> ins;
+  Tensor out, scratch;
+  std::unique_ptr<Kernel> kernel;
+  std::vector<TensorView> in_views;
+  TensorView out_view;
+
+  OneKernel(const std::string& op, std::vector<Tensor> inputs, Attrs attrs, std::vector<bool> constant = {})
+      : ins(std::move(inputs)) {
+    std::vector<Value*> vals;
+    for (size_t k = 0; k < ins.size(); ++k) {
+      bool c = k < constant.size() && constant[k];
+      vals.push_back(c ? g.add_constant("c" + std::to_string(k), ins[k])
+                       : g.add_input("x" + std::to_string(k), {DType::f32, shape_from(ins[k].shape())}));
+    }
+    Node* n = g.add_node(op, vals, std::move(attrs));
+    KernelContext ctx{*n, {}, {}, {}, 0};
+    for (size_t k = 0; k < ins.size(); ++k) {
+      ctx.in_shapes.push_back(ins[k].shape());
+      ctx.const_inputs.push_back(vals[k]->is_constant() ? &*vals[k]->constant : nullptr);
+    }
+    std::vector<int64_t> oshape = shape_values(n->output()->type.shape);
+    ctx.out_shapes.push_back(oshape);
+    kernel = KernelRegistry::get().create(ctx, Device::cpu);
+    out = Tensor(DType::f32, oshape);
+    scratch = Tensor(DType::u8, {static_cast<int64_t>(kernel->scratch_bytes()) + 64});
+    for (const Tensor& t : ins) in_views.push_back(t.view());
+    out_view = out.view();
+  }
+  void run() { kernel->run(in_views.data(), &out_view, scratch.data()); }
+};
+
+constexpr int64_t kElems = 1 << 22;  // 16 MiB per f32 tensor: well past L2
+
+void BM_Memcpy(benchmark::State& state) {
+  std::vector<float> a(kElems, 1.f), b(kElems);
+  for (auto _ : state) {
+    std::memcpy(b.data(), a.data(), kElems * sizeof(float));
+    benchmark::DoNotOptimize(b.data());
+  }
+  state.SetBytesProcessed(state.iterations() * kElems * 2 * static_cast<int64_t>(sizeof(float)));
+}
+BENCHMARK(BM_Memcpy)->UseRealTime();
+
+void unary(benchmark::State& state, const char* op, Attrs attrs = {}) {
+  OneKernel k(op, {filled({kElems}, 1)}, std::move(attrs));
+  state.SetLabel(k.kernel->name());
+  for (auto _ : state) k.run();
+  state.SetBytesProcessed(state.iterations() * kElems * 2 * static_cast<int64_t>(sizeof(float)));
+}
+void BM_Relu(benchmark::State& s) { unary(s, "relu"); }
+void BM_Exp(benchmark::State& s) { unary(s, "exp"); }
+void BM_Erf(benchmark::State& s) { unary(s, "erf"); }
+void BM_Gelu(benchmark::State& s) { unary(s, "gelu"); }
+void BM_GeluTanh(benchmark::State& s) { unary(s, "gelu", {{"approximate", "tanh"}}); }
+BENCHMARK(BM_Relu)->UseRealTime();
+BENCHMARK(BM_Exp)->UseRealTime();
+BENCHMARK(BM_Erf)->UseRealTime();
+BENCHMARK(BM_Gelu)->UseRealTime();
+BENCHMARK(BM_GeluTanh)->UseRealTime();
+
+void BM_GeluScalarLibm(benchmark::State& state) {
+  Tensor x = filled({kElems}, 1);
+  std::vector<float> y(kElems);
+  const float* px = x.ptr<float>();
+  for (auto _ : state) {
+    for (int64_t i = 0; i < kElems; ++i) y[i] = 0.5f * px[i] * std::erfc(-px[i] * static_cast<float>(M_SQRT1_2));
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * kElems * 2 * static_cast<int64_t>(sizeof(float)));
+}
+BENCHMARK(BM_GeluScalarLibm)->UseRealTime();
+
+void BM_Add(benchmark::State& state) {
+  OneKernel k("add", {filled({kElems}, 1), filled({kElems}, 2)}, {});
+  state.SetLabel(k.kernel->name());
+  for (auto _ : state) k.run();
+  state.SetBytesProcessed(state.iterations() * kElems * 3 * static_cast<int64_t>(sizeof(float)));
+}
+BENCHMARK(BM_Add)->UseRealTime();
+
+void BM_LayerNorm(benchmark::State& state) {
+  const int64_t rows = kElems / 768;
+  OneKernel k("layer_norm", {filled({rows, 768}, 1), filled({768}, 2), filled({768}, 3)},
+              {{"normalized_ndim", int64_t{1}}, {"eps", 1e-5}, {"has_weight", true}, {"has_bias", true}});
+  state.SetLabel(k.kernel->name());
+  for (auto _ : state) k.run();
+  state.SetBytesProcessed(state.iterations() * rows * 768 * 2 * static_cast<int64_t>(sizeof(float)));
+}
+BENCHMARK(BM_LayerNorm)->UseRealTime();
+
+void BM_Softmax(benchmark::State& state) {
+  const int64_t rows = kElems / 1024;
+  OneKernel k("softmax", {filled({rows, 1024}, 1)}, {{"dim", int64_t{-1}}});
+  state.SetLabel(k.kernel->name());
+  for (auto _ : state) k.run();
+  state.SetBytesProcessed(state.iterations() * rows * 1024 * 2 * static_cast<int64_t>(sizeof(float)));
+}
+BENCHMARK(BM_Softmax)->UseRealTime();
+
+// linear x [M, K] @ w[N, K]^T with a constant (prepacked) weight; GFLOP/s = 2 M N K / t.
+void BM_Linear(benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  OneKernel k("linear", {filled({M, K}, 1, -1, 1), filled({N, K}, 2, -1, 1)}, {}, {false, true});
+  state.SetLabel(k.kernel->name());
+  for (auto _ : state) k.run();
+  state.counters["GFLOPs"] = benchmark::Counter(2.0 * M * N * K * static_cast<double>(state.iterations()) / 1e9,
+                                                benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Linear)->Args({1024, 1024, 1024})->Args({128, 768, 768})->Args({1, 512, 512})->Args({64, 512, 512})
+    ->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

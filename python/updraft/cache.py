@@ -1,0 +1,149 @@
+"""The persistent compile cache: optimised engine graphs on disk, one file per partition.
+
+    torch.compile(model, backend="updraft", options={"cache_dir": "~/.cache/updraft"})
+    UPDRAFT_CACHE_DIR=~/.cache/updraft python serve.py          # the same, for every compile
+
+A partition's entry is keyed by what decides its optimised graph: the partition's aten code,
+its inputs' dtypes and (symbolic) shapes, the values of non-parameter constants, the compile
+options that change the graph, and the torch version, engine version and CPU features. Weight
+values are not part of the key and not stored: an entry holds references to the parameters and
+the recipes of the constants the passes folded from them, so a new checkpoint of the same model
+hits the cache and is refit on load. The file format is docs/format.md.
+
+Files are written to a temporary name in the same folder and renamed over the entry (atomic on
+POSIX), so a reader sees a whole old entry, a whole new one, or none; two processes writing the
+same entry at once is safe. Folders are created 0700 and files 0600. The folder is bounded
+(`cache_max_bytes`): after a write, the least recently used entries (by modification time, which
+a hit refreshes) are removed until it fits. An entry that fails to load (corrupt, truncated,
+another format or engine version) is reported once as a warning, removed, and rebuilt.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+ENV_DIR = "UPDRAFT_CACHE_DIR"
+SUFFIX = ".updraft"
+KEY_VERSION = "updraft-cache-key 1"
+
+_stats_lock = threading.Lock()
+
+
+class DiskCache:
+    """Entries under one folder; every method is safe against other processes using it."""
+
+    def __init__(self, root: str | os.PathLike, max_bytes: int) -> None:
+        self.root = Path(root).expanduser()
+        self.max_bytes = max_bytes
+        try:
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as e:
+            raise OSError(f"[updraft.cache] cannot create the cache folder {self.root}: {e}; "
+                          "set CompilerConfig(cache_dir=...) or UPDRAFT_CACHE_DIR to a writable folder") from e
+
+    def path(self, key: str) -> Path:
+        return self.root / f"{key}{SUFFIX}"
+
+    def get(self, key: str) -> Optional[bytes]:
+        p = self.path(key)
+        try:
+            data = p.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            os.utime(p)  # a hit makes the entry recently used
+        except OSError:
+            pass
+        return data
+
+    def put(self, key: str, data: bytes) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=self.root)  # mode 0600
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path(key))
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        self.evict()
+
+    def discard(self, key: str) -> None:
+        try:
+            self.path(key).unlink()
+        except FileNotFoundError:
+            pass
+
+    def entries(self) -> list[tuple[Path, int, float]]:
+        """(path, bytes, mtime) of every entry, oldest first."""
+        out = []
+        for p in self.root.glob(f"*{SUFFIX}"):
+            try:
+                st = p.stat()
+            except FileNotFoundError:
+                continue  # removed by another process meanwhile
+            out.append((p, st.st_size, st.st_mtime))
+        return sorted(out, key=lambda e: e[2])
+
+    def evict(self) -> list[Path]:
+        entries = self.entries()
+        total = sum(size for _, size, _ in entries)
+        removed = []
+        for p, size, _ in entries:
+            if total <= self.max_bytes:
+                break
+            try:
+                p.unlink()
+                removed.append(p)
+            except FileNotFoundError:
+                pass
+            total -= size
+        return removed
+
+
+def cache_for(config) -> Optional[DiskCache]:
+    """The DiskCache a config asks for (CompilerConfig.cache_dir, else UPDRAFT_CACHE_DIR), or None."""
+    root = config.cache_dir if config.cache_dir is not None else os.environ.get(ENV_DIR, "")
+    if not root:
+        return None
+    return DiskCache(root, config.cache_max_bytes)
+
+
+def _tensor_digest(t: torch.Tensor) -> str:
+    t = t.detach().contiguous()
+    if t.numel() == 0:
+        return "empty"
+    raw = t.reshape(-1).view(torch.uint8) if t.dtype != torch.bool else t.to(torch.uint8).reshape(-1)
+    return hashlib.sha256(raw.numpy().tobytes()).hexdigest()
+
+
+def partition_key(code: str, inputs: list[tuple[str, object]], options: dict, engine: str, cpu: str) -> str:
+    """sha256 over everything that decides a partition's optimised graph.
+
+    `inputs` holds one (kind, value) per placeholder: ("runtime", meta), ("param", tensor),
+    ("literal", tensor) or ("other", value). Parameters contribute dtype and shape only; literal
+    constants contribute their bytes; runtime inputs their dtype and (symbolic) shape.
+    """
+    h = hashlib.sha256()
+    h.update(f"{KEY_VERSION}\nengine {engine}\ncpu {cpu}\ntorch {torch.__version__}\n".encode())
+    h.update(repr(sorted(options.items())).encode())
+    h.update(code.encode())
+    for j, (kind, v) in enumerate(inputs):
+        if kind in ("runtime", "param"):
+            desc = f"{v.dtype} {tuple(str(s) for s in v.shape)}"
+        elif kind == "literal":
+            desc = f"{v.dtype} {tuple(v.shape)} {_tensor_digest(v)}"
+        else:
+            desc = repr(v)
+        h.update(f"\ninput {j} {kind} {desc}".encode())
+    return h.hexdigest()

@@ -1,0 +1,65 @@
+// How many OpenMP threads one kernel call uses, chosen from the call's work when the kernel is
+// built, and applied to the calling thread around both primitive creation and execution.
+//
+//   int n = cpu::threads_for_work(2.0 * M * N * K, ctx.num_threads);  // in the factory
+//   { cpu::ScopedThreads t(n); /* create the oneDNN primitive */ }
+//   void run(...) const { cpu::ScopedThreads t(threads_); prim.execute(...); }
+//
+// Why: a team of 2+ threads costs a fork/join per call, a few microseconds on an idle machine,
+// but when another process keeps the other cores busy the join waits for a thread the
+// scheduler has not run yet, up to a scheduler time slice (milliseconds) per region. Small
+// steps (an MLP layer at batch 1) therefore run on the calling thread alone: no region at all.
+// oneDNN (OpenMP build) sizes its work split from omp_get_max_threads() when a primitive is
+// created and runs `parallel(nthr, ...)` inline when nthr is 1, so the same count must be set
+// at creation and at execution. omp_set_num_threads changes the calling thread's ICV only, so
+// concurrent callers on other threads are unaffected.
+#pragma once
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace updraft::cpu {
+
+// Work (flops, or element operations for memory-bound kernels) below which a second thread
+// does not pay for its fork/join: about 25 us of AVX2/AVX-512 f32 compute on one core.
+constexpr double kMinWorkPerThread = 2.0 * 1024 * 1024;
+
+// 1 for small work, else up to `requested` threads (0: omp_get_max_threads()).
+inline int threads_for_work(double work, int requested) {
+  int max_threads = requested > 0 ? requested : omp_get_max_threads();
+  double n = work / kMinWorkPerThread;
+  if (n < 2) return 1;
+  return n >= max_threads ? max_threads : std::max(1, static_cast<int>(n));
+}
+
+// Sets the calling thread's OpenMP thread count for a scope; restores it afterwards.
+class ScopedThreads {
+ public:
+  explicit ScopedThreads(int n) : prev_(omp_get_max_threads()), n_(n) {
+    if (n_ != prev_) omp_set_num_threads(n_);
+  }
+  ~ScopedThreads() {
+    if (n_ != prev_) omp_set_num_threads(prev_);
+  }
+  ScopedThreads(const ScopedThreads&) = delete;
+  ScopedThreads& operator=(const ScopedThreads&) = delete;
+
+ private:
+  int prev_, n_;
+};
+
+// for (i = 0; i < n; ++i) f(i) over `nt` threads (static schedule). With nt <= 1 the loop runs
+// on the calling thread without entering an OpenMP region: `parallel for if (false)` still
+// builds a one-thread team per call (~1000 instructions, more than a small kernel's work).
+template <typename F>
+void parallel_for(int64_t n, int nt, F&& f) {
+  if (nt <= 1 || n <= 1) {
+    for (int64_t i = 0; i < n; ++i) f(i);
+    return;
+  }
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t i = 0; i < n; ++i) f(i);
+}
+
+}  // namespace updraft::cpu

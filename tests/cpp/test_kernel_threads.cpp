@@ -1,0 +1,72 @@
+// Thread counts per kernel (src/kernels/cpu/threads.h): the work rule, ScopedThreads restoring
+// the caller's OpenMP setting, parallel_for covering every index once on any thread count, and
+// oneDNN kernels built for one thread when their work is small (checked through the kernel
+// name) while still matching the reference.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <atomic>
+#include <vector>
+
+#include "compute_test_helpers.h"
+#include "kernels/cpu/threads.h"
+
+using namespace updraft;
+using namespace updraft::testing;
+
+namespace {
+
+TEST(KernelThreads, WorkRule) {
+  EXPECT_EQ(cpu::threads_for_work(0, 0), 1);
+  EXPECT_EQ(cpu::threads_for_work(2.0 * 512 * 512, 0), 1);  // a batch-1 Linear(512): one thread
+  EXPECT_EQ(cpu::threads_for_work(1e12, 3), 3);            // capped by the requested count
+  EXPECT_EQ(cpu::threads_for_work(1e12, 1), 1);
+  EXPECT_EQ(cpu::threads_for_work(1e12, 0), omp_get_max_threads());
+  EXPECT_EQ(cpu::threads_for_work(2.5 * cpu::kMinWorkPerThread, 8), 2);
+}
+
+TEST(KernelThreads, ScopedThreadsRestores) {
+  const int before = omp_get_max_threads();
+  {
+    cpu::ScopedThreads t(1);
+    EXPECT_EQ(omp_get_max_threads(), 1);
+    {
+      cpu::ScopedThreads u(3);
+      EXPECT_EQ(omp_get_max_threads(), 3);
+    }
+    EXPECT_EQ(omp_get_max_threads(), 1);
+  }
+  EXPECT_EQ(omp_get_max_threads(), before);
+}
+
+TEST(KernelThreads, ParallelForCoversEveryIndexOnce) {
+  for (int nt : {1, 2, 3}) {
+    for (int64_t n : {0, 1, 2, 7, 1001}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      cpu::parallel_for(n, nt, [&](int64_t i) { hits[static_cast<size_t>(i)]++; });
+      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "nt=" << nt << " n=" << n;
+    }
+  }
+}
+
+Tensor rnd(std::vector<int64_t> shape, uint32_t seed) { return random_tensor(DType::f32, std::move(shape), seed); }
+
+// A batch-1 Linear(512) runs on one thread; a large one keeps all threads (when there are
+// several). Both match the reference, also from four threads at once.
+TEST(KernelThreads, SmallOneDnnStepsRunOnOneThread) {
+  const int before = omp_get_max_threads();
+  auto small = build("linear", {input(rnd({1, 512}, 1)), constant(rnd({512, 512}, 2))}, {});
+  auto kernel = make_kernel_for(*small, Device::cpu);
+  std::string name = kernel->name();
+  EXPECT_NE(name.find(":1thread"), std::string::npos) << name;
+  run_kernel(*kernel, *small);
+  EXPECT_EQ(omp_get_max_threads(), before);  // creation and run() restore the caller's setting
+  expect_same_from_threads(*small, 5, kGemmRtol, kGemmAtol);
+
+  auto big = build("linear", {input(rnd({256, 512}, 3)), constant(rnd({512, 512}, 4))}, {});
+  name = make_kernel_for(*big, Device::cpu)->name();
+  if (omp_get_max_threads() > 1) EXPECT_EQ(name.find(":1thread"), std::string::npos) << name;
+  expect_same_from_threads(*big, 3, kGemmRtol, kGemmAtol);
+}
+
+}  // namespace

@@ -1,0 +1,255 @@
+"""The persistent compile cache (updraft/cache.py, docs/format.md): hits across compiles and
+processes, refit of a new checkpoint, defective entries rebuilt with one warning, atomic
+writes from two processes, the size bound, private files, and the key."""
+import os
+import stat
+import struct
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+import updraft
+from updraft import _C as C
+from updraft.cache import DiskCache, partition_key
+
+
+class ConvBnNet(torch.nn.Module):
+    """conv + batch norm (folded into the conv: a recorded fold) + linear with bias."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.fc = torch.nn.Linear(8 * 6 * 6, 10)
+        with torch.no_grad():  # non-trivial running statistics
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.bn(self.conv(x))).flatten(1)) * 0.5
+
+
+def _model(seed):
+    torch.manual_seed(seed)
+    return ConvBnNet().eval()
+
+
+X = torch.randn(2, 3, 6, 6, generator=torch.Generator().manual_seed(7))
+
+
+def _compile_run(model, cache_dir, **opts):
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(model, backend="updraft", options={"cache_dir": str(cache_dir), **opts})(X)
+    return out, updraft.last_report()
+
+
+def _entries(d):
+    return sorted(p for p in os.listdir(d) if p.endswith(".updraft"))
+
+
+def test_second_compile_hits_and_runs_bit_identical(tmp_path):
+    m = _model(0)
+    cold, rep = _compile_run(m, tmp_path)
+    assert [p.cache for p in rep.partitions] == ["miss, stored"], str(rep)
+    warm, rep = _compile_run(m, tmp_path)
+    assert [p.cache for p in rep.partitions] == ["hit"], str(rep)
+    assert rep.cache_hits == 1 and "compile cache: 1 hit(s)" in str(rep)
+    assert torch.equal(warm, cold)
+    with torch.no_grad():
+        torch.testing.assert_close(warm, m(X), rtol=1e-4, atol=1e-5)  # f32: oneDNN vs ATen order
+    assert len(_entries(tmp_path)) == 1
+
+
+def test_files_are_private(tmp_path):
+    d = tmp_path / "cache"
+    _compile_run(_model(0), d)
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
+    (entry,) = _entries(d)
+    assert stat.S_IMODE(os.stat(d / entry).st_mode) == 0o600
+
+
+def test_new_checkpoint_hits_and_is_refit(tmp_path):
+    _compile_run(_model(0), tmp_path)
+    other = _model(1)  # same architecture, other weights and statistics
+    got, rep = _compile_run(other, tmp_path)
+    assert [p.cache for p in rep.partitions] == ["hit"], str(rep)
+    uncached, _ = _compile_run(other, "")
+    assert torch.equal(got, uncached)  # refit replays the folds with the same kernels
+    with torch.no_grad():
+        torch.testing.assert_close(got, other(X), rtol=1e-4, atol=1e-5)
+
+
+def _fnv1a64(b):
+    h = 14695981039346656037
+    for c in b:
+        h = ((h ^ c) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def _fields(raw):
+    """The entry's fields, read as docs/format.md describes them."""
+    magic, version, n, length, checksum = struct.unpack_from("<8sIIQQ", raw)
+    assert magic == b"UPDRAFTE" and length == len(raw) - 32 and checksum == _fnv1a64(raw[32:])
+    fields, at = [], 32
+    for _ in range(n):
+        (nlen,) = struct.unpack_from("<I", raw, at)
+        name = raw[at + 4:at + 4 + nlen].decode()
+        (dlen,) = struct.unpack_from("<Q", raw, at + 4 + nlen)
+        start = at + 12 + nlen
+        fields.append((name, raw[start:start + dlen]))
+        at = start + dlen
+    return version, fields
+
+
+def _pack(version, fields):
+    payload = b"".join(struct.pack("<I", len(n)) + n.encode() + struct.pack("<Q", len(d)) + d for n, d in fields)
+    return struct.pack("<8sIIQQ", b"UPDRAFTE", version, len(fields), len(payload), _fnv1a64(payload)) + payload
+
+
+def _other_engine(raw):
+    version, fields = _fields(raw)
+    return _pack(version, [(n, b"0.0.1" if n == "engine" else d) for n, d in fields])
+
+
+DEFECTS = {
+    "flipped byte": lambda raw: raw[:len(raw) // 2] + bytes([raw[len(raw) // 2] ^ 0x10]) + raw[len(raw) // 2 + 1:],
+    "truncated": lambda raw: raw[:len(raw) * 2 // 3],
+    "empty": lambda raw: b"",
+    "other format version": lambda raw: raw[:8] + struct.pack("<I", 99) + raw[12:],
+    "other engine version": _other_engine,
+    "not an entry": lambda raw: b"#!/bin/sh\necho hello\n" * 10,
+}
+REASONS = {"flipped byte": "corrupt", "truncated": "truncated", "empty": "not an updraft cache entry",
+           "other format version": "format version 99", "other engine version": "written by engine 0.0.1",
+           "not an entry": "not an updraft cache entry"}
+
+
+@pytest.mark.parametrize("defect", sorted(DEFECTS))
+def test_defective_entry_warns_once_and_is_rebuilt(tmp_path, defect):
+    m = _model(0)
+    want, _ = _compile_run(m, tmp_path)
+    (entry,) = _entries(tmp_path)
+    path = tmp_path / entry
+    path.write_bytes(DEFECTS[defect](path.read_bytes()))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got, rep = _compile_run(m, tmp_path)
+    msgs = [str(w.message) for w in caught if "[updraft.cache]" in str(w.message)]
+    assert len(msgs) == 1 and "unusable" in msgs[0] and REASONS[defect] in msgs[0], msgs
+    assert rep.partitions[0].cache.startswith("rebuilt") and rep.partitions[0].cache.endswith("stored")
+    assert torch.equal(got, want)
+    C.read_entry_meta(path.read_bytes())  # rewritten whole
+    _, rep = _compile_run(m, tmp_path)
+    assert rep.partitions[0].cache == "hit"
+
+
+def test_size_bound_evicts_least_recently_used(tmp_path):
+    cache = DiskCache(tmp_path, max_bytes=2500)
+    for i in range(4):
+        cache.put(f"k{i}", bytes(1000))
+        os.utime(cache.path(f"k{i}"), (1000 + i, 1000 + i))  # k0 oldest
+    assert cache.get("k0") is None and cache.get("k1") is None
+    assert cache.get("k3") is not None and sum(s for _, s, _ in cache.entries()) <= 2500
+
+
+def test_cache_dir_from_environment_and_off_switch(tmp_path, monkeypatch):
+    monkeypatch.setenv("UPDRAFT_CACHE_DIR", str(tmp_path / "env"))
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(_model(0), backend="updraft")(X)
+    assert len(_entries(tmp_path / "env")) == 1
+    _, rep = _compile_run(_model(0), "")  # cache_dir="" turns it off despite the variable
+    assert rep.partitions[0].cache == ""
+    with pytest.raises(TypeError, match=r"\[updraft.config\] cache_dir"):
+        updraft.CompilerConfig(cache_dir=3)
+
+
+def test_unwritable_cache_dir_warns_and_compiles(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got, rep = _compile_run(_model(0), blocker / "cache")
+    assert any("cannot create the cache folder" in str(w.message) for w in caught)
+    assert rep.partitions[0].status == "ok" and rep.partitions[0].cache.startswith("off")
+
+
+def test_key_covers_what_decides_the_graph_but_not_weights():
+    class M:
+        def __init__(self, dtype, shape):
+            self.dtype, self.shape = dtype, shape
+
+    args = ("code", [("runtime", M(torch.float32, (2, 3))), ("param", torch.zeros(3))],
+            {"fuse": True}, "0.2.0", "avx2")
+    base = partition_key(*args)
+    assert partition_key(args[0], [args[1][0], ("param", torch.ones(3))], *args[2:]) == base  # weights
+    assert partition_key("code2", *args[1:]) != base
+    assert partition_key(args[0], [("runtime", M(torch.float64, (2, 3))), args[1][1]], *args[2:]) != base
+    assert partition_key(args[0], [args[1][0], ("param", torch.zeros(4))], *args[2:]) != base
+    assert partition_key(*args[:2], {"fuse": False}, *args[3:]) != base
+    assert partition_key(*args[:3], "0.2.1", "avx2") != base
+    lit = [args[1][0], ("literal", torch.zeros(3))]
+    assert partition_key(args[0], lit, *args[2:]) != partition_key(
+        args[0], [args[1][0], ("literal", torch.ones(3))], *args[2:])  # literal values count
+
+
+_WORKER = textwrap.dedent("""
+    import sys, torch, updraft
+    sys.path.insert(0, {here!r})
+    from test_cache import _model, X
+    with torch.no_grad():
+        out = torch.compile(_model(0), backend="updraft", options={{"cache_dir": {d!r}}})(X)
+    rep = updraft.last_report()
+    print(rep.partitions[0].cache, float(out.double().sum()))
+""")
+
+
+def test_two_processes_compiling_at_once_leave_one_valid_entry(tmp_path):
+    code = _WORKER.format(here=os.path.dirname(__file__), d=str(tmp_path))
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
+    sums = {o.split()[-1] for o, _ in outs}
+    assert len(sums) == 1
+    (entry,) = _entries(tmp_path)
+    C.read_entry_meta((tmp_path / entry).read_bytes())
+    # A third process now hits.
+    out, _ = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True).communicate(timeout=300)
+    assert out.startswith("hit") and out.split()[-1] in sums
+
+
+_WRITER = textwrap.dedent("""
+    import sys
+    from updraft.cache import DiskCache
+    cache = DiskCache({d!r}, 1 << 30)
+    data = open({src!r}, "rb").read()
+    for i in range(40):
+        cache.put("same", data)
+""")
+
+
+def test_concurrent_writers_never_expose_a_partial_entry(tmp_path):
+    _compile_run(_model(0), tmp_path / "src")
+    (entry,) = _entries(tmp_path / "src")
+    src = str(tmp_path / "src" / entry)
+    d = tmp_path / "race"
+    d.mkdir()
+    code = _WRITER.format(d=str(d), src=src)
+    procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(2)]
+    reads = 0
+    while any(p.poll() is None for p in procs):
+        try:
+            raw = (d / "same.updraft").read_bytes()
+        except FileNotFoundError:
+            continue
+        C.read_entry_meta(raw)  # raises on a partial file
+        reads += 1
+    assert all(p.returncode == 0 for p in procs)
+    assert not [p for p in os.listdir(d) if p.endswith(".tmp")]  # no temporary files left
+    C.read_entry_meta((d / "same.updraft").read_bytes())
