@@ -173,6 +173,9 @@ class EnginePartition(torch.nn.Module):
                 # New shape signature: one more plan over the same engine compile.
                 self.report.plans_built = getattr(st.cg, "plans_built", self.report.plans_built + 1)
                 self.report.plan_ms = getattr(st.cg, "total_plan_ms", 0.0)
+                self.report.plan_cpu_ms = st.cg.total_plan_cpu_ms
+                self.report.kernels_created = st.cg.kernels_created
+                self.report.kernels_reused = st.cg.kernels_reused
             outs = [torch.empty(s, dtype=d) for s, d in zip(shapes, st.out_dtypes)]
             st.cg.run(ins, outs)
             if key not in st.calls:  # later calls with this signature take the fast path

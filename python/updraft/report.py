@@ -27,6 +27,10 @@ class PartitionReport:
     engine_compiles: int = 0
     plans_built: int = 0
     plan_ms: float = 0.0  # total Plan::build time
+    plan_cpu_ms: float = 0.0  # the same in the building thread's CPU time (load does not inflate it)
+    # Kernels the plans made vs took from the compile's kernel cache (new shapes reuse most).
+    kernels_created: int = 0
+    kernels_reused: int = 0
     # Persistent compile cache: "" (off), "hit", "miss, stored", "rebuilt: <why>, stored", ...
     cache: str = ""
     cache_ms: float = 0.0  # on a hit: key + load + refit, the whole build
@@ -178,6 +182,7 @@ class Report:
                              f"{p.num_inputs} inputs, {p.num_constants} constants, {p.status}, "
                              f"lower {p.lower_ms:.1f} ms, engine compile {p.compile_ms:.1f} ms"
                              f" (x{p.engine_compiles}), {p.plans_built} plan(s) {p.plan_ms:.1f} ms"
+                             f" ({p.kernels_created} kernels made, {p.kernels_reused} reused)"
                              + (f", cache {p.cache}" if p.cache else ""))
         if any(p.cache for p in self.partitions):
             lines.append(f"  compile cache: {self.cache_hits} hit(s), {self.cache_misses} miss(es)   "
