@@ -62,9 +62,11 @@ CASES = {
     "sort_descending_stable": (lambda x: torch.sort(x, dim=0, descending=True, stable=True),
                                lambda: (torch.tensor([[1.0, 2.0], [3.0, 2.0], [1.0, float("nan")]]),), EXACT),
     "argsort": (lambda x: torch.argsort(x, -1), lambda: (r(5, 6),), EXACT),
-    "topk": (lambda x: torch.topk(x, 3, 1), lambda: (r(4, 7, 3),), EXACT),
-    "topk_smallest": (lambda x: torch.topk(x, 2, largest=False), lambda: (r(5, 6),), EXACT),
-    "topk_0d": (lambda x: torch.topk(x, 1), lambda: (torch.tensor(1.5),), EXACT),
+    # topk: the values run in the engine (ties included); the indices stay in PyTorch (below)
+    "topk": (lambda x: torch.topk(x, 3, 1).values, lambda: (r(4, 7, 3),), EXACT),
+    "topk_smallest": (lambda x: torch.topk(x, 2, largest=False).values, lambda: (r(5, 6),), EXACT),
+    "topk_0d": (lambda x: torch.topk(x, 1).values, lambda: (torch.tensor(1.5),), EXACT),
+    "topk_int_ties": (lambda i: torch.topk(i, 4, 1).values, lambda: (ints(5, 9, hi=3),), EXACT),
     # layer norm with its statistics (mean, rstd) used
     "native_layer_norm_stats": (lambda x, w, b: torch.native_layer_norm(x, (3, 8), w, b, 1e-5),
                                 lambda: (r(2, 3, 8), r(3, 8), r(3, 8)), RED),
@@ -111,3 +113,15 @@ def test_op_matches_eager(name):
     assert rep is not None and rep.num_partitions >= 1, str(rep)
     assert rep.num_fallback_compute == 0, str(rep)
     assert all(p.status == "ok" for p in rep.partitions), str(rep)
+
+
+def test_topk_indices_fall_back_and_match_eager():
+    """torch's topk orders equal values' indices its own way (a partial sort); the engine would
+    give the stable order, so a topk whose indices are used runs in PyTorch."""
+    x = torch.randint(0, 3, (5, 9))
+    with torch.no_grad():
+        got = torch.compile(lambda t: torch.topk(t, 4, 1), backend="updraft", fullgraph=True)(x)
+    want = torch.topk(x, 4, 1)
+    assert torch.equal(got.values, want.values) and torch.equal(got.indices, want.indices)
+    rep = updraft.last_report()
+    assert any("topk indices" in r for r in rep.reasons.get("aten.topk.default", [])), str(rep)
