@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import updraft
-from test_ops import ELEM, EXACT, RED, _compare, ints, pos, r
+from test_ops import ELEM, EXACT, RED, check_case, ints, pos, r
 
 
 def unit(*shape):
@@ -100,19 +100,7 @@ CASES = {
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_op_matches_eager(name):
-    fn, make_inputs, tol = CASES[name]
-    inputs = make_inputs()
-    with torch.no_grad():
-        ref = fn(*inputs)
-        compiled = torch.compile(fn, backend="updraft", fullgraph=True)
-        got = compiled(*inputs)
-        got2 = compiled(*inputs)  # second call: cached plan
-    _compare(got, ref, tol)
-    _compare(got2, ref, tol)
-    rep = updraft.last_report()
-    assert rep is not None and rep.num_partitions >= 1, str(rep)
-    assert rep.num_fallback_compute == 0, str(rep)
-    assert all(p.status == "ok" for p in rep.partitions), str(rep)
+    check_case(*CASES[name])
 
 
 def test_topk_indices_fall_back_and_match_eager():
