@@ -67,6 +67,22 @@ Dim Dim::make(Kind k, const Dim& a, const Dim& b) {
   if (k == Kind::Mul && ((a.is_static() && a.value_ == 0) || (b.is_static() && b.value_ == 0))) return Dim(0);
   if (k == Kind::FloorDiv && b.is_static() && b.value_ == 1) return a;
   if ((k == Kind::Max || k == Kind::Min) && a == b) return a;
+  // Constant offsets gather into one: ((x+2)-3)+1 -> x, (x-1)+4 -> x+3, 5+x -> x+5. Window
+  // shapes (pad, kernel, stride) build such chains, and equal sizes must compare equal.
+  if (k == Kind::Add && a.is_static()) return make(Kind::Add, b, a);
+  if ((k == Kind::Add || k == Kind::Sub) && b.is_static()) {
+    Dim base = a;
+    int64_t off = k == Kind::Add ? b.value_ : -b.value_;
+    if ((a.kind_ == Kind::Add || a.kind_ == Kind::Sub) && a.node_->b.is_static()) {
+      base = a.node_->a;
+      off += a.kind_ == Kind::Add ? a.node_->b.value_ : -a.node_->b.value_;
+    }
+    if (off == 0) return base;
+    Dim d;
+    d.kind_ = off > 0 ? Kind::Add : Kind::Sub;
+    d.node_ = std::make_shared<const Node>(Node{"", base, Dim(off > 0 ? off : -off)});
+    return d;
+  }
   Dim d;
   d.kind_ = k;
   d.node_ = std::make_shared<const Node>(Node{"", a, b});

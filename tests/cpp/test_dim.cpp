@@ -32,3 +32,17 @@ TEST(Dim, IdentitiesAndEquality) {
   (s * Dim::sym("s1") + s).collect_symbols(syms);
   EXPECT_EQ(syms, (std::vector<std::string>{"s0", "s1"}));
 }
+
+TEST(Dim, ConstantOffsetsGather) {
+  Dim s = Dim::sym("s0");
+  // A 3x3 window with padding 1 and stride 1 keeps the size: ((s0+2)-3)+1 is s0.
+  EXPECT_EQ(((s + 2) - 3) + 1, s);
+  EXPECT_EQ(((s - 1) + 4).str(), "(s0+3)");
+  EXPECT_EQ((Dim(5) + s).str(), "(s0+5)");
+  EXPECT_EQ(((s + 1) - 4).str(), "(s0-3)");
+  EXPECT_EQ(((s + 1) - 4).eval({{"s0", 10}}), 7);
+  // Two stride-2 windows reached by different paddings give one expression.
+  Dim a = floordiv((s + 2) - 3, Dim(2)) + 1, b = floordiv(s - 1, Dim(2)) + 1;
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(Dim(7) - s, Dim(7) - Dim::sym("s0"));  // a constant minus a symbol is left alone
+}
