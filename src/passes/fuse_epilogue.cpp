@@ -4,6 +4,8 @@
 // The epilogue computes act(op + bias + residual), so the stages are taken in that order
 // only: a bias after a residual, or any add after the activation, ends the chain. Each
 // intermediate must have exactly one user (the next stage) and must not be a graph output.
+// For linear/matmul, one reshape that keeps the last dim may precede the residual add or the
+// activation (the front end views [B*S, N] results back to [B, S, N]); it moves after the op.
 // A bias is a constant whose values vary along the channel dim (conv2d: [O,1,1] or [1,O,1,1])
 // or the last dim (linear/matmul: [N] or [1,..,1,N]) and whose add keeps the output's type;
 // a residual is any value already typed like the output.
@@ -97,7 +99,15 @@ Value* flat_bias(Graph& g, Value* c, Node* before) {
   return out;
 }
 
-// Rewrite op -> [add bias] -> [add residual] -> [activation] into one op with an epilogue.
+// Whether a reshape from `from` to `to` keeps the last dim (only leading dims merge or split),
+// so a per-channel epilogue means the same thing on either side of it.
+bool keeps_last_dim(const TensorType& from, const TensorType& to) {
+  return !from.shape.empty() && !to.shape.empty() && from.shape.back() == to.shape.back() &&
+         from.dtype == to.dtype;
+}
+
+// Rewrite op -> [add bias] -> [reshape] -> [add residual] -> [activation] into one op with an
+// epilogue (and the reshape after it).
 bool fuse_one(Graph& g, Node* n, std::unordered_set<const Node*>& removed) {
   if (n->outputs.size() != 1 || n->attr("activation").s() != "none") return false;
   Epilogue e;
@@ -117,9 +127,27 @@ bool fuse_one(Graph& g, Node* n, std::unordered_set<const Node*>& removed) {
       u = sole_user(g, y);
     }
   }
+  // A reshape that keeps the last dim (a linear on [B*S, K] viewed back as [B, S, N]) may sit
+  // between the op and its residual add / activation: both are elementwise, so they commute
+  // with it. The fused op then computes in its own shape, the residual is viewed to that
+  // shape, and one reshape after the fused op gives the chain's shape back.
+  Node* view = nullptr;
+  TensorType chain_t = out_t;  // the type every absorbed stage has
+  if (u && u->op_name() == "reshape" && n->op_name() != "conv2d" && keeps_last_dim(out_t, u->output()->type)) {
+    Node* after = sole_user(g, u->output());
+    Epilogue probe;
+    bool useful = after && ((!e.has_residual && add_partner(after, u->output())) ||
+                            (after->inputs.size() == 1 && activation_of(after, probe)));
+    if (useful) {
+      view = u;
+      chain_t = u->output()->type;
+      y = u->output();
+      u = after;
+    }
+  }
   if (u && !e.has_residual) {
     Value* r = add_partner(u, y);
-    if (r && r != y && r->type == out_t && u->output()->type == out_t) {
+    if (r && r != y && r->type == chain_t && u->output()->type == chain_t) {
       e.has_residual = true;
       e.residual = r;
       chain.push_back(u);
@@ -127,8 +155,9 @@ bool fuse_one(Graph& g, Node* n, std::unordered_set<const Node*>& removed) {
       u = sole_user(g, y);
     }
   }
-  if (u && u->inputs.size() == 1 && u->output()->type == out_t && activation_of(u, e)) chain.push_back(u);
+  if (u && u->inputs.size() == 1 && u->output()->type == chain_t && activation_of(u, e)) chain.push_back(u);
   if (chain.empty()) return false;
+  if (view) chain.insert(chain.begin() + (e.bias ? 1 : 0), view);
 
   std::vector<Value*> inputs = n->inputs;  // main inputs plus any bias/residual already fused
   Attrs attrs = n->attrs;
@@ -137,7 +166,13 @@ bool fuse_one(Graph& g, Node* n, std::unordered_set<const Node*>& removed) {
     attrs["has_bias"] = Attr(true);
   }
   if (e.residual) {
-    inputs.push_back(e.residual);
+    Value* r = e.residual;
+    if (view) {  // the residual in the op's own shape: a view of it, before the chain ends
+      g.set_insert_point(chain.back());
+      r = g.add_node("reshape", {r}, {{"shape", Attr::from_dims(out_t.shape)}})->output();
+      g.set_insert_point(nullptr);
+    }
+    inputs.push_back(r);
     attrs["has_residual"] = Attr(true);
   }
   if (e.activation != "none") attrs["activation"] = Attr(e.activation);
@@ -149,12 +184,14 @@ bool fuse_one(Graph& g, Node* n, std::unordered_set<const Node*>& removed) {
   // Every input exists before the chain's last node (the residual may be computed after n).
   g.set_insert_point(last);
   Node* fused = g.add_node(n->op_name(), std::move(inputs), std::move(attrs));
+  Value* result = fused->output();
+  if (view) result = g.add_node("reshape", {result}, view->attrs)->output();
   g.set_insert_point(nullptr);
-  UPDRAFT_CHECK(fused->output()->type == last->output()->type, "fuse_epilogue",
-                "fused " + n->op_name() + " is typed " + fused->output()->type.str() + ", the chain ended in " +
+  UPDRAFT_CHECK(result->type == last->output()->type, "fuse_epilogue",
+                "fused " + n->op_name() + " is typed " + result->type.str() + ", the chain ended in " +
                     last->output()->type.str() + "; this is a bug in fuse_epilogue");
-  fused->output()->name = last->output()->name;
-  g.replace_all_uses(last->output(), fused->output());
+  result->name = last->output()->name;
+  g.replace_all_uses(last->output(), result);
   for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
     removed.insert(*it);
     g.remove_node(*it);

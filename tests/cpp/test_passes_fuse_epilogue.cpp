@@ -147,3 +147,43 @@ TEST(PassFuseEpilogue, OneResidualOnly) {
   EXPECT_TRUE(g->nodes()[0]->attr("has_residual").b());
   EXPECT_EQ(fuse_epilogue(*g), false);  // a second run finds nothing more
 }
+
+TEST(PassFuseEpilogue, LooksThroughAReshapeThatKeepsTheLastDim) {
+  // The front end's linear on [B*S, K] viewed back to [B, S, N], then residual and gelu.
+  auto g = check_pass(R"(graph(%x: f32[s0, 16], %r: f32[2, (s0//2), 8]) {
+  %w = constant f32[8, 16] random(seed=1)
+  %b = constant f32[8] random(seed=2)
+  %0 = linear(%x, %w, %b) {has_bias=true}
+  %1 = reshape(%0) {shape=[2, (s0//2), 8]}
+  %2 = add(%1, %r)
+  %3 = gelu(%2)
+  return (%3)
+})", fuse_epilogue, Changed::yes, {{"s0", 6}});
+  ASSERT_EQ(ops_of(*g), "reshape linear reshape");  // the residual viewed, the op, the result viewed
+  Node* lin = g->nodes()[1];
+  EXPECT_TRUE(lin->attr("has_residual").b());
+  EXPECT_EQ(lin->attr("activation").s(), "gelu");
+  EXPECT_EQ(lin->input(3)->type.str(), "f32[s0, 8]");
+}
+
+TEST(PassFuseEpilogue, ActivationOnlyThroughAReshape) {
+  auto g = check_pass(R"(graph(%x: f32[6, 16]) {
+  %w = constant f32[32, 16] random(seed=1)
+  %0 = linear(%x, %w)
+  %1 = reshape(%0) {shape=[2, 3, 32]}
+  %2 = gelu(%1)
+  return (%2)
+})", fuse_epilogue, Changed::yes);
+  ASSERT_EQ(ops_of(*g), "linear reshape");
+  EXPECT_EQ(g->nodes()[0]->attr("activation").s(), "gelu");
+}
+
+TEST(PassFuseEpilogue, AReshapeThatMovesTheLastDimStops) {
+  check_pass(R"(graph(%x: f32[6, 16]) {
+  %w = constant f32[32, 16] random(seed=1)
+  %0 = linear(%x, %w)
+  %1 = reshape(%0) {shape=[6, 4, 8]}
+  %2 = relu(%1)
+  return (%2)
+})", fuse_epilogue, Changed::no);
+}
