@@ -41,6 +41,8 @@ NB_MODULE(_C, m) {
       nb::arg("op"), nb::arg("inputs"), nb::arg("attrs"),
       "None if the engine can run `op` on inputs [(dtype, shape)] with `attrs`; otherwise the reason.");
   m.def("op_doc", [](const std::string& op) { return OpTable::get().at(op).doc; });
+  m.def("preferred_channel_block", [] { return preferred_channel_block(); },
+        "The channel block the conv kernels prefer on this CPU (16: AVX-512, 8: AVX2, 0: none).");
   m.def("has_cpu_kernel", [](const std::string& op) { return KernelRegistry::get().has(op, Device::cpu); });
 
   py::bind_graph(m);

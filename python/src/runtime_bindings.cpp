@@ -1,4 +1,5 @@
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -24,8 +25,10 @@ CompileOptions options_from(const nb::dict& d) {
     else if (key == "num_threads") o.num_threads = nb::cast<int>(v);
     else if (key == "debug") o.debug = nb::cast<int>(v);
     else if (key == "plan_cache_size") o.plan_cache_size = nb::cast<size_t>(v);
+    else if (key == "channel_block") o.channel_block = nb::cast<int>(v);
     else throw Error("bindings", "unknown compile option '" + key +
-                                     "' (known: fold_constants, fuse, num_threads, debug, plan_cache_size)");
+                                     "' (known: fold_constants, fuse, num_threads, debug, plan_cache_size, "
+                                     "channel_block)");
   }
   return o;
 }
@@ -127,6 +130,21 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("compile_ms", &CG::compile_ms)
       .def("plan_text", &CG::plan_text, nb::arg("input_shapes"))
       .def_prop_ro("num_plans", &CG::num_plans)
+      .def("set_profiling", &CG::set_profiling, nb::arg("on"),
+           "Time every step of every plan of this graph (now and later) until switched off.")
+      .def("step_times",
+           [](const CG& cg) {
+             // [(input shapes, [(step, op, kernel, calls, total_ns), ...]), ...]
+             std::vector<std::pair<std::vector<std::vector<int64_t>>,
+                                   std::vector<std::tuple<int, std::string, std::string, int64_t, int64_t>>>>
+                 r;
+             for (const auto& [shapes, steps] : cg.step_times()) {
+               std::vector<std::tuple<int, std::string, std::string, int64_t, int64_t>> rows;
+               for (const StepTime& t : steps) rows.emplace_back(t.step, t.op, t.kernel, t.calls, t.total_ns);
+               r.emplace_back(shapes, std::move(rows));
+             }
+             return r;
+           })
       .def_prop_ro("plans_built", [](const CG& cg) { return cg.plan_stats().built; },
                    "Plans built so far (one per new input-shape signature; evicted ones count).")
       .def_prop_ro("last_plan_ms", [](const CG& cg) { return cg.plan_stats().last_ms; },

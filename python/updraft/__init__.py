@@ -48,7 +48,7 @@ try:
 except Exception:  # running from a source tree without an installed distribution
     __version__ = "0.2.0"
 
-__all__ = ["CompilerConfig", "Gear", "Report", "__version__", "explain", "get_backend", "last_report"]
+__all__ = ["CompilerConfig", "Gear", "Report", "__version__", "explain", "get_backend", "last_report", "profile"]
 
 
 def get_backend(config: CompilerConfig | None = None):
@@ -56,6 +56,14 @@ def get_backend(config: CompilerConfig | None = None):
     from .backend import get_backend as _get_backend
 
     return _get_backend(config)
+
+
+def profile(fn, *args, runs: int = 20, warmup: int = 2, **kwargs):
+    """Calls a compiled model `runs` times and returns where the engine spent its time, per op
+    and kernel (see updraft.profiler)."""
+    from .profiler import profile as _profile
+
+    return _profile(fn, *args, runs=runs, warmup=warmup, **kwargs)
 
 
 def explain(model, *inputs, config: CompilerConfig | None = None, **kwargs) -> Report:

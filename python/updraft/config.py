@@ -12,6 +12,9 @@ import os
 from typing import Any, Mapping, Optional
 
 _DEBUG_ENV = "UPDRAFT_DEBUG"
+_CONV_LAYOUT_ENV = "UPDRAFT_CONV_LAYOUT"
+# conv_layout -> the engine's channel_block option (-1: the block this CPU's kernels prefer).
+_CONV_LAYOUTS = {"auto": -1, "nchw": 0}
 
 
 def _debug_from_env() -> int:
@@ -47,6 +50,11 @@ class CompilerConfig:
         that graph runs in PyTorch, with a warning naming what changed.
     gears: updraft.Gear entries: sizes of a dynamic dim planned at compile time, with padding
         up to the next gear where the caller says it is safe (updraft/gears.py).
+    conv_layout: activation layout between convolutions. "auto" (default): channel-blocked
+        (nChw16c with AVX-512, nChw8c with AVX2) through conv chains, so oneDNN runs its direct
+        kernels, with reorders where a plain op reads them (src/passes/block_conv_layout.h);
+        "nchw": plain NCHW everywhere (oneDNN's gemm-based convolution). Defaults to the
+        environment variable UPDRAFT_CONV_LAYOUT, else "auto".
     """
 
     freeze: bool = True
@@ -61,6 +69,7 @@ class CompilerConfig:
     cache_max_bytes: int = 1 << 30
     recompile_limit: int = 8
     gears: tuple = ()
+    conv_layout: str = dataclasses.field(default_factory=lambda: os.environ.get(_CONV_LAYOUT_ENV, "auto"))
 
     def __post_init__(self) -> None:
         for name in ("freeze", "fold_constants", "fuse", "fallback"):
@@ -74,6 +83,9 @@ class CompilerConfig:
                 raise TypeError(f"[updraft.config] {name} must be an int, got {type(value).__name__} {value!r}")
             if value < low:
                 raise ValueError(f"[updraft.config] {name}={value} must be >= {low}")
+        if self.conv_layout not in _CONV_LAYOUTS:
+            raise ValueError(f"[updraft.config] conv_layout={self.conv_layout!r} is not one of "
+                             f"{sorted(_CONV_LAYOUTS)} (also checked when it comes from {_CONV_LAYOUT_ENV})")
         if self.debug > 2:
             raise ValueError(f"[updraft.config] debug={self.debug} is out of range; use 0, 1 or 2")
         if self.cache_dir is not None:
@@ -108,9 +120,10 @@ class CompilerConfig:
 
     def cache_options(self) -> dict:
         """The options that change the optimised graph (part of every compile-cache key)."""
-        return {"fold_constants": self.fold_constants, "fuse": self.fuse}
+        return {"fold_constants": self.fold_constants, "fuse": self.fuse, "conv_layout": self.conv_layout}
 
     def engine_options(self) -> dict:
         """The options dict that updraft._C.compile accepts."""
         return {"fold_constants": self.fold_constants, "fuse": self.fuse,
-                "num_threads": self.num_threads, "debug": self.debug}
+                "num_threads": self.num_threads, "debug": self.debug,
+                "channel_block": _CONV_LAYOUTS[self.conv_layout]}

@@ -24,6 +24,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
 from .cache import DiskCache, cache_for, partition_key
+from . import profiler
 from .config import CompilerConfig
 from .lowering import (TORCH_DTYPES, Lowerer, Unsupported, check_node, is_compute, meta,
                        op_name)
@@ -102,6 +103,7 @@ class EnginePartition(torch.nn.Module):
         self._lock = threading.Lock()
         out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
         self._multi = isinstance(out, (tuple, list))
+        profiler.register(self)
 
     def invalidate(self) -> None:
         """Drops the engine graph (its constants changed); the next call rebuilds it."""

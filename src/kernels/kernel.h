@@ -107,6 +107,10 @@ void register_cpu_data_movement_kernels(KernelRegistry& r);
 void register_ref_compute_kernels(KernelRegistry& r);     // conv, matmul, pooling, attention
 void register_onednn_compute_kernels(KernelRegistry& r);
 
+// The channel block the conv kernels run fastest with on this CPU (16 with AVX-512, 8 with
+// AVX2, 0 otherwise); CompileOptions::channel_block = -1 resolves to it.
+int preferred_channel_block();
+
 // Runs one node on concrete tensors (allocating contiguous outputs): used by constant folding,
 // the interpreter and tests that compare a fast kernel with the reference. `bindings` gives
 // the symbols' values when the node has symbolic attributes (reshape to [s0, -1]).

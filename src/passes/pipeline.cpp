@@ -3,9 +3,12 @@
 #include "passes/pipeline.h"
 
 #include <chrono>
+#include <functional>
+#include <string>
 
 #include "core/error.h"
 #include "ir/text.h"
+#include "passes/block_conv_layout.h"
 #include "passes/canonicalize.h"
 #include "passes/constant_fold.h"
 #include "passes/cse.h"
@@ -31,7 +34,7 @@ class PassRunner {
  public:
   PassRunner(Graph& g, const CompileOptions& opts) : g_(g), opts_(opts) {}
 
-  void operator()(const char* name, bool (*pass)(Graph&)) {
+  void operator()(const char* name, const std::function<bool(Graph&)>& pass) {
     auto t0 = std::chrono::steady_clock::now();
     PassRecord r;
     r.name = name;
@@ -39,7 +42,7 @@ class PassRunner {
     r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (opts_.debug >= 2) r.ir_after = print_graph(g_);
     records_.push_back(std::move(r));
-    if ((kDebugBuild || opts_.debug > 0) && pass != verify) {
+    if ((kDebugBuild || opts_.debug > 0) && std::string(name) != "verify") {
       try {
         verify(g_);
       } catch (const Error& e) {
@@ -71,6 +74,8 @@ std::vector<PassRecord> run_pipeline(Graph& g, const CompileOptions& opts) {
     run("fuse_epilogue", fuse_epilogue);        // bias / residual / activation into conv, linear, matmul
     run("fuse_elementwise", fuse_elementwise);  // elementwise chains -> one pass over memory
   }
+  if (opts.channel_block > 0)  // conv chains in nChw{B}c, channel_block reorders at their edges
+    run("block_conv_layout", [&](Graph& gr) { return block_conv_layout(gr, opts.channel_block); });
   run("dce", dce);        // drop nodes the rewrites orphaned
   run("verify", verify);  // what the planner receives is well-formed
   return run.take();

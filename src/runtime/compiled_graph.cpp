@@ -12,6 +12,7 @@
 #include <ctime>
 
 #include "core/error.h"
+#include "kernels/kernel.h"
 #include "passes/pipeline.h"
 #include "runtime/plan.h"
 #include "runtime/plan_cache.h"
@@ -36,10 +37,15 @@ std::string dims_str(const int64_t* s, int n) {
 
 std::shared_ptr<CompiledGraph> CompiledGraph::compile(std::unique_ptr<Graph> graph, const CompileOptions& opts) {
   UPDRAFT_CHECK(graph != nullptr, "runtime", "compile() was given no graph");
+  UPDRAFT_CHECK(opts.channel_block == -1 || opts.channel_block == 0 || opts.channel_block == 8 ||
+                    opts.channel_block == 16,
+                "runtime", "channel_block is " + std::to_string(opts.channel_block) +
+                               "; use -1 (this CPU's preference), 0 (plain NCHW), 8 or 16");
   std::shared_ptr<CompiledGraph> cg(new CompiledGraph());
   cg->opts_ = opts;
+  if (cg->opts_.channel_block < 0) cg->opts_.channel_block = preferred_channel_block();
   auto t0 = std::chrono::steady_clock::now();
-  cg->pass_log_ = run_pipeline(*graph, opts);
+  cg->pass_log_ = run_pipeline(*graph, cg->opts_);
   cg->compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   cg->graph_ = std::move(graph);
   if (opts.debug >= 1) {
@@ -91,6 +97,7 @@ std::shared_ptr<Plan> CompiledGraph::plan_for(const std::vector<std::vector<int6
   last_plan_cpu_ms_ = thread_cpu_ms() - cpu0;
   total_plan_cpu_ms_ += last_plan_cpu_ms_;
   ++plans_built_;
+  if (profiling_) plan->set_profiling(true);
   if (opts_.debug >= 2) std::fprintf(stderr, "[updraft] new plan\n%s", plan->str().c_str());
   plans_.insert(plans_.begin(), {input_shapes, plan});
   size_t cap = std::max<size_t>(opts_.plan_cache_size, 1);
@@ -110,6 +117,20 @@ PlanStats CompiledGraph::plan_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   KernelCache::Stats k = plan_cache_ ? plan_cache_->kernels.stats() : KernelCache::Stats{};
   return {plans_built_, last_plan_ms_, total_plan_ms_, k.created, k.reused, last_plan_cpu_ms_, total_plan_cpu_ms_};
+}
+
+void CompiledGraph::set_profiling(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  profiling_ = on;
+  for (auto& [shapes, plan] : plans_) plan->set_profiling(on);
+}
+
+std::vector<std::pair<std::vector<std::vector<int64_t>>, std::vector<StepTime>>> CompiledGraph::step_times()
+    const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::vector<std::vector<int64_t>>, std::vector<StepTime>>> r;
+  for (const auto& [shapes, plan] : plans_) r.emplace_back(shapes, plan->step_times());
+  return r;
 }
 
 size_t CompiledGraph::num_plans() const {

@@ -26,6 +26,9 @@ struct CompileOptions {
   int num_threads = 0;        // 0: all cores
   int debug = 0;              // UPDRAFT_DEBUG: 1 pass summary, 2 IR after each pass + plans
   size_t plan_cache_size = 16;
+  // Channel block of conv activations (passes/block_conv_layout.h): -1 the kernels' preference
+  // on this CPU (preferred_channel_block()), 0 plain NCHW, 8 or 16.
+  int channel_block = -1;
 };
 
 struct PassRecord {
@@ -36,6 +39,13 @@ struct PassRecord {
 };
 
 class Plan;        // runtime/plan.h
+
+// One plan step's accumulated time while profiling is on (CompiledGraph::set_profiling).
+struct StepTime {
+  int step = 0;
+  std::string op, kernel;  // "copy-out" / "strided_copy" for output copies
+  int64_t calls = 0, total_ns = 0;
+};
 struct PlanCache;  // runtime/plan_cache.h
 
 // Plans built over this CompiledGraph's life (evicted ones included): one per new input-shape
@@ -82,6 +92,11 @@ class CompiledGraph {
   // The memory plan and kernel schedule for one input-shape signature, as text.
   std::string plan_text(const std::vector<std::vector<int64_t>>& input_shapes);
   size_t num_plans() const;  // plans cached now (at most plan_cache_size)
+
+  // Step profiling for every plan of this graph, cached now or built later (Plan::set_profiling).
+  void set_profiling(bool on);
+  // The step times of each cached plan: (input shapes, one entry per step).
+  std::vector<std::pair<std::vector<std::vector<int64_t>>, std::vector<StepTime>>> step_times() const;
   PlanStats plan_stats() const;
 
  private:
@@ -100,6 +115,7 @@ class CompiledGraph {
   std::vector<std::pair<std::vector<std::vector<int64_t>>, std::shared_ptr<Plan>>> plans_;  // LRU, front = newest
   std::unique_ptr<PlanCache> plan_cache_;  // liveness + kernels shared by this graph's plans; guarded by mu_
   size_t plans_built_ = 0;  // guarded by mu_, like the timings
+  bool profiling_ = false;  // guarded by mu_
   double last_plan_ms_ = 0, total_plan_ms_ = 0, last_plan_cpu_ms_ = 0, total_plan_cpu_ms_ = 0;
 };
 

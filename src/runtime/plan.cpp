@@ -424,7 +424,7 @@ void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const s
       case SlotKind::Alias: st.ptrs[s] = st.ptrs[sl.index]; break;
     }
   }
-  for (const Step& step : steps_) {
+  auto run_step = [&](const Step& step) {
     TensorView* v = st.views.data() + step.view_base;
     const size_t nin = step.in_slots.size();
     for (size_t j = 0; j < nin; ++j) v[j].data = st.ptrs[step.in_slots[j]];
@@ -436,7 +436,47 @@ void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const s
       const Slot& src = slots_[step.in_slots[0]];
       copy_to_contiguous(src.kind == SlotKind::Input ? st.inputs[src.index] : v[0], v[1]);
     }
+  };
+  if (!profiling_.load(std::memory_order_relaxed)) {
+    for (const Step& step : steps_) run_step(step);
+    return;
   }
+  using clock = std::chrono::steady_clock;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const auto t0 = clock::now();
+    run_step(steps_[i]);
+    const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count();
+    step_ns_[i].fetch_add(ns, std::memory_order_relaxed);
+    step_calls_[i].fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void Plan::set_profiling(bool on) const {
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  if (on && !step_ns_) {
+    step_ns_ = std::make_unique<std::atomic<int64_t>[]>(steps_.size());
+    step_calls_ = std::make_unique<std::atomic<int64_t>[]>(steps_.size());
+    for (size_t i = 0; i < steps_.size(); ++i) step_ns_[i] = step_calls_[i] = 0;
+  }
+  profiling_.store(on, std::memory_order_release);
+}
+
+std::vector<StepTime> Plan::step_times() const {
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  std::vector<StepTime> r;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& st = steps_[i];
+    StepTime t;
+    t.step = static_cast<int>(i);
+    t.op = st.kind == Step::Kind::Kernel ? st.node->op_name() : "copy-out";
+    t.kernel = st.kind == Step::Kind::Kernel ? st.kernel->name() : "strided_copy";
+    if (step_ns_) {
+      t.calls = step_calls_[i].load(std::memory_order_relaxed);
+      t.total_ns = step_ns_[i].load(std::memory_order_relaxed);
+    }
+    r.push_back(std::move(t));
+  }
+  return r;
 }
 
 std::string Plan::str() const {

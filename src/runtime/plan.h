@@ -23,6 +23,7 @@
 // read in place. An input that is only returned as an output is copied straight from the
 // strided view.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -98,6 +99,12 @@ class Plan {
 
   std::string str() const;  // bindings, schedule (step, op, kernel, slots), memory plan
 
+  // Step profiling (updraft.profile): while on, execute() times every step with a steady
+  // clock and adds the time to that step's counters (atomics: concurrent calls are summed).
+  // Off by default; off costs one relaxed load per call.
+  void set_profiling(bool on) const;
+  std::vector<StepTime> step_times() const;  // one per step, in schedule order
+
  private:
   Plan() = default;
   std::unique_ptr<CallState> make_state() const;
@@ -113,6 +120,8 @@ class Plan {
   int num_inplace_ = 0;
   size_t num_views_ = 0;
 
+  mutable std::atomic<bool> profiling_{false};
+  mutable std::unique_ptr<std::atomic<int64_t>[]> step_ns_, step_calls_;  // made on first set_profiling(true)
   mutable std::mutex pool_mu_;
   mutable std::vector<std::unique_ptr<CallState>> pool_;
 };

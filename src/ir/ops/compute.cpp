@@ -11,6 +11,7 @@
 #include <string>
 
 #include "ir/op_table.h"
+#include "ir/ops/params.h"
 
 namespace updraft {
 
@@ -120,6 +121,8 @@ void infer_conv2d(InferCtx& c) {
   require_positive(c, out[2], "output height");
   require_positive(c, out[3], "output width");
   check_epilogue(c, 2, Dim(O), out);
+  check_channel_block(c, x, c.attr_int("src_block"), "src_block");
+  check_channel_block(c, out, c.attr_int("dst_block"), "dst_block");
   c.set_output(0, {c.in(0).dtype, out});
 }
 
@@ -257,9 +260,13 @@ void register_compute_ops(OpTable& t) {
                    concat({{"stride", K::Ints, Attr(ones)},
                            {"padding", K::Ints, Attr(zeros)},
                            {"dilation", K::Ints, Attr(ones)},
-                           {"groups", K::Int, Attr(int64_t{1})}},
+                           {"groups", K::Int, Attr(int64_t{1})},
+                           // Activation layouts (kernels/channel_block.h): 0 plain NCHW, else
+                           // nChw{B}c; the residual has dst's layout. Set by block_conv_layout.
+                           {"src_block", K::Int, Attr(int64_t{0})},
+                           {"dst_block", K::Int, Attr(int64_t{0})}},
                           epilogue_attrs()),
-                   infer_conv2d, "2-d convolution, NCHW, with a fused bias/residual/activation epilogue"));
+                   infer_conv2d, "2-d convolution, NCHW (or channel-blocked), with a fused bias/residual/activation epilogue"));
   t.add(compute_op("linear", 2, 4, epilogue_attrs(), infer_linear, "y = x @ w^T with a fused epilogue"));
   t.add(compute_op("matmul", 2, 4, epilogue_attrs(), infer_matmul,
                    "torch.matmul (batch broadcast, 1-d operands) with a fused epilogue"));

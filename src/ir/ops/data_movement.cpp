@@ -1,5 +1,5 @@
 // Data movement (docs/ops.md, "Data movement"): reshape permute slice concat expand copy
-// embedding index_select gather scatter pad split flip as_strided. Shape functions work on symbolic
+// embedding index_select gather scatter pad split flip as_strided channel_block. Shape functions work on symbolic
 // Dims; the
 // clamping/pad rules they share with the kernels live in ir/ops/params.h.
 #include <algorithm>
@@ -382,6 +382,12 @@ void infer_as_strided(InferCtx& c) {
   c.set_output(0, {x.dtype, out});
 }
 
+void infer_channel_block(InferCtx& c) {
+  check_channel_block(c, c.in(0).shape, c.attr_int("from_block"), "from_block");
+  check_channel_block(c, c.in(0).shape, c.attr_int("to_block"), "to_block");
+  c.set_output(0, c.in(0));
+}
+
 }  // namespace
 
 void register_data_movement_ops(OpTable& t) {
@@ -467,6 +473,13 @@ void register_data_movement_ops(OpTable& t) {
                               "out[i] = flat(x)[offset + sum(i_k * stride_k)], flat(x) = x in row-major order");
   as_strided.infer = infer_as_strided;
   t.add(std::move(as_strided));
+
+  OpDef channel_block = movement("channel_block",
+                                 {{"from_block", integer, std::nullopt}, {"to_block", integer, std::nullopt}},
+                                 "the same NCHW tensor re-laid from channel block from_block to to_block "
+                                 "(0: plain; kernels/channel_block.h); inserted by the block_conv_layout pass");
+  channel_block.infer = infer_channel_block;
+  t.add(std::move(channel_block));
 }
 
 }  // namespace updraft

@@ -70,4 +70,14 @@ inline std::vector<PadAmount> pad_amounts(const std::vector<int64_t>& pads, int 
   return r;
 }
 
+// A channel-blocked layout (kernels/channel_block.h) of an NCHW value: `block` is 0 (plain)
+// or must divide the static channel count. Used by channel_block and conv2d's src/dst_block.
+inline void check_channel_block(InferCtx& c, const Shape& x, int64_t block, const char* what) {
+  if (block == 0) return;
+  if (block < 0) c.fail(std::string(what) + " is " + std::to_string(block) + "; use 0 (plain) or a block size");
+  if (x.size() != 4) c.fail("x is " + shape_str(x) + "; a channel-blocked layout needs NCHW (rank 4)");
+  if (!x[1].is_static() || x[1].value() % block != 0)
+    c.fail("x has " + x[1].str() + " channels, not a multiple of " + std::string(what) + "=" + std::to_string(block));
+}
+
 }  // namespace updraft

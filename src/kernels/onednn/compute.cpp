@@ -11,6 +11,7 @@ void register_onednn_compute_kernels(KernelRegistry& r) {
   onednn::register_matmul(r);
   onednn::register_pool(r);
   onednn::register_attention(r);
+  onednn::register_layout(r);
 }
 
 }  // namespace updraft

@@ -1,9 +1,12 @@
 // conv2d on oneDNN: convolution_forward (inference) built for the concrete shapes, with the
 // epilogue fused as post-ops and constant weights prepacked once.
 //
-// Layouts: src and dst are plain NCHW (abcd) for now; the weights use format_tag::any so
-// oneDNN picks its preferred (blocked) layout. Propagating blocked activation layouts between
-// consecutive convs (no reorders at op boundaries) is future work for the layout pass.
+// Layouts: src and dst are plain NCHW (abcd) or channel-blocked nChw8c / nChw16c as the node's
+// src_block / dst_block say (set by the block_conv_layout pass, which keeps activations blocked
+// through conv chains and inserts channel_block reorders where a plain consumer needs them);
+// the residual has dst's layout. With plain src/dst oneDNN falls back to its gemm-based
+// convolution ("gemm:jit"); with blocked ones it runs its direct jit kernels. The weights use
+// format_tag::any so oneDNN picks their layout, and constant weights are reordered once.
 //
 // Residual: preferably a binary_add post-op reading the residual tensor in place. A sum
 // post-op accumulates into whatever dst already holds, so run() must first copy the residual
@@ -111,8 +114,8 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   k->threads_ = cpu::threads_for_work(2.0 * static_cast<double>(numel_of(ys)) * ws[1] * ws[2] * ws[3], ctx.num_threads);
   cpu::ScopedThreads threads(k->threads_);  // primitives are created for the count they run with
 
-  k->src_md_ = dnnl::memory::desc(dims(xs.begin(), xs.end()), dt::f32, tag::abcd);
-  k->dst_md_ = dnnl::memory::desc(dims(ys.begin(), ys.end()), dt::f32, tag::abcd);
+  k->src_md_ = dnnl::memory::desc(dims(xs.begin(), xs.end()), dt::f32, channel_block_tag(ctx.attr("src_block").i()));
+  k->dst_md_ = dnnl::memory::desc(dims(ys.begin(), ys.end()), dt::f32, channel_block_tag(ctx.attr("dst_block").i()));
   // [O, C/g, kh, kw] row-major is exactly goihw once O splits into (g, O/g).
   dims w_dims = g == 1 ? dims{ws[0], ws[1], ws[2], ws[3]} : dims{g, O / g, ws[1], ws[2], ws[3]};
   k->w_user_md_ = dnnl::memory::desc(w_dims, dt::f32, g == 1 ? tag::oihw : tag::goihw);

@@ -173,3 +173,27 @@ bool has_empty_tensor(const KernelContext& ctx) {
 }
 
 }  // namespace updraft::onednn
+
+namespace updraft::onednn {
+
+tag channel_block_tag(int64_t block) {
+  switch (block) {
+    case 0: return tag::abcd;
+    case 8: return tag::nChw8c;
+    case 16: return tag::nChw16c;
+    default: throw Error("kernels", "no oneDNN layout for channel block " + std::to_string(block) + " (use 0, 8 or 16)");
+  }
+}
+
+int preferred_channel_block() {
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  if (isa >= dnnl::cpu_isa::avx512_core) return 16;
+  if (isa >= dnnl::cpu_isa::avx2) return 8;
+  return 0;
+}
+
+}  // namespace updraft::onednn
+
+namespace updraft {
+int preferred_channel_block() { return onednn::preferred_channel_block(); }
+}  // namespace updraft

@@ -190,10 +190,18 @@ class ArgCache {
   mutable std::vector<std::unique_ptr<Set>> pool_;
 };
 
+// The oneDNN tag of an NCHW activation in channel block `block` (kernels/channel_block.h):
+// 0 abcd, 8 nChw8c, 16 nChw16c; throws Error("kernels") for other sizes.
+tag channel_block_tag(int64_t block);
+// The channel block oneDNN's direct convolutions prefer on this CPU: 16 with AVX-512, 8 with
+// AVX2, 0 (plain, no blocking) below that (updraft::preferred_channel_block, kernel.h).
+int preferred_channel_block();
+
 // Per-file registration, called by register_onednn_compute_kernels (compute.cpp).
 void register_conv(KernelRegistry& r);       // conv2d
 void register_matmul(KernelRegistry& r);     // linear, matmul
 void register_pool(KernelRegistry& r);       // max_pool2d, avg_pool2d, adaptive_avg_pool2d
 void register_attention(KernelRegistry& r);  // sdpa (blocked kernel, not a oneDNN primitive)
+void register_layout(KernelRegistry& r);     // channel_block (a oneDNN reorder)
 
 }  // namespace updraft::onednn

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "ir/op_table.h"
+#include "kernels/channel_block.h"
 #include "kernels/kernel.h"
 
 namespace updraft {
@@ -111,6 +112,7 @@ struct ConvParams {
   std::vector<int64_t> st, pad, dil;
   int64_t g = 1;
   Epilogue ep;
+  int64_t src_block = 0, dst_block = 0;  // activation layouts (kernels/channel_block.h)
 
   static ConvParams of(const Node& node) {
     auto pair = [&](const char* n) {
@@ -118,11 +120,38 @@ struct ConvParams {
       if (v.size() == 1) v.push_back(v[0]);
       return v;
     };
-    return {pair("stride"), pair("padding"), pair("dilation"), node.attr("groups").i(), Epilogue::of(node, 2)};
+    return {pair("stride"), pair("padding"), pair("dilation"), node.attr("groups").i(), Epilogue::of(node, 2),
+            node.attr("src_block").i(), node.attr("dst_block").i()};
   }
 };
 
+void ref_conv2d_plain(const TensorView* in, TensorView* out, const ConvParams& cp);
+
+// A contiguous plain copy of a channel-blocked [N, C, H, W] view, held in `buf`.
+TensorView unblocked(const TensorView& v, int64_t block, std::vector<char>& buf) {
+  buf.resize(v.nbytes());
+  channel_block_copy(v.data, buf.data(), dtype_size(v.dtype), v.sizes, block, 0);
+  return TensorView::contiguous(buf.data(), v.dtype, v.shape());
+}
+
+// Blocked activations: convert to plain, run the plain loops, block the result. Slow and
+// obviously right, which is what the oracle is for.
 void ref_conv2d(const TensorView* in, TensorView* out, const ConvParams& cp) {
+  if (cp.src_block == 0 && cp.dst_block == 0) return ref_conv2d_plain(in, out, cp);
+  std::vector<TensorView> ins(in, in + 2 + (cp.ep.has_bias ? 1 : 0) + (cp.ep.has_residual ? 1 : 0));
+  std::vector<char> xbuf, rbuf, ybuf;
+  if (cp.src_block) ins[0] = unblocked(ins[0], cp.src_block, xbuf);
+  if (cp.dst_block && cp.ep.has_residual) ins[cp.ep.residual_input] = unblocked(ins[cp.ep.residual_input], cp.dst_block, rbuf);
+  TensorView y = out[0];
+  if (cp.dst_block) {
+    ybuf.resize(y.nbytes());
+    y = TensorView::contiguous(ybuf.data(), y.dtype, y.shape());
+  }
+  ref_conv2d_plain(ins.data(), &y, cp);
+  if (cp.dst_block) channel_block_copy(ybuf.data(), out[0].data, dtype_size(y.dtype), y.sizes, 0, cp.dst_block);
+}
+
+void ref_conv2d_plain(const TensorView* in, TensorView* out, const ConvParams& cp) {
   const auto &st = cp.st, &pad = cp.pad, &dil = cp.dil;
   const Epilogue& ep = cp.ep;
   int64_t g = cp.g;

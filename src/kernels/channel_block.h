@@ -1,0 +1,39 @@
+// Channel-blocked activation layouts (nChw8c / nChw16c) used between convolutions.
+//
+// A tensor with logical shape [N, C, H, W] in block layout B (C % B == 0) stores element
+// (n, c, h, w) at ((n * C/B + c/B) * H * W + h * W + w) * B + c % B: the channels are cut into
+// groups of B and each pixel's B channels of a group lie next to each other, which is what
+// oneDNN's direct convolutions read and write (docs/ops.md, "channel_block"). B = 0 means
+// plain NCHW. The element count is unchanged (no padding), so a blocked tensor needs exactly
+// the buffer of the plain one.
+//
+//   std::vector<float> blocked(n * c * h * w);
+//   channel_block_copy(plain.data(), blocked.data(), sizeof(float), {n, c, h, w}, 0, 16);
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+namespace updraft {
+
+// Offset in elements of (n, c, h, w) in an [N, C, H, W] tensor with block `b` (0: plain).
+inline int64_t channel_block_offset(int64_t n, int64_t c, int64_t h, int64_t w, const int64_t* shape, int64_t b) {
+  const int64_t C = shape[1], H = shape[2], W = shape[3];
+  if (b == 0) return ((n * C + c) * H + h) * W + w;
+  return ((n * (C / b) + c / b) * H * W + h * W + w) * b + c % b;
+}
+
+// Copies a contiguous [N, C, H, W] tensor of `elem` bytes per element from block layout
+// `from` to `to` (either may be 0, plain). src and dst must not overlap.
+inline void channel_block_copy(const void* src, void* dst, size_t elem, const int64_t* shape, int64_t from,
+                               int64_t to) {
+  const auto* s = static_cast<const unsigned char*>(src);
+  auto* d = static_cast<unsigned char*>(dst);
+  for (int64_t n = 0; n < shape[0]; ++n)
+    for (int64_t c = 0; c < shape[1]; ++c)
+      for (int64_t h = 0; h < shape[2]; ++h)
+        for (int64_t w = 0; w < shape[3]; ++w)
+          std::memcpy(d + channel_block_offset(n, c, h, w, shape, to) * elem,
+                      s + channel_block_offset(n, c, h, w, shape, from) * elem, elem);
+}
+
+}  // namespace updraft

@@ -1,0 +1,112 @@
+#include "passes/block_conv_layout.h"
+
+#include <map>
+#include <unordered_map>
+
+#include "ir/op_table.h"
+
+namespace updraft {
+
+namespace {
+
+int64_t static_channels(const Value* v) {
+  const Shape& s = v->type.shape;
+  return s.size() == 4 && s[1].is_static() ? s[1].value() : -1;
+}
+
+// Whether oneDNN's blocked direct convolution serves this conv: f32, and groups that are 1,
+// depthwise, or whose per-group channel counts divide by the block (else a grouped conv would
+// land on a slow implementation in a blocked layout).
+bool blockable_conv(const Node& n, int64_t block) {
+  if (n.op_name() != "conv2d" || n.output(0)->type.dtype != DType::f32) return false;
+  const int64_t in_c = static_channels(n.input(0)), out_c = static_channels(n.output(0));
+  if (in_c < 0 || out_c < 0 || out_c % block != 0) return false;
+  // The src is blocked too, except a first layer with fewer channels than a block (an image):
+  // oneDNN's direct kernels read that one plain. Other channel counts would need padding.
+  if (in_c >= block && in_c % block != 0) return false;
+  const int64_t g = n.attr("groups").i();
+  if (g == 1) return true;
+  if (g == in_c && g == out_c) return true;  // depthwise
+  return (in_c / g) % block == 0 && (out_c / g) % block == 0;
+}
+
+class Rewriter {
+ public:
+  Rewriter(Graph& g, int64_t block) : g_(g), block_(block) {}
+
+  int64_t layout(const Value* v) const {
+    auto it = layout_.find(v);
+    return it == layout_.end() ? 0 : it->second;
+  }
+
+  // v in layout `want`: v itself, or a channel_block copy inserted before `before` (null: at the
+  // end), made once per (value, layout) and shared by later consumers.
+  Value* as_layout(Value* v, int64_t want, Node* before) {
+    const int64_t have = layout(v);
+    if (have == want) return v;
+    auto key = std::make_pair(v, want);
+    auto it = copies_.find(key);
+    if (it != copies_.end()) return it->second;
+    g_.set_insert_point(before);
+    Attrs a{{"from_block", Attr(have)}, {"to_block", Attr(want)}};
+    Value* r = g_.add_node("channel_block", {v}, std::move(a))->output(0);
+    g_.set_insert_point(nullptr);
+    layout_[r] = want;
+    copies_[key] = r;
+    changed_ = true;
+    return r;
+  }
+
+  void conv(Node* n) {
+    const bool blocked = blockable_conv(*n, block_);
+    const int64_t dst = blocked ? block_ : 0;
+    const int64_t src = blocked && static_channels(n->input(0)) >= block_ ? block_ : 0;
+    n->inputs[0] = as_layout(n->inputs[0], src, n);
+    if (n->attr("has_residual").b()) {
+      const size_t r = n->inputs.size() - 1;  // the residual follows x, w and the bias
+      n->inputs[r] = as_layout(n->inputs[r], dst, n);
+    }
+    if (src != 0 || dst != 0) {
+      n->attrs["src_block"] = Attr(src);
+      n->attrs["dst_block"] = Attr(dst);
+      layout_[n->output(0)] = dst;
+      changed_ = true;
+    }
+  }
+
+  void other(Node* n) {
+    for (Value*& in : n->inputs)
+      if (layout(in) != 0) in = as_layout(in, 0, n);
+  }
+
+  void outputs() {
+    std::vector<Value*> outs = g_.outputs();
+    for (Value*& o : outs)
+      if (layout(o) != 0) o = as_layout(o, 0, nullptr);
+    g_.set_outputs(outs);
+  }
+
+  bool changed() const { return changed_; }
+
+ private:
+  Graph& g_;
+  int64_t block_;
+  std::unordered_map<const Value*, int64_t> layout_;  // absent: plain
+  std::map<std::pair<Value*, int64_t>, Value*> copies_;
+  bool changed_ = false;
+};
+
+}  // namespace
+
+bool block_conv_layout(Graph& g, int block) {
+  if (block <= 0) return false;
+  Rewriter rw(g, block);
+  for (Node* n : g.nodes()) {
+    if (n->op_name() == "conv2d") rw.conv(n);
+    else rw.other(n);
+  }
+  rw.outputs();
+  return rw.changed();
+}
+
+}  // namespace updraft

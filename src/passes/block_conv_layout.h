@@ -1,0 +1,25 @@
+// Pass: block_conv_layout. Keeps convolution activations in a channel-blocked layout
+// (nChw8c / nChw16c, kernels/channel_block.h) through chains of conv2d, so oneDNN runs its
+// direct convolutions without a reorder at every op boundary.
+//
+// What it does, for block size B > 0:
+//  - a conv2d whose input and output have static channel counts divisible by B (or an input
+//    with fewer than B channels, e.g. the first conv's image, which oneDNN reads plain), and
+//    whose groups are 1 or depthwise (or have per-group channels divisible by B), reads its
+//    src and writes its output blocked (src_block, dst_block); a fused residual is read in
+//    dst's layout. oneDNN has no direct kernel for a plain src of more channels with a blocked
+//    dst (it would run its reference loops), so such a conv stays plain;
+//  - every other consumer of a blocked value (any other op, a plain conv, a graph output) gets
+//    a plain copy through one inserted channel_block node per value; a blocked conv reading a
+//    plain value gets a blocked copy the same way.
+// What it does not do: pooling and elementwise ops stay plain (a channel_block pair around
+// them); channels not divisible by B are not padded. B <= 0 leaves the graph unchanged.
+#pragma once
+#include "ir/graph.h"
+
+namespace updraft {
+
+// Returns whether the graph changed.
+bool block_conv_layout(Graph& g, int block);
+
+}  // namespace updraft

@@ -1,0 +1,180 @@
+// Channel-blocked conv layouts: the block_conv_layout pass on text IR (outputs before and after
+// agree on the reference kernels, and the blocked graph on the fast kernels agrees with the
+// plain graph on the reference), the conv kernel with blocked src/dst/residual against the
+// reference, and the channel_block reorder kernel.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "compute_test_helpers.h"
+#include "kernels/channel_block.h"
+#include "kernels/kernel.h"
+#include "pass_test_util.h"
+#include "passes/block_conv_layout.h"
+
+using namespace updraft;
+using namespace updraft::testing;
+
+namespace {
+
+bool block16(Graph& g) { return block_conv_layout(g, 16); }
+bool block8(Graph& g) { return block_conv_layout(g, 8); }
+
+int count_op(const Graph& g, const std::string& op) {
+  int c = 0;
+  for (const Node* n : g.nodes()) c += n->op_name() == op;
+  return c;
+}
+
+// A ResNet-style stem and bottleneck: image conv, 1x1 / 3x3 / 1x1 convs with relu, a fused
+// residual, then a global mean (a plain consumer) and a second use of a blocked value.
+const char* kBottleneck = R"(graph(%x: f32[2, 3, 12, 12]) {
+  %w0 = constant f32[32, 3, 3, 3] random(seed=1)
+  %w1 = constant f32[16, 32, 1, 1] random(seed=2)
+  %w2 = constant f32[16, 16, 3, 3] random(seed=3)
+  %w3 = constant f32[32, 16, 1, 1] random(seed=4)
+  %b3 = constant f32[32] random(seed=5)
+  %0 = conv2d(%x, %w0) {padding=[1, 1], stride=[2, 2], activation="relu"}
+  %1 = conv2d(%0, %w1) {activation="relu"}
+  %2 = conv2d(%1, %w2) {padding=[1, 1], activation="relu"}
+  %3 = conv2d(%2, %w3, %b3, %0) {has_bias=true, has_residual=true, activation="relu"}
+  %4 = mean(%3) {dims=[2, 3]}
+  return (%4, %3)
+})";
+
+}  // namespace
+
+TEST(PassBlockConvLayout, BottleneckStaysBlockedUntilThePlainConsumers) {
+  auto g = check_pass(kBottleneck, block16, Changed::yes, {}, 1e-4, 1e-4);
+  // One reorder back to plain for the mean and the graph output, shared.
+  EXPECT_EQ(ops_of(*g), "conv2d conv2d conv2d conv2d channel_block mean");
+  for (const Node* n : g->nodes()) {
+    if (n->op_name() != "conv2d") continue;
+    EXPECT_EQ(n->attr("dst_block").i(), 16);
+    EXPECT_EQ(n->attr("src_block").i(), n->input(0)->type.shape[1].value() < 16 ? 0 : 16);
+  }
+  // The blocked graph on the fast kernels against the plain graph on the reference.
+  auto plain = parse_graph(kBottleneck);
+  auto inputs = random_inputs(*plain);
+  expect_same_outputs(interpret(*plain, inputs, Device::ref), interpret(*g, inputs, Device::cpu), 1e-4, 1e-4);
+}
+
+TEST(PassBlockConvLayout, BlockEight) {
+  auto g = check_pass(kBottleneck, block8, Changed::yes, {}, 1e-4, 1e-4);
+  EXPECT_EQ(count_op(*g, "channel_block"), 1);
+}
+
+TEST(PassBlockConvLayout, ChannelsThatDoNotDivideStayPlain) {
+  // 24 channels with block 16: neither conv can read or write 24 channels blocked.
+  auto g = check_pass(R"(graph(%x: f32[1, 24, 8, 8]) {
+  %w0 = constant f32[32, 24, 1, 1] random(seed=1)
+  %w1 = constant f32[24, 32, 1, 1] random(seed=2)
+  %0 = conv2d(%x, %w0)
+  %1 = conv2d(%0, %w1)
+  return (%1)
+})", block16, Changed::no);
+  EXPECT_EQ(ops_of(*g), "conv2d conv2d");
+}
+
+TEST(PassBlockConvLayout, PlainNeighboursGetReorders) {
+  // %0 is blocked and read by an add (plain) and by a conv of 16 -> 24 channels (plain), so
+  // one plain copy serves both; the graph input with 16 channels is reordered once for %0.
+  auto g = check_pass(R"(graph(%x: f32[1, 16, 6, 6]) {
+  %w0 = constant f32[16, 16, 3, 3] random(seed=1)
+  %w1 = constant f32[24, 16, 1, 1] random(seed=2)
+  %0 = conv2d(%x, %w0) {padding=[1, 1]}
+  %1 = add(%0, %x)
+  %2 = conv2d(%0, %w1)
+  return (%1, %2)
+})", block16, Changed::yes, {}, 1e-4, 1e-4);
+  EXPECT_EQ(ops_of(*g), "channel_block conv2d channel_block add conv2d");
+  const Node* second = g->nodes()[4];
+  EXPECT_EQ(second->attr("src_block").i(), 0);
+  EXPECT_EQ(second->attr("dst_block").i(), 0);
+}
+
+TEST(PassBlockConvLayout, GroupedConvWithSmallGroupsStaysPlain) {
+  auto g = check_pass(R"(graph(%x: f32[1, 32, 6, 6]) {
+  %w = constant f32[32, 4, 3, 3] random(seed=1)
+  %0 = conv2d(%x, %w) {padding=[1, 1], groups=8}
+  return (%0)
+})", block16, Changed::no);
+  EXPECT_EQ(ops_of(*g), "conv2d");
+}
+
+TEST(PassBlockConvLayout, DepthwiseIsBlocked) {
+  auto g = check_pass(R"(graph(%x: f32[1, 32, 6, 6]) {
+  %w0 = constant f32[32, 32, 1, 1] random(seed=1)
+  %w1 = constant f32[32, 1, 3, 3] random(seed=2)
+  %0 = conv2d(%x, %w0)
+  %1 = conv2d(%0, %w1) {padding=[1, 1], groups=32}
+  return (%1)
+})", block16, Changed::yes, {}, 1e-4, 1e-4);
+  EXPECT_EQ(ops_of(*g), "channel_block conv2d conv2d channel_block");
+}
+
+TEST(PassBlockConvLayout, BlockZeroIsANoOp) {
+  auto g = parse_graph(kBottleneck);
+  EXPECT_FALSE(block_conv_layout(*g, 0));
+}
+
+TEST(ConvBlocked, KernelMatchesReference) {
+  const int64_t b = preferred_channel_block() ? preferred_channel_block() : 8;
+  struct Case {
+    int64_t N, C, H, W, O, k, stride, groups, src_block;
+    bool residual;
+  };
+  for (const Case& c : {Case{1, 3, 9, 9, 2 * b, 3, 2, 1, 0, false},          // image in, blocked out
+                        Case{2, b, 7, 7, 2 * b, 3, 1, 1, b, true},           // 3x3 with residual
+                        Case{1, 2 * b, 5, 5, b, 1, 1, 1, b, false},          // 1x1
+                        Case{1, 2 * b, 7, 7, 2 * b, 3, 2, 2 * b, b, false},  // depthwise
+                        Case{2, 2 * b, 6, 6, 2 * b, 1, 2, 1, b, true}}) {    // strided 1x1, residual
+    SCOPED_TRACE("C" + std::to_string(c.C) + " O" + std::to_string(c.O) + " k" + std::to_string(c.k));
+    const int64_t pad = c.k / 2, OH = (c.H + 2 * pad - c.k) / c.stride + 1, OW = (c.W + 2 * pad - c.k) / c.stride + 1;
+    Attrs a = {{"stride", std::vector<int64_t>{c.stride, c.stride}},
+               {"padding", std::vector<int64_t>{pad, pad}},
+               {"groups", c.groups},
+               {"src_block", c.src_block},
+               {"dst_block", b},
+               {"has_bias", true},
+               {"activation", std::string("relu")}};
+    std::vector<Arg> args = {input(random_tensor(DType::f32, {c.N, c.C, c.H, c.W}, 1)),
+                             constant(random_tensor(DType::f32, {c.O, c.C / c.groups, c.k, c.k}, 2)),
+                             constant(random_tensor(DType::f32, {c.O}, 3))};
+    if (c.residual) {
+      a["has_residual"] = true;
+      args.push_back(input(random_tensor(DType::f32, {c.N, c.O, OH, OW}, 4)));
+    }
+    std::string name = expect_matches_ref("conv2d", std::move(args), a);
+    // Blocked layouts exist to reach oneDNN's direct kernels: never its reference loops.
+    EXPECT_EQ(name.find(":ref:"), std::string::npos) << name;
+  }
+}
+
+TEST(ChannelBlock, ReorderMatchesReference) {
+  for (int64_t b : {8, 16}) {
+    SCOPED_TRACE(b);
+    expect_matches_ref("channel_block", {input(random_tensor(DType::f32, {2, 2 * b, 3, 5}, 1))},
+                       {{"from_block", int64_t{0}}, {"to_block", b}});
+    expect_matches_ref("channel_block", {input(random_tensor(DType::f32, {2, 2 * b, 3, 5}, 2))},
+                       {{"from_block", b}, {"to_block", int64_t{0}}});
+    // A strided graph input (last two dims swapped in memory) is read through its strides.
+    expect_matches_ref("channel_block", {transposed_input(random_tensor(DType::f32, {1, b, 4, 6}, 3))},
+                       {{"from_block", int64_t{0}}, {"to_block", b}});
+  }
+}
+
+TEST(ChannelBlock, RoundTripAndShapeErrors) {
+  Tensor x = random_tensor(DType::f32, {1, 16, 2, 3}, 7);
+  std::vector<char> blocked(x.nbytes()), back(x.nbytes());
+  const int64_t shape[4] = {1, 16, 2, 3};
+  channel_block_copy(x.data(), blocked.data(), 4, shape, 0, 8);
+  // Element (0, 9, 1, 2) sits in block 1, lane 1.
+  EXPECT_EQ(reinterpret_cast<const float*>(blocked.data())[((1 * 2 * 3) + 1 * 3 + 2) * 8 + 1],
+            static_cast<const float*>(x.data())[(9 * 2 + 1) * 3 + 2]);
+  channel_block_copy(blocked.data(), back.data(), 4, shape, 8, 0);
+  EXPECT_EQ(std::memcmp(back.data(), x.data(), x.nbytes()), 0);
+  Graph g;
+  Value* v = g.add_input("x", {DType::f32, {1, 12, 4, 4}});
+  EXPECT_THROW(g.add_node("channel_block", {v}, {{"from_block", int64_t{0}}, {"to_block", int64_t{8}}}), Error);
+}

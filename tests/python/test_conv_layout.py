@@ -1,0 +1,115 @@
+"""Channel-blocked conv layouts (CompilerConfig.conv_layout) and the step profiler.
+
+Tolerance: f32 conv nets, 1e-4 relative + absolute against eager. oneDNN's direct and gemm
+convolutions sum the C*kh*kw products in different orders than PyTorch's, a few ulps times
+sqrt(K) per layer; the blocked layout only reorders memory, not arithmetic, beyond that.
+"""
+import pytest
+import torch
+from torch import nn
+
+import updraft
+from updraft import _C as C
+
+RTOL = ATOL = 1e-4
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, c: int, mid: int) -> None:
+        super().__init__()
+        self.a = nn.Sequential(nn.Conv2d(c, mid, 1, bias=False), nn.BatchNorm2d(mid), nn.ReLU())
+        self.b = nn.Sequential(nn.Conv2d(mid, mid, 3, padding=1, bias=False), nn.BatchNorm2d(mid), nn.ReLU())
+        self.c = nn.Sequential(nn.Conv2d(mid, c, 1, bias=False), nn.BatchNorm2d(c))
+
+    def forward(self, x):
+        return torch.relu(self.c(self.b(self.a(x))) + x)
+
+
+class SmallConvNet(nn.Module):
+    """A stem on a 3-channel image, max pooling, two bottlenecks, a depthwise conv, a conv
+    whose 24 channels do not divide into blocks, and a classifier head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32), nn.ReLU())
+        self.pool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.blocks = nn.Sequential(Bottleneck(32, 16), Bottleneck(32, 16))
+        self.dw = nn.Conv2d(32, 32, 3, padding=1, groups=32)
+        self.odd = nn.Conv2d(32, 24, 1)
+        self.head = nn.Linear(24, 10)
+
+    def forward(self, x):
+        y = self.dw(self.blocks(self.pool(self.stem(x))))
+        y = torch.relu(self.odd(y))
+        return self.head(y.mean(dim=(2, 3)))
+
+
+def _model():
+    torch.manual_seed(0)
+    m = SmallConvNet().eval()
+    with torch.no_grad():  # non-trivial batch-norm statistics, so the folding matters
+        for mod in m.modules():
+            if isinstance(mod, nn.BatchNorm2d):
+                mod.running_mean.uniform_(-0.5, 0.5)
+                mod.running_var.uniform_(0.5, 2.0)
+    return m
+
+
+@pytest.mark.parametrize("layout", ["auto", "nchw"])
+def test_conv_net_matches_eager_in_both_layouts(layout):
+    m = _model()
+    x = torch.randn(2, 3, 33, 29)
+    with torch.no_grad():
+        want = m(x)
+        fast = torch.compile(m, backend="updraft", options={"conv_layout": layout})
+        got = fast(x)
+        torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
+        prof = updraft.profile(fast, x, runs=2, warmup=1)
+    kernels = [r["kernel"] for r in prof.rows]
+    conv_kernels = [k for k in kernels if "conv2d" in k]
+    assert conv_kernels, prof
+    # Neither layout may push a conv onto oneDNN's reference loops.
+    assert not any(":ref:" in k for k in conv_kernels), prof
+    blocked = any(r["op"] == "channel_block" for r in prof.rows)
+    if layout == "auto" and C.preferred_channel_block() > 0:
+        assert blocked, prof
+        assert any(":gemm:" not in k for k in conv_kernels), prof  # direct kernels
+    if layout == "nchw":
+        assert not blocked, prof
+
+
+def test_dynamic_batch_and_image_size_with_blocked_layout():
+    m = _model()
+    fast = torch.compile(m, backend="updraft", dynamic=True)  # batch and image size
+    with torch.no_grad():
+        for n, size in ((1, 24), (3, 24), (2, 31), (1, 17)):
+            x = torch.randn(n, 3, size, size)
+            torch.testing.assert_close(fast(x), m(x), rtol=RTOL, atol=ATOL)
+    # Symbolic image sizes: the residual add's two operands are built from different window
+    # expressions ((s+2)-3)+1 and s, which must simplify to equal sizes, or the whole
+    # partition would run in PyTorch.
+    statuses = [p.status for g in updraft.last_report().graphs for p in g.partitions]
+    assert statuses and all(s == "ok" for s in statuses), statuses
+
+
+def test_conv_layout_is_validated(monkeypatch):
+    with pytest.raises(ValueError, match="conv_layout"):
+        updraft.CompilerConfig(conv_layout="nhwc")
+    monkeypatch.setenv("UPDRAFT_CONV_LAYOUT", "nchw")
+    assert updraft.CompilerConfig().conv_layout == "nchw"
+    assert updraft.CompilerConfig().engine_options()["channel_block"] == 0
+    # The layout changes the optimised graph, so it is part of the compile-cache key.
+    assert updraft.CompilerConfig().cache_options()["conv_layout"] == "nchw"
+
+
+def test_profile_reports_engine_steps():
+    m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)).eval()
+    fast = torch.compile(m, backend="updraft")
+    x = torch.randn(4, 16)
+    prof = updraft.profile(fast, x, runs=5)
+    assert prof.runs == 5 and prof.wall_ms > 0 and prof.engine_ms > 0
+    assert {r["op"] for r in prof.rows} >= {"linear"}
+    assert abs(sum(r["share"] for r in prof.rows) - 1.0) < 1e-6
+    assert "ms per run" in str(prof)
+    with pytest.raises(ValueError, match="runs"):
+        updraft.profile(fast, x, runs=0)
