@@ -25,10 +25,14 @@ namespace updraft::cpu {
 // does not pay for its fork/join: about 25 us of AVX2/AVX-512 f32 compute on one core.
 constexpr double kMinWorkPerThread = 2.0 * 1024 * 1024;
 
+// kMinWorkPerThread, or UPDRAFT_MIN_WORK_PER_THREAD when set to a positive number (read once;
+// a tuning knob for benchmarks on idle or shared machines, docs/BENCHMARKS.md).
+double min_work_per_thread();
+
 // 1 for small work, else up to `requested` threads (0: omp_get_max_threads()).
 inline int threads_for_work(double work, int requested) {
   int max_threads = requested > 0 ? requested : omp_get_max_threads();
-  double n = work / kMinWorkPerThread;
+  double n = work / min_work_per_thread();
   if (n < 2) return 1;
   return n >= max_threads ? max_threads : std::max(1, static_cast<int>(n));
 }
