@@ -22,7 +22,7 @@ bool bypass(Graph& g, Node* n, Value* to) {
   return true;
 }
 
-// Drop reshape, expand, permute, cast and copy nodes whose output equals their input.
+// Drop reshape, expand, permute, cast, zero pad and copy nodes whose output equals their input.
 bool drop_identity(Graph& g, Node* n) {
   const std::string& op = n->op_name();
   if (n->inputs.empty() || n->outputs.size() != 1) return false;
@@ -34,6 +34,11 @@ bool drop_identity(Graph& g, Node* n) {
     for (size_t i = 0; i < dims.size(); ++i)
       if (dims[i] != static_cast<int64_t>(i) && dims[i] != static_cast<int64_t>(i) - static_cast<int64_t>(dims.size()))
         return false;
+    return bypass(g, n, x);
+  }
+  if (op == "pad") {  // zero amounts everywhere (HF MobileNet's "same" padding of 1x1 convs)
+    for (int64_t p : n->attr("pads").ints())
+      if (p != 0) return false;
     return bypass(g, n, x);
   }
   // copy materialises a value; between two nodes it is pointless, as a graph output it is not.

@@ -14,6 +14,7 @@
 #include "passes/cse.h"
 #include "passes/dce.h"
 #include "passes/fold_conv_bn.h"
+#include "passes/fold_pad_conv.h"
 #include "passes/fuse_elementwise.h"
 #include "passes/fuse_epilogue.h"
 #include "passes/verify.h"
@@ -71,6 +72,7 @@ std::vector<PassRecord> run_pipeline(Graph& g, const CompileOptions& opts) {
     run("constant_fold", constant_fold);  // evaluate all-constant nodes with our own kernels
   if (opts.fuse) {
     run("fold_conv_bn", fold_conv_bn);          // batch_norm after conv2d -> new conv weights
+    run("fold_pad_conv", fold_pad_conv);        // zero pad before conv2d -> the conv's padding
     run("fuse_epilogue", fuse_epilogue);        // bias / residual / activation into conv, linear, matmul
     run("fuse_elementwise", fuse_elementwise);  // elementwise chains -> one pass over memory
   }

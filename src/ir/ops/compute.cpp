@@ -87,8 +87,9 @@ std::vector<int64_t> pair_attr(InferCtx& c, const std::string& name, int64_t min
 // ceil_mode PyTorch's rule: round up, but the last window must start inside the input or
 // left padding. That "start inside" bound is floor((size + p - 1) / s) + 1; given p <= k/2
 // (checked) the rounded-up size exceeds it by at most one, so a min() is exact.
-Dim window_out(const Dim& size, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
-  Dim span = size + 2 * p - (d * (k - 1) + 1);
+// `p_end` is the padding after the input (conv2d's padding_end; pools pad symmetrically).
+Dim window_out(const Dim& size, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode, int64_t p_end = -1) {
+  Dim span = size + (p + (p_end < 0 ? p : p_end)) - (d * (k - 1) + 1);
   if (!ceil_mode) return floordiv(span, Dim(s)) + 1;
   Dim up = floordiv(span + (s - 1), Dim(s)) + 1;
   return min(up, floordiv(size + (p - 1), Dim(s)) + 1);
@@ -111,13 +112,16 @@ void infer_conv2d(InferCtx& c) {
   int64_t g = c.attr_int("groups");
   if (g < 1) c.fail("groups must be >= 1, got " + std::to_string(g));
   auto st = pair_attr(c, "stride", 1), pad = pair_attr(c, "padding", 0), dil = pair_attr(c, "dilation", 1);
+  // padding_end: the bottom/right padding when it differs from padding (TF-style "same" pads
+  // folded in by fold_pad_conv); [] means symmetric.
+  auto pad_end = c.attr_ints("padding_end").empty() ? pad : pair_attr(c, "padding_end", 0);
   int64_t O = w[0].value(), Cg = w[1].value();
   if (O % g != 0) c.fail("out channels " + std::to_string(O) + " are not divisible by groups " + std::to_string(g));
   if (x[1] != Dim(Cg * g))
     c.fail("x has " + x[1].str() + " channels but w expects C/groups=" + std::to_string(Cg) + " with groups=" +
            std::to_string(g));
-  Shape out = {x[0], Dim(O), window_out(x[2], w[2].value(), st[0], pad[0], dil[0], false),
-               window_out(x[3], w[3].value(), st[1], pad[1], dil[1], false)};
+  Shape out = {x[0], Dim(O), window_out(x[2], w[2].value(), st[0], pad[0], dil[0], false, pad_end[0]),
+               window_out(x[3], w[3].value(), st[1], pad[1], dil[1], false, pad_end[1])};
   require_positive(c, out[2], "output height");
   require_positive(c, out[3], "output width");
   check_epilogue(c, 2, Dim(O), out);
@@ -259,6 +263,7 @@ void register_compute_ops(OpTable& t) {
   t.add(compute_op("conv2d", 2, 4,
                    concat({{"stride", K::Ints, Attr(ones)},
                            {"padding", K::Ints, Attr(zeros)},
+                           {"padding_end", K::Ints, Attr(std::vector<int64_t>{})},
                            {"dilation", K::Ints, Attr(ones)},
                            {"groups", K::Int, Attr(int64_t{1})},
                            // Activation layouts (kernels/channel_block.h): 0 plain NCHW, else

@@ -109,6 +109,7 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   const auto &xs = ctx.in_shapes[0], &ws = ctx.in_shapes[1], &ys = ctx.out_shapes[0];
   int64_t g = n.attr("groups").i();
   auto st = pair_attr(n, "stride"), pad = pair_attr(n, "padding"), dil = pair_attr(n, "dilation");
+  auto pad_end = n.attr("padding_end").ints().empty() ? pad : pair_attr(n, "padding_end");
   int64_t O = ws[0];
   // 2 flops per multiply-add: every output element sums C/g * kh * kw products.
   k->threads_ = cpu::threads_for_work(2.0 * static_cast<double>(numel_of(ys)) * ws[1] * ws[2] * ws[3], ctx.num_threads);
@@ -122,9 +123,9 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   dnnl::memory::desc w_any(w_dims, dt::f32, tag::any);
   if (k->ep_.has_bias) k->bias_md_ = dnnl::memory::desc({O}, dt::f32, tag::a);
 
-  // PyTorch pads symmetrically and floors the output size; with padding_r = padding_l
-  // oneDNN's own size rule (integer division) gives the same output.
-  dims strides{st[0], st[1]}, dilates{dil[0] - 1, dil[1] - 1}, pl{pad[0], pad[1]}, pr{pad[0], pad[1]};
+  // PyTorch floors the output size; oneDNN's own size rule (integer division) gives the same
+  // output with padding_r = padding_end (= padding unless fold_pad_conv made it asymmetric).
+  dims strides{st[0], st[1]}, dilates{dil[0] - 1, dil[1] - 1}, pl{pad[0], pad[1]}, pr{pad_end[0], pad_end[1]};
   std::string what = "a convolution for x " + shape_text(xs) + ", w " + shape_text(ws) + ", groups " +
                      std::to_string(g);
   auto make_pd = [&](ResidualMode mode) {
