@@ -9,6 +9,10 @@ namespace updraft {
 
 namespace {
 
+// A conv reading at most this many channels (an RGB/RGBA or grey image) reads them plain and
+// writes blocked: oneDNN's "first convolution" kernels; more channels need a blocked src.
+constexpr int64_t kMaxImageChannels = 4;
+
 int64_t static_channels(const Value* v) {
   const Shape& s = v->type.shape;
   return s.size() == 4 && s[1].is_static() ? s[1].value() : -1;
@@ -21,9 +25,9 @@ bool blockable_conv(const Node& n, int64_t block) {
   if (n.op_name() != "conv2d" || n.output(0)->type.dtype != DType::f32) return false;
   const int64_t in_c = static_channels(n.input(0)), out_c = static_channels(n.output(0));
   if (in_c < 0 || out_c < 0 || out_c % block != 0) return false;
-  // The src is blocked too, except a first layer with fewer channels than a block (an image):
-  // oneDNN's direct kernels read that one plain. Other channel counts would need padding.
-  if (in_c >= block && in_c % block != 0) return false;
+  // The src is blocked too, except a first layer on an image (at most 4 channels), which
+  // oneDNN's direct kernels read plain. Other channel counts would need padding.
+  if (in_c > kMaxImageChannels && in_c % block != 0) return false;
   const int64_t g = n.attr("groups").i();
   if (g == 1) return true;
   if (g == in_c && g == out_c) return true;  // depthwise
@@ -58,9 +62,13 @@ class Rewriter {
   }
 
   void conv(Node* n) {
-    const bool blocked = blockable_conv(*n, block_);
-    const int64_t dst = blocked ? block_ : 0;
-    const int64_t src = blocked && static_channels(n->input(0)) >= block_ ? block_ : 0;
+    // The largest block (B, then B/2 down to 8) whose rules this conv meets: with B = 16, a
+    // conv of 24 channels runs in nChw8c rather than plain.
+    int64_t b = 0;
+    for (int64_t cand = block_; cand >= 8 && b == 0; cand /= 2)
+      if (blockable_conv(*n, cand)) b = cand;
+    const int64_t dst = b;
+    const int64_t src = b != 0 && static_channels(n->input(0)) > kMaxImageChannels ? b : 0;
     n->inputs[0] = as_layout(n->inputs[0], src, n);
     if (n->attr("has_residual").b()) {
       const size_t r = n->inputs.size() - 1;  // the residual follows x, w and the bias

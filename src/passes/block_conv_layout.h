@@ -4,7 +4,7 @@
 //
 // What it does, for block size B > 0:
 //  - a conv2d whose input and output have static channel counts divisible by B (or an input
-//    with fewer than B channels, e.g. the first conv's image, which oneDNN reads plain), and
+//    of at most 4 channels, e.g. the first conv's image, which oneDNN reads plain), and
 //    whose groups are 1 or depthwise (or have per-group channels divisible by B), reads its
 //    src and writes its output blocked (src_block, dst_block); a fused residual is read in
 //    dst's layout. oneDNN has no direct kernel for a plain src of more channels with a blocked
@@ -12,8 +12,11 @@
 //  - every other consumer of a blocked value (any other op, a plain conv, a graph output) gets
 //    a plain copy through one inserted channel_block node per value; a blocked conv reading a
 //    plain value gets a blocked copy the same way.
+// A conv whose channels do not meet these rules for B tries B/2 (down to 8): with B = 16,
+// MobileNetV2's 24-channel convs run in nChw8c (oneDNN's AVX2 direct kernels), with 16 <-> 8
+// reorders at their edges.
 // What it does not do: pooling and elementwise ops stay plain (a channel_block pair around
-// them); channels not divisible by B are not padded. B <= 0 leaves the graph unchanged.
+// them); channels not divisible by 8 are not padded. B <= 0 leaves the graph unchanged.
 #pragma once
 #include "ir/graph.h"
 

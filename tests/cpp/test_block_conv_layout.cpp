@@ -65,10 +65,10 @@ TEST(PassBlockConvLayout, BlockEight) {
 }
 
 TEST(PassBlockConvLayout, ChannelsThatDoNotDivideStayPlain) {
-  // 24 channels with block 16: neither conv can read or write 24 channels blocked.
-  auto g = check_pass(R"(graph(%x: f32[1, 24, 8, 8]) {
-  %w0 = constant f32[32, 24, 1, 1] random(seed=1)
-  %w1 = constant f32[24, 32, 1, 1] random(seed=2)
+  // 12 channels divide by neither 16 nor 8: neither conv can read or write them blocked.
+  auto g = check_pass(R"(graph(%x: f32[1, 12, 8, 8]) {
+  %w0 = constant f32[32, 12, 1, 1] random(seed=1)
+  %w1 = constant f32[12, 32, 1, 1] random(seed=2)
   %0 = conv2d(%x, %w0)
   %1 = conv2d(%0, %w1)
   return (%1)
@@ -76,12 +76,34 @@ TEST(PassBlockConvLayout, ChannelsThatDoNotDivideStayPlain) {
   EXPECT_EQ(ops_of(*g), "conv2d conv2d");
 }
 
+TEST(PassBlockConvLayout, ChannelsOfEightUseTheHalfBlock) {
+  // MobileNetV2's 24-channel bottlenecks with block 16: those convs run in nChw8c, with 16 <-> 8
+  // reorders between them and their 16-blocked neighbours.
+  const char* text = R"(graph(%x: f32[1, 32, 8, 8]) {
+  %w0 = constant f32[24, 32, 1, 1] random(seed=1)
+  %w1 = constant f32[32, 24, 1, 1] random(seed=2)
+  %w2 = constant f32[32, 32, 3, 3] random(seed=3)
+  %0 = conv2d(%x, %w0)
+  %1 = conv2d(%0, %w1)
+  %2 = conv2d(%1, %w2) {padding=[1, 1]}
+  return (%2)
+})";
+  auto g = check_pass(text, block16, Changed::yes, {}, 1e-4, 1e-4);
+  EXPECT_EQ(ops_of(*g), "channel_block conv2d conv2d channel_block conv2d channel_block");
+  EXPECT_EQ(g->nodes()[1]->attr("dst_block").i(), 8);
+  EXPECT_EQ(g->nodes()[2]->attr("src_block").i(), 8);
+  EXPECT_EQ(g->nodes()[4]->attr("src_block").i(), 16);
+  auto plain = parse_graph(text);
+  auto inputs = random_inputs(*plain);
+  expect_same_outputs(interpret(*plain, inputs, Device::ref), interpret(*g, inputs, Device::cpu), 1e-4, 1e-4);
+}
+
 TEST(PassBlockConvLayout, PlainNeighboursGetReorders) {
-  // %0 is blocked and read by an add (plain) and by a conv of 16 -> 24 channels (plain), so
+  // %0 is blocked and read by an add (plain) and by a conv of 16 -> 20 channels (plain), so
   // one plain copy serves both; the graph input with 16 channels is reordered once for %0.
   auto g = check_pass(R"(graph(%x: f32[1, 16, 6, 6]) {
   %w0 = constant f32[16, 16, 3, 3] random(seed=1)
-  %w1 = constant f32[24, 16, 1, 1] random(seed=2)
+  %w1 = constant f32[20, 16, 1, 1] random(seed=2)
   %0 = conv2d(%x, %w0) {padding=[1, 1]}
   %1 = add(%0, %x)
   %2 = conv2d(%0, %w1)
