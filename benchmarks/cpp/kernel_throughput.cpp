@@ -1,6 +1,6 @@
 // Kernel throughput against the machine's own ceilings: elementwise / norm kernels in GB/s
-// next to a measured memcpy bandwidth, and linear (oneDNN gemm) in GFLOP/s next to the best
-// gemm rate measured here (a large square problem).
+// next to a measured memcpy bandwidth, and linear and conv2d (oneDNN) in GFLOP/s next to the
+// best gemm rate measured here (a large square problem).
 //
 //   cmake -S . -B build/bench -DUPDRAFT_BUILD_BENCHMARKS=ON && cmake --build build/bench -t kernel_throughput
 //   build/bench/kernel_throughput --benchmark_filter=Gelu
@@ -146,6 +146,32 @@ void BM_Linear(benchmark::State& state) {
                                                 benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Linear)->Args({1024, 1024, 1024})->Args({128, 768, 768})->Args({1, 512, 512})->Args({64, 512, 512})
+    ->UseRealTime();
+
+// conv2d (prepacked weights, bias + relu epilogue) at ResNet-50 layer shapes, batch 1, in plain
+// NCHW (block 0: oneDNN's gemm convolution) and in the channel-blocked layout the
+// block_conv_layout pass picks (block 16 with AVX-512, 8 with AVX2); GFLOP/s = 2 N O OH OW C k^2 / t.
+// Args: C, H (= W), O, k, stride, blocked.
+void BM_Conv(benchmark::State& state) {
+  const int64_t C = state.range(0), H = state.range(1), O = state.range(2), kk = state.range(3), st = state.range(4);
+  const int64_t block = state.range(5) ? preferred_channel_block() : 0;
+  const int64_t pad = kk / 2, OH = (H + 2 * pad - kk) / st + 1;
+  Attrs a = {{"stride", std::vector<int64_t>{st, st}}, {"padding", std::vector<int64_t>{pad, pad}},
+             {"has_bias", true}, {"activation", std::string("relu")},
+             {"src_block", block}, {"dst_block", block}};
+  OneKernel k("conv2d", {filled({1, C, H, H}, 1, -1, 1), filled({O, C, kk, kk}, 2, -1, 1), filled({O}, 3, -1, 1)},
+              std::move(a), {false, true, true});
+  state.SetLabel(k.kernel->name());
+  for (auto _ : state) k.run();
+  state.counters["GFLOPs"] = benchmark::Counter(
+      2.0 * O * OH * OH * C * kk * kk * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Conv)
+    ->ArgNames({"C", "H", "O", "k", "s", "blocked"})
+    ->Args({64, 56, 64, 3, 1, 0})->Args({64, 56, 64, 3, 1, 1})
+    ->Args({256, 56, 64, 1, 1, 0})->Args({256, 56, 64, 1, 1, 1})
+    ->Args({256, 14, 256, 3, 1, 0})->Args({256, 14, 256, 3, 1, 1})
+    ->Args({1024, 14, 256, 1, 1, 0})->Args({1024, 14, 256, 1, 1, 1})
     ->UseRealTime();
 
 }  // namespace
