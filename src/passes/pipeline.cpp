@@ -17,6 +17,7 @@
 #include "passes/fold_pad_conv.h"
 #include "passes/fuse_elementwise.h"
 #include "passes/fuse_epilogue.h"
+#include "passes/match_gelu.h"
 #include "passes/verify.h"
 
 namespace updraft {
@@ -66,6 +67,7 @@ std::vector<PassRecord> run_pipeline(Graph& g, const CompileOptions& opts) {
   PassRunner run(g, opts);
   run("verify", verify);              // the front end built a well-formed graph
   run("canonicalize", canonicalize);  // drop identity reshapes/casts, merge reshape chains
+  if (opts.fuse) run("match_gelu", match_gelu);  // GELU's tanh formula in elementwise ops -> gelu
   run("dce", dce);                    // remove what canonicalize left unused
   run("cse", cse);                    // one node per (op, inputs, attributes)
   if (opts.fold_constants)

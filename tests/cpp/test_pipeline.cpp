@@ -43,7 +43,7 @@ TEST(Pipeline, FullPipelineFusesAndKeepsResults) {
   auto inputs = random_inputs(*g, {{"s0", 2}});
   auto before = interpret(*g, inputs, Device::ref);
   auto log = run_pipeline(*g, CompileOptions{});
-  EXPECT_EQ(names(log), (std::vector<std::string>{"verify", "canonicalize", "dce", "cse", "constant_fold", "fold_conv_bn",
+  EXPECT_EQ(names(log), (std::vector<std::string>{"verify", "canonicalize", "match_gelu", "dce", "cse", "constant_fold", "fold_conv_bn",
                                                   "fold_pad_conv", "fuse_epilogue", "fuse_elementwise", "dce", "verify"}));
   // conv + bn + residual + relu became one conv; the constant scale folded; reshape went.
   ASSERT_GE(g->num_nodes(), 2u) << print_graph(*g);
