@@ -1,4 +1,4 @@
-// sdpa: the row-wise AVX2 kernel against the reference: head shapes, causal with L != S,
+// sdpa: the tiled AVX2 kernel against the reference: head shapes, causal with L != S,
 // bool and additive masks with broadcasting, broadcast batch dims, strided q/k/v, an explicit
 // scale, and one kernel from 4 threads.
 #include <gtest/gtest.h>
@@ -34,7 +34,7 @@ TEST(Attention, Shapes) {
       SCOPED_TRACE(shape_str(shape_from(c.q)) + " " + shape_str(shape_from(c.k)) + (causal ? " causal" : ""));
       std::string name = expect_matches_ref("sdpa", {input(rnd(c.q, 1)), input(rnd(c.k, 2)), input(rnd(c.v, 3))},
                                             {{"is_causal", causal}}, kAttnTol, kAttnTol);
-      EXPECT_EQ(name, "cpu_f32_sdpa_rowwise_avx2");
+      EXPECT_EQ(name, "cpu_f32_sdpa_tiled_avx2");
     }
   }
 }
