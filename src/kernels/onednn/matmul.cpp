@@ -152,6 +152,7 @@ class GemmKernel final : public Kernel {
   dnnl::memory::desc c_md_, bias_md_;
   Variant variants_[2][2];
   std::optional<dnnl::memory> packed_b_[2];  // per a-variant: constant b in that pd's layout
+  std::optional<Tensor> b_keep_;              // the constant b, when read in place (no prepack)
   DenseInput res_;
   size_t prim_scratch_ = 0, scratch_total_ = 0;
   bool runtime_m_ = false;
@@ -210,13 +211,14 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
   if (k->ep_.has_residual) k->res_.plan(ctx, k->ep_.residual_input, numel_of(ctx.out_shapes[0]), rest);
 
   dnnl::memory::desc b_any(b_dims, dt::f32, tag::any);
+  const bool prepack = weight_prepack_enabled();
   // The constant weight as stored: dense [.., K, N], or for linear the [N, K] weight read
   // transposed.
   dnnl::memory::desc b_user(b_dims, dt::f32, b_flip ? swapped_strides(b_dims) : dense_strides(b_dims));
   size_t prim_scratch = 0;
   for (int va = 0; va < k->a_.variants; ++va) {
     for (int vb = 0; vb < (b_const ? 1 : k->b_.variants); ++vb) {
-      const dnnl::memory::desc& bmd = b_const ? b_any : k->b_.md[vb];
+      const dnnl::memory::desc& bmd = b_const ? (prepack ? b_any : b_user) : k->b_.md[vb];
       Variant& v = k->variants_[va][vb];
       auto make_pd = [&](ResidualMode mode) {
         dnnl::primitive_attr attr = user_scratchpad_attr();
@@ -244,7 +246,11 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
         fail_create(op, "a matmul for " + shape_text(ctx.in_shapes[0]) + " x " + shape_text(ctx.in_shapes[1]), e);
       }
       prim_scratch = std::max(prim_scratch, scratchpad_bytes(v.pd));
-      if (b_const) {
+      if (b_const && !prepack) {
+        // The constant read where it is (no copy); the kernel keeps its storage alive.
+        k->packed_b_[va] = wrap(b_user, b_const->data());
+        k->b_keep_ = *b_const;
+      } else if (b_const) {
         // Prepack: reorder the constant once into this variant's preferred weight layout.
         try {
           dnnl::memory user = wrap(b_user, b_const->data());
@@ -274,7 +280,7 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
   k->res_.offset += base;
   k->scratch_total_ = base + rest.total();
   k->name_ = std::string("onednn_f32_") + op + ":" + k->variants_[0][0].pd.impl_info_str() +
-             (b_const ? ":prepacked" : "") + (runtime_m ? ":runtime_m" : k->threads_ == 1 ? ":1thread" : "");
+             (b_const ? (prepack ? ":prepacked" : ":inplace_w") : "") + (runtime_m ? ":runtime_m" : k->threads_ == 1 ? ":1thread" : "");
   return k;
 }
 

@@ -1,5 +1,6 @@
 #include "kernels/onednn/onednn_util.h"
 
+#include <cstdlib>
 #include <cstring>
 
 namespace updraft::onednn {
@@ -183,6 +184,14 @@ tag channel_block_tag(int64_t block) {
     case 16: return tag::nChw16c;
     default: throw Error("kernels", "no oneDNN layout for channel block " + std::to_string(block) + " (use 0, 8 or 16)");
   }
+}
+
+bool weight_prepack_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("UPDRAFT_PREPACK_WEIGHTS");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return on;
 }
 
 int preferred_channel_block() {
