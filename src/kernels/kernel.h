@@ -114,7 +114,9 @@ int preferred_channel_block();
 // Runs one node on concrete tensors (allocating contiguous outputs): used by constant folding,
 // the interpreter and tests that compare a fast kernel with the reference. `bindings` gives
 // the symbols' values when the node has symbolic attributes (reshape to [s0, -1]).
+// `num_threads` > 0 caps the kernel's threads (OpenMP's count included) for this call; 0 keeps
+// the runtime's default.
 std::vector<Tensor> run_node(const Node& n, const std::vector<TensorView>& inputs, Device d,
-                             const SymBindings* bindings = nullptr);
+                             const SymBindings* bindings = nullptr, int num_threads = 0);
 
 }  // namespace updraft

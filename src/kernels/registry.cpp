@@ -1,7 +1,9 @@
 #include <algorithm>
+#include <optional>
 
 #include "core/error.h"
 #include "ir/op_table.h"
+#include "kernels/cpu/threads.h"
 #include "kernels/kernel.h"
 
 namespace updraft {
@@ -76,13 +78,16 @@ std::unique_ptr<Kernel> KernelRegistry::create(const KernelContext& ctx, Device 
 }
 
 std::vector<Tensor> run_node(const Node& n, const std::vector<TensorView>& inputs, Device d,
-                             const SymBindings* bindings) {
+                             const SymBindings* bindings, int num_threads) {
   UPDRAFT_CHECK(inputs.size() == n.inputs.size(), "kernels", "run_node: wrong number of inputs for " + n.op_name());
   const bool symbolic = attrs_symbolic(n.attrs);
   UPDRAFT_CHECK(!symbolic || bindings, "kernels",
                 "run_node: " + n.op_name() + " has symbolic attributes; pass the symbol bindings");
   Attrs bound = symbolic ? bind_attrs(n.attrs, *bindings) : Attrs{};
-  KernelContext ctx{n, {}, {}, {}, 0, symbolic ? &bound : nullptr};
+  KernelContext ctx{n, {}, {}, {}, num_threads, symbolic ? &bound : nullptr};
+  // Kernels that split work by OpenMP's own count (elementwise) read the ICV, not ctx.
+  std::optional<cpu::ScopedThreads> cap;
+  if (num_threads > 0) cap.emplace(num_threads);
   for (size_t k = 0; k < inputs.size(); ++k) {
     ctx.in_shapes.push_back(inputs[k].shape());
     ctx.const_inputs.push_back(n.inputs[k]->is_constant() ? &*n.inputs[k]->constant : nullptr);

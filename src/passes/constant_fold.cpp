@@ -42,7 +42,12 @@ std::vector<Tensor> evaluate_constant_node(const Node& n, const std::vector<Tens
     if (t.nbytes()) std::memcpy(t.data(), in.data, t.nbytes());
     return {t};
   }
-  return run_node(n, inputs, Device::cpu);
+  // One thread: folding runs once per compile or refit, mostly small per-channel vectors, and
+  // an OpenMP team's join on a machine whose other cores are busy can wait a scheduler time
+  // slice per region (hundreds of ms over ResNet-50's batch-norm folds). One thread also makes
+  // the folded bytes independent of the thread count, so a refit on another machine or with
+  // another CompilerConfig(num_threads) matches a cold compile bit for bit.
+  return run_node(n, inputs, Device::cpu, nullptr, /*num_threads=*/1);
 }
 
 bool fold_constant_node(Graph& g, Node* n, bool always) {

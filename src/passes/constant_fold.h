@@ -13,8 +13,8 @@ bool constant_fold(Graph& g);
 bool fold_constant_node(Graph& g, Node* n, bool always = false);
 
 // The values one node computes from these inputs, with the kernels constant folding uses
-// (View ops copy the bytes). Replaying a FoldRecord uses this too, so a refit computes
-// bit-identical constants.
+// (View ops copy the bytes), on one thread. Replaying a FoldRecord uses this too, so a refit
+// computes bit-identical constants.
 std::vector<Tensor> evaluate_constant_node(const Node& n, const std::vector<TensorView>& inputs);
 
 }  // namespace updraft
