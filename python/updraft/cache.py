@@ -8,7 +8,9 @@ its inputs' dtypes and (symbolic) shapes, the values of non-parameter constants,
 options that change the graph, and the torch version, engine version and CPU features. Weight
 values are not part of the key and not stored: an entry holds references to the parameters and
 the recipes of the constants the passes folded from them, so a new checkpoint of the same model
-hits the cache and is refit on load. The file format is docs/format.md.
+hits the cache and is refit on load. The folded values are stored too when they fit (a quarter
+of `cache_max_bytes`), with fingerprints of the parameters they came from, so a restart with the
+same weights maps them instead of recomputing. The file format is docs/format.md.
 
 Files are written to a temporary name in the same folder and renamed over the entry (atomic on
 POSIX), so a reader sees a whole old entry, a whole new one, or none; two processes writing the
@@ -49,6 +51,17 @@ class DiskCache:
 
     def path(self, key: str) -> Path:
         return self.root / f"{key}{SUFFIX}"
+
+    def lookup(self, key: str) -> Optional[Path]:
+        """The entry's path if it exists (and marks it recently used), else None."""
+        p = self.path(key)
+        try:
+            os.utime(p)  # a hit makes the entry recently used
+        except FileNotFoundError:
+            return None
+        except OSError:
+            pass
+        return p
 
     def get(self, key: str) -> Optional[bytes]:
         p = self.path(key)
@@ -117,6 +130,27 @@ def cache_for(config) -> Optional[DiskCache]:
     if not root:
         return None
     return DiskCache(root, config.cache_max_bytes)
+
+
+def param_refs(args, kinds) -> list:
+    """What `_C.load_entry(_file)` takes for the parameters: per placeholder None, or
+    (data_ptr, engine dtype, shape, tensor) of a frozen parameter (`kinds[j] == "param"`).
+
+    Pointers, not DLPack: exporting a parameter needs detach(), a dispatched op that costs
+    ~20 us under the dispatch modes torch has active during a compiled graph's first call
+    (when partitions build), ~5 ms for BERT's 200 parameters."""
+    from .lowerer import DTYPES
+
+    out = []
+    for a, k in zip(args, kinds):
+        if k != "param" or not isinstance(a, torch.Tensor):
+            out.append(None)
+            continue
+        if not a.is_contiguous() or not a.is_cpu:
+            a = a.detach().contiguous()  # as Lowerer.constant binds it in a cold compile
+        dt = DTYPES.get(a.dtype)
+        out.append(None if dt is None else (a.data_ptr(), dt, a.shape, a))
+    return out
 
 
 def _tensor_digest(t: torch.Tensor) -> str:

@@ -23,7 +23,7 @@ from torch import fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
-from .cache import DiskCache, cache_for, partition_key
+from .cache import DiskCache, cache_for, param_refs, partition_key
 from . import profiler
 from .config import CompilerConfig
 from .lowering import (TORCH_DTYPES, Lowerer, Unsupported, check_node, is_compute, meta,
@@ -303,24 +303,26 @@ class EnginePartition(torch.nn.Module):
     def _load_cached(self, disk: DiskCache, key: str, args: tuple, runtime_pos: list[int],
                      t0: float) -> Optional["_Built"]:
         C = _c()
-        data = disk.get(key)
-        if data is None:
+        path = disk.lookup(key)
+        if path is None:
             self.report.cache = "miss"
             count_cache_event("miss")
             return None
-        params = [a.detach().contiguous() if isinstance(a, torch.Tensor) and k == "param" else None
-                  for a, k in zip(args, self.const_kinds)]
         try:
-            cg = C.load_entry(data, key, params, self.config.engine_options())
+            cg, info = C.load_entry_file(str(path), key, param_refs(args, self.const_kinds),
+                                         self.config.engine_options())
             out_dtypes = self._check_out_dtypes(cg.output_dtypes())
         except (C.UpdraftError, Unsupported) as e:
-            warn_once(f"[updraft.cache] entry {disk.path(key)} is unusable ({e}); removing it and "
+            warn_once(f"[updraft.cache] entry {path} is unusable ({e}); removing it and "
                       "compiling again")
             disk.discard(key)
             self.report.cache = f"rebuilt: {e}"
             count_cache_event("rebuilt")
             return None
         self.report.cache = "hit"
+        # Folded constants: mapped from the entry (same weights) or replayed (a new checkpoint).
+        if info["folded"]:
+            self.report.cache_folds = "mapped" if info["mapped"] else "replayed"
         count_cache_event("hit")
         self.report.engine_compiles += 1
         self.report.lower_ms = 0.0
@@ -333,7 +335,9 @@ class EnginePartition(torch.nn.Module):
     def _store(self, disk: DiskCache, key: str, cg: Any) -> None:
         C = _c()
         try:
-            disk.put(key, C.save_entry(cg, key, f"{self.report.name}: {self.report.num_ops} ops"))
+            # Folded values are stored when they take at most a quarter of the cache's bound.
+            disk.put(key, C.save_entry(cg, key, f"{self.report.name}: {self.report.num_ops} ops",
+                                       max_folded_bytes=disk.max_bytes // 4))
         except (OSError, C.UpdraftError) as e:
             warn_once(f"[updraft.cache] could not store the compiled {self.report.name} in {disk.root}: {e}")
             self.report.cache += f", not stored: {e}"

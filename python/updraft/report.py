@@ -34,6 +34,9 @@ class PartitionReport:
     # Persistent compile cache: "" (off), "hit", "miss, stored", "rebuilt: <why>, stored", ...
     cache: str = ""
     cache_ms: float = 0.0  # on a hit: key + load + refit, the whole build
+    # On a hit with folded constants: "mapped" (stored ones, the weights matched their
+    # fingerprints) or "replayed" (recomputed from the recipes: other weights).
+    cache_folds: str = ""
 
 
 @dataclasses.dataclass
@@ -183,7 +186,8 @@ class Report:
                              f"lower {p.lower_ms:.1f} ms, engine compile {p.compile_ms:.1f} ms"
                              f" (x{p.engine_compiles}), {p.plans_built} plan(s) {p.plan_ms:.1f} ms"
                              f" ({p.kernels_created} kernels made, {p.kernels_reused} reused)"
-                             + (f", cache {p.cache}" if p.cache else ""))
+                             + (f", cache {p.cache}" if p.cache else "")
+                             + (f" (folds {p.cache_folds})" if p.cache_folds else ""))
         if any(p.cache for p in self.partitions):
             lines.append(f"  compile cache: {self.cache_hits} hit(s), {self.cache_misses} miss(es)   "
                          f"process total: {dict(cache_stats())}")

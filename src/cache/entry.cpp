@@ -1,12 +1,22 @@
 // The compile-cache entry container (docs/format.md): writer, reader and the refit replay.
 #include "cache/entry.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cctype>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <set>
+#include <string_view>
+#include <thread>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/version.h"
 #include "ir/op_table.h"
 #include "ir/text.h"
@@ -18,14 +28,20 @@ namespace {
 
 constexpr char kMagic[8] = {'U', 'P', 'D', 'R', 'A', 'F', 'T', 'E'};
 constexpr size_t kHeaderBytes = 32;  // magic, u32 version, u32 field count, u64 length, u64 checksum
+constexpr size_t kAlign = 64;        // stored tensor data starts at a multiple of this in the file
+// Above this much payload, the checksum runs on a second thread while the parameters'
+// fingerprints are taken on this one (both are memory-bound passes over ~100 MB for ResNet-50).
+constexpr size_t kParallelVerifyBytes = size_t{8} << 20;
 
-uint64_t fnv1a64(const char* p, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64 offset basis
-  for (size_t i = 0; i < n; ++i) {
-    h ^= static_cast<unsigned char>(p[i]);
-    h *= 0x100000001b3ull;  // FNV prime
-  }
-  return h;
+// "p3", "d12": a reference to parameter / folded constant / stored blob number i.
+std::string ref_name(char kind, size_t i) {
+  std::string r(1, kind);
+  r += std::to_string(i);
+  return r;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 template <typename T>
@@ -33,6 +49,8 @@ void put(std::string& out, T x) {
   out.append(reinterpret_cast<const char*>(&x), sizeof x);
 }
 
+// A field is `u32 name length, name, u64 data length, data`; `prefix` is the data length's
+// first bytes that are already known (the tensor header), so the tensor bytes can be aligned.
 void put_field(std::string& out, const std::string& name, const std::string& data) {
   put<uint32_t>(out, static_cast<uint32_t>(name.size()));
   out += name;
@@ -40,21 +58,39 @@ void put_field(std::string& out, const std::string& name, const std::string& dat
   out += data;
 }
 
-// A stored tensor: "<dtype> <d0> <d1> ...\n" then the raw bytes (row-major, little-endian).
-std::string blob_bytes(const Tensor& t) {
-  std::string s = dtype_name(t.dtype());
-  for (int64_t d : t.shape()) s += " " + std::to_string(d);
-  s += "\n";
-  s.append(static_cast<const char*>(t.data()), t.nbytes());
-  return s;
+// A stored tensor: "<dtype> <d0> <d1> ..." padded with spaces to end, with its '\n', where the
+// raw bytes (row-major, little-endian) start at a multiple of kAlign from the start of the
+// entry, so a loaded entry uses them in place. `out` is the whole entry written so far.
+void put_tensor_field(std::string& out, const std::string& name, const Tensor& t) {
+  std::string head = dtype_name(t.dtype());
+  for (int64_t d : t.shape()) {
+    head += ' ';
+    head += std::to_string(d);
+  }
+  size_t data_at = out.size() + 4 + name.size() + 8 + head.size() + 1;
+  head.append((kAlign - data_at % kAlign) % kAlign, ' ');
+  head += "\n";
+  put<uint32_t>(out, static_cast<uint32_t>(name.size()));
+  out += name;
+  put<uint64_t>(out, head.size() + t.nbytes());
+  out += head;
+  out.append(static_cast<const char*>(t.data()), t.nbytes());
 }
 
-Tensor blob_tensor(const std::string& name, const std::string& s) {
+// The bytes of an entry and what keeps them alive (a heap copy or a file mapping).
+struct Buffer {
+  std::shared_ptr<const char> owner;
+  size_t size = 0;
+  std::string_view view() const { return {owner.get(), size}; }
+};
+
+// A tensor over stored bytes `s` of field `name` (see put_tensor_field), sharing `buf`.
+Tensor blob_tensor(const std::string& name, std::string_view s, const Buffer& buf) {
   size_t nl = s.find('\n');
-  UPDRAFT_CHECK(nl != std::string::npos, "cache", "entry field " + name + " has no tensor header");
+  UPDRAFT_CHECK(nl != std::string_view::npos, "cache", "entry field " + name + " has no tensor header");
   std::vector<std::string> words;
   size_t b = 0;
-  std::string head = s.substr(0, nl);
+  std::string head(s.substr(0, nl));
   while (b <= head.size()) {
     size_t e = head.find(' ', b);
     if (e == std::string::npos) e = head.size();
@@ -75,45 +111,63 @@ Tensor blob_tensor(const std::string& name, const std::string& s) {
     UPDRAFT_CHECK(end && *end == '\0' && d >= 0, "cache", "entry field " + name + " has a bad size '" + words[i] + "'");
     shape.push_back(d);
   }
-  Tensor t(dt, shape);
-  UPDRAFT_CHECK(s.size() - nl - 1 == t.nbytes(), "cache",
+  size_t nbytes = static_cast<size_t>(numel_of(shape)) * dtype_size(dt);
+  UPDRAFT_CHECK(s.size() - nl - 1 == nbytes, "cache",
                 "entry field " + name + " holds " + std::to_string(s.size() - nl - 1) + " bytes, its header says " +
-                    std::to_string(t.nbytes()));
-  if (t.nbytes()) std::memcpy(t.data(), s.data() + nl + 1, t.nbytes());
-  return t;
+                    std::to_string(nbytes));
+  const char* data = s.data() + nl + 1;
+  if (nbytes == 0) return Tensor(dt, shape);
+  if (reinterpret_cast<uintptr_t>(data) % kAlign != 0) {  // a hand-made entry: copy, never misalign
+    Tensor t(dt, shape);
+    std::memcpy(t.data(), data, nbytes);
+    return t;
+  }
+  // Kernels never write constants; the storage is non-const only because Tensor's is.
+  return Tensor(dt, shape, std::shared_ptr<void>(buf.owner, const_cast<char*>(data)));
 }
 
 struct Container {
-  std::map<std::string, std::string> fields;
+  std::map<std::string, std::string_view, std::less<>> fields;
 };
 
-Container read_container(const std::string& bytes) {
+struct Header {
+  uint32_t version, nfields;
+  uint64_t length, checksum;
+};
+
+Header read_header(std::string_view bytes) {
   UPDRAFT_CHECK(bytes.size() >= sizeof kMagic && std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0, "cache",
                 "not an updraft cache entry (bad magic)");
   UPDRAFT_CHECK(bytes.size() >= kHeaderBytes, "cache", "entry is truncated (" + std::to_string(bytes.size()) +
                                                            " bytes, shorter than its header)");
-  uint32_t version, nfields;
-  uint64_t length, checksum;
-  std::memcpy(&version, bytes.data() + 8, 4);
-  std::memcpy(&nfields, bytes.data() + 12, 4);
-  std::memcpy(&length, bytes.data() + 16, 8);
-  std::memcpy(&checksum, bytes.data() + 24, 8);
-  UPDRAFT_CHECK(version == kEntryFormatVersion, "cache",
-                "entry has format version " + std::to_string(version) + ", this engine reads version " +
+  Header h;
+  std::memcpy(&h.version, bytes.data() + 8, 4);
+  std::memcpy(&h.nfields, bytes.data() + 12, 4);
+  std::memcpy(&h.length, bytes.data() + 16, 8);
+  std::memcpy(&h.checksum, bytes.data() + 24, 8);
+  UPDRAFT_CHECK(h.version == kEntryFormatVersion, "cache",
+                "entry has format version " + std::to_string(h.version) + ", this engine reads version " +
                     std::to_string(kEntryFormatVersion));
-  UPDRAFT_CHECK(bytes.size() - kHeaderBytes >= length, "cache",
+  UPDRAFT_CHECK(bytes.size() - kHeaderBytes >= h.length, "cache",
                 "entry is truncated: " + std::to_string(bytes.size() - kHeaderBytes) + " payload bytes of " +
-                    std::to_string(length));
-  UPDRAFT_CHECK(bytes.size() - kHeaderBytes == length, "cache",
-                "entry has " + std::to_string(bytes.size() - kHeaderBytes - length) + " stray bytes after its payload");
+                    std::to_string(h.length));
+  UPDRAFT_CHECK(bytes.size() - kHeaderBytes == h.length, "cache",
+                "entry has " + std::to_string(bytes.size() - kHeaderBytes - h.length) +
+                    " stray bytes after its payload");
+  return h;
+}
+
+// The field table (bounds-checked, not yet checksummed: a caller trusts it only once the
+// checksum has matched).
+Container read_fields(std::string_view bytes, const Header& h) {
   const char* p = bytes.data() + kHeaderBytes;
-  UPDRAFT_CHECK(fnv1a64(p, length) == checksum, "cache", "entry is corrupt (checksum mismatch)");
+  const uint64_t length = h.length;
   Container c;
   size_t at = 0;
   auto need = [&](size_t n) {
     UPDRAFT_CHECK(length - at >= n, "cache", "entry is corrupt (a field runs past the payload)");
   };
-  for (uint32_t i = 0; i < nfields; ++i) {
+  for (uint32_t i = 0; i < h.nfields; ++i) {
     uint32_t nlen;
     uint64_t dlen;
     need(4);
@@ -126,22 +180,46 @@ Container read_container(const std::string& bytes) {
     std::memcpy(&dlen, p + at, 8);
     at += 8;
     need(dlen);
-    c.fields[name] = std::string(p + at, dlen);
+    c.fields[name] = std::string_view(p + at, dlen);
     at += dlen;
   }
   UPDRAFT_CHECK(at == length, "cache", "entry is corrupt (payload longer than its fields)");
   return c;
 }
 
-const std::string& field(const Container& c, const std::string& name) {
+void check_sum(const Header& h, uint64_t got) {
+  UPDRAFT_CHECK(got == h.checksum, "cache", "entry is corrupt (checksum mismatch)");
+}
+
+uint64_t payload_sum(std::string_view bytes, const Header& h) {
+  return xxh64(bytes.data() + kHeaderBytes, h.length);
+}
+
+Container read_container(std::string_view bytes) {
+  Header h = read_header(bytes);
+  check_sum(h, payload_sum(bytes, h));
+  return read_fields(bytes, h);
+}
+
+std::string_view field(const Container& c, const std::string& name) {
   auto it = c.fields.find(name);
   UPDRAFT_CHECK(it != c.fields.end(), "cache", "entry has no '" + name + "' field");
   return it->second;
 }
 
 EntryMeta meta_of(const Container& c) {
-  return {field(c, "key"), field(c, "note"), field(c, "engine"), field(c, "cpu")};
+  return {std::string(field(c, "key")), std::string(field(c, "note")), std::string(field(c, "engine")),
+          std::string(field(c, "cpu"))};
 }
+
+std::string hex64(uint64_t x) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(x));
+  return buf;
+}
+
+// A parameter's fingerprint: XXH64 of its bytes (its dtype and shape are checked apart).
+uint64_t fingerprint(const Tensor& t) { return xxh64(t.data(), t.nbytes()); }
 
 // Values read by nodes or graph outputs.
 std::set<const Value*> used_values(const Graph& g) {
@@ -172,7 +250,7 @@ std::string cpu_features() {
   return r;
 }
 
-std::string save_entry(const Graph& g, const EntryMeta& meta) {
+std::string save_entry(const Graph& g, const EntryMeta& meta, const SaveOptions& opts) {
   // Which fold record produced each value.
   std::map<int, size_t> made_by;
   const std::vector<FoldRecord>& folds = g.folds();
@@ -256,10 +334,35 @@ std::string save_entry(const Graph& g, const EntryMeta& meta) {
   main_opts.constant_ref = [&](const Value* v) { return refs.at(v); };
   init_opts.constant_ref = [&](const Value* v) { return init_refs.at(v); };
 
-  std::string payload;
+  // The parameters the init graph reads, with their fingerprints: a load whose parameters
+  // match them all may use the stored folded values instead of replaying.
+  std::map<int, const Tensor*> source_tensor;
+  for (size_t r : needed)
+    for (int in : folds[r].inputs)
+      if (g.value(in)->source >= 0) source_tensor[g.value(in)->source] = &*g.value(in)->constant;
+  std::string prints;
+  for (const auto& [j, t] : source_tensor) {
+    prints += ref_name('p', static_cast<size_t>(j));
+    prints += ' ';
+    prints += hex64(fingerprint(*t));
+    prints += '\n';
+  }
+  size_t folded_bytes = 0;
+  for (const Value* v : derived) folded_bytes += v->constant->nbytes();
+  const bool store_folded = !derived.empty() && folded_bytes <= opts.max_folded_bytes;
+
+  std::string out(kMagic, sizeof kMagic);
+  put<uint32_t>(out, kEntryFormatVersion);
+  put<uint32_t>(out, 0);  // field count, checksum and length: filled in below
+  put<uint64_t>(out, 0);
+  put<uint64_t>(out, 0);
   uint32_t nfields = 0;
   auto add = [&](const std::string& name, const std::string& data) {
-    put_field(payload, name, data);
+    put_field(out, name, data);
+    ++nfields;
+  };
+  auto add_tensor = [&](const std::string& name, const Tensor& t) {
+    put_tensor_field(out, name, t);
     ++nfields;
   };
   add("key", meta.key);
@@ -268,22 +371,92 @@ std::string save_entry(const Graph& g, const EntryMeta& meta) {
   add("cpu", cpu_features());
   add("graph", print_graph(g, main_opts));
   add("init", print_graph(init, init_opts));
-  for (size_t i = 0; i < blobs.size(); ++i) add("b" + std::to_string(i), blob_bytes(*blobs[i]));
+  add("fingerprints", prints);
+  for (size_t i = 0; i < blobs.size(); ++i) add_tensor(ref_name('b', i), *blobs[i]);
+  if (store_folded)
+    for (size_t k = 0; k < derived.size(); ++k) add_tensor(ref_name('d', k), *derived[k]->constant);
 
-  std::string out(kMagic, sizeof kMagic);
-  put<uint32_t>(out, kEntryFormatVersion);
-  put<uint32_t>(out, nfields);
-  put<uint64_t>(out, payload.size());
-  put<uint64_t>(out, fnv1a64(payload.data(), payload.size()));
-  out += payload;
+  uint64_t length = out.size() - kHeaderBytes;
+  std::memcpy(&out[12], &nfields, 4);
+  std::memcpy(&out[16], &length, 8);
+  uint64_t sum = xxh64(out.data() + kHeaderBytes, length);
+  std::memcpy(&out[24], &sum, 8);
   return out;
 }
 
 EntryMeta read_entry_meta(const std::string& bytes) { return meta_of(read_container(bytes)); }
 
-std::unique_ptr<Graph> load_entry(const std::string& bytes, const std::string& key,
-                                  const std::vector<std::optional<Tensor>>& sources) {
-  Container c = read_container(bytes);
+namespace {
+
+bool checked_ref(std::string_view ref, char kind) {
+  bool ok = ref.size() >= 2 && ref[0] == kind;
+  for (size_t i = 1; ok && i < ref.size(); ++i) ok = std::isdigit(static_cast<unsigned char>(ref[i]));
+  return ok;
+}
+
+// "pJ <hex>" lines -> (J, fingerprint); malformed lines are a defect.
+std::vector<std::pair<size_t, uint64_t>> parse_fingerprints(std::string_view text) {
+  std::vector<std::pair<size_t, uint64_t>> out;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string line(text.substr(0, nl));
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    size_t sp = line.find(' ');
+    UPDRAFT_CHECK(sp != std::string::npos && checked_ref(std::string_view(line).substr(0, sp), 'p') &&
+                      line.size() == sp + 17,
+                  "cache", "entry has a bad fingerprint line '" + line + "'");
+    char* end = nullptr;
+    uint64_t fp = std::strtoull(line.c_str() + sp + 1, &end, 16);
+    UPDRAFT_CHECK(end && *end == '\0', "cache", "entry has a bad fingerprint line '" + line + "'");
+    out.push_back({std::stoul(line.substr(1, sp - 1)), fp});
+  }
+  return out;
+}
+
+std::unique_ptr<Graph> load_buffer(const Buffer& buf, const std::string& key,
+                                   const std::vector<std::optional<Tensor>>& sources, LoadInfo* info) {
+  LoadInfo local;
+  LoadInfo& li = info ? *info : local;
+  auto t0 = std::chrono::steady_clock::now();
+  std::string_view bytes = buf.view();
+  Header h = read_header(bytes);
+
+  // The checksum runs beside the fingerprints when the entry is large. Nothing read from the
+  // fields is trusted (or reported) before it has matched.
+  uint64_t sum = 0;
+  std::thread summer;
+  const bool parallel = h.length >= kParallelVerifyBytes;
+  if (parallel) summer = std::thread([&] { sum = payload_sum(bytes, h); });
+  else sum = payload_sum(bytes, h);
+  auto join = [&] {
+    if (summer.joinable()) summer.join();
+  };
+  Container c;
+  bool prints_match = false;
+  try {
+    c = read_fields(bytes, h);
+    // Whether the caller's parameters are the ones the stored folded values came from.
+    auto d0 = c.fields.find("d0");
+    if (d0 != c.fields.end()) {
+      auto fp = c.fields.find("fingerprints");
+      prints_match = fp != c.fields.end();
+      if (prints_match)
+        for (const auto& [j, want] : parse_fingerprints(fp->second)) {
+          if (j >= sources.size() || !sources[j] || fingerprint(*sources[j]) != want) {
+            prints_match = false;
+            break;
+          }
+        }
+    }
+  } catch (const Error&) {
+    join();
+    check_sum(h, sum);  // a corrupt entry is reported as corrupt, not by its symptom
+    throw;
+  }
+  join();
+  check_sum(h, sum);
+  li.verify_ms = ms_since(t0);
+
   EntryMeta m = meta_of(c);
   UPDRAFT_CHECK(m.engine == kEngineVersion, "cache",
                 "entry was written by engine " + m.engine + ", this is engine " + kEngineVersion);
@@ -291,7 +464,7 @@ std::unique_ptr<Graph> load_entry(const std::string& bytes, const std::string& k
   UPDRAFT_CHECK(m.cpu == cpu, "cache", "entry was written on a CPU with {" + m.cpu + "}, this one has {" + cpu + "}");
   UPDRAFT_CHECK(m.key == key, "cache", "entry holds key " + m.key + ", expected " + key);
 
-  auto blob = [&](const std::string& ref) { return blob_tensor(ref, field(c, ref)); };
+  auto blob = [&](const std::string& ref) { return blob_tensor(ref, field(c, ref), buf); };
   auto source = [&](const std::string& ref, const TensorType& type) {
     size_t j = std::stoul(ref.substr(1));
     UPDRAFT_CHECK(j < sources.size() && sources[j].has_value(), "cache",
@@ -302,43 +475,97 @@ std::unique_ptr<Graph> load_entry(const std::string& bytes, const std::string& k
                       ", the entry was compiled for " + type.str());
     return t;
   };
-  auto checked_ref = [](const std::string& ref, char kind) {
-    bool ok = ref.size() >= 2 && ref[0] == kind;
-    for (size_t i = 1; ok && i < ref.size(); ++i) ok = std::isdigit(static_cast<unsigned char>(ref[i]));
-    return ok;
-  };
 
-  // Replay the folds over the parameters.
-  ExternResolver init_res = [&](const std::string& ref, const TensorType&) {
-    UPDRAFT_CHECK(checked_ref(ref, 'b'), "cache", "init graph refers to '" + ref + "'");
-    return blob(ref);
-  };
-  std::unique_ptr<Graph> init = parse_graph(field(c, "init"), &init_res);
-  std::vector<std::optional<Tensor>> val(init->num_values());
-  for (Value* in : init->inputs()) {
-    UPDRAFT_CHECK(checked_ref(in->name, 'p'), "cache", "init graph input '" + in->name + "' is not a parameter");
-    val[in->id] = source(in->name, in->type);
-  }
-  for (Value* cv : init->constants()) val[cv->id] = *cv->constant;
-  for (Node* n : init->nodes()) {
-    std::vector<TensorView> views;
-    for (Value* v : n->inputs) views.push_back(val.at(v->id)->view());
-    std::vector<Tensor> outs = evaluate_constant_node(*n, views);
-    for (size_t k = 0; k < outs.size(); ++k) val[n->outputs[k]->id] = std::move(outs[k]);
-  }
+  // The folded constants: the stored ones when the parameters match their fingerprints, else
+  // the recipes replayed over the parameters.
   std::vector<Tensor> derived;
-  for (Value* o : init->outputs()) derived.push_back(*val.at(o->id));
+  if (prints_match) {
+    for (size_t k = 0;; ++k) {
+      auto it = c.fields.find(ref_name('d', k));
+      if (it == c.fields.end()) break;
+      derived.push_back(blob_tensor(it->first, it->second, buf));
+    }
+    li.mapped = true;
+  } else {
+    auto t1 = std::chrono::steady_clock::now();
+    ExternResolver init_res = [&](const std::string& ref, const TensorType&) {
+      UPDRAFT_CHECK(checked_ref(ref, 'b'), "cache", "init graph refers to '" + ref + "'");
+      return blob(ref);
+    };
+    std::unique_ptr<Graph> init = parse_graph(std::string(field(c, "init")), &init_res);
+    std::vector<std::optional<Tensor>> val(init->num_values());
+    for (Value* in : init->inputs()) {
+      UPDRAFT_CHECK(checked_ref(in->name, 'p'), "cache", "init graph input '" + in->name + "' is not a parameter");
+      val[in->id] = source(in->name, in->type);
+    }
+    for (Value* cv : init->constants()) val[cv->id] = *cv->constant;
+    std::vector<const Node*> last_use(init->num_values(), nullptr);
+    for (Node* n : init->nodes())
+      for (Value* v : n->inputs) last_use[v->id] = n;
+    for (Node* n : init->nodes()) {
+      std::vector<TensorView> views;
+      for (Value* v : n->inputs) views.push_back(val.at(v->id)->view());
+      std::vector<Tensor> outs = evaluate_constant_node(*n, views);
+      for (size_t k = 0; k < outs.size(); ++k) val[n->outputs[k]->id] = std::move(outs[k]);
+      for (Value* v : n->inputs)  // intermediates die at their last use: the peak stays small
+        if (v->producer && last_use[v->id] == n && !init->is_output(v)) val[v->id].reset();
+    }
+    for (Value* o : init->outputs()) derived.push_back(*val.at(o->id));
+    li.replay_ms = ms_since(t1);
+  }
+  li.folded = derived.size();
 
   ExternResolver main_res = [&](const std::string& ref, const TensorType& type) -> Tensor {
     if (checked_ref(ref, 'p')) return source(ref, type);
     if (checked_ref(ref, 'b')) return blob(ref);
     UPDRAFT_CHECK(checked_ref(ref, 'd'), "cache", "graph refers to '" + ref + "'");
     size_t k = std::stoul(ref.substr(1));
-    UPDRAFT_CHECK(k < derived.size(), "cache", "graph refers to folded constant " + ref + ", the init graph has " +
+    UPDRAFT_CHECK(k < derived.size(), "cache", "graph refers to folded constant " + ref + ", the entry has " +
                                                    std::to_string(derived.size()));
     return derived[k];
   };
-  return parse_graph(field(c, "graph"), &main_res);
+  return parse_graph(std::string(field(c, "graph")), &main_res);
+}
+
+}  // namespace
+
+std::unique_ptr<Graph> load_entry(const std::string& bytes, const std::string& key,
+                                  const std::vector<std::optional<Tensor>>& sources, LoadInfo* info) {
+  // A 64-byte aligned copy, so stored tensors are used in place as in a mapped file.
+  std::shared_ptr<void> mem = aligned_alloc_shared(bytes.size());
+  if (!bytes.empty()) std::memcpy(mem.get(), bytes.data(), bytes.size());
+  Buffer buf{std::shared_ptr<const char>(mem, static_cast<const char*>(mem.get())), bytes.size()};
+  return load_buffer(buf, key, sources, info);
+}
+
+std::unique_ptr<Graph> load_entry_file(const std::string& path, const std::string& key,
+                                       const std::vector<std::optional<Tensor>>& sources, LoadInfo* info) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  UPDRAFT_CHECK(fd >= 0, "cache", "cannot open entry " + path + ": " + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    throw Error("cache", "cannot stat entry " + path + ": " + std::strerror(e));
+  }
+  size_t size = static_cast<size_t>(st.st_size);
+  if (size == 0) {
+    ::close(fd);
+    return load_buffer(Buffer{std::shared_ptr<const char>(new char[1], std::default_delete<char[]>()), 0}, key,
+                       sources, info);
+  }
+  // Private and writable: copy-on-write, so nothing written through a constant (there should
+  // be nothing) could reach the file. No MAP_POPULATE: on a private writable mapping it costs
+  // more (~35 ms for 94 MB) than the faults the checksum pass takes (fault-around maps the
+  // cached pages 16 at a time).
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  int e = errno;
+  ::close(fd);
+  UPDRAFT_CHECK(p != MAP_FAILED, "cache", "cannot map entry " + path + ": " + std::strerror(e));
+  std::shared_ptr<const char> owner(static_cast<const char*>(p), [size](const char* q) {
+    ::munmap(const_cast<char*>(q), size);
+  });
+  return load_buffer(Buffer{std::move(owner), size}, key, sources, info);
 }
 
 }  // namespace updraft

@@ -2,14 +2,18 @@
 // container specified in docs/format.md.
 //
 //   std::string bytes = save_entry(cg->graph(), {key, "bert partition 0"});
-//   auto g = load_entry(bytes, key, sources);   // throws Error("cache", ...) on any defect
+//   auto g = load_entry(bytes, key, sources);          // throws Error("cache", ...) on any defect
+//   auto g = load_entry_file(path, key, sources);      // the same, from a mapped file
 //
-// Weight values are not stored. A constant bound from the caller's parameter j
+// Parameter values are not stored. A constant bound from the caller's parameter j
 // (Value::source == j) is stored as a reference and bound to sources[j] on load; a constant a
 // pass folded from other constants is stored as its recipe (the FoldRecords, an "init" graph
-// over the parameters) and recomputed on load with the same kernels, so a new checkpoint of
-// the same model reuses the entry and gets bit-identical folded weights. Every other constant
-// (literals the front end wrote) is stored by value.
+// over the parameters), so a new checkpoint of the same model reuses the entry and gets
+// bit-identical folded weights by replaying it with the same kernels. When they fit
+// (SaveOptions::max_folded_bytes) the folded values are stored too, with a fingerprint (XXH64)
+// of every parameter they were folded from: a load whose parameters have those fingerprints
+// maps them instead of replaying. Every other constant (literals the front end wrote) is
+// stored by value. Stored tensors start 64-byte aligned in the file and are used in place.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -22,7 +26,7 @@
 
 namespace updraft {
 
-inline constexpr uint32_t kEntryFormatVersion = 1;
+inline constexpr uint32_t kEntryFormatVersion = 2;
 
 // The CPU features this process runs with, e.g. "avx,avx2,fma,sse4.2" (part of the key: the
 // plans and kernels chosen depend on them).
@@ -35,16 +39,37 @@ struct EntryMeta {
   std::string cpu;     // filled by save_entry: cpu_features() when written
 };
 
-std::string save_entry(const Graph& g, const EntryMeta& meta);
+struct SaveOptions {
+  // Folded constants are stored (beside their recipes) when together they are at most this
+  // many bytes; otherwise only the recipes are, and every load replays them.
+  size_t max_folded_bytes = size_t{256} << 20;
+};
+
+std::string save_entry(const Graph& g, const EntryMeta& meta, const SaveOptions& opts = {});
 
 // Header and metadata only (magic, format version, length, checksum are verified).
 EntryMeta read_entry_meta(const std::string& bytes);
 
+// How a load got its folded constants.
+struct LoadInfo {
+  size_t folded = 0;        // folded constants in the entry
+  bool mapped = false;      // taken from the entry (the parameters' fingerprints matched)
+  double verify_ms = 0.0;   // checksum + fingerprints
+  double replay_ms = 0.0;   // replaying the recipes (when not mapped)
+};
+
 // The graph of an entry, with parameters bound from `sources` (by parameter number; the
-// tensors are shared, not copied) and folded constants recomputed. Throws Error("cache", ...)
-// naming the defect: not an entry, other format version, truncated, checksum mismatch, other
-// engine version or CPU, other key, a missing parameter or one of another dtype/shape.
+// tensors are shared, not copied) and folded constants mapped from the entry or recomputed.
+// Throws Error("cache", ...) naming the defect: not an entry, other format version, truncated,
+// checksum mismatch, other engine version or CPU, other key, a missing parameter or one of
+// another dtype/shape. The returned graph's stored constants point into a copy of `bytes`.
 std::unique_ptr<Graph> load_entry(const std::string& bytes, const std::string& key,
-                                  const std::vector<std::optional<Tensor>>& sources);
+                                  const std::vector<std::optional<Tensor>>& sources, LoadInfo* info = nullptr);
+
+// The same from a file, mapped read-only (copy-on-write) rather than read: the graph's stored
+// constants point into the mapping, which lives as long as they do. Entries are only ever
+// replaced by rename (updraft/cache.py), which leaves a live mapping intact.
+std::unique_ptr<Graph> load_entry_file(const std::string& path, const std::string& key,
+                                       const std::vector<std::optional<Tensor>>& sources, LoadInfo* info = nullptr);
 
 }  // namespace updraft

@@ -1,6 +1,7 @@
 """The persistent compile cache (updraft/cache.py, docs/format.md): hits across compiles and
-processes, refit of a new checkpoint, defective entries rebuilt with one warning, atomic
-writes from two processes, the size bound, private files, and the key."""
+processes, stored folded constants mapped for the same weights and replayed for a new
+checkpoint, defective entries rebuilt with one warning, atomic writes from two processes, the
+size bound, private files, and the key."""
 import os
 import stat
 import struct
@@ -58,6 +59,8 @@ def test_second_compile_hits_and_runs_bit_identical(tmp_path):
     assert [p.cache for p in rep.partitions] == ["miss, stored"], str(rep)
     warm, rep = _compile_run(m, tmp_path)
     assert [p.cache for p in rep.partitions] == ["hit"], str(rep)
+    # Same weights: their fingerprints match, so the stored folded constants are used as they are.
+    assert rep.partitions[0].cache_folds == "mapped" and "(folds mapped)" in str(rep)
     assert rep.cache_hits == 1 and "compile cache: 1 hit(s)" in str(rep)
     assert torch.equal(warm, cold)
     with torch.no_grad():
@@ -78,23 +81,117 @@ def test_new_checkpoint_hits_and_is_refit(tmp_path):
     other = _model(1)  # same architecture, other weights and statistics
     got, rep = _compile_run(other, tmp_path)
     assert [p.cache for p in rep.partitions] == ["hit"], str(rep)
+    # Other fingerprints: the stored folded constants are not used, the recipes are replayed.
+    assert rep.partitions[0].cache_folds == "replayed", str(rep)
     uncached, _ = _compile_run(other, "")
     assert torch.equal(got, uncached)  # refit replays the folds with the same kernels
     with torch.no_grad():
         torch.testing.assert_close(got, other(X), rtol=1e-4, atol=1e-5)
 
 
-def _fnv1a64(b):
-    h = 14695981039346656037
-    for c in b:
-        h = ((h ^ c) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
-    return h
+def test_weights_changed_in_one_element_are_replayed(tmp_path):
+    """One float of one batch-norm statistic differs: the fingerprint sees it."""
+    _compile_run(_model(0), tmp_path)
+    m = _model(0)
+    with torch.no_grad():
+        m.bn.running_var[3] += 0.25
+    got, rep = _compile_run(m, tmp_path)
+    assert rep.partitions[0].cache == "hit" and rep.partitions[0].cache_folds == "replayed", str(rep)
+    uncached, _ = _compile_run(m, "")
+    assert torch.equal(got, uncached)
+    with torch.no_grad():
+        torch.testing.assert_close(got, m(X), rtol=1e-4, atol=1e-5)
+
+
+def test_folds_too_large_for_the_bound_are_not_stored_and_replayed(tmp_path):
+    """Folded values are stored only when they take at most a quarter of cache_max_bytes."""
+    m = _model(0)
+    cold, _ = _compile_run(m, tmp_path, cache_max_bytes=3000)  # ~900 bytes of folds > 750
+    (entry,) = _entries(tmp_path)
+    _, fields = _fields((tmp_path / entry).read_bytes())
+    names = [n for n, _ in fields]
+    assert "init" in names and not any(n.startswith("d") for n in names), names
+    warm, rep = _compile_run(m, tmp_path, cache_max_bytes=3000)
+    assert rep.partitions[0].cache == "hit" and rep.partitions[0].cache_folds == "replayed", str(rep)
+    assert torch.equal(warm, cold)
+    with torch.no_grad():
+        torch.testing.assert_close(warm, m(X), rtol=1e-4, atol=1e-5)
+
+
+def test_stored_folds_are_aligned_and_fingerprinted(tmp_path):
+    m = _model(0)
+    _compile_run(m, tmp_path)
+    (entry,) = _entries(tmp_path)
+    raw = (tmp_path / entry).read_bytes()
+    _, fields = _fields(raw)
+    fd = dict(fields)
+    folded = [n for n in fd if n.startswith("d")]
+    assert folded, list(fd)
+    for n in folded + [n for n in fd if n.startswith("b")]:
+        data_at = raw.index(fd[n]) + fd[n].index(b"\n") + 1
+        assert data_at % 64 == 0, (n, data_at)
+    # One line per parameter the folds read: the conv weight and bias, the batch norm's four.
+    prints = dict(line.split() for line in fd["fingerprints"].decode().splitlines())
+    assert len(prints) == 6
+    params = dict(m.named_parameters()) | dict(m.named_buffers())
+    digests = {f"{_xxh64(t.detach().numpy().tobytes()):016x}" for t in params.values()}
+    assert set(prints.values()) <= digests
+
+
+_M64 = (1 << 64) - 1
+_P1, _P2, _P3, _P4, _P5 = (0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x85EBCA77C2B2AE63,
+                           0x27D4EB2F165667C5)
+
+
+def _rotl(x, r):
+    return ((x << r) | (x >> (64 - r))) & _M64
+
+
+def _round(acc, lane):
+    return _rotl((acc + lane * _P2) & _M64, 31) * _P1 & _M64
+
+
+def _xxh64(b, seed=0):
+    """XXH64 as docs/format.md names it (xxHash's doc/xxhash_spec.md), written out for the test."""
+    n, i = len(b), 0
+    word = lambda at, size: int.from_bytes(b[at:at + size], "little")  # noqa: E731
+    if n >= 32:
+        v = [(seed + _P1 + _P2) & _M64, (seed + _P2) & _M64, seed, (seed - _P1) & _M64]
+        while i + 32 <= n:
+            v = [_round(v[k], word(i + 8 * k, 8)) for k in range(4)]
+            i += 32
+        h = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & _M64
+        for x in v:
+            h = ((h ^ _round(0, x)) * _P1 + _P4) & _M64
+    else:
+        h = (seed + _P5) & _M64
+    h = (h + n) & _M64
+    while i + 8 <= n:
+        h = (_rotl(h ^ _round(0, word(i, 8)), 27) * _P1 + _P4) & _M64
+        i += 8
+    if i + 4 <= n:
+        h = (_rotl(h ^ (word(i, 4) * _P1 & _M64), 23) * _P2 + _P3) & _M64
+        i += 4
+    while i < n:
+        h = _rotl(h ^ (b[i] * _P5 & _M64), 11) * _P1 & _M64
+        i += 1
+    h ^= h >> 33
+    h = h * _P2 & _M64
+    h ^= h >> 29
+    h = h * _P3 & _M64
+    return h ^ (h >> 32)
+
+
+def test_xxh64_reference_values():
+    assert _xxh64(b"") == 0xEF46DB3751D8E999
+    assert _xxh64(b"a") == 0xD24EC4F1A98C6E5B
+    assert _xxh64(b"Nobody inspects the spammish repetition") == 0xFBCEA83C8A378BF1
 
 
 def _fields(raw):
     """The entry's fields, read as docs/format.md describes them."""
     magic, version, n, length, checksum = struct.unpack_from("<8sIIQQ", raw)
-    assert magic == b"UPDRAFTE" and length == len(raw) - 32 and checksum == _fnv1a64(raw[32:])
+    assert magic == b"UPDRAFTE" and length == len(raw) - 32 and checksum == _xxh64(raw[32:])
     fields, at = [], 32
     for _ in range(n):
         (nlen,) = struct.unpack_from("<I", raw, at)
@@ -108,7 +205,7 @@ def _fields(raw):
 
 def _pack(version, fields):
     payload = b"".join(struct.pack("<I", len(n)) + n.encode() + struct.pack("<Q", len(d)) + d for n, d in fields)
-    return struct.pack("<8sIIQQ", b"UPDRAFTE", version, len(fields), len(payload), _fnv1a64(payload)) + payload
+    return struct.pack("<8sIIQQ", b"UPDRAFTE", version, len(fields), len(payload), _xxh64(payload)) + payload
 
 
 def _other_engine(raw):
@@ -116,16 +213,27 @@ def _other_engine(raw):
     return _pack(version, [(n, b"0.0.1" if n == "engine" else d) for n, d in fields])
 
 
+def _flip_in_field(raw, name):
+    """One bit flipped in the last data byte of field `name` (a stored folded constant)."""
+    _, fields = _fields(raw)
+    data = dict(fields)[name]
+    at = raw.index(data) + len(data) - 1
+    return raw[:at] + bytes([raw[at] ^ 0x01]) + raw[at + 1:]
+
+
 DEFECTS = {
     "flipped byte": lambda raw: raw[:len(raw) // 2] + bytes([raw[len(raw) // 2] ^ 0x10]) + raw[len(raw) // 2 + 1:],
     "truncated": lambda raw: raw[:len(raw) * 2 // 3],
     "empty": lambda raw: b"",
     "other format version": lambda raw: raw[:8] + struct.pack("<I", 99) + raw[12:],
+    "format version 1": lambda raw: raw[:8] + struct.pack("<I", 1) + raw[12:],  # before stored folds
+    "flipped folded value": lambda raw: _flip_in_field(raw, "d1"),
     "other engine version": _other_engine,
     "not an entry": lambda raw: b"#!/bin/sh\necho hello\n" * 10,
 }
 REASONS = {"flipped byte": "corrupt", "truncated": "truncated", "empty": "not an updraft cache entry",
            "other format version": "format version 99", "other engine version": "written by engine 0.0.1",
+           "format version 1": "format version 1, this engine reads version 2", "flipped folded value": "corrupt",
            "not an entry": "not an updraft cache entry"}
 
 
