@@ -32,7 +32,7 @@ import torch
 
 ENV_DIR = "UPDRAFT_CACHE_DIR"
 SUFFIX = ".updraft"
-KEY_VERSION = "updraft-cache-key 1"
+KEY_VERSION = "updraft-cache-key 2"
 
 _stats_lock = threading.Lock()
 
@@ -124,12 +124,22 @@ class DiskCache:
         return removed
 
 
+_caches: dict = {}
+
+
 def cache_for(config) -> Optional[DiskCache]:
-    """The DiskCache a config asks for (CompilerConfig.cache_dir, else UPDRAFT_CACHE_DIR), or None."""
+    """The DiskCache a config asks for (CompilerConfig.cache_dir, else UPDRAFT_CACHE_DIR), or None.
+
+    One per (folder, bound) in a process: a model's partitions share it, and the folder is
+    checked (created) once rather than per partition."""
     root = config.cache_dir if config.cache_dir is not None else os.environ.get(ENV_DIR, "")
     if not root:
         return None
-    return DiskCache(root, config.cache_max_bytes)
+    k = (str(root), config.cache_max_bytes)
+    disk = _caches.get(k)
+    if disk is None or not disk.root.is_dir():  # removed meanwhile: create it again
+        disk = _caches[k] = DiskCache(root, config.cache_max_bytes)
+    return disk
 
 
 def param_refs(args, kinds) -> list:
@@ -168,16 +178,14 @@ def partition_key(code: str, inputs: list[tuple[str, object]], options: dict, en
     ("literal", tensor) or ("other", value). Parameters contribute dtype and shape only; literal
     constants contribute their bytes; runtime inputs their dtype and (symbolic) shape.
     """
-    h = hashlib.sha256()
-    h.update(f"{KEY_VERSION}\nengine {engine}\ncpu {cpu}\ntorch {torch.__version__}\n".encode())
-    h.update(repr(sorted(options.items())).encode())
-    h.update(code.encode())
+    parts = [f"{KEY_VERSION}\nengine {engine}\ncpu {cpu}\ntorch {torch.__version__}\n",
+             repr(sorted(options.items())), code]
     for j, (kind, v) in enumerate(inputs):
         if kind in ("runtime", "param"):
-            desc = f"{v.dtype} {tuple(str(s) for s in v.shape)}"
+            desc = f"{v.dtype} {v.shape}"  # torch.Size prints symbolic sizes by name (s0)
         elif kind == "literal":
             desc = f"{v.dtype} {tuple(v.shape)} {_tensor_digest(v)}"
         else:
             desc = repr(v)
-        h.update(f"\ninput {j} {kind} {desc}".encode())
-    return h.hexdigest()
+        parts.append(f"input {j} {kind} {desc}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()

@@ -347,9 +347,16 @@ std::string save_entry(const Graph& g, const EntryMeta& meta, const SaveOptions&
     prints += hex64(fingerprint(*t));
     prints += '\n';
   }
-  size_t folded_bytes = 0;
+  // Stored values pay when replaying costs more than fingerprinting: a load that maps them
+  // hashes the sources and the stored bytes, one that replays reads the sources and writes
+  // (into fresh, page-faulting memory) the folded values. So they are stored when they are at
+  // least half the size of their sources (conv weights scaled by batch norm: about equal),
+  // not for a small gather from a large table (BERT's position embeddings: 0.4 of 1.5 MB).
+  size_t folded_bytes = 0, source_bytes = 0;
   for (const Value* v : derived) folded_bytes += v->constant->nbytes();
-  const bool store_folded = !derived.empty() && folded_bytes <= opts.max_folded_bytes;
+  for (const auto& [j, t] : source_tensor) source_bytes += t->nbytes();
+  const bool store_folded =
+      !derived.empty() && folded_bytes <= opts.max_folded_bytes && 2 * folded_bytes >= source_bytes;
 
   std::string out(kMagic, sizeof kMagic);
   put<uint32_t>(out, kEntryFormatVersion);

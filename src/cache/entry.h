@@ -10,7 +10,9 @@
 // pass folded from other constants is stored as its recipe (the FoldRecords, an "init" graph
 // over the parameters), so a new checkpoint of the same model reuses the entry and gets
 // bit-identical folded weights by replaying it with the same kernels. When they fit
-// (SaveOptions::max_folded_bytes) the folded values are stored too, with a fingerprint (XXH64)
+// (SaveOptions::max_folded_bytes) and are at least half the size of the parameters they come
+// from (else replaying is cheaper than fingerprinting), the folded values are stored too, with
+// a fingerprint (XXH64)
 // of every parameter they were folded from: a load whose parameters have those fingerprints
 // maps them instead of replaying. Every other constant (literals the front end wrote) is
 // stored by value. Stored tensors start 64-byte aligned in the file and are used in place.
@@ -41,7 +43,8 @@ struct EntryMeta {
 
 struct SaveOptions {
   // Folded constants are stored (beside their recipes) when together they are at most this
-  // many bytes; otherwise only the recipes are, and every load replays them.
+  // many bytes (and at least half the bytes of their sources); otherwise only the recipes
+  // are, and every load replays them.
   size_t max_folded_bytes = size_t{256} << 20;
 };
 
