@@ -66,7 +66,11 @@ void bind_cache(nb::module_& m) {
       [](const CompiledGraph& cg, const std::string& key, const std::string& note, size_t max_folded_bytes) {
         SaveOptions opts;
         opts.max_folded_bytes = max_folded_bytes;
-        std::string bytes = save_entry(cg.graph(), {key, note, "", ""}, opts);
+        std::string bytes;
+        {
+          nb::gil_scoped_release release;  // hashing and copying ~100 MB for a ResNet-50
+          bytes = save_entry(cg.graph(), {key, note, "", ""}, opts);
+        }
         return nb::bytes(bytes.data(), bytes.size());
       },
       nb::arg("compiled"), nb::arg("key"), nb::arg("note") = "", nb::arg("max_folded_bytes") = SaveOptions{}.max_folded_bytes,

@@ -358,7 +358,16 @@ std::string save_entry(const Graph& g, const EntryMeta& meta, const SaveOptions&
   const bool store_folded =
       !derived.empty() && folded_bytes <= opts.max_folded_bytes && 2 * folded_bytes >= source_bytes;
 
-  std::string out(kMagic, sizeof kMagic);
+  // One allocation: the entry can be ~100 MB of folded weights.
+  std::string graph_text = print_graph(g, main_opts), init_text = print_graph(init, init_opts);
+  size_t reserve = kHeaderBytes + 1024 + graph_text.size() + init_text.size() + prints.size() + meta.key.size() +
+                   meta.note.size();
+  for (const Tensor* t : blobs) reserve += t->nbytes() + kAlign + 64;
+  if (store_folded)
+    for (const Value* v : derived) reserve += v->constant->nbytes() + kAlign + 64;
+  std::string out;
+  out.reserve(reserve);
+  out.append(kMagic, sizeof kMagic);
   put<uint32_t>(out, kEntryFormatVersion);
   put<uint32_t>(out, 0);  // field count, checksum and length: filled in below
   put<uint64_t>(out, 0);
@@ -376,8 +385,8 @@ std::string save_entry(const Graph& g, const EntryMeta& meta, const SaveOptions&
   add("note", meta.note);
   add("engine", kEngineVersion);
   add("cpu", cpu_features());
-  add("graph", print_graph(g, main_opts));
-  add("init", print_graph(init, init_opts));
+  add("graph", graph_text);
+  add("init", init_text);
   add("fingerprints", prints);
   for (size_t i = 0; i < blobs.size(); ++i) add_tensor(ref_name('b', i), *blobs[i]);
   if (store_folded)
