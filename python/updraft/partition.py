@@ -209,7 +209,7 @@ class EnginePartition(torch.nn.Module):
     def _build(self, args: tuple) -> "_Built":
         C = _c()
         t0 = time.perf_counter()
-        placeholders = [n for n in self.sub.graph.nodes if n.op == "placeholder"]
+        placeholders = list(self.sub.graph.find_nodes(op="placeholder"))  # indexed: no walk over the graph
         runtime_pos = [j for j, a in enumerate(args) if isinstance(a, torch.Tensor) and not self.const_mask[j]]
         disk, key = self._cache_key(args, placeholders)
         if key is not None:
@@ -264,7 +264,7 @@ class EnginePartition(torch.nn.Module):
         return _Built(cg, runtime_pos, out_dtypes, [args[j].dtype for j in runtime_pos])
 
     def _outputs(self) -> list:
-        out = next(n for n in self.sub.graph.nodes if n.op == "output").args[0]
+        out = self.sub.graph.output_node().args[0]
         return list(out) if self._multi else [out]
 
     def _check_out_dtypes(self, engine_dtypes: list[str]) -> list[torch.dtype]:
