@@ -5,7 +5,7 @@
 //   auto g = load_entry(bytes, key, sources);          // throws Error("cache", ...) on any defect
 //   auto g = load_entry_file(path, key, sources);      // the same, from a mapped file
 //
-// Parameter values are not stored. A constant bound from the caller's parameter j
+// Parameters are not stored themselves. A constant bound from the caller's parameter j
 // (Value::source == j) is stored as a reference and bound to sources[j] on load; a constant a
 // pass folded from other constants is stored as its recipe (the FoldRecords, an "init" graph
 // over the parameters), so a new checkpoint of the same model reuses the entry and gets
