@@ -44,7 +44,8 @@ class DiskCache:
         self.root = Path(root).expanduser()
         self.max_bytes = max_bytes
         try:
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not self.root.is_dir():  # a stat; mkdir(exist_ok=True) raises and catches inside
+                self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as e:
             raise OSError(f"[updraft.cache] cannot create the cache folder {self.root}: {e}; "
                           "set CompilerConfig(cache_dir=...) or UPDRAFT_CACHE_DIR to a writable folder") from e
