@@ -11,16 +11,24 @@ from __future__ import annotations
 import os
 
 
-def _default_openmp_wait_policy() -> None:
-    """Makes OpenMP threads sleep instead of spin while they wait (OMP_WAIT_POLICY=passive).
+_SPIN_COUNT = "1000"
 
-    On a machine whose cores are busy with other processes, spinning threads turn every
-    2-thread parallel region into a wait for a time slice (measured: MLP batch 64 with one
-    busy neighbour, 216 ms per call spinning vs 2.1 ms passive). The engine, oneDNN and
-    PyTorch share one libgomp per process (whichever copy loads first), and libgomp reads the
-    setting once, when it loads; so this only acts when `updraft` is imported before torch or
-    the engine, and never when the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT. It does not
-    restore the variable: the runtime loads later, and child processes inherit it.
+
+def _default_openmp_wait_policy() -> None:
+    """Makes idle OpenMP threads spin only briefly before they sleep (GOMP_SPINCOUNT=1000).
+
+    libgomp's default spins for a long time (about 300,000 iterations) before a waiting thread
+    sleeps. On a machine whose cores are busy with other processes that turns every 2-thread
+    parallel region into a wait for a time slice (measured: MLP batch 64 with one busy
+    neighbour, 216 ms per call with the default spin vs 2.0 ms with threads that sleep at once,
+    OMP_WAIT_POLICY=passive). But sleeping at once costs a futex wake-up per region on an idle
+    machine (this VM: ~50 us; MLP batch 64 idle 1.72 ms passive vs 1.25 ms spinning). A short
+    spin keeps most of both: idle 1.33 ms, busy neighbour 2.31 ms (docs/BENCHMARKS.md, "OpenMP
+    under load"). The engine, oneDNN and PyTorch share one libgomp per process (whichever copy
+    loads first), and libgomp reads the setting once, when it loads; so this only acts when
+    `updraft` is imported before torch or the engine, and never when the user set
+    OMP_WAIT_POLICY or GOMP_SPINCOUNT. It does not restore the variable: the runtime loads
+    later, and child processes inherit it.
     """
     env = os.environ
     if "OMP_WAIT_POLICY" in env or "GOMP_SPINCOUNT" in env:
@@ -32,7 +40,7 @@ def _default_openmp_wait_policy() -> None:
         return  # not Linux (or no procfs): leave the runtime's default
     if "libgomp" in maps or "libiomp" in maps or "libomp" in maps:
         return  # an OpenMP runtime is already loaded and has read its settings
-    env["OMP_WAIT_POLICY"] = "passive"
+    env["GOMP_SPINCOUNT"] = _SPIN_COUNT
 
 
 _default_openmp_wait_policy()
