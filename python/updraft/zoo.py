@@ -59,6 +59,26 @@ def _mobilenet_v2(batch: int = 1, size: int = 224):
     return model, (torch.randn(batch, 3, size, size),)
 
 
+def _efficientnet_b0(batch: int = 1, size: int = 224):
+    # Squeeze-excitation blocks, swish, depthwise convs with TF-style "same" padding. HF's own
+    # weight init leaves every activation after the stem exactly zero (nothing to compare), so
+    # convs, batch norms and the head take PyTorch's default init instead (still random).
+    from transformers import EfficientNetConfig, EfficientNetModel
+
+    model = EfficientNetModel(EfficientNetConfig())
+    for mod in model.modules():
+        if isinstance(mod, (torch.nn.Conv2d, torch.nn.BatchNorm2d, torch.nn.Linear)):
+            mod.reset_parameters()
+    return model, (torch.randn(batch, 3, size, size),)
+
+
+def _regnet(batch: int = 1, size: int = 224):
+    # RegNet (HF's default config): grouped 3x3 convs in bottlenecks, squeeze-excitation.
+    from transformers import RegNetConfig, RegNetModel
+
+    return RegNetModel(RegNetConfig()), (torch.randn(batch, 3, size, size),)
+
+
 def _roberta(batch: int = 1, seq: int = 128, layers: int = 12):
     from transformers import RobertaConfig, RobertaModel
 
@@ -269,6 +289,8 @@ MODELS: dict[str, Callable[..., tuple[torch.nn.Module, tuple]]] = {
     "vit": _vit,
     "mlp": _mlp,
     "mobilenet_v2": _mobilenet_v2,
+    "efficientnet_b0": _efficientnet_b0,
+    "regnet": _regnet,
     "roberta": _roberta,
     "distilbert": _distilbert,
     "llama": _llama,
