@@ -22,18 +22,22 @@ inline int64_t channel_block_offset(int64_t n, int64_t c, int64_t h, int64_t w, 
   return ((n * (C / b) + c / b) * H * W + h * W + w) * b + c % b;
 }
 
-// Copies a contiguous [N, C, H, W] tensor of `elem` bytes per element from block layout
-// `from` to `to` (either may be 0, plain). src and dst must not overlap.
+// Copies an [N, C, H, W] tensor of `elem` bytes per element from block layout `from` to `to`
+// (either may be 0, plain). A plain source may be strided: `src_strides` (elements, one per
+// dim) or null for contiguous. src and dst must not overlap.
 inline void channel_block_copy(const void* src, void* dst, size_t elem, const int64_t* shape, int64_t from,
-                               int64_t to) {
+                               int64_t to, const int64_t* src_strides = nullptr) {
   const auto* s = static_cast<const unsigned char*>(src);
   auto* d = static_cast<unsigned char*>(dst);
   for (int64_t n = 0; n < shape[0]; ++n)
     for (int64_t c = 0; c < shape[1]; ++c)
       for (int64_t h = 0; h < shape[2]; ++h)
-        for (int64_t w = 0; w < shape[3]; ++w)
-          std::memcpy(d + channel_block_offset(n, c, h, w, shape, to) * elem,
-                      s + channel_block_offset(n, c, h, w, shape, from) * elem, elem);
+        for (int64_t w = 0; w < shape[3]; ++w) {
+          const int64_t at = from == 0 && src_strides
+                                 ? n * src_strides[0] + c * src_strides[1] + h * src_strides[2] + w * src_strides[3]
+                                 : channel_block_offset(n, c, h, w, shape, from);
+          std::memcpy(d + channel_block_offset(n, c, h, w, shape, to) * elem, s + at * elem, elem);
+        }
 }
 
 }  // namespace updraft

@@ -286,19 +286,9 @@ void register_ref_data_movement_kernels(KernelRegistry& r) {
   r.add("channel_block", Device::ref, [](const KernelContext& ctx) {
     const int64_t from = ctx.attr("from_block").i(), to = ctx.attr("to_block").i();
     return make_kernel("ref_channel_block", [from, to](const TensorView* in, TensorView* out) {
-      // A plain input may be strided (a graph input): element by element through its strides.
+      // A plain input may be strided (a graph input): read through its strides.
       const TensorView& x = in[0];
-      const size_t elem = dtype_size(x.dtype);
-      const int64_t* shape = x.sizes;
-      for (int64_t n = 0; n < shape[0]; ++n)
-        for (int64_t c = 0; c < shape[1]; ++c)
-          for (int64_t h = 0; h < shape[2]; ++h)
-            for (int64_t w = 0; w < shape[3]; ++w) {
-              int64_t src = from ? channel_block_offset(n, c, h, w, shape, from)
-                                 : n * x.strides[0] + c * x.strides[1] + h * x.strides[2] + w * x.strides[3];
-              std::memcpy(static_cast<char*>(out[0].data) + channel_block_offset(n, c, h, w, shape, to) * elem,
-                          static_cast<const char*>(x.data) + src * elem, elem);
-            }
+      channel_block_copy(x.data, out[0].data, dtype_size(x.dtype), x.sizes, from, to, x.strides);
     });
   });
 }
