@@ -124,8 +124,33 @@ def _make_runner(backend: str, model, inputs: tuple, threads: int, tmp: Path):
     raise ValueError(f"unknown backend {backend}")
 
 
+def boost_priority() -> str:
+    """Raises this process's CPU priority over other processes on a shared machine (root only).
+
+    Linux's autogroup scheduling shares the CPU between sessions first and applies nice values
+    only inside a session, so a plain `nice -n -20` does not win against another session's
+    build; the session's autogroup nice (/proc/self/autogroup) does. Returns what was done.
+    Memory bandwidth and caches are still shared: read figures with the load beside them.
+    """
+    done = []
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write("-20")
+        done.append("autogroup nice -20")
+    except OSError:
+        pass
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, -20)
+        done.append("nice -20")
+    except OSError:
+        pass
+    return ", ".join(done) or "not boosted (needs root)"
+
+
 def worker(spec: dict) -> dict:
     threads = spec["threads"]
+    if spec.get("boost"):
+        boost_priority()  # before torch starts its threads: they inherit the nice value
     import torch
 
     torch.set_num_threads(threads)
@@ -361,6 +386,9 @@ def main(argv=None) -> int:
     p.add_argument("--max-iters", type=int, default=500)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--warm", action="store_true", help="also time a warm compile where a cache exists (Inductor)")
+    p.add_argument("--boost", action="store_true",
+                   help="raise the workers' CPU priority (autogroup and nice -20; root only) so that "
+                        "other sessions' load on a shared machine stays out of the timings")
     p.add_argument("--timeout", type=float, default=900, help="seconds per row before it is reported failed")
     p.add_argument("--doc", type=Path, default=ROOT / "docs" / "BENCHMARKS.md",
                    help="markdown file to update ('-' for none)")
@@ -389,6 +417,8 @@ def main(argv=None) -> int:
     logs = Path(tempfile.mkdtemp(prefix="updraft-suite-"))
     rows: list[dict] = []
     print(f"# updraft benchmark suite\n\nmachine: {_machine()}\n\nlogs: {logs}\n", flush=True)
+    priority = boost_priority() if args.boost else "normal"
+    print(f"priority: {priority}\n", flush=True)
     for tl in args.threads:
         n = ncpu if tl == "all" else int(tl)
         label = "all cores" if tl == "all" else f"{n} thread" + ("s" if n != 1 else "")
@@ -399,7 +429,7 @@ def main(argv=None) -> int:
                 if b not in backends:
                     continue
                 spec = dict(model=m, backend=b, threads=n, min_time=args.min_time, min_iters=args.min_iters,
-                            max_iters=args.max_iters, warmup=args.warmup)
+                            max_iters=args.max_iters, warmup=args.warmup, boost=args.boost)
                 env = dict(os.environ, OMP_NUM_THREADS=str(n), TOKENIZERS_PARALLELISM="false")
                 cache = None
                 if b in CACHED:  # a fresh cache directory makes the first compile cold
@@ -427,7 +457,7 @@ def main(argv=None) -> int:
     print("\n".join(notes))
     if str(args.doc) != "-":
         rel = lambda q: os.path.relpath(q, args.doc.parent)  # noqa: E731
-        doc_body = (f"Machine: {_machine()}\n\nCommand: `{cmdline.strip()}` "
+        doc_body = (f"Machine: {_machine()}\n\nPriority: {priority}\n\nCommand: `{cmdline.strip()}` "
                     f"({time.strftime('%Y-%m-%d %H:%M')}; median of timed calls, at least "
                     f"{args.min_time:g} s / {args.min_iters} calls per row)\n\n{body}\n"
                     f"![speedup over eager]({rel(args.chart)})\n")
