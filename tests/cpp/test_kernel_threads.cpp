@@ -25,6 +25,20 @@ TEST(KernelThreads, WorkRule) {
   EXPECT_EQ(cpu::threads_for_work(2.5 * cpu::kMinWorkPerThread, 8), 2);
 }
 
+// A gemm's work is its flops or its streamed bytes (in flop units), whichever is larger: a
+// batch-1 Linear(512) does 0.5 Mflop but streams a 1 MB weight, so it gets two threads; a
+// batch-1 Linear(128) (64 KB) stays on one; compute-bound shapes follow the flops.
+TEST(KernelThreads, GemmRuleCountsStreamedBytes) {
+  auto linear_threads = [](double M, double K, double N) {
+    return cpu::threads_for_gemm(2 * M * K * N, 4 * (M * K + K * N + M * N), 8);
+  };
+  EXPECT_EQ(linear_threads(1, 512, 512), 2);
+  EXPECT_EQ(linear_threads(1, 128, 128), 1);
+  EXPECT_EQ(linear_threads(1, 768, 3072), 8);  // 9.4 MB of weight (GPT-2 decode's MLP): all
+  EXPECT_EQ(linear_threads(1024, 1024, 1024), 8);
+  EXPECT_EQ(cpu::threads_for_gemm(3 * cpu::kMinWorkPerThread, 0, 8), 3);  // bytes never lower it
+}
+
 TEST(KernelThreads, ScopedThreadsRestores) {
   const int before = omp_get_max_threads();
   {
@@ -51,11 +65,11 @@ TEST(KernelThreads, ParallelForCoversEveryIndexOnce) {
 
 Tensor rnd(std::vector<int64_t> shape, uint32_t seed) { return random_tensor(DType::f32, std::move(shape), seed); }
 
-// A batch-1 Linear(512) runs on one thread; a large one keeps all threads (when there are
-// several). Both match the reference, also from four threads at once.
+// A batch-1 Linear(128) (a 64 KB weight) runs on one thread; a large one keeps all threads
+// (when there are several). Both match the reference, also from four threads at once.
 TEST(KernelThreads, SmallOneDnnStepsRunOnOneThread) {
   const int before = omp_get_max_threads();
-  auto small = build("linear", {input(rnd({1, 512}, 1)), constant(rnd({512, 512}, 2))}, {});
+  auto small = build("linear", {input(rnd({1, 128}, 1)), constant(rnd({128, 128}, 2))}, {});
   auto kernel = make_kernel_for(*small, Device::cpu);
   std::string name = kernel->name();
   EXPECT_NE(name.find(":1thread"), std::string::npos) << name;

@@ -37,6 +37,18 @@ inline int threads_for_work(double work, int requested) {
   return n >= max_threads ? max_threads : std::max(1, static_cast<int>(n));
 }
 
+// Flops that one byte of memory traffic is worth when a step is memory-bound: one core streams
+// roughly 10-15 GB/s from DRAM or a shared L3 against its ~80 GFLOP/s of f32 FMAs, so a step
+// that reads a megabyte (a batch-1 Linear(512)'s weight) takes ~70 us, above the fork/join
+// threshold, though it does only 0.5 Mflop. Conservative: 4, not the ~6 the ratio gives.
+constexpr double kFlopsPerByte = 4.0;
+
+// For a gemm-like step: its time is set by its flops or by the bytes it must stream (the
+// weight, for a linear at small M), whichever is larger.
+inline int threads_for_gemm(double flops, double bytes, int requested) {
+  return threads_for_work(std::max(flops, bytes * kFlopsPerByte), requested);
+}
+
 // Sets the calling thread's OpenMP thread count for a scope; restores it afterwards.
 class ScopedThreads {
  public:

@@ -164,7 +164,9 @@ class GemmKernel final : public Kernel {
   void run_runtime_m(const Variant& v, void* a, const TensorView* in, TensorView* out, void* scratch,
                      dnnl::stream& s) const {
     const int64_t M = in[0].numel() / K_;
-    cpu::ScopedThreads threads(cpu::threads_for_work(2.0 * static_cast<double>(M) * N_ * K_, requested_threads_));
+    cpu::ScopedThreads threads(cpu::threads_for_gemm(2.0 * static_cast<double>(M) * N_ * K_,
+                                                     4.0 * (static_cast<double>(M) * (K_ + N_) + K_ * N_),
+                                                     requested_threads_));
     dnnl::memory::desc a_md({M, K_}, dt::f32, dims{K_, 1}), c_md({M, N_}, dt::f32, dims{N_, 1});
     std::unordered_map<int, dnnl::memory> args;
     args[DNNL_ARG_SRC] = wrap(a_md, a);
@@ -190,7 +192,9 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
   // Runtime M: the thread count is picked per call from that call's M (run_runtime_m); the
   // primitive and the prepack get them all.
   k->threads_ = runtime_m ? cpu::threads_for_work(1e30, ctx.num_threads)
-                          : cpu::threads_for_work(2.0 * static_cast<double>(numel_of(c_dims)) * a_dims.back(),
+                          : cpu::threads_for_gemm(2.0 * static_cast<double>(numel_of(c_dims)) * a_dims.back(),
+                                                  4.0 * static_cast<double>(numel_of(a_dims) + numel_of(b_dims) +
+                                                                            numel_of(c_dims)),
                                                   ctx.num_threads);
   cpu::ScopedThreads threads(k->threads_);
   k->ep_ = Epilogue::of(ctx.node, 2);
