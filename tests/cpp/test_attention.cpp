@@ -1,9 +1,15 @@
-// sdpa: the tiled AVX2 kernel against the reference: head shapes, causal with L != S,
+// sdpa: the tiled kernel (AVX-512 tiles where the CPU has them, and the AVX2 tiles forced with
+// UPDRAFT_CPU_ISA=avx2) against the reference: head shapes, causal with L != S,
 // bool and additive masks with broadcasting, broadcast batch dims, strided q/k/v, an explicit
 // scale, and one kernel from 4 threads.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdlib>
+#include <vector>
+
 #include "compute_test_helpers.h"
+#include "kernels/cpu/sdpa_tiles.h"
 #include "core/error.h"
 
 using namespace updraft;
@@ -28,14 +34,23 @@ TEST(Attention, Shapes) {
       {{2, 4, 9, 64}, {2, 4, 9, 64}, {2, 4, 9, 64}},    {{3, 17, 5}, {3, 13, 5}, {3, 13, 3}},
       {{2, 3, 5, 16}, {1, 3, 7, 16}, {1, 3, 7, 16}},    {{6, 33}, {9, 33}, {9, 20}},
       {{2, 2, 40, 32}, {2, 2, 70, 32}, {2, 2, 70, 24}},
+      // Ev = 64 + 16 + 3: the wide p v tile, a one-register tile and scalar columns; L = 8k + 5
+      // rows: the 8-row and 1-row score tiles.
+      {{1, 2, 21, 48}, {1, 2, 30, 48}, {1, 2, 30, 83}},
   };
-  for (const Case& c : cases) {
-    for (bool causal : {false, true}) {
-      SCOPED_TRACE(shape_str(shape_from(c.q)) + " " + shape_str(shape_from(c.k)) + (causal ? " causal" : ""));
-      std::string name = expect_matches_ref("sdpa", {input(rnd(c.q, 1)), input(rnd(c.k, 2)), input(rnd(c.v, 3))},
-                                            {{"is_causal", causal}}, kAttnTol, kAttnTol);
-      EXPECT_EQ(name, "cpu_f32_sdpa_tiled_avx2");
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  for (bool capped : {false, true}) {
+    if (capped) setenv("UPDRAFT_CPU_ISA", "avx2", 1);
+    for (const Case& c : cases) {
+      for (bool causal : {false, true}) {
+        SCOPED_TRACE(shape_str(shape_from(c.q)) + " " + shape_str(shape_from(c.k)) + (causal ? " causal" : "") +
+                     (capped ? " UPDRAFT_CPU_ISA=avx2" : ""));
+        std::string name = expect_matches_ref("sdpa", {input(rnd(c.q, 1)), input(rnd(c.k, 2)), input(rnd(c.v, 3))},
+                                              {{"is_causal", causal}}, kAttnTol, kAttnTol);
+        EXPECT_EQ(name, avx512 && !capped ? "cpu_f32_sdpa_tiled_avx512" : "cpu_f32_sdpa_tiled_avx2");
+      }
     }
+    if (capped) unsetenv("UPDRAFT_CPU_ISA");
   }
 }
 
@@ -100,4 +115,25 @@ TEST(Attention, OneKernelFromFourThreads) {
   auto b = build("sdpa", {input(rnd({2, 4, 33, 32}, 1)), input(rnd({2, 4, 45, 32}, 2)), input(rnd({2, 4, 45, 32}, 3))},
                  {{"is_causal", true}});
   expect_same_from_threads(*b, 10, kAttnTol, kAttnTol);
+}
+
+// The AVX-512 softmax row (exp512) against the AVX2 one (exp256): the same exp bits for every
+// element, tails (n not a multiple of 16) included; -inf scores give 0, a NaN makes the row NaN.
+TEST(Attention, Avx512SoftmaxRowMatchesAvx2) {
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "this CPU has no AVX-512F; the AVX2 row is the only one";
+  const auto& a2 = cpu::sdpa::tiles_avx2();
+  const auto& a5 = cpu::sdpa::tiles_avx512();
+  for (int64_t n : {1, 7, 16, 17, 33, 128, 197}) {
+    Tensor t = random_tensor(DType::f32, {n}, static_cast<uint32_t>(n));
+    const float* td = static_cast<const float*>(t.data());
+    std::vector<float> x(td, td + n);
+    for (int64_t j = 0; j < n; j += 5) x[j] *= 40.f;  // spread: exp underflows for some
+    if (n > 3) x[2] = -INFINITY;
+    std::vector<float> y2 = x, y5 = x;
+    const float s2 = a2.softmax_row(y2.data(), n), s5 = a5.softmax_row(y5.data(), n);
+    for (int64_t j = 0; j < n; ++j) EXPECT_EQ(y2[j], y5[j]) << "n=" << n << " j=" << j;
+    EXPECT_NEAR(s5, s2, 1e-6 * s2) << "n=" << n;
+  }
+  std::vector<float> bad = {1.f, NAN, 2.f, 3.f, 4.f};
+  EXPECT_TRUE(std::isnan(a5.softmax_row(bad.data(), 5)));
 }

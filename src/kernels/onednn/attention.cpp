@@ -28,8 +28,11 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
+#include "kernels/cpu/sdpa_tiles.h"
 #include "kernels/cpu/simd_f32.h"
 #include "kernels/onednn/onednn_util.h"
 
@@ -45,64 +48,23 @@ constexpr int64_t kRowBlock = 32;  // query rows per unit of work
 
 int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
-// p[r][j] = scale * (q_r . k_j) for R query rows (row stride qs) and every key j < S16, from
-// kt = k^T [E, S16] (zero past S).
-template <int R>
-void scores_tile(const float* q, int64_t qs, const float* kt, int64_t S16, int64_t E, float scale, float* p) {
-  for (int64_t j = 0; j < S16; j += 16) {
-    __m256 acc[R][2];
-    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    const float* kc = kt + j;
-    for (int64_t e = 0; e < E; ++e, kc += S16) {
-      const __m256 k0 = _mm256_loadu_ps(kc), k1 = _mm256_loadu_ps(kc + 8);
-      for (int r = 0; r < R; ++r) {
-        const __m256 qv = _mm256_set1_ps(q[r * qs + e] * scale);
-        acc[r][0] = _mm256_fmadd_ps(qv, k0, acc[r][0]);
-        acc[r][1] = _mm256_fmadd_ps(qv, k1, acc[r][1]);
-      }
-    }
-    for (int r = 0; r < R; ++r) {
-      _mm256_storeu_ps(p + r * S16 + j, acc[r][0]);
-      _mm256_storeu_ps(p + r * S16 + j + 8, acc[r][1]);
-    }
-  }
-}
+struct Avx2 {
+  using reg = __m256;
+  static constexpr int lanes = 8;
+  static reg zero() { return _mm256_setzero_ps(); }
+  static reg load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
+  static reg set1(float x) { return _mm256_set1_ps(x); }
+  static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
+};
 
-// y_r = inv_r * sum_{j < n} p[r][j] v_j for R rows (p row stride S16, v row stride vs, y row
-// stride Ev): W-wide column tiles (16, then 8), scalar columns last.
-template <int R, int W>
-void pv_columns(const float* p, int64_t S16, const float* v, int64_t vs, int64_t n, int64_t e, float* y, int64_t Ev,
-                const float* inv) {
-  constexpr int V = W / 8;
-  __m256 acc[R][V];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < V; ++c) acc[r][c] = _mm256_setzero_ps();
-  const float* vr = v + e;
-  for (int64_t j = 0; j < n; ++j, vr += vs) {
-    __m256 vv[V];
-    for (int c = 0; c < V; ++c) vv[c] = _mm256_loadu_ps(vr + 8 * c);
-    for (int r = 0; r < R; ++r) {
-      const __m256 pv = _mm256_set1_ps(p[r * S16 + j]);
-      for (int c = 0; c < V; ++c) acc[r][c] = _mm256_fmadd_ps(pv, vv[c], acc[r][c]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < V; ++c)
-      _mm256_storeu_ps(y + r * Ev + e + 8 * c, _mm256_mul_ps(acc[r][c], _mm256_set1_ps(inv[r])));
-}
-
-template <int R>
-void pv_tile(const float* p, int64_t S16, const float* v, int64_t vs, int64_t n, int64_t Ev, float* y,
-             const float* inv) {
-  int64_t e = 0;
-  for (; e + 16 <= Ev; e += 16) pv_columns<R, 16>(p, S16, v, vs, n, e, y, Ev, inv);
-  for (; e + 8 <= Ev; e += 8) pv_columns<R, 8>(p, S16, v, vs, n, e, y, Ev, inv);
-  for (; e < Ev; ++e)
-    for (int r = 0; r < R; ++r) {
-      float acc = 0.f;
-      for (int64_t j = 0; j < n; ++j) acc += p[r * S16 + j] * v[j * vs + e];
-      y[r * Ev + e] = acc * inv[r];
-    }
+// The tiles to use: AVX-512 where the CPU has it, unless UPDRAFT_CPU_ISA=avx2 caps the engine's
+// own kernels at the baseline (read per kernel build, so a test can compare both).
+const cpu::sdpa::Tiles& pick_tiles() {
+  const char* cap = std::getenv("UPDRAFT_CPU_ISA");
+  const bool capped = cap != nullptr && std::string(cap) == "avx2";
+  return !capped && __builtin_cpu_supports("avx512f") ? cpu::sdpa::tiles_avx512() : cpu::sdpa::tiles_avx2();
 }
 
 class SdpaKernel final : public Kernel {
@@ -115,7 +77,7 @@ class SdpaKernel final : public Kernel {
     // This call's sizes (the kernel may have been built for other ones; see the top).
     const int64_t L = q.sizes[q.ndim - 2], S = k.sizes[k.ndim - 2], E = q.sizes[q.ndim - 1];
     const int64_t Ev = v.sizes[v.ndim - 1];
-    const int64_t batches = L * Ev ? y.numel() / (L * Ev) : 0;
+    const int64_t batches = L * Ev != 0 ? y.numel() / (L * Ev) : 0;
     if (batches == 0) return;
     const int64_t S16 = round16(S), blocks = (L + kRowBlock - 1) / kRowBlock;
     const size_t thread_bytes = thread_bytes_for(S, E);
@@ -145,29 +107,30 @@ class SdpaKernel final : public Kernel {
           }
           packed = b;
         }
+        const cpu::sdpa::Tiles& t = *tiles_;
         int64_t l = l0;
-        for (; l + 4 <= l1; l += 4) scores_tile<4>(qb + l * qs, qs, kt, S16, E, scale_, p + (l - l0) * S16);
-        for (; l < l1; ++l) scores_tile<1>(qb + l * qs, qs, kt, S16, E, scale_, p + (l - l0) * S16);
+        for (; l + t.score_rows <= l1; l += t.score_rows)
+          t.scores_wide(qb + l * qs, qs, kt, S16, E, scale_, p + (l - l0) * S16);
+        for (; l < l1; ++l) t.scores_one(qb + l * qs, qs, kt, S16, E, scale_, p + (l - l0) * S16);
         int64_t n_max = 0;  // keys any row of the block uses
         for (l = l0; l < l1; ++l) {
           float* sc = p + (l - l0) * S16;
           // Causal: keys after the query position are masked (weight 0, never accumulated).
           const int64_t n = causal_ ? std::min(l + 1, S) : S;
           if (mask) apply_mask(*mask, idx, nb, l, sc, n);
-          const float mx = simd::row_max(sc, n);  // NaN scores make the row NaN, as in torch
-          inv[l - l0] = 1.f / simd::exp_shift_sum(sc, mx, n, sc);
+          inv[l - l0] = 1.f / t.softmax_row(sc, n);  // NaN scores make the row NaN, as in torch
           for (int64_t j = n; j < S16; ++j) sc[j] = 0.f;
           n_max = std::max(n_max, n);
         }
         float* yb = y_data + (b * L) * Ev;
-        for (l = l0; l + 4 <= l1; l += 4) pv_tile<4>(p + (l - l0) * S16, S16, vb, vs, n_max, Ev, yb + l * Ev, inv + (l - l0));
-        for (; l < l1; ++l) pv_tile<1>(p + (l - l0) * S16, S16, vb, vs, n_max, Ev, yb + l * Ev, inv + (l - l0));
+        for (l = l0; l + 4 <= l1; l += 4) t.pv_four(p + (l - l0) * S16, S16, vb, vs, n_max, Ev, yb + l * Ev, inv + (l - l0));
+        for (; l < l1; ++l) t.pv_one(p + (l - l0) * S16, S16, vb, vs, n_max, Ev, yb + l * Ev, inv + (l - l0));
       }
     }
   }
 
   size_t scratch_bytes() const override { return scratch_total_; }
-  std::string name() const override { return "cpu_f32_sdpa_tiled_avx2"; }
+  std::string name() const override { return std::string("cpu_f32_sdpa_tiled_") + tiles_->isa; }
   bool runs_shapes_of(const KernelContext& ctx) const override { return generic_ && !has_empty_tensor(ctx); }
   size_t scratch_bytes_for(const KernelContext& ctx) const override {
     const auto &qs = ctx.in_shapes[0], &ks = ctx.in_shapes[1];
@@ -177,6 +140,7 @@ class SdpaKernel final : public Kernel {
   static std::unique_ptr<Kernel> create(const KernelContext& ctx) {
     if (has_empty_tensor(ctx)) return nullptr;
     auto k = std::make_unique<SdpaKernel>();
+    k->tiles_ = &pick_tiles();
     const auto &qs = ctx.in_shapes[0], &ks = ctx.in_shapes[1];
     const int64_t E = qs.back(), S = ks[ks.size() - 2];
     k->causal_ = ctx.node.attr("is_causal").b();
@@ -241,6 +205,7 @@ class SdpaKernel final : public Kernel {
     return (floats * sizeof(float) + 63) / 64 * 64;
   }
 
+  const cpu::sdpa::Tiles* tiles_ = nullptr;
   bool causal_ = false, has_mask_ = false, generic_ = false;
   float scale_ = 1;
   int threads_ = 1;
@@ -253,3 +218,19 @@ class SdpaKernel final : public Kernel {
 void register_attention(KernelRegistry& r) { r.add("sdpa", Device::cpu, SdpaKernel::create); }
 
 }  // namespace updraft::onednn
+
+namespace updraft::cpu::sdpa {
+
+namespace {
+float softmax_row_avx2(float* sc, int64_t n) { return simd::exp_shift_sum(sc, simd::row_max(sc, n), n, sc); }
+}  // namespace
+
+// 4 rows x 16 keys (8 accumulators) for scores; 4 rows x 16 columns for p v.
+const Tiles& tiles_avx2() {
+  using onednn::Avx2;
+  static const Tiles t{"avx2",           4, scores_tile<Avx2, 4>, scores_tile<Avx2, 1>, pv_tile<Avx2, 4>,
+                       pv_tile<Avx2, 1>, softmax_row_avx2};
+  return t;
+}
+
+}  // namespace updraft::cpu::sdpa

@@ -1,0 +1,104 @@
+// The register tiles of the sdpa kernel (src/kernels/onednn/attention.cpp), written once over a
+// vector type so that the AVX2 build (attention.cpp, 8 lanes) and the AVX-512 build
+// (attention_avx512.cpp, compiled with -mavx512f, 16 lanes) share them.
+//
+//   struct V { using reg = __m256; static constexpr int lanes = 8;
+//              static reg zero(); static reg load(const float*); static void store(float*, reg);
+//              static reg set1(float); static reg fma(reg a, reg b, reg c); static reg mul(reg, reg); };
+//   scores_tile<V, R>(q, qs, kt, S16, E, scale, p);   // p[r][j] = scale * (q_r . k_j), j < S16
+//   pv_tile<V, R>(p, S16, v, vs, n, Ev, y, inv);      // y_r = inv_r * sum_{j<n} p[r][j] v_j
+//
+// Everything here is in an unnamed namespace on purpose: each translation unit instantiates its
+// own copy with its own instruction set, and the linker must never merge an AVX-512
+// instantiation into the AVX2 path (one definition rule across differently compiled units).
+#pragma once
+#include <cstdint>
+
+namespace updraft::cpu::sdpa {
+
+// One instruction set's tiles, as plain function pointers (the kernel picks a table when it is
+// built). Wide score tiles take `score_rows` rows, pv tiles 4; the `_one` forms take one row.
+struct Tiles {
+  const char* isa;  // "avx2" or "avx512", part of the kernel's name
+  int score_rows;
+  void (*scores_wide)(const float* q, int64_t qs, const float* kt, int64_t S16, int64_t E, float scale, float* p);
+  void (*scores_one)(const float* q, int64_t qs, const float* kt, int64_t S16, int64_t E, float scale, float* p);
+  void (*pv_four)(const float* p, int64_t S16, const float* v, int64_t vs, int64_t n, int64_t Ev, float* y,
+                  const float* inv);
+  void (*pv_one)(const float* p, int64_t S16, const float* v, int64_t vs, int64_t n, int64_t Ev, float* y,
+                 const float* inv);
+  // sc[j] = exp(sc[j] - max_j sc) for j < n in place; returns the sum (NaN-propagating max).
+  float (*softmax_row)(float* sc, int64_t n);
+};
+const Tiles& tiles_avx2();    // attention.cpp
+const Tiles& tiles_avx512();  // attention_avx512.cpp; call only where the CPU has AVX-512F
+
+namespace {
+
+// p[r][j] = scale * (q_r . k_j) for R query rows (row stride qs) and every key j < S16, from
+// kt = k^T [E, S16] (zero past S). Keys go 16 at a time (16 / lanes registers a row); each k^T
+// load feeds R rows of FMAs, and q is read as a broadcast from memory. The scale multiplies
+// the finished dot products (one multiply per score, not one per q element per key block).
+template <class V, int R>
+void scores_tile(const float* q, int64_t qs, const float* kt, int64_t S16, int64_t E, float scale, float* p) {
+  constexpr int K = 16 / V::lanes;
+  const typename V::reg vscale = V::set1(scale);
+  for (int64_t j = 0; j < S16; j += 16) {
+    typename V::reg acc[R][K];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < K; ++c) acc[r][c] = V::zero();
+    const float* kc = kt + j;
+    for (int64_t e = 0; e < E; ++e, kc += S16) {
+      typename V::reg kv[K];
+      for (int c = 0; c < K; ++c) kv[c] = V::load(kc + c * V::lanes);
+      for (int r = 0; r < R; ++r) {
+        const typename V::reg qv = V::set1(q[r * qs + e]);
+        for (int c = 0; c < K; ++c) acc[r][c] = V::fma(qv, kv[c], acc[r][c]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < K; ++c) V::store(p + r * S16 + j + c * V::lanes, V::mul(acc[r][c], vscale));
+  }
+}
+
+// Columns [e, e + NV * lanes) of y_r = inv_r * sum_{j < n} p[r][j] v_j for R rows (p row stride
+// S16, v row stride vs, y row stride Ev).
+template <class V, int R, int NV>
+void pv_columns(const float* p, int64_t S16, const float* v, int64_t vs, int64_t n, int64_t e, float* y, int64_t Ev,
+                const float* inv) {
+  typename V::reg acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < NV; ++c) acc[r][c] = V::zero();
+  const float* vr = v + e;
+  for (int64_t j = 0; j < n; ++j, vr += vs) {
+    typename V::reg vv[NV];
+    for (int c = 0; c < NV; ++c) vv[c] = V::load(vr + c * V::lanes);
+    for (int r = 0; r < R; ++r) {
+      const typename V::reg pv = V::set1(p[r * S16 + j]);
+      for (int c = 0; c < NV; ++c) acc[r][c] = V::fma(pv, vv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < NV; ++c)
+      V::store(y + r * Ev + e + c * V::lanes, V::mul(acc[r][c], V::set1(inv[r])));
+}
+
+// All Ev columns: tiles of NV_WIDE registers a row (at most 16 accumulators for R = 4), then
+// one register, then scalar columns.
+template <class V, int R>
+void pv_tile(const float* p, int64_t S16, const float* v, int64_t vs, int64_t n, int64_t Ev, float* y,
+             const float* inv) {
+  constexpr int NV_WIDE = V::lanes == 16 ? 4 : 2;  // 64 columns (AVX-512) or 16 (AVX2) a tile
+  int64_t e = 0;
+  for (; e + NV_WIDE * V::lanes <= Ev; e += NV_WIDE * V::lanes) pv_columns<V, R, NV_WIDE>(p, S16, v, vs, n, e, y, Ev, inv);
+  for (; e + V::lanes <= Ev; e += V::lanes) pv_columns<V, R, 1>(p, S16, v, vs, n, e, y, Ev, inv);
+  for (; e < Ev; ++e)
+    for (int r = 0; r < R; ++r) {
+      float acc = 0.f;
+      for (int64_t j = 0; j < n; ++j) acc += p[r * S16 + j] * v[j * vs + e];
+      y[r * Ev + e] = acc * inv[r];
+    }
+}
+
+}  // namespace
+}  // namespace updraft::cpu::sdpa
