@@ -43,6 +43,7 @@ MODELS = {
     "resnet50": ("resnet50", 1),
     "resnet50_b8": ("resnet50", 8),
     "mobilenet_v2": ("mobilenet_v2", 1),
+    "mobilenet_v3": ("mobilenet_v3", 1),
     "bert": ("bert", 1),
     "gpt2": ("gpt2", 1),
     "gpt2_decode": ("gpt2_decode", 1),

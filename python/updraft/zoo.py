@@ -51,11 +51,28 @@ def _mlp(batch: int = 1, width: int = 512, depth: int = 8):
 
 
 def _mobilenet_v2(batch: int = 1, size: int = 224):
-    # MobileNetV3 is not in transformers, and torchvision (which has it) is not installed with
-    # the pinned torch; MobileNetV2 (depthwise-separable inverted residuals, ReLU6) stands in.
+    # Depthwise-separable inverted residuals, ReLU6 (transformers' MobileNetV2).
     from transformers import MobileNetV2Config, MobileNetV2Model
 
     model = MobileNetV2Model(MobileNetV2Config())  # width 1.0, 224 x 224
+    return model, (torch.randn(batch, 3, size, size),)
+
+
+def _mobilenet_v3(batch: int = 1, size: int = 224):
+    # MobileNetV3-Large (Table 1 of the paper) in plain torch.nn (python/updraft/zoo_mobilenet_v3.py):
+    # neither transformers nor torchvision (which does not import with the pinned torch) can
+    # provide it. DenseNet, which only torchvision has, is still not in the zoo. Hardswish,
+    # squeeze-excitation with a hardsigmoid gate, 3x3 and 5x5 depthwise convs; output: logits
+    # [batch, 1000].
+    from updraft.zoo_mobilenet_v3 import calibrate_batch_norm, mobilenet_v3_large
+
+    model = mobilenet_v3_large()
+    # With the paper's init (Kaiming fan_out) and fresh running stats (mean 0, var 1), each
+    # depthwise conv shrinks activations by about sqrt(channels): the eval-mode logits come out
+    # near 1e-9, where a comparison with eager tests nothing. One train-mode forward on a random
+    # calibration batch sets every batch norm's running stats to its real input statistics, so
+    # features stay O(1) through the network (logits are ~1e-2: the classifier's normal(0, 0.01)).
+    calibrate_batch_norm(model, torch.randn(8, 3, size, size))
     return model, (torch.randn(batch, 3, size, size),)
 
 
@@ -289,6 +306,7 @@ MODELS: dict[str, Callable[..., tuple[torch.nn.Module, tuple]]] = {
     "vit": _vit,
     "mlp": _mlp,
     "mobilenet_v2": _mobilenet_v2,
+    "mobilenet_v3": _mobilenet_v3,
     "efficientnet_b0": _efficientnet_b0,
     "regnet": _regnet,
     "roberta": _roberta,

@@ -34,6 +34,16 @@ bool blockable_conv(const Node& n, int64_t block) {
   return (in_c / g) % block == 0 && (out_c / g) % block == 0;
 }
 
+// Whether v is stored identically in layouts a and b: an [N, C, 1, 1] tensor whose channels
+// divide by both blocks (one pixel: nChw{B}c is plain NCHW), e.g. a pooled squeeze-excite
+// vector between its two 1x1 convs.
+bool same_memory(const Value* v, int64_t a, int64_t b) {
+  const Shape& s = v->type.shape;
+  const int64_t c = static_channels(v);
+  if (c < 0 || !(s[2].is_static() && s[2].value() == 1 && s[3].is_static() && s[3].value() == 1)) return false;
+  return (a == 0 || c % a == 0) && (b == 0 || c % b == 0);
+}
+
 class Rewriter {
  public:
   Rewriter(Graph& g, int64_t block) : g_(g), block_(block) {}
@@ -47,7 +57,7 @@ class Rewriter {
   // end), made once per (value, layout) and shared by later consumers.
   Value* as_layout(Value* v, int64_t want, Node* before) {
     const int64_t have = layout(v);
-    if (have == want) return v;
+    if (have == want || same_memory(v, have, want)) return v;
     auto key = std::make_pair(v, want);
     auto it = copies_.find(key);
     if (it != copies_.end()) return it->second;

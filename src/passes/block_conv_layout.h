@@ -15,6 +15,9 @@
 // A conv whose channels do not meet these rules for B tries B/2 (down to 8): with B = 16,
 // MobileNetV2's 24-channel convs run in nChw8c (oneDNN's AVX2 direct kernels), with 16 <-> 8
 // reorders at their edges.
+// An [N, C, 1, 1] value whose channels divide by both blocks is the same bytes in either
+// layout (one pixel), so it passes between layouts with no copy: a squeeze-excite vector
+// between its mean, its two 1x1 convs and its gate.
 // What it does not do: pooling and elementwise ops stay plain (a channel_block pair around
 // them); channels not divisible by 8 are not padded. B <= 0 leaves the graph unchanged.
 #pragma once

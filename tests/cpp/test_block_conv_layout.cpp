@@ -135,6 +135,37 @@ TEST(PassBlockConvLayout, DepthwiseIsBlocked) {
   EXPECT_EQ(ops_of(*g), "channel_block conv2d conv2d channel_block");
 }
 
+// A squeeze-excite block as MobileNetV3 has it: a global mean of a blocked conv output, two 1x1
+// convs on [N, C, 1, 1] and the gate scaling the blocked value, feeding the next conv.
+const char* kSqueezeExcite = R"(graph(%x: f32[2, 16, 6, 6]) {
+  %w0 = constant f32[32, 16, 1, 1] random(seed=1)
+  %w1 = constant f32[8, 32, 1, 1] random(seed=2)
+  %w2 = constant f32[32, 8, 1, 1] random(seed=3)
+  %w3 = constant f32[16, 32, 1, 1] random(seed=4)
+  %0 = conv2d(%x, %w0) {activation="relu"}
+  %1 = mean(%0) {dims=[3, 2], keepdim=true}
+  %2 = conv2d(%1, %w1) {activation="relu"}
+  %3 = conv2d(%2, %w2)
+  %4 = fused_elementwise(%3, %0) {program="f32: hardsigmoid $0; mul $1 %0"}
+  %5 = conv2d(%4, %w3)
+  return (%5)
+})";
+
+TEST(PassBlockConvLayout, SqueezeExciteVectorsNeedNoReorders) {
+  // The [2, 32, 1, 1] values pass from the plain mean into an 8-blocked conv, on to another
+  // and back into the plain gate with no copies (one pixel: the same bytes in every layout).
+  // The mean and the gate share one plain copy of %0; the gate's output is blocked for %5.
+  auto g = check_pass(kSqueezeExcite, block16, Changed::yes, {}, 1e-4, 1e-4);
+  EXPECT_EQ(ops_of(*g),
+            "channel_block conv2d channel_block mean conv2d conv2d fused_elementwise channel_block conv2d channel_block");
+  EXPECT_EQ(g->nodes()[4]->input(0), g->nodes()[3]->output(0));
+  EXPECT_EQ(g->nodes()[4]->attr("src_block").i(), 8);
+  EXPECT_EQ(g->nodes()[6]->input(0), g->nodes()[5]->output(0));
+  auto plain = parse_graph(kSqueezeExcite);
+  auto inputs = random_inputs(*plain);
+  expect_same_outputs(interpret(*plain, inputs, Device::ref), interpret(*g, inputs, Device::cpu), 1e-4, 1e-4);
+}
+
 TEST(PassBlockConvLayout, BlockZeroIsANoOp) {
   auto g = parse_graph(kBottleneck);
   EXPECT_FALSE(block_conv_layout(*g, 0));

@@ -39,6 +39,8 @@ CASES = {
     "resnet50": (dict(depths=(2, 1, 1, 1)), 2e-3,
                  "convs with folded batch norms; the folding rounds the weights once (f32)"),
     "mobilenet_v2": ({}, 2e-3, "depthwise convs with folded batch norms, as ResNet-50"),
+    "mobilenet_v3": ({}, 2e-3, "as MobileNetV2, plus hardswish and squeeze-excitation (mean, "
+                     "hardsigmoid, broadcast mul over [N, C, 1, 1])"),
     "efficientnet_b0": ({}, 2e-3, "as MobileNetV2, plus squeeze-excitation (mean, sigmoid, broadcast mul)"),
     "regnet": ({}, 2e-3, "grouped convs (some blocked, some plain) with folded batch norms"),
 }
