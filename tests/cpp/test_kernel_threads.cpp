@@ -84,3 +84,23 @@ TEST(KernelThreads, SmallOneDnnStepsRunOnOneThread) {
 }
 
 }  // namespace
+
+// Elementwise kernels run with the compile's thread count (ctx.num_threads) whatever the
+// caller's OpenMP setting, and restore the caller's setting afterwards; large tensors (past
+// the serial threshold) match the reference either way.
+TEST(KernelThreads, ElementwiseHonoursTheCompileThreadCount) {
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(3);
+  auto b = build("add", {input(rnd({300, 400}, 5)), input(rnd({400}, 6))}, {});
+  auto ref = make_kernel_for(*b, Device::ref);
+  const Tensor want = run_kernel(*ref, *b);
+  for (int threads : {1, 2, 0}) {
+    KernelContext ctx = context_of(*b);
+    ctx.num_threads = threads;
+    auto k = (*KernelRegistry::get().find("add", Device::cpu))(ctx);
+    ASSERT_NE(k, nullptr);
+    EXPECT_TRUE(all_close(run_kernel(*k, *b), want, 0, 0)) << "num_threads=" << threads;
+    EXPECT_EQ(omp_get_max_threads(), 3);
+  }
+  omp_set_num_threads(before);
+}

@@ -195,8 +195,10 @@ bool all_f32_data(const Node& n, bool is_where) {
   return true;
 }
 
-std::unique_ptr<Kernel> program_kernel(std::string name, std::string op, std::shared_ptr<const F32Program> prog) {
-  return make_generic_kernel(std::move(name), [prog, op](const TensorView* in, TensorView* out) {
+std::unique_ptr<Kernel> program_kernel(std::string name, std::string op, std::shared_ptr<const F32Program> prog,
+                                       int threads) {
+  return make_generic_kernel(std::move(name), [prog, op, threads](const TensorView* in, TensorView* out) {
+    cpu::ScopedThreads t(ew_threads(threads));
     prog->run(in, static_cast<int>(prog->num_inputs()), out[0], op);
   });
 }
@@ -215,7 +217,7 @@ std::unique_ptr<Kernel> make_f32_kernel(const KernelContext& ctx) {
   p.instrs.push_back(std::move(ins));
   std::shared_ptr<const F32Program> prog = F32Program::compile(p, static_cast<int>(n.inputs.size()));
   if (!prog) return nullptr;
-  return program_kernel("cpu_f32_" + n.op_name() + "_avx2", n.op_name(), std::move(prog));
+  return program_kernel("cpu_f32_" + n.op_name() + "_avx2", n.op_name(), std::move(prog), ctx.num_threads);
 }
 
 std::unique_ptr<Kernel> make_fused_kernel(const KernelContext& ctx) {
@@ -225,7 +227,7 @@ std::unique_ptr<Kernel> make_fused_kernel(const KernelContext& ctx) {
   EwProgram p = parse_ew_program(n.attr("program").s(), "fused_elementwise");
   std::shared_ptr<const F32Program> prog = F32Program::compile(p, static_cast<int>(n.inputs.size()));
   if (!prog) return nullptr;  // more inputs or live values than the stack blocks hold: ref runs it
-  return program_kernel("cpu_fused_elementwise_f32_avx2", "fused_elementwise", std::move(prog));
+  return program_kernel("cpu_fused_elementwise_f32_avx2", "fused_elementwise", std::move(prog), ctx.num_threads);
 }
 
 }  // namespace updraft::cpu_ew

@@ -193,7 +193,9 @@ std::unique_ptr<Kernel> make_int_kernel(const KernelContext& ctx) {
   if (!int_supported(ins.op, dt)) return nullptr;
   EwOp op = ins.op;
   std::string name = n.op_name();
-  return make_generic_kernel(std::string("cpu_") + dtype_name(dt) + "_" + name, [op, dt, name](const TensorView* in, TensorView* out) {
+  const int threads = ctx.num_threads;
+  return make_generic_kernel(std::string("cpu_") + dtype_name(dt) + "_" + name, [op, dt, name, threads](const TensorView* in, TensorView* out) {
+    cpu::ScopedThreads t(ew_threads(threads));
     UPDRAFT_CHECK(out[0].is_contiguous(), name, "the CPU kernel writes contiguous outputs only");
     run_int(op, dt, in, out[0], name);
   });
@@ -204,7 +206,8 @@ std::unique_ptr<Kernel> make_cast_kernel(const KernelContext& ctx) {
   bool known = with_cast_type(from, [](auto) {}) && with_cast_type(to, [](auto) {});
   if (!known) return nullptr;
   return make_generic_kernel(std::string("cpu_cast_") + dtype_name(from) + "_to_" + dtype_name(to),
-                     [from, to](const TensorView* in, TensorView* out) {
+                     [from, to, threads = ctx.num_threads](const TensorView* in, TensorView* out) {
+                       cpu::ScopedThreads t(ew_threads(threads));
                        UPDRAFT_CHECK(out[0].is_contiguous(), "cast", "the CPU kernel writes contiguous outputs only");
                        with_cast_type(from, [&](auto a) {
                          with_cast_type(to, [&](auto r) {

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "ir/elementwise_program.h"
+#include "kernels/cpu/threads.h"
 #include "kernels/kernel.h"
 
 namespace updraft::cpu_ew {
@@ -43,6 +44,10 @@ struct BcastPlan {
 };
 BcastPlan make_bcast_plan(const TensorView& out, const TensorView* in, int nin, const std::string& op);
 
+// The OpenMP thread count an elementwise kernel runs with: the compile's (ctx.num_threads) when
+// set, else the caller's. Applied with cpu::ScopedThreads around the kernel's run.
+inline int ew_threads(int requested) { return requested > 0 ? requested : omp_get_max_threads(); }
+
 // Walks the plan in chunks of at most `chunk` inner-dim elements, in parallel when the tensor
 // is large. make_worker() runs once per thread and returns body(offsets, n): offsets[k] is
 // operand k's element offset at the chunk start; consecutive elements step by inner_stride(k).
@@ -52,7 +57,9 @@ void bcast_for(const BcastPlan& p, int64_t chunk, MakeWorker make_worker) {
   const int64_t inner = p.inner();
   const int64_t per_row = (inner + chunk - 1) / chunk;
   const int64_t items = (p.numel / inner) * per_row;
-  const bool parallel = p.numel > kParallelMin && items > 1;
+  // The team size is the calling thread's OpenMP setting, which the kernel has capped at the
+  // compile's thread count (elementwise kernels run inside cpu::ScopedThreads, see ew_threads).
+  const bool parallel = p.numel > kParallelMin && items > 1 && omp_get_max_threads() > 1;
   if (!parallel) {
     // Serial: no OpenMP region at all (even `parallel if (false)` builds a team, which costs
     // more than a small op itself).
