@@ -59,7 +59,9 @@ class Tensor {
   std::shared_ptr<void> storage_;
 };
 
-// 64-byte aligned allocation owned by a shared_ptr.
+// 64-byte aligned allocation owned by a shared_ptr; from kHugePage bytes up, 2 MB aligned and
+// advised to use transparent huge pages (madvise MADV_HUGEPAGE).
+constexpr size_t kHugePage = size_t{2} << 20;
 std::shared_ptr<void> aligned_alloc_shared(size_t bytes);
 
 }  // namespace updraft

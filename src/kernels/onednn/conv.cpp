@@ -86,6 +86,7 @@ class ConvKernel final : public Kernel {
   dnnl::binary add_;
   size_t add_scratch_ = 0;
   std::optional<dnnl::memory> packed_w_;  // constant weights in pd_.weights_desc() layout
+  std::shared_ptr<void> packed_storage_;   // its storage
   dnnl::reorder::primitive_desc reorder_pd_;
   std::optional<dnnl::reorder> w_reorder_;  // non-constant weights whose layout differs
   DenseInput x_, w_, res_;
@@ -175,7 +176,7 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
     // Constant weights: reorder once into the primitive's layout and keep them in the kernel.
     try {
       dnnl::memory user = wrap(k->w_user_md_, wc->data());
-      dnnl::memory packed(w_pref, engine());  // owned by the kernel
+      dnnl::memory packed = new_memory(w_pref, &k->packed_storage_);
       if (w_pref == k->w_user_md_) {
         std::memcpy(packed.get_data_handle(), wc->data(), k->w_user_md_.get_size());
       } else {

@@ -152,6 +152,7 @@ class GemmKernel final : public Kernel {
   dnnl::memory::desc c_md_, bias_md_;
   Variant variants_[2][2];
   std::optional<dnnl::memory> packed_b_[2];  // per a-variant: constant b in that pd's layout
+  std::shared_ptr<void> packed_storage_[2];   // their storage
   std::optional<Tensor> b_keep_;              // the constant b, when read in place (no prepack)
   DenseInput res_;
   size_t prim_scratch_ = 0, scratch_total_ = 0;
@@ -258,7 +259,7 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
         // Prepack: reorder the constant once into this variant's preferred weight layout.
         try {
           dnnl::memory user = wrap(b_user, b_const->data());
-          dnnl::memory packed(v.pd.weights_desc(), engine());  // owned by the kernel
+          dnnl::memory packed = new_memory(v.pd.weights_desc(), &k->packed_storage_[va]);
           dnnl::stream s(engine());
           dnnl::reorder(user, packed).execute(s, user, packed);
           s.wait();

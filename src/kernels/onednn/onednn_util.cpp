@@ -57,6 +57,11 @@ void Epilogue::append_post_ops(dnnl::primitive_attr& attr, ResidualMode mode,
   attr.set_post_ops(po);
 }
 
+dnnl::memory new_memory(const dnnl::memory::desc& md, std::shared_ptr<void>* keep) {
+  *keep = aligned_alloc_shared(md.get_size());
+  return dnnl::memory(md, engine(), keep->get());
+}
+
 bool is_dense(const TensorView& v) {
   int64_t expect = 1;
   for (int d = v.ndim - 1; d >= 0; --d) {

@@ -128,6 +128,11 @@ size_t scratchpad_bytes(const PD& pd) {
   return pd.scratchpad_desc().get_size();
 }
 
+// A dnnl::memory for `md` over new storage from aligned_alloc_shared (huge pages for large
+// buffers, unlike oneDNN's own allocation); `keep` receives the storage, which the caller holds
+// as long as the memory is used.
+dnnl::memory new_memory(const dnnl::memory::desc& md, std::shared_ptr<void>* keep);
+
 // dnnl::memory over a caller's pointer (oneDNN's API is non-const; it is only read).
 inline dnnl::memory wrap(const dnnl::memory::desc& md, const void* p) {
   return dnnl::memory(md, engine(), const_cast<void*>(p));
