@@ -10,13 +10,15 @@ import sys
 import textwrap
 import warnings
 
+import threading
+import time
 
 import pytest
 import torch
 
 import updraft
 from updraft import _C as C
-from updraft.cache import DiskCache, partition_key
+from updraft.cache import DiskCache, partition_key, wait_for_writes
 
 
 class ConvBnNet(torch.nn.Module):
@@ -47,6 +49,7 @@ def _compile_run(model, cache_dir, **opts):
     torch._dynamo.reset()
     with torch.no_grad():
         out = torch.compile(model, backend="updraft", options={"cache_dir": str(cache_dir), **opts})(X)
+    wait_for_writes()  # entries are stored on a background thread
     return out, updraft.last_report()
 
 
@@ -318,6 +321,66 @@ def test_defective_entry_warns_once_and_is_rebuilt(tmp_path, defect):
     assert rep.partitions[0].cache == "hit"
 
 
+def test_background_write_is_atomic_and_waited_for(tmp_path):
+    cache = DiskCache(tmp_path, max_bytes=1 << 20)
+    release, done = threading.Event(), []
+
+    def make():
+        release.wait(timeout=60)
+        return b"entry bytes"
+
+    cache.put_async("k", make, done.append)
+    time.sleep(0.05)
+    assert _entries(tmp_path) == [] and not done  # nothing visible while it is being made
+    release.set()
+    assert cache.lookup("k") == cache.path("k")  # a lookup of a key being written waits for it
+    wait_for_writes()
+    assert done == [None] and cache.get("k") == b"entry bytes"
+    assert sorted(os.listdir(tmp_path)) == ["k.updraft"]  # no temporary file left
+
+
+def test_background_write_failure_is_reported_and_leaves_nothing(tmp_path):
+    cache = DiskCache(tmp_path, max_bytes=1 << 20)
+    done = []
+
+    def make():
+        raise OSError("disk full")
+
+    cache.put_async("k", make, done.append)
+    wait_for_writes()
+    assert len(done) == 1 and isinstance(done[0], OSError)
+    assert os.listdir(tmp_path) == []
+
+
+def test_stale_temporary_files_are_removed(tmp_path):
+    cache = DiskCache(tmp_path, max_bytes=1 << 20)
+    stale, fresh = tmp_path / ".0123456789abcdef.x1.tmp", tmp_path / ".0123456789abcdef.x2.tmp"
+    stale.write_bytes(b"half an entry")
+    fresh.write_bytes(b"being written")
+    os.utime(stale, (time.time() - 2 * 3600,) * 2)  # a writer that died two hours ago
+    cache.put("k", b"x")
+    assert not stale.exists() and fresh.exists()
+
+
+_EXIT_WORKER = textwrap.dedent("""
+    import sys, torch, updraft
+    sys.path.insert(0, {here!r})
+    from test_cache import _model, X
+    with torch.no_grad():
+        torch.compile(_model(0), backend="updraft", options={{"cache_dir": {d!r}}})(X)
+    # exits at once: the interpreter waits for the background write
+""")
+
+
+def test_process_exiting_right_after_compile_leaves_a_whole_entry(tmp_path):
+    code = _EXIT_WORKER.format(here=os.path.dirname(__file__), d=str(tmp_path))
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=300)
+    assert sorted(os.listdir(tmp_path)) == _entries(tmp_path) and len(_entries(tmp_path)) == 1
+    C.read_entry_meta((tmp_path / _entries(tmp_path)[0]).read_bytes())
+    _, rep = _compile_run(_model(0), tmp_path)
+    assert rep.partitions[0].cache == "hit" and rep.partitions[0].cache_folds == "mapped"
+
+
 def test_size_bound_evicts_least_recently_used(tmp_path):
     cache = DiskCache(tmp_path, max_bytes=2500)
     for i in range(4):
@@ -332,6 +395,7 @@ def test_cache_dir_from_environment_and_off_switch(tmp_path, monkeypatch):
     torch._dynamo.reset()
     with torch.no_grad():
         torch.compile(_model(0), backend="updraft")(X)
+    wait_for_writes()
     assert len(_entries(tmp_path / "env")) == 1
     _, rep = _compile_run(_model(0), "")  # cache_dir="" turns it off despite the variable
     assert rep.partitions[0].cache == ""
