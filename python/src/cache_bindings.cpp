@@ -51,6 +51,8 @@ nb::dict info_dict(const LoadInfo& li) {
   d["folded"] = li.folded;
   d["mapped"] = li.mapped;
   d["verify_ms"] = li.verify_ms;
+  d["checksum_ms"] = li.checksum_ms;
+  d["fingerprint_ms"] = li.fingerprint_ms;
   d["replay_ms"] = li.replay_ms;
   return d;
 }
@@ -111,7 +113,7 @@ void bind_cache(nb::module_& m) {
       },
       nb::arg("data"), nb::arg("key"), nb::arg("params"), nb::arg("options") = nb::dict(),
       "(CompiledGraph, info) from a cache entry; params[j] is None or (data_ptr, dtype, shape, owner) of the "
-      "caller's parameter j. info: folded (constants), mapped (stored folds used), verify_ms, replay_ms. "
+      "caller's parameter j. info: folded (constants), mapped (stored folds used), verify_ms (checksum_ms and fingerprint_ms, on two threads for a large entry), replay_ms. "
       "Raises UpdraftError('[cache] ...') on a corrupt, truncated or mismatched entry.");
   m.def(
       "load_entry_file",

@@ -333,16 +333,24 @@ class EnginePartition(torch.nn.Module):
         return _Built(cg, runtime_pos, out_dtypes, [args[j].dtype for j in runtime_pos])
 
     def _store(self, disk: DiskCache, key: str, cg: Any) -> None:
+        """Stores the entry on a background thread (updraft/cache.py); the report says
+        "stored" once it is written. The engine graph is immutable once compiled, so
+        serialising it while the caller runs it is safe."""
         C = _c()
-        try:
-            # Folded values are stored when they take at most a quarter of the cache's bound.
-            disk.put(key, C.save_entry(cg, key, f"{self.report.name}: {self.report.num_ops} ops",
-                                       max_folded_bytes=disk.max_bytes // 4))
-        except (OSError, C.UpdraftError) as e:
-            warn_once(f"[updraft.cache] could not store the compiled {self.report.name} in {disk.root}: {e}")
-            self.report.cache += f", not stored: {e}"
-            return
-        self.report.cache += ", stored"
+        report = self.report
+        note = f"{report.name}: {report.num_ops} ops"
+        # Folded values are stored when they take at most a quarter of the cache's bound.
+        make = lambda: C.save_entry(cg, key, note, max_folded_bytes=disk.max_bytes // 4)  # noqa: E731
+
+        def done(err: Optional[BaseException]) -> None:
+            if err is None:
+                report.cache += ", stored"
+                return
+            why = str(err) if isinstance(err, (OSError, C.UpdraftError)) else f"{type(err).__name__}: {err}"
+            warn_once(f"[updraft.cache] could not store the compiled {report.name} in {disk.root}: {why}")
+            report.cache += f", not stored: {why}"
+
+        disk.put_async(key, make, done)
 
 
 class _Built:

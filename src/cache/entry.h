@@ -12,7 +12,7 @@
 // bit-identical folded weights by replaying it with the same kernels. When they fit
 // (SaveOptions::max_folded_bytes) and are at least half the size of the parameters they come
 // from (else replaying is cheaper than fingerprinting), the folded values are stored too, with
-// a fingerprint (XXH64)
+// a fingerprint (XXH3-64)
 // of every parameter they were folded from: a load whose parameters have those fingerprints
 // maps them instead of replaying. Every other constant (literals the front end wrote) is
 // stored by value. Stored tensors start 64-byte aligned in the file and are used in place.
@@ -28,7 +28,7 @@
 
 namespace updraft {
 
-inline constexpr uint32_t kEntryFormatVersion = 2;
+inline constexpr uint32_t kEntryFormatVersion = 3;
 
 // The CPU features this process runs with, e.g. "avx,avx2,fma,sse4.2" (part of the key: the
 // plans and kernels chosen depend on them).
@@ -58,6 +58,8 @@ struct LoadInfo {
   size_t folded = 0;        // folded constants in the entry
   bool mapped = false;      // taken from the entry (the parameters' fingerprints matched)
   double verify_ms = 0.0;   // checksum + fingerprints
+  double checksum_ms = 0.0; // of which the checksum (with mapping the pages), on its own thread for large entries
+  double fingerprint_ms = 0.0;  // of which the parameters' fingerprints
   double replay_ms = 0.0;   // replaying the recipes (when not mapped)
 };
 

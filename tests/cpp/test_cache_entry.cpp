@@ -7,6 +7,8 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "cache/entry.h"
 #include "core/error.h"
@@ -230,11 +232,35 @@ TEST(CacheEntry, CorruptStoredFoldIsCorrupt) {
   expect_cache_error([&] { load_entry(bad, "k1", params); }, "corrupt");
 }
 
-TEST(Hash, Xxh64ReferenceValues) {
-  EXPECT_EQ(xxh64("", 0), 0xEF46DB3751D8E999ull);
-  EXPECT_EQ(xxh64("a", 1), 0xD24EC4F1A98C6E5Bull);
+// Reference values from xxHash's own XXH3_64bits (seed 0); the buffer is byte i = 31 i + 7.
+// The lengths cover every path of the spec: 0, 1-3, 4-8, 9-16, 17-128, 129-240, and the long
+// loop with a partial last stripe, an exact block, a block plus one byte, and many blocks.
+TEST(Hash, Xxh3ReferenceValues) {
+  EXPECT_EQ(xxh3_64("", 0), 0x2D06800538D394C2ull);
+  EXPECT_EQ(xxh3_64("a", 1), 0xE6C632B61E964E1Full);
   const char* s = "Nobody inspects the spammish repetition";
-  EXPECT_EQ(xxh64(s, std::strlen(s)), 0xFBCEA83C8A378BF1ull);
+  EXPECT_EQ(xxh3_64(s, std::strlen(s)), 0x6CB00603B5CC47E9ull);
+  std::vector<unsigned char> buf(100000);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<unsigned char>(i * 31 + 7);
+  const std::pair<size_t, uint64_t> want[] = {
+      {3, 0x15f7093b173d005cull},    {8, 0xdec6a9a43575982eull},    {16, 0x7e484c18d74895d0ull},
+      {100, 0x8c97158042fbf926ull},  {200, 0x12fdb864685f344dull},  {240, 0xccc7375172c41f03ull},
+      {241, 0x0b3b630948ce4a00ull},  {1024, 0x23bc880ebf0d29c6ull}, {1025, 0xc09fdfbc398c7d82ull},
+      {4103, 0xad0017645a159db5ull}, {100000, 0xccf90df7e7e37036ull}};
+  for (const auto& [n, h] : want) {
+    EXPECT_EQ(xxh3_64(buf.data(), n), h) << n << " bytes";
+    EXPECT_EQ(detail::xxh3_64_scalar(buf.data(), n), h) << n << " bytes, scalar";
+  }
+}
+
+TEST(Hash, Xxh3SimdAndScalarAgreeAtEveryLengthAndOffset) {
+  std::vector<unsigned char> buf(4200);
+  uint32_t x = 12345;
+  for (auto& b : buf) b = static_cast<unsigned char>((x = x * 1103515245u + 12345u) >> 24);
+  for (size_t off : {0, 1, 7}) {
+    for (size_t n = 0; n + off <= buf.size(); n += (n < 2200 ? 1 : 97))
+      ASSERT_EQ(xxh3_64(buf.data() + off, n), detail::xxh3_64_scalar(buf.data() + off, n)) << n << " at " << off;
+  }
 }
 
 TEST(CacheEntry, ExternDataNeedsAResolver) {
@@ -244,4 +270,87 @@ TEST(CacheEntry, ExternDataNeedsAResolver) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("needs a resolver"), std::string::npos) << e.what();
   }
+}
+
+namespace {
+
+// conv + batch_norm with a 9.4 MB weight: the stored fold is large enough (over 8 MB) that a
+// load checksums the entry on a second thread while it fingerprints the parameters.
+const char* kLargeModel = R"(graph(%x: f32[1, 512, 4, 4]) {
+  %w = constant f32[512, 512, 3, 3] random(seed=1)
+  %mean = constant f32[512] random(seed=3)
+  %var = constant f32[512] random(seed=4, lo=0.5, hi=2.0)
+  %gamma = constant f32[512] random(seed=5)
+  %beta = constant f32[512] random(seed=6)
+  %0 = conv2d(%x, %w) {padding=[1, 1]}
+  %1 = batch_norm(%0, %mean, %var, %gamma, %beta) {eps=0.001}
+  return (%1)
+})";
+
+std::unique_ptr<Graph> large_model() {
+  std::unique_ptr<Graph> g = parse_graph(kLargeModel);
+  int j = 0;
+  for (Value* c : g->constants()) c->source = j++;
+  return g;
+}
+
+std::vector<std::optional<Tensor>> large_params(const Graph& g) {
+  std::vector<std::optional<Tensor>> p;
+  for (Value* c : g.constants()) p.push_back(*c->constant);
+  return p;
+}
+
+std::string write_temp(const std::string& name, const std::string& bytes) {
+  std::string path = ::testing::TempDir() + name;
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return path;
+}
+
+}  // namespace
+
+TEST(CacheEntry, LargeMappedEntryIsVerifiedInParallelAndCorruptionIsFound) {
+  auto g = large_model();
+  auto params = large_params(*g);
+  auto cold = CompiledGraph::compile(std::move(g), CompileOptions{});
+  std::string bytes = save_entry(cold->graph(), {"big", "", "", ""});
+  ASSERT_GT(bytes.size(), size_t{9} << 20);  // the folded weight is stored
+  Tensor x = random_tensor(DType::f32, {1, 512, 4, 4}, 21);
+  Tensor want = run(*cold, x);
+
+  std::string path = write_temp("updraft_large_entry.updraft", bytes);
+  LoadInfo info;
+  auto warm = CompiledGraph::from_optimized(load_entry_file(path, "big", params, &info), CompileOptions{}, 0.0);
+  EXPECT_TRUE(info.mapped);
+  EXPECT_TRUE(same_bits(run(*warm, x), want));
+
+  // One flipped bit anywhere in the stored folded weight (mapped, never replayed) is corrupt.
+  for (size_t at : {bytes.size() / 3, bytes.size() - 1}) {
+    std::string bad = bytes;
+    bad[at] ^= 0x10;
+    std::string bad_path = write_temp("updraft_large_entry_bad.updraft", bad);
+    expect_cache_error([&] { load_entry_file(bad_path, "big", params); }, "corrupt");
+    std::remove(bad_path.c_str());
+  }
+  // A truncated file is truncated.
+  std::string cut_path = write_temp("updraft_large_entry_cut.updraft", bytes.substr(0, bytes.size() - 4096));
+  expect_cache_error([&] { load_entry_file(cut_path, "big", params); }, "truncated");
+  std::remove(cut_path.c_str());
+
+  // One changed weight element: the fingerprints differ, the fold is replayed from the new
+  // weights, bit-identical to a fresh compile with them.
+  auto changed = params;
+  Tensor w(DType::f32, params[0]->shape());
+  std::memcpy(w.data(), params[0]->data(), w.nbytes());
+  static_cast<float*>(w.data())[12345] += 1.0f;
+  changed[0] = w;
+  LoadInfo info2;
+  auto refit = CompiledGraph::from_optimized(load_entry_file(path, "big", changed, &info2), CompileOptions{}, 0.0);
+  EXPECT_FALSE(info2.mapped);
+  auto g2 = large_model();
+  for (Value* c : g2->constants()) c->constant = *changed[static_cast<size_t>(c->source)];
+  auto fresh = CompiledGraph::compile(std::move(g2), CompileOptions{});
+  Tensor got = run(*refit, x);
+  EXPECT_TRUE(same_bits(got, run(*fresh, x)));
+  EXPECT_FALSE(same_bits(got, want));
+  std::remove(path.c_str());
 }

@@ -10,12 +10,15 @@ import sys
 import textwrap
 import warnings
 
+import threading
+import time
+
 import pytest
 import torch
 
 import updraft
 from updraft import _C as C
-from updraft.cache import DiskCache, partition_key
+from updraft.cache import DiskCache, partition_key, wait_for_writes
 
 
 class ConvBnNet(torch.nn.Module):
@@ -46,6 +49,7 @@ def _compile_run(model, cache_dir, **opts):
     torch._dynamo.reset()
     with torch.no_grad():
         out = torch.compile(model, backend="updraft", options={"cache_dir": str(cache_dir), **opts})(X)
+    wait_for_writes()  # entries are stored on a background thread
     return out, updraft.last_report()
 
 
@@ -134,64 +138,123 @@ def test_stored_folds_are_aligned_and_fingerprinted(tmp_path):
     prints = dict(line.split() for line in fd["fingerprints"].decode().splitlines())
     assert len(prints) == 6
     params = dict(m.named_parameters()) | dict(m.named_buffers())
-    digests = {f"{_xxh64(t.detach().numpy().tobytes()):016x}" for t in params.values()}
+    digests = {f"{_xxh3(t.detach().numpy().tobytes()):016x}" for t in params.values()}
     assert set(prints.values()) <= digests
 
 
 _M64 = (1 << 64) - 1
-_P1, _P2, _P3, _P4, _P5 = (0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x85EBCA77C2B2AE63,
-                           0x27D4EB2F165667C5)
+_P32_1, _P32_2, _P32_3 = 0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D
+_P64_1, _P64_2, _P64_3, _P64_4, _P64_5 = (0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,
+                                          0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5)
+_SECRET = bytes.fromhex(
+    "b8fe6c3923a44bbe7c01812cf721ad1cded46de9839097db7240a4a4b7b3671fcb79e64eccc0e578825ad07dccff7221"
+    "b8084674f743248ee03590e6813a264c3c2852bb91c300cb88d0658b1b532ea371644897a20df94e3819ef46a9deacd8"
+    "a8fa763fe39c343ff9dcbbc7c70b4f1d8a51e04bcdb45931c89f7ec9d9787364eac5ac8334d3ebc3c581a0fffa1363eb"
+    "170ddd51b7f0da49d316552629d4689e2b16be587d47a1fc8ff8b8d17ad031ce45cb3a8f95160428afd7fbcabb4b407e")
+
+
+def _le(b, at, size=8):
+    return int.from_bytes(b[at:at + size], "little")
+
+
+def _fold_mul(a, b):
+    m = a * b
+    return (m ^ (m >> 64)) & _M64
+
+
+def _avalanche(h, shift=37, prime=0x165667919E3779F9):
+    h ^= h >> shift
+    h = h * prime & _M64
+    return h ^ (h >> 32)
+
+
+def _avalanche64(h):
+    h ^= h >> 33
+    h = h * _P64_2 & _M64
+    h ^= h >> 29
+    h = h * _P64_3 & _M64
+    return h ^ (h >> 32)
+
+
+def _mix16(b, at, s):
+    return _fold_mul(_le(b, at) ^ _le(_SECRET, s), _le(b, at + 8) ^ _le(_SECRET, s + 8))
 
 
 def _rotl(x, r):
     return ((x << r) | (x >> (64 - r))) & _M64
 
 
-def _round(acc, lane):
-    return _rotl((acc + lane * _P2) & _M64, 31) * _P1 & _M64
+def _xxh3(b):
+    """XXH3-64 (seed 0, default secret) as docs/format.md names it (xxHash's doc/xxhash_spec.md),
+    written out for the test apart from src/core/hash.cpp."""
+    n = len(b)
+    if n == 0:
+        return _avalanche64(_le(_SECRET, 56) ^ _le(_SECRET, 64))
+    if n <= 3:
+        c = (b[0] << 16) | (b[n >> 1] << 24) | b[-1] | (n << 8)
+        return _avalanche64(c ^ (_le(_SECRET, 0, 4) ^ _le(_SECRET, 4, 4)))
+    if n <= 8:
+        x = ((_le(b, 0, 4) << 32) | _le(b, n - 4, 4)) ^ (_le(_SECRET, 8) ^ _le(_SECRET, 16))
+        x ^= _rotl(x, 49) ^ _rotl(x, 24)
+        x = x * 0x9FB21C651E98DF25 & _M64
+        x ^= (x >> 35) + n
+        x = x * 0x9FB21C651E98DF25 & _M64
+        return x ^ (x >> 28)
+    if n <= 16:
+        lo = _le(b, 0) ^ (_le(_SECRET, 24) ^ _le(_SECRET, 32))
+        hi = _le(b, n - 8) ^ (_le(_SECRET, 40) ^ _le(_SECRET, 48))
+        swapped = int.from_bytes(lo.to_bytes(8, "little"), "big")
+        return _avalanche((n + swapped + hi + _fold_mul(lo, hi)) & _M64)
+    acc = n * _P64_1 & _M64
+    if n <= 128:
+        for i in range((n - 1) // 32 + 1):
+            acc += _mix16(b, 16 * i, 32 * i) + _mix16(b, n - 16 * (i + 1), 32 * i + 16)
+        return _avalanche(acc & _M64)
+    if n <= 240:
+        acc = _avalanche(sum((_mix16(b, 16 * i, 16 * i) for i in range(8)), acc) & _M64)
+        acc += sum(_mix16(b, 16 * i, 16 * (i - 8) + 3) for i in range(8, n // 16)) + _mix16(b, n - 16, 119)
+        return _avalanche(acc & _M64)
+    lanes = [_P32_3, _P64_1, _P64_2, _P64_3, _P64_4, _P32_2, _P64_5, _P32_1]
+
+    def stripe(at, s):
+        for i in range(8):
+            d = _le(b, at + 8 * i)
+            k = d ^ _le(_SECRET, s + 8 * i)
+            lanes[i ^ 1] = (lanes[i ^ 1] + d) & _M64
+            lanes[i] = (lanes[i] + (k & 0xFFFFFFFF) * (k >> 32)) & _M64
+
+    blocks = (n - 1) // 1024
+    for blk in range(blocks):
+        for st in range(16):
+            stripe(blk * 1024 + 64 * st, 8 * st)
+        for i in range(8):
+            a = lanes[i] ^ (lanes[i] >> 47) ^ _le(_SECRET, 128 + 8 * i)
+            lanes[i] = a * _P32_1 & _M64
+    for st in range((n - 1 - blocks * 1024) // 64):
+        stripe(blocks * 1024 + 64 * st, 8 * st)
+    stripe(n - 64, 121)
+    h = n * _P64_1
+    for i in range(4):
+        h += _fold_mul(lanes[2 * i] ^ _le(_SECRET, 11 + 16 * i), lanes[2 * i + 1] ^ _le(_SECRET, 19 + 16 * i))
+    return _avalanche(h & _M64)
 
 
-def _xxh64(b, seed=0):
-    """XXH64 as docs/format.md names it (xxHash's doc/xxhash_spec.md), written out for the test."""
-    n, i = len(b), 0
-    word = lambda at, size: int.from_bytes(b[at:at + size], "little")  # noqa: E731
-    if n >= 32:
-        v = [(seed + _P1 + _P2) & _M64, (seed + _P2) & _M64, seed, (seed - _P1) & _M64]
-        while i + 32 <= n:
-            v = [_round(v[k], word(i + 8 * k, 8)) for k in range(4)]
-            i += 32
-        h = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & _M64
-        for x in v:
-            h = ((h ^ _round(0, x)) * _P1 + _P4) & _M64
-    else:
-        h = (seed + _P5) & _M64
-    h = (h + n) & _M64
-    while i + 8 <= n:
-        h = (_rotl(h ^ _round(0, word(i, 8)), 27) * _P1 + _P4) & _M64
-        i += 8
-    if i + 4 <= n:
-        h = (_rotl(h ^ (word(i, 4) * _P1 & _M64), 23) * _P2 + _P3) & _M64
-        i += 4
-    while i < n:
-        h = _rotl(h ^ (b[i] * _P5 & _M64), 11) * _P1 & _M64
-        i += 1
-    h ^= h >> 33
-    h = h * _P2 & _M64
-    h ^= h >> 29
-    h = h * _P3 & _M64
-    return h ^ (h >> 32)
-
-
-def test_xxh64_reference_values():
-    assert _xxh64(b"") == 0xEF46DB3751D8E999
-    assert _xxh64(b"a") == 0xD24EC4F1A98C6E5B
-    assert _xxh64(b"Nobody inspects the spammish repetition") == 0xFBCEA83C8A378BF1
+def test_xxh3_reference_values():
+    """Reference values from xxHash's own XXH3_64bits; lengths cover every path of the spec."""
+    assert _xxh3(b"") == 0x2D06800538D394C2
+    assert _xxh3(b"a") == 0xE6C632B61E964E1F
+    assert _xxh3(b"Nobody inspects the spammish repetition") == 0x6CB00603B5CC47E9
+    buf = bytes((i * 31 + 7) & 0xFF for i in range(4103))
+    want = {3: 0x15F7093B173D005C, 8: 0xDEC6A9A43575982E, 16: 0x7E484C18D74895D0, 100: 0x8C97158042FBF926,
+            200: 0x12FDB864685F344D, 240: 0xCCC7375172C41F03, 241: 0x0B3B630948CE4A00,
+            1024: 0x23BC880EBF0D29C6, 1025: 0xC09FDFBC398C7D82, 4103: 0xAD0017645A159DB5}
+    assert {n: _xxh3(buf[:n]) for n in want} == want
 
 
 def _fields(raw):
     """The entry's fields, read as docs/format.md describes them."""
     magic, version, n, length, checksum = struct.unpack_from("<8sIIQQ", raw)
-    assert magic == b"UPDRAFTE" and length == len(raw) - 32 and checksum == _xxh64(raw[32:])
+    assert magic == b"UPDRAFTE" and length == len(raw) - 32 and checksum == _xxh3(raw[32:])
     fields, at = [], 32
     for _ in range(n):
         (nlen,) = struct.unpack_from("<I", raw, at)
@@ -205,7 +268,7 @@ def _fields(raw):
 
 def _pack(version, fields):
     payload = b"".join(struct.pack("<I", len(n)) + n.encode() + struct.pack("<Q", len(d)) + d for n, d in fields)
-    return struct.pack("<8sIIQQ", b"UPDRAFTE", version, len(fields), len(payload), _xxh64(payload)) + payload
+    return struct.pack("<8sIIQQ", b"UPDRAFTE", version, len(fields), len(payload), _xxh3(payload)) + payload
 
 
 def _other_engine(raw):
@@ -227,13 +290,15 @@ DEFECTS = {
     "empty": lambda raw: b"",
     "other format version": lambda raw: raw[:8] + struct.pack("<I", 99) + raw[12:],
     "format version 1": lambda raw: raw[:8] + struct.pack("<I", 1) + raw[12:],  # before stored folds
+    "format version 2": lambda raw: raw[:8] + struct.pack("<I", 2) + raw[12:],  # XXH64 checksums
     "flipped folded value": lambda raw: _flip_in_field(raw, "d1"),
     "other engine version": _other_engine,
     "not an entry": lambda raw: b"#!/bin/sh\necho hello\n" * 10,
 }
 REASONS = {"flipped byte": "corrupt", "truncated": "truncated", "empty": "not an updraft cache entry",
            "other format version": "format version 99", "other engine version": "written by engine 0.0.1",
-           "format version 1": "format version 1, this engine reads version 2", "flipped folded value": "corrupt",
+           "format version 1": "format version 1, this engine reads version 3",
+           "format version 2": "format version 2, this engine reads version 3", "flipped folded value": "corrupt",
            "not an entry": "not an updraft cache entry"}
 
 
@@ -256,6 +321,66 @@ def test_defective_entry_warns_once_and_is_rebuilt(tmp_path, defect):
     assert rep.partitions[0].cache == "hit"
 
 
+def test_background_write_is_atomic_and_waited_for(tmp_path):
+    cache = DiskCache(tmp_path, max_bytes=1 << 20)
+    release, done = threading.Event(), []
+
+    def make():
+        release.wait(timeout=60)
+        return b"entry bytes"
+
+    cache.put_async("k", make, done.append)
+    time.sleep(0.05)
+    assert _entries(tmp_path) == [] and not done  # nothing visible while it is being made
+    release.set()
+    assert cache.lookup("k") == cache.path("k")  # a lookup of a key being written waits for it
+    wait_for_writes()
+    assert done == [None] and cache.get("k") == b"entry bytes"
+    assert sorted(os.listdir(tmp_path)) == ["k.updraft"]  # no temporary file left
+
+
+def test_background_write_failure_is_reported_and_leaves_nothing(tmp_path):
+    cache = DiskCache(tmp_path, max_bytes=1 << 20)
+    done = []
+
+    def make():
+        raise OSError("disk full")
+
+    cache.put_async("k", make, done.append)
+    wait_for_writes()
+    assert len(done) == 1 and isinstance(done[0], OSError)
+    assert os.listdir(tmp_path) == []
+
+
+def test_stale_temporary_files_are_removed(tmp_path):
+    cache = DiskCache(tmp_path, max_bytes=1 << 20)
+    stale, fresh = tmp_path / ".0123456789abcdef.x1.tmp", tmp_path / ".0123456789abcdef.x2.tmp"
+    stale.write_bytes(b"half an entry")
+    fresh.write_bytes(b"being written")
+    os.utime(stale, (time.time() - 2 * 3600,) * 2)  # a writer that died two hours ago
+    cache.put("k", b"x")
+    assert not stale.exists() and fresh.exists()
+
+
+_EXIT_WORKER = textwrap.dedent("""
+    import sys, torch, updraft
+    sys.path.insert(0, {here!r})
+    from test_cache import _model, X
+    with torch.no_grad():
+        torch.compile(_model(0), backend="updraft", options={{"cache_dir": {d!r}}})(X)
+    # exits at once: the interpreter waits for the background write
+""")
+
+
+def test_process_exiting_right_after_compile_leaves_a_whole_entry(tmp_path):
+    code = _EXIT_WORKER.format(here=os.path.dirname(__file__), d=str(tmp_path))
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=300)
+    assert sorted(os.listdir(tmp_path)) == _entries(tmp_path) and len(_entries(tmp_path)) == 1
+    C.read_entry_meta((tmp_path / _entries(tmp_path)[0]).read_bytes())
+    _, rep = _compile_run(_model(0), tmp_path)
+    assert rep.partitions[0].cache == "hit" and rep.partitions[0].cache_folds == "mapped"
+
+
 def test_size_bound_evicts_least_recently_used(tmp_path):
     cache = DiskCache(tmp_path, max_bytes=2500)
     for i in range(4):
@@ -270,6 +395,7 @@ def test_cache_dir_from_environment_and_off_switch(tmp_path, monkeypatch):
     torch._dynamo.reset()
     with torch.no_grad():
         torch.compile(_model(0), backend="updraft")(X)
+    wait_for_writes()
     assert len(_entries(tmp_path / "env")) == 1
     _, rep = _compile_run(_model(0), "")  # cache_dir="" turns it off despite the variable
     assert rep.partitions[0].cache == ""
