@@ -63,12 +63,14 @@ std::shared_ptr<void> aligned_alloc_shared(size_t bytes) {
   // backed by transparent huge pages: a gemm streaming a prepacked weight of several MB then
   // takes far fewer TLB misses (2-7% on BERT-base's gemms, docs/BENCHMARKS.md). Where THP is
   // off ("never") the advice is ignored.
+  // Only whole 2 MB pages are advised: a partly used last huge page would be resident in full
+  // (a 2.4 MB weight would cost 4 MB), so the tail stays on 4 KB pages.
   const size_t align = bytes >= kHugePage ? kHugePage : 64;
-  size_t rounded = (bytes + align - 1) / align * align;
-  if (rounded == 0) rounded = 64;
-  void* p = std::aligned_alloc(align, rounded);
-  if (!p) throw Error("tensor", "out of memory allocating " + std::to_string(bytes) + " bytes");
-  if (align == kHugePage) madvise(p, rounded, MADV_HUGEPAGE);
+  const size_t rounded = bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
+  void* p = nullptr;
+  if (posix_memalign(&p, align, rounded) != 0 || p == nullptr)
+    throw Error("tensor", "out of memory allocating " + std::to_string(bytes) + " bytes");
+  if (align == kHugePage) madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }
 
