@@ -42,9 +42,8 @@ const OpTable& OpTable::get() {
 }
 
 const OpDef* OpTable::find(const std::string& name) const {
-  for (const OpDef& d : ops_)
-    if (d.name == name) return &d;
-  return nullptr;
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &ops_[it->second];
 }
 
 const OpDef& OpTable::at(const std::string& name) const {
@@ -65,6 +64,7 @@ void OpTable::add(OpDef def) {
   // ops_ must not reallocate after Graph nodes point into it: reserve generously up front.
   if (ops_.capacity() == 0) ops_.reserve(512);
   UPDRAFT_CHECK(ops_.size() < ops_.capacity(), "ir", "op table full; raise the reserve in op_table.cpp");
+  index_.emplace(def.name, ops_.size());
   ops_.push_back(std::move(def));
 }
 

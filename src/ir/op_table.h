@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/error.h"
@@ -93,6 +94,9 @@ class OpTable {
 
  private:
   std::vector<OpDef> ops_;
+  // name -> index into ops_: find() runs for every node a parser, pass or check touches, and a
+  // scan of ~150 names was a tenth of parsing a cache entry's graph.
+  std::unordered_map<std::string, size_t> index_;
 };
 
 // Families, each in src/ir/ops/<family>.cpp.
