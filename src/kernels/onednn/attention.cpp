@@ -4,15 +4,18 @@
 // softmax, p v) would write the whole [.., L, S] score tensor to memory and back, and need
 // new primitives for every (L, S). Here the work is cut into units of (batch element, block of
 // up to 32 query rows). A thread packs the unit's k as k^T [E, S16] (S rounded up to 16) in its
-// slice of the planned scratch, computes the block's scores with a 4-row x 16-key register tile
-// (each k^T load feeds 4 rows of FMAs; scale folded into q), applies masks and causality per
-// row, turns each row into exp(score - max) with the engine's vector exp, and accumulates
-// p v with a 4-row x 16-column tile, dividing by the row sums at the end. Scores stay in the
+// slice of the planned scratch, computes the block's scores with an R-row x 16-key register
+// tile (each k^T load feeds R rows of FMAs; the scale multiplies the finished dot products),
+// applies masks and causality per row, turns each row into exp(score - max) with the engine's
+// vector exp, and accumulates p v with a 4-row tile, dividing by the row sums at the end
+// (the tiles: src/kernels/cpu/sdpa_tiles.h). Scores stay in the
 // thread's scratch (32 x S16 floats), never in memory the plan sees; run() allocates nothing.
 // Before: one query row at a time with a horizontal sum per score (~24 GFLOP/s on BERT-base).
 //
-// Vectorisation is AVX2 + FMA, the engine's baseline (CMakeLists.txt compiles it with
-// -mavx2 -mfma); the softmax uses the engine's vector exp (simd_f32.h, < 2 ulp).
+// Vectorisation: the AVX2 + FMA tiles here (the engine's baseline; 4-row score tiles, 16-column
+// p v tiles, simd_f32.h's exp, < 2 ulp), or the AVX-512 ones of attention_avx512.cpp (8-row
+// score tiles, 64-column p v tiles, the same exp on 16 lanes), picked when the kernel is built
+// (pick_tiles: the CPU's AVX-512F, unless UPDRAFT_CPU_ISA=avx2).
 //
 // Shape-generic: run() reads L, S and the batch dims from the views, and the per-thread
 // scratch is sized by this call's S (scratch_bytes_for), so one kernel serves every plan of a

@@ -53,6 +53,13 @@ dims swapped_strides(const dims& d) {
   return s;
 }
 
+// Threads for C = A B with the given element counts (batch dims included) and inner size K:
+// its flops, or the f32 bytes it streams (A, B and C once each), as cpu::threads_for_gemm weighs
+// them. Plain numbers, no allocation: runtime-M kernels call it per call.
+int gemm_threads(double a_elems, double b_elems, double c_elems, double K, int requested) {
+  return cpu::threads_for_gemm(2.0 * c_elems * K, 4.0 * (a_elems + b_elems + c_elems), requested);
+}
+
 // One gemm operand. Variant 0: the input view is dense. Variant 1: the view's last two dims are
 // swapped in memory (only for graph inputs of rank >= 2).
 struct Operand {
@@ -165,9 +172,8 @@ class GemmKernel final : public Kernel {
   void run_runtime_m(const Variant& v, void* a, const TensorView* in, TensorView* out, void* scratch,
                      dnnl::stream& s) const {
     const int64_t M = in[0].numel() / K_;
-    cpu::ScopedThreads threads(cpu::threads_for_gemm(2.0 * static_cast<double>(M) * N_ * K_,
-                                                     4.0 * (static_cast<double>(M) * (K_ + N_) + K_ * N_),
-                                                     requested_threads_));
+    cpu::ScopedThreads threads(gemm_threads(static_cast<double>(M) * K_, static_cast<double>(K_) * N_, static_cast<double>(M) * N_,
+                                            static_cast<double>(K_), requested_threads_));
     dnnl::memory::desc a_md({M, K_}, dt::f32, dims{K_, 1}), c_md({M, N_}, dt::f32, dims{N_, 1});
     std::unordered_map<int, dnnl::memory> args;
     args[DNNL_ARG_SRC] = wrap(a_md, a);
@@ -193,10 +199,9 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
   // Runtime M: the thread count is picked per call from that call's M (run_runtime_m); the
   // primitive and the prepack get them all.
   k->threads_ = runtime_m ? cpu::threads_for_work(1e30, ctx.num_threads)
-                          : cpu::threads_for_gemm(2.0 * static_cast<double>(numel_of(c_dims)) * a_dims.back(),
-                                                  4.0 * static_cast<double>(numel_of(a_dims) + numel_of(b_dims) +
-                                                                            numel_of(c_dims)),
-                                                  ctx.num_threads);
+                          : gemm_threads(static_cast<double>(numel_of(a_dims)), static_cast<double>(numel_of(b_dims)),
+                                         static_cast<double>(numel_of(c_dims)), static_cast<double>(a_dims.back()),
+                                         ctx.num_threads);
   cpu::ScopedThreads threads(k->threads_);
   k->ep_ = Epilogue::of(ctx.node, 2);
   // Scratch layout: [primitive scratchpad (max over variants) | staged operands, residual].
