@@ -276,15 +276,14 @@ namespace {
 
 // conv + batch_norm with a 9.4 MB weight: the stored fold is large enough (over 8 MB) that a
 // load checksums the entry on a second thread while it fingerprints the parameters.
-const char* kLargeModel = R"(graph(%x: f32[1, 512, 4, 4]) {
-  %w = constant f32[512, 512, 3, 3] random(seed=1)
-  %mean = constant f32[512] random(seed=3)
-  %var = constant f32[512] random(seed=4, lo=0.5, hi=2.0)
-  %gamma = constant f32[512] random(seed=5)
-  %beta = constant f32[512] random(seed=6)
-  %0 = conv2d(%x, %w) {padding=[1, 1]}
-  %1 = batch_norm(%0, %mean, %var, %gamma, %beta) {eps=0.001}
-  return (%1)
+// A 9.4 MB weight the compile folds (a transpose: the stored fold is a permuted copy).
+const char* kLargeModel = R"(graph(%x: f32[4, 1536]) {
+  %w = constant f32[1536, 1536] random(seed=1)
+  %b = constant f32[1536] random(seed=3)
+  %0 = permute(%w) {dims=[1, 0]}
+  %1 = matmul(%x, %0)
+  %2 = add(%1, %b)
+  return (%2)
 })";
 
 std::unique_ptr<Graph> large_model() {
@@ -314,7 +313,7 @@ TEST(CacheEntry, LargeMappedEntryIsVerifiedInParallelAndCorruptionIsFound) {
   auto cold = CompiledGraph::compile(std::move(g), CompileOptions{});
   std::string bytes = save_entry(cold->graph(), {"big", "", "", ""});
   ASSERT_GT(bytes.size(), size_t{9} << 20);  // the folded weight is stored
-  Tensor x = random_tensor(DType::f32, {1, 512, 4, 4}, 21);
+  Tensor x = random_tensor(DType::f32, {4, 1536}, 21);
   Tensor want = run(*cold, x);
 
   std::string path = write_temp("updraft_large_entry.updraft", bytes);

@@ -3,6 +3,8 @@
 // (prepacked) and non-constant weights, every epilogue, strided inputs and threads.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "compute_test_helpers.h"
 #include "core/error.h"
 
@@ -134,4 +136,68 @@ TEST(Conv, OneKernelFromFourThreads) {
     SCOPED_TRACE(constant_w ? "constant weight" : "weight input");
     expect_same_from_threads(*b, 10, kGemmRtol, kGemmAtol);
   }
+}
+
+namespace {
+
+// w[o, ...] * s[o] as one f32 multiply per element: what fold_conv_bn's scale means.
+Tensor prescaled(const Tensor& w, const Tensor& s) {
+  Tensor r(DType::f32, w.shape());
+  const int64_t per_o = w.numel() / w.shape()[0];
+  for (int64_t i = 0; i < w.numel(); ++i)
+    r.ptr<float>()[i] = w.ptr<float>()[i] * s.ptr<float>()[i / per_o];
+  return r;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+}  // namespace
+
+TEST(Conv, WeightScaleIsThePrescaledConvBitForBit) {
+  // A folded batch norm: conv2d(x, w, s, b) {has_weight_scale}. The kernel scales while it
+  // reorders the weights; the result must be the conv of w * s exactly (so the fold changes no
+  // bits against multiplying the weights first), and match the reference.
+  struct Layout { int64_t src, dst; };
+  for (const ConvCase& c : {kCases[0], kCases[3], kCases[5], kCases[6], kCases[7], kCases[10]}) {
+    for (Layout l : {Layout{0, 0}, Layout{8, 8}, Layout{0, 16}}) {
+      if (l.dst && (c.O % l.dst || (l.src && c.C % l.src))) continue;
+      if (l.dst && c.groups != 1) continue;
+      for (bool constant_w : {true, false}) {
+        SCOPED_TRACE(label(c) + " blocks " + std::to_string(l.src) + "/" + std::to_string(l.dst) +
+                     (constant_w ? " constant" : " input"));
+        Attrs a = conv_attrs(c);
+        a["src_block"] = l.src;
+        a["dst_block"] = l.dst;
+        a["has_bias"] = true;
+        a["activation"] = "relu";
+        Tensor x = rnd({c.N, c.C, c.H, c.W}, 1), w = rnd({c.O, c.C / c.groups, c.k, c.k}, 2);
+        Tensor s = rnd({c.O}, 3), b = rnd({c.O}, 4);
+        auto arg = [&](const Tensor& t) { return constant_w ? constant(t) : input(t); };
+        Attrs scaled = a;
+        scaled["has_weight_scale"] = true;
+        std::string name = expect_matches_ref("conv2d", {input(x), arg(w), arg(s), constant(b)}, scaled);
+        EXPECT_NE(name.find(":scaled"), std::string::npos) << name;
+        EXPECT_EQ(name.find("prepacked") != std::string::npos, constant_w) << name;
+        auto with_scale = build("conv2d", {input(x), arg(w), arg(s), constant(b)}, scaled);
+        auto prefolded = build("conv2d", {input(x), arg(prescaled(w, s)), constant(b)}, a);
+        auto k1 = make_kernel_for(*with_scale, Device::cpu), k2 = make_kernel_for(*prefolded, Device::cpu);
+        ASSERT_TRUE(k1 && k2);
+        EXPECT_TRUE(same_bits(run_kernel(*k1, *with_scale), run_kernel(*k2, *prefolded)));
+      }
+    }
+  }
+}
+
+TEST(Conv, WeightScaleShapeIsChecked) {
+  Graph g;
+  Value* x = g.add_input("x", {DType::f32, {1, 3, 7, 7}});
+  Value* w = g.add_input("w", {DType::f32, {8, 3, 3, 3}});
+  Value* s4 = g.add_input("s4", {DType::f32, {4}});
+  Value* s8 = g.add_input("s8", {DType::f32, {8}});
+  EXPECT_NO_THROW(g.add_node("conv2d", {x, w, s8}, {{"has_weight_scale", true}}));
+  EXPECT_THROW(g.add_node("conv2d", {x, w, s4}, {{"has_weight_scale", true}}), Error);  // not [O]
+  EXPECT_THROW(g.add_node("conv2d", {x, w}, {{"has_weight_scale", true}}), Error);      // missing
+  EXPECT_THROW(g.add_node("conv2d", {x, w, s8, s8}, {{"has_weight_scale", true}}), Error);  // stray input
 }

@@ -27,9 +27,27 @@ TEST(PassFoldConvBn, ConvWithoutBiasGetsOne) {
   Node* conv = g->nodes()[0];
   EXPECT_TRUE(conv->attr("has_bias").b());
   EXPECT_EQ(conv->attr("padding").ints(), (std::vector<int64_t>{1, 1}));
-  ASSERT_EQ(conv->inputs.size(), 3u);
-  EXPECT_TRUE(conv->input(1)->is_constant());
+  // The weights stay the parameter; the batch norm's scale is a third input, applied by the
+  // conv kernel when it prepacks them.
+  EXPECT_TRUE(conv->attr("has_weight_scale").b());
+  ASSERT_EQ(conv->inputs.size(), 4u);
+  EXPECT_EQ(conv->input(1)->name, "w");
+  EXPECT_EQ(conv->input(2)->type.str(), "f32[4]");
   EXPECT_TRUE(conv->input(2)->is_constant());
+  EXPECT_TRUE(conv->input(3)->is_constant());
+}
+
+TEST(PassFoldConvBn, TwoBatchNormsMultiplyTheScale) {
+  auto g = check_pass(std::string(R"(graph(%x: f32[2, 3, 8, 8]) {
+  %w = constant f32[4, 3, 3, 3] random(seed=1))") + kBnParams + R"(
+  %var2 = constant f32[4] random(seed=7, lo=0.5, hi=2.0)
+  %0 = conv2d(%x, %w) {padding=[1, 1]}
+  %1 = batch_norm(%0, %mean, %var, %gamma, %beta) {eps=0.001}
+  %2 = batch_norm(%1, %beta, %var2, %mean, %gamma)
+  return (%2)
+})", fold_conv_bn, Changed::yes, {}, 1e-4, 1e-5);
+  ASSERT_EQ(ops_of(*g), "conv2d");
+  EXPECT_EQ(g->nodes()[0]->inputs.size(), 4u);
 }
 
 TEST(PassFoldConvBn, ExistingBiasAndSymbolicBatchAndNoAffine) {

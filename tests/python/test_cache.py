@@ -22,13 +22,16 @@ from updraft.cache import DiskCache, partition_key, wait_for_writes
 
 
 class ConvBnNet(torch.nn.Module):
-    """conv + batch norm (folded into the conv: a recorded fold) + linear with bias."""
+    """conv + batch norm (folded into the conv: a recorded fold of its per-channel scale and
+    bias) + linear with bias. The conv has no bias of its own, as in ResNets: the folds (scale
+    and bias, 2 x 8 floats) are then half the bytes of the statistics they come from, so the
+    entry stores them (docs/format.md)."""
 
-    def __init__(self):
+    def __init__(self, channels=8):
         super().__init__()
-        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-        self.bn = torch.nn.BatchNorm2d(8)
-        self.fc = torch.nn.Linear(8 * 6 * 6, 10)
+        self.conv = torch.nn.Conv2d(3, channels, 3, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(channels)
+        self.fc = torch.nn.Linear(channels * 6 * 6, 10)
         with torch.no_grad():  # non-trivial running statistics
             self.bn.running_mean.uniform_(-0.5, 0.5)
             self.bn.running_var.uniform_(0.5, 2.0)
@@ -37,9 +40,9 @@ class ConvBnNet(torch.nn.Module):
         return self.fc(torch.relu(self.bn(self.conv(x))).flatten(1)) * 0.5
 
 
-def _model(seed):
+def _model(seed, channels=8):
     torch.manual_seed(seed)
-    return ConvBnNet().eval()
+    return ConvBnNet(channels).eval()
 
 
 X = torch.randn(2, 3, 6, 6, generator=torch.Generator().manual_seed(7))
@@ -109,13 +112,19 @@ def test_weights_changed_in_one_element_are_replayed(tmp_path):
 
 def test_folds_too_large_for_the_bound_are_not_stored_and_replayed(tmp_path):
     """Folded values are stored only when they take at most a quarter of cache_max_bytes."""
-    m = _model(0)
-    cold, _ = _compile_run(m, tmp_path, cache_max_bytes=3000)  # ~900 bytes of folds > 750
+    m = _model(0, channels=256)  # 2 KB of folds (scale and bias)
+    _compile_run(m, tmp_path / "probe")
+    (probe,) = _entries(tmp_path / "probe")
+    raw = (tmp_path / "probe" / probe).read_bytes()
+    folded = sum(len(v) for n, v in _fields(raw)[1] if n.startswith("d"))
+    bound = len(raw) - folded + 256  # the entry fits without its folds, which exceed a quarter
+    assert 4 * folded > bound, (folded, bound)
+    cold, _ = _compile_run(m, tmp_path, cache_max_bytes=bound)
     (entry,) = _entries(tmp_path)
     _, fields = _fields((tmp_path / entry).read_bytes())
     names = [n for n, _ in fields]
     assert "init" in names and not any(n.startswith("d") for n in names), names
-    warm, rep = _compile_run(m, tmp_path, cache_max_bytes=3000)
+    warm, rep = _compile_run(m, tmp_path, cache_max_bytes=bound)
     assert rep.partitions[0].cache == "hit" and rep.partitions[0].cache_folds == "replayed", str(rep)
     assert torch.equal(warm, cold)
     with torch.no_grad():
@@ -134,9 +143,10 @@ def test_stored_folds_are_aligned_and_fingerprinted(tmp_path):
     for n in folded + [n for n in fd if n.startswith("b")]:
         data_at = raw.index(fd[n]) + fd[n].index(b"\n") + 1
         assert data_at % 64 == 0, (n, data_at)
-    # One line per parameter the folds read: the conv weight and bias, the batch norm's four.
+    # One line per parameter the folds read: the batch norm's four (the conv weight is used in
+    # place: its scale is applied when the kernel prepacks it).
     prints = dict(line.split() for line in fd["fingerprints"].decode().splitlines())
-    assert len(prints) == 6
+    assert len(prints) == 4
     params = dict(m.named_parameters()) | dict(m.named_buffers())
     digests = {f"{_xxh3(t.detach().numpy().tobytes()):016x}" for t in params.values()}
     assert set(prints.values()) <= digests

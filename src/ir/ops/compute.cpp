@@ -8,6 +8,11 @@
 // the result is activation(op(x, w) + bias + residual); bias and residual follow the main
 // inputs in that order when their flags are set, and the shape function checks that the
 // number of inputs matches the flags.
+//
+// conv2d may also carry a per-output-channel weight scale (has_weight_scale, set by
+// fold_conv_bn): a third main input s [O], and the convolution uses w'[o] = w[o] * s[o] rounded
+// to w's dtype, exactly what multiplying the weights by s once would give. Kernels apply it
+// when they prepack the weights, so a folded batch norm costs no copy of the weights.
 #include <string>
 
 #include "ir/op_table.h"
@@ -124,7 +129,14 @@ void infer_conv2d(InferCtx& c) {
                window_out(x[3], w[3].value(), st[1], pad[1], dil[1], false, pad_end[1])};
   require_positive(c, out[2], "output height");
   require_positive(c, out[3], "output width");
-  check_epilogue(c, 2, Dim(O), out);
+  const bool scaled = c.attr_bool("has_weight_scale");
+  if (scaled) {
+    if (c.num_inputs() < 3) c.fail("has_weight_scale=true needs the scale as input 2");
+    const Shape& s = c.in(2).shape;
+    if (s.size() != 1 || s[0] != Dim(O))
+      c.fail("weight scale is " + shape_str(s) + ", expected [" + std::to_string(O) + "] (one per output channel)");
+  }
+  check_epilogue(c, scaled ? 3 : 2, Dim(O), out);
   check_channel_block(c, x, c.attr_int("src_block"), "src_block");
   check_channel_block(c, out, c.attr_int("dst_block"), "dst_block");
   c.set_output(0, {c.in(0).dtype, out});
@@ -260,7 +272,7 @@ OpDef compute_op(std::string name, int min_in, int max_in, std::vector<AttrSpec>
 void register_compute_ops(OpTable& t) {
   using K = Attr::Kind;
   const std::vector<int64_t> ones = {1, 1}, zeros = {0, 0};
-  t.add(compute_op("conv2d", 2, 4,
+  t.add(compute_op("conv2d", 2, 5,
                    concat({{"stride", K::Ints, Attr(ones)},
                            {"padding", K::Ints, Attr(zeros)},
                            {"padding_end", K::Ints, Attr(std::vector<int64_t>{})},
@@ -269,7 +281,9 @@ void register_compute_ops(OpTable& t) {
                            // Activation layouts (kernels/channel_block.h): 0 plain NCHW, else
                            // nChw{B}c; the residual has dst's layout. Set by block_conv_layout.
                            {"src_block", K::Int, Attr(int64_t{0})},
-                           {"dst_block", K::Int, Attr(int64_t{0})}},
+                           {"dst_block", K::Int, Attr(int64_t{0})},
+                           // Input 2 is a per-output-channel weight scale (fold_conv_bn).
+                           {"has_weight_scale", K::Bool, Attr(false)}},
                           epilogue_attrs()),
                    infer_conv2d, "2-d convolution, NCHW (or channel-blocked), with a fused bias/residual/activation epilogue"));
   t.add(compute_op("linear", 2, 4, epilogue_attrs(), infer_linear, "y = x @ w^T with a fused epilogue"));

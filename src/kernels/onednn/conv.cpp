@@ -8,6 +8,12 @@
 // convolution ("gemm:jit"); with blocked ones it runs its direct jit kernels. The weights use
 // format_tag::any so oneDNN picks their layout, and constant weights are reordered once.
 //
+// Weight scale (has_weight_scale, a folded batch norm): the weight reorder multiplies each
+// output channel by its scale (a reorder with per-channel source scales, one f32 multiply per
+// element: the same bits as multiplying the weights beforehand). With constant weights that is
+// the prepack itself, so the fold costs nothing at run time and no scaled copy of the weights
+// exists; with weight inputs the reorder runs every call, as it would for a layout change.
+//
 // Residual: preferably a binary_add post-op reading the residual tensor in place. A sum
 // post-op accumulates into whatever dst already holds, so run() must first copy the residual
 // into the output: an extra pass over the output per call, and a precondition on dst that
@@ -45,12 +51,15 @@ class ConvKernel final : public Kernel {
     if (!packed_w_) {  // else the prepacked constant, fixed in the cache
       void* w = w_.get(in, scratch, kOp);
       if (w_reorder_) {
-        // Non-constant weights in the user layout: reorder into the primitive's layout each call.
+        // Non-constant weights in the user layout (or scaled): reorder into the primitive's
+        // layout each call.
         void* packed = at_offset(scratch, w_packed_);
-        w_reorder_->execute(s, {{DNNL_ARG_FROM, wrap(w_user_md_, w)},
-                                {DNNL_ARG_TO, wrap(pd_.weights_desc(), packed)},
-                                {DNNL_ARG_SCRATCHPAD, wrap(reorder_pd_.scratchpad_desc(),
-                                                           at_offset(scratch, reorder_scratch_))}});
+        std::unordered_map<int, dnnl::memory> args = {
+            {DNNL_ARG_FROM, wrap(w_user_md_, w)},
+            {DNNL_ARG_TO, wrap(pd_.weights_desc(), packed)},
+            {DNNL_ARG_SCRATCHPAD, wrap(reorder_pd_.scratchpad_desc(), at_offset(scratch, reorder_scratch_))}};
+        if (scaled_) args[DNNL_ARG_ATTR_SCALES | DNNL_ARG_FROM] = wrap(scale_md_, scale_.get(in, scratch, kOp));
+        w_reorder_->execute(s, args);
         call.set(arg_w_, packed);
       } else {
         call.set(arg_w_, w);
@@ -77,9 +86,10 @@ class ConvKernel final : public Kernel {
 
  private:
   Epilogue ep_;
+  bool scaled_ = false;  // input 2 scales the weights per output channel
   int threads_ = 1;
   ResidualMode residual_mode_ = ResidualMode::none;
-  dnnl::memory::desc src_md_, dst_md_, w_user_md_, bias_md_;
+  dnnl::memory::desc src_md_, dst_md_, w_user_md_, bias_md_, scale_md_;
   dnnl::convolution_forward::primitive_desc pd_;
   dnnl::convolution_forward prim_;
   dnnl::binary::primitive_desc add_pd_;  // ResidualMode::separate: dst = act(dst + residual)
@@ -89,7 +99,7 @@ class ConvKernel final : public Kernel {
   std::shared_ptr<void> packed_storage_;   // its storage
   dnnl::reorder::primitive_desc reorder_pd_;
   std::optional<dnnl::reorder> w_reorder_;  // non-constant weights whose layout differs
-  DenseInput x_, w_, res_;
+  DenseInput x_, w_, scale_, res_;
   ArgCache args_;  // prim_'s execute() arguments; indices below, -1 when absent or fixed
   int arg_src_ = -1, arg_dst_ = -1, arg_scratch_ = -1, arg_w_ = -1, arg_bias_ = -1, arg_res_ = -1;
   size_t prim_scratch_ = 0, reorder_scratch_ = 0, w_packed_ = 0, scratch_total_ = 0;
@@ -106,7 +116,8 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   if (has_empty_tensor(ctx)) return nullptr;
   const Node& n = ctx.node;
   auto k = std::make_unique<ConvKernel>();
-  k->ep_ = Epilogue::of(n, 2);
+  k->scaled_ = n.attr("has_weight_scale").b();
+  k->ep_ = Epilogue::of(n, k->scaled_ ? 3 : 2);
   const auto &xs = ctx.in_shapes[0], &ws = ctx.in_shapes[1], &ys = ctx.out_shapes[0];
   int64_t g = n.attr("groups").i();
   auto st = pair_attr(n, "stride"), pad = pair_attr(n, "padding"), dil = pair_attr(n, "dilation");
@@ -123,6 +134,9 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   k->w_user_md_ = dnnl::memory::desc(w_dims, dt::f32, g == 1 ? tag::oihw : tag::goihw);
   dnnl::memory::desc w_any(w_dims, dt::f32, tag::any);
   if (k->ep_.has_bias) k->bias_md_ = dnnl::memory::desc({O}, dt::f32, tag::a);
+  if (k->scaled_) k->scale_md_ = dnnl::memory::desc({O}, dt::f32, tag::a);
+  // The reorder's scale mask: the dims that make up the output channel (O, or g and O/g).
+  const int scale_mask = g == 1 ? 1 : 3;
 
   // PyTorch floors the output size; oneDNN's own size rule (integer division) gives the same
   // output with padding_r = padding_end (= padding unless fold_pad_conv made it asymmetric).
@@ -172,16 +186,24 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   if (k->residual_mode_ == ResidualMode::separate) k->add_scratch_ = plan.add(scratchpad_bytes(k->add_pd_));
 
   const dnnl::memory::desc& w_pref = k->pd_.weights_desc();
-  if (const Tensor* wc = ctx.const_inputs[1]) {
-    // Constant weights: reorder once into the primitive's layout and keep them in the kernel.
+  const Tensor* wc = ctx.const_inputs[1];
+  const Tensor* sc = k->scaled_ ? ctx.const_inputs[2] : nullptr;
+  if (wc && (!k->scaled_ || sc)) {
+    // Constant weights (and scale): reorder once into the primitive's layout, scaled, and keep
+    // them in the kernel.
     try {
       dnnl::memory user = wrap(k->w_user_md_, wc->data());
       dnnl::memory packed = new_memory(w_pref, &k->packed_storage_);
-      if (w_pref == k->w_user_md_) {
+      if (w_pref == k->w_user_md_ && !sc) {
         std::memcpy(packed.get_data_handle(), wc->data(), k->w_user_md_.get_size());
       } else {
+        dnnl::primitive_attr attr;
+        if (sc) attr.set_scales_mask(DNNL_ARG_FROM, scale_mask);
+        dnnl::reorder::primitive_desc rpd(engine(), k->w_user_md_, engine(), w_pref, attr);
+        std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, packed}};
+        if (sc) args[DNNL_ARG_ATTR_SCALES | DNNL_ARG_FROM] = wrap(k->scale_md_, sc->data());
         dnnl::stream s(engine());
-        dnnl::reorder(user, packed).execute(s, user, packed);
+        dnnl::reorder(rpd).execute(s, args);
         s.wait();
       }
       k->packed_w_ = packed;
@@ -190,10 +212,12 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
     }
   } else {
     k->w_.plan(ctx, 1, numel_of(ws), plan);
-    if (w_pref != k->w_user_md_) {
+    if (k->scaled_) k->scale_.plan(ctx, 2, O, plan);
+    if (w_pref != k->w_user_md_ || k->scaled_) {
       try {
-        k->reorder_pd_ = dnnl::reorder::primitive_desc(engine(), k->w_user_md_, engine(), w_pref,
-                                                       user_scratchpad_attr());
+        dnnl::primitive_attr attr = user_scratchpad_attr();
+        if (k->scaled_) attr.set_scales_mask(DNNL_ARG_FROM, scale_mask);
+        k->reorder_pd_ = dnnl::reorder::primitive_desc(engine(), k->w_user_md_, engine(), w_pref, attr);
         k->w_reorder_ = dnnl::reorder(k->reorder_pd_);
       } catch (const dnnl::error& e) {
         fail_create(kOp, "the per-call weight reorder for w " + shape_text(ws), e);
@@ -212,6 +236,7 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   if (k->residual_mode_ == ResidualMode::binary_add)
     k->arg_res_ = k->args_.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, k->dst_md_);
   k->name_ = std::string("onednn_f32_conv2d:") + k->pd_.impl_info_str() + (k->packed_w_ ? ":prepacked" : "") +
+             (k->scaled_ ? ":scaled" : "") +
              (k->threads_ == 1 ? ":1thread" : "");
   if (k->residual_mode_ == ResidualMode::separate) k->name_ += std::string("+binary_add:") + k->add_pd_.impl_info_str();
   return k;

@@ -113,6 +113,7 @@ struct ConvParams {
   int64_t g = 1;
   Epilogue ep;
   int64_t src_block = 0, dst_block = 0;  // activation layouts (kernels/channel_block.h)
+  bool weight_scale = false;             // input 2 scales w per output channel
 
   static ConvParams of(const Node& node) {
     auto pair = [&](const char* n) {
@@ -120,12 +121,35 @@ struct ConvParams {
       if (v.size() == 1) v.push_back(v[0]);
       return v;
     };
-    return {pair("stride"), pair("padding"), pair("dilation"), node.attr("groups").i(), Epilogue::of(node, 2),
-            node.attr("src_block").i(), node.attr("dst_block").i()};
+    const bool scaled = node.attr("has_weight_scale").b();
+    return {pair("stride"), pair("padding"), pair("dilation"), node.attr("groups").i(),
+            Epilogue::of(node, scaled ? 3 : 2), node.attr("src_block").i(), node.attr("dst_block").i(), scaled};
   }
 };
 
 void ref_conv2d_plain(const TensorView* in, TensorView* out, const ConvParams& cp);
+void ref_conv2d(const TensorView* in, TensorView* out, const ConvParams& cp);
+
+// A scaled conv is the conv of the scaled weights: w'[o, ...] = w[o, ...] * s[o], rounded once
+// to w's dtype (the double product of two floats is exact, so this is the f32 multiply), held
+// in `buf`; the other inputs keep their order without the scale.
+void ref_conv2d_scaled(const TensorView* in, TensorView* out, ConvParams cp) {
+  const TensorView &w = in[1], &s = in[2];
+  std::vector<char> buf(w.nbytes());
+  TensorView ws = TensorView::contiguous(buf.data(), w.dtype, w.shape());
+  int64_t idx[4] = {0, 0, 0, 0}, linear = 0;
+  for (idx[0] = 0; idx[0] < w.sizes[0]; ++idx[0])
+    for (idx[1] = 0; idx[1] < w.sizes[1]; ++idx[1])
+      for (idx[2] = 0; idx[2] < w.sizes[2]; ++idx[2])
+        for (idx[3] = 0; idx[3] < w.sizes[3]; ++idx[3]) store(ws, linear++, at(w, idx) * at(s, {idx[0]}));
+  std::vector<TensorView> ins = {in[0], ws};
+  const int rest = (cp.ep.has_bias ? 1 : 0) + (cp.ep.has_residual ? 1 : 0);
+  for (int k = 0; k < rest; ++k) ins.push_back(in[3 + k]);
+  if (cp.ep.has_bias) --cp.ep.bias_input;
+  if (cp.ep.has_residual) --cp.ep.residual_input;
+  cp.weight_scale = false;
+  ref_conv2d(ins.data(), out, cp);
+}
 
 // A contiguous plain copy of a channel-blocked [N, C, H, W] view, held in `buf`.
 TensorView unblocked(const TensorView& v, int64_t block, std::vector<char>& buf) {
@@ -137,6 +161,7 @@ TensorView unblocked(const TensorView& v, int64_t block, std::vector<char>& buf)
 // Blocked activations: convert to plain, run the plain loops, block the result. Slow and
 // obviously right, which is what the oracle is for.
 void ref_conv2d(const TensorView* in, TensorView* out, const ConvParams& cp) {
+  if (cp.weight_scale) return ref_conv2d_scaled(in, out, cp);
   if (cp.src_block == 0 && cp.dst_block == 0) return ref_conv2d_plain(in, out, cp);
   std::vector<TensorView> ins(in, in + 2 + (cp.ep.has_bias ? 1 : 0) + (cp.ep.has_residual ? 1 : 0));
   std::vector<char> xbuf, rbuf, ybuf;
