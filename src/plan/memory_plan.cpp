@@ -63,7 +63,14 @@ MemoryPlan plan_memory(const std::vector<BufferRequest>& requests) {
     return requests[a].first < requests[b].first;
   });
 
-  std::vector<size_t> placed;  // indices into plan.buffers, in placement order
+  // Placed buffers, ordered by their first step: the ones live together with b are among those
+  // that start no later than b ends (a binary search), and of those the ones that end no
+  // earlier than b starts. Kept as plain numbers so the scan reads one small array.
+  struct Placed {
+    int first, last;
+    size_t begin, end;  // bytes [begin, end)
+  };
+  std::vector<Placed> placed;
   placed.reserve(order.size());
   std::vector<std::pair<size_t, size_t>> busy;  // [begin, end) of time-overlapping placed buffers
   for (size_t idx : order) {
@@ -74,10 +81,10 @@ MemoryPlan plan_memory(const std::vector<BufferRequest>& requests) {
       continue;
     }
     busy.clear();
-    for (size_t p : placed) {
-      const PlannedBuffer& o = plan.buffers[p];
-      if (times_overlap(b, o)) busy.emplace_back(o.offset, o.offset + padded(o.bytes));
-    }
+    auto stop = std::upper_bound(placed.begin(), placed.end(), b.last,
+                                 [](int last, const Placed& o) { return last < o.first; });
+    for (auto it = placed.begin(); it != stop; ++it)
+      if (it->last >= b.first) busy.emplace_back(it->begin, it->end);
     std::sort(busy.begin(), busy.end());
     // Walk the free gaps in offset order; keep the tightest one that fits.
     size_t cursor = 0, best = SIZE_MAX, best_gap = SIZE_MAX;
@@ -90,7 +97,9 @@ MemoryPlan plan_memory(const std::vector<BufferRequest>& requests) {
     }
     b.offset = best != SIZE_MAX ? best : cursor;  // no gap fits: go above everything live
     plan.arena_bytes = std::max(plan.arena_bytes, b.offset + need);
-    placed.push_back(idx);
+    auto at = std::upper_bound(placed.begin(), placed.end(), b.first,
+                               [](int first, const Placed& o) { return first < o.first; });
+    placed.insert(at, Placed{b.first, b.last, b.offset, b.offset + need});
   }
   return plan;
 }
@@ -107,12 +116,18 @@ bool plan_is_valid(const MemoryPlan& plan, std::string* why) {
       return fail(b.label + " ends at " + std::to_string(b.offset + b.bytes) + ", past the arena (" +
                   std::to_string(plan.arena_bytes) + " B)");
   }
-  for (size_t i = 0; i < bs.size(); ++i) {
-    for (size_t j = i + 1; j < bs.size(); ++j) {
-      const PlannedBuffer &a = bs[i], &b = bs[j];
-      if (a.bytes == 0 || b.bytes == 0 || !times_overlap(a, b)) continue;
-      bool apart = a.offset + a.bytes <= b.offset || b.offset + b.bytes <= a.offset;
-      if (!apart)
+  // In offset order, the buffers whose bytes meet a's are the ones after it that start before
+  // a ends; of those, any live at the same time as a is a collision.
+  std::vector<size_t> by_offset;
+  by_offset.reserve(bs.size());
+  for (size_t i = 0; i < bs.size(); ++i)
+    if (bs[i].bytes > 0) by_offset.push_back(i);
+  std::sort(by_offset.begin(), by_offset.end(), [&](size_t x, size_t y) { return bs[x].offset < bs[y].offset; });
+  for (size_t i = 0; i < by_offset.size(); ++i) {
+    const PlannedBuffer& a = bs[by_offset[i]];
+    for (size_t j = i + 1; j < by_offset.size() && bs[by_offset[j]].offset < a.offset + a.bytes; ++j) {
+      const PlannedBuffer& b = bs[by_offset[j]];
+      if (times_overlap(a, b))
         return fail(a.label + " [" + std::to_string(a.offset) + ", +" + std::to_string(a.bytes) + ") and " + b.label +
                     " [" + std::to_string(b.offset) + ", +" + std::to_string(b.bytes) +
                     ") overlap in memory while both are live");

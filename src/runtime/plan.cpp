@@ -158,14 +158,15 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
   // concrete inputs (the same shape functions the kernels are built against).
   std::vector<std::vector<int64_t>> shape(g.num_values());
   for (size_t k = 0; k < g.inputs().size(); ++k) shape[g.inputs()[k]->id] = input_shapes[k];
-  for (const Value* c : g.constants()) shape[c->id] = c->constant->shape();
+  for (const Value* c : cache->constants) shape[c->id] = c->constant->shape();
   const Liveness& lv = cache->liveness;
   // Symbolic attributes (reshape to [s0, s1, 12, 64], slice end s1) evaluated for this
   // binding: the shape functions below and the kernels see concrete sizes only.
+  // A node whose first twin (PlanCache::twin) has the same attributes shares its binding.
   std::vector<std::optional<Attrs>> bound_attrs(lv.at_end);
   for (int i = 0; i < lv.at_end; ++i) {
+    if (!cache->symbolic_attrs[static_cast<size_t>(i)] || cache->twin[static_cast<size_t>(i)] != i) continue;
     const Node* n = lv.order[i];
-    if (!attrs_symbolic(n->attrs)) continue;
     try {
       bound_attrs[i] = bind_attrs(n->attrs, p->bindings_);
     } catch (const Error& e) {
@@ -173,12 +174,31 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
                                  "; its symbols must appear as plain input dims");
     }
   }
+  auto bound = [&](int i) -> const Attrs* {
+    const std::optional<Attrs>& b = bound_attrs[cache->twin[static_cast<size_t>(i)]];
+    return b ? &*b : nullptr;
+  };
   std::vector<TensorType> in_types;
   for (int i = 0; i < lv.at_end; ++i) {
     const Node* n = lv.order[i];
-    const Attrs& attrs = bound_attrs[i] ? *bound_attrs[i] : n->attrs;
-    in_types.clear();
-    for (const Value* v : n->inputs) in_types.push_back({v->type.dtype, shape_from(shape[v->id])});
+    const int t = cache->twin[static_cast<size_t>(i)];
+    if (t != i) {  // same op, attributes and input types as node t: same shapes if same inputs
+      const Node* tn = lv.order[t];
+      bool same = true;
+      for (size_t k = 0; k < n->inputs.size() && same; ++k) same = shape[n->inputs[k]->id] == shape[tn->inputs[k]->id];
+      if (same) {
+        for (size_t k = 0; k < n->outputs.size(); ++k) shape[n->outputs[k]->id] = shape[tn->outputs[k]->id];
+        continue;
+      }
+    }
+    const Attrs& attrs = bound(i) ? *bound(i) : n->attrs;
+    // Reuses in_types' shape vectors from node to node rather than allocating new ones.
+    in_types.resize(n->inputs.size());
+    for (size_t k = 0; k < n->inputs.size(); ++k) {
+      const std::vector<int64_t>& s = shape[n->inputs[k]->id];
+      in_types[k].dtype = n->inputs[k]->type.dtype;
+      in_types[k].shape.assign(s.begin(), s.end());
+    }
     std::vector<TensorType> out_types;
     try {
       // The op's shape function itself: arity, attribute kinds and dtypes were validated
@@ -234,17 +254,27 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
   // Kernels (View nodes run none), and their scratch, live only during their own step.
   std::vector<std::shared_ptr<const Kernel>> kernels(lv.at_end);
   std::vector<int> scratch_request(lv.at_end, -1);
+  // The contexts' shape lists move from node to node, so their vectors are reused rather than
+  // allocated per node.
+  std::vector<std::vector<int64_t>> ctx_in, ctx_out;
+  std::vector<const Tensor*> ctx_const;
+  auto fill = [&](std::vector<std::vector<int64_t>>& dst, const std::vector<Value*>& vals) {
+    dst.resize(vals.size());
+    for (size_t k = 0; k < vals.size(); ++k) dst[k].assign(shape[vals[k]->id].begin(), shape[vals[k]->id].end());
+  };
   for (int i = 0; i < lv.at_end; ++i) {
     const Node* n = lv.order[i];
     if (n->op->alias) continue;
-    KernelContext ctx{*n, {}, {}, {}, opts.num_threads, bound_attrs[i] ? &*bound_attrs[i] : nullptr};
-    for (const Value* v : n->inputs) {
-      ctx.in_shapes.push_back(shape[v->id]);
-      ctx.const_inputs.push_back(v->is_constant() ? &*v->constant : nullptr);
-    }
-    for (const Value* v : n->outputs) ctx.out_shapes.push_back(shape[v->id]);
+    fill(ctx_in, n->inputs);
+    fill(ctx_out, n->outputs);
+    ctx_const.clear();
+    for (const Value* v : n->inputs) ctx_const.push_back(v->is_constant() ? &*v->constant : nullptr);
+    KernelContext ctx{*n, std::move(ctx_in), std::move(ctx_out), std::move(ctx_const), opts.num_threads, bound(i)};
     size_t s = 0;
     kernels[i] = cache->kernels.get(ctx, Device::cpu, &s);
+    ctx_in = std::move(ctx.in_shapes);
+    ctx_out = std::move(ctx.out_shapes);
+    ctx_const = std::move(ctx.const_inputs);
     if (s) {
       scratch_request[i] = static_cast<int>(requests.size());
       requests.push_back({"scratch step " + std::to_string(i) + " (" + n->op_name() + ")", s, i, i});
@@ -269,7 +299,7 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
     p->input_slot_.push_back(slot_of[in->id]);
     p->pack_buffer_.push_back(pack_request[k] < 0 ? -1 : static_cast<int>(p->memory_.buffers[pack_request[k]].offset));
   }
-  for (const Value* c : g.constants()) {
+  for (const Value* c : cache->constants) {
     if (lv.of(c).last == ValueLife::kNever || lv.of(c).last < 0) continue;  // unread constant
     slot_of[c->id] = add_slot({SlotKind::Constant, -1, 0, c->constant->data(), c->type.dtype, shape[c->id],
                                "const " + value_label(c)});

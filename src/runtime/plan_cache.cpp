@@ -1,6 +1,8 @@
 #include "runtime/plan_cache.h"
 
 #include <algorithm>
+#include <string>
+#include <unordered_map>
 
 namespace updraft {
 
@@ -41,6 +43,23 @@ std::shared_ptr<const Kernel> KernelCache::get(const KernelContext& ctx, Device 
   if (list.size() > per_node_) list.resize(per_node_);
   ++stats_.created;
   return k;
+}
+
+PlanCache::PlanCache(const Graph& g, size_t kernels_per_node)
+    : liveness(compute_liveness(g)), kernels(kernels_per_node) {
+  for (const Value* c : g.constants()) constants.push_back(c);
+  const size_t n = static_cast<size_t>(liveness.at_end);
+  symbolic_attrs.resize(n);
+  twin.resize(n);
+  std::unordered_map<std::string, int> first;  // op, attributes and input types -> order index
+  for (size_t i = 0; i < n; ++i) {
+    const Node* node = liveness.order[i];
+    symbolic_attrs[i] = attrs_symbolic(node->attrs);
+    std::string key = node->op_name();
+    for (const auto& [name, a] : node->attrs) key += " " + name + "=" + a.str();
+    for (const Value* v : node->inputs) key += " " + v->type.str();
+    twin[i] = first.emplace(std::move(key), static_cast<int>(i)).first->second;
+  }
 }
 
 KernelCache::Stats KernelCache::stats() const {

@@ -53,9 +53,22 @@ class KernelCache {
 };
 
 struct PlanCache {
-  PlanCache(const Graph& g, size_t kernels_per_node) : liveness(compute_liveness(g)), kernels(kernels_per_node) {}
+  PlanCache(const Graph& g, size_t kernels_per_node);
   Liveness liveness;
   KernelCache kernels;
+  // Per node in liveness order: whether its attributes hold symbols (reshape to [s0, 12, 64]),
+  // which every plan binds to its sizes. Known once, so a plan build does not walk every
+  // node's attributes to find the few that do.
+  std::vector<char> symbolic_attrs;
+  // Per node in liveness order: the first node (its order index, <= its own) with the same op,
+  // the same attributes and inputs of the same (symbolic) types: the twelve layers of a
+  // transformer repeat a few dozen such nodes. Shape functions are pure functions of op,
+  // attributes and input types, so when a plan finds a node's concrete input shapes equal to
+  // its first twin's it takes the twin's output shapes (and bound attributes) instead of
+  // running the shape function again.
+  std::vector<int> twin;
+  // The graph's constants (Graph::constants() walks every value the passes ever made).
+  std::vector<const Value*> constants;
 };
 
 }  // namespace updraft

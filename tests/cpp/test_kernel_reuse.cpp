@@ -19,6 +19,7 @@
 #include "runtime/compiled_graph.h"
 #include "runtime/interpreter.h"
 #include "runtime/plan.h"
+#include "runtime/plan_cache.h"
 #include "test_util.h"
 
 using namespace updraft;
@@ -241,4 +242,37 @@ TEST(KernelReuse, ConcurrentCallsAtManyShapesShareKernels) {
     EXPECT_EQ(errors[t], 0) << "thread " << t;
   }
   EXPECT_EQ(cg->plan_stats().built, cases.size());
+}
+
+TEST(KernelReuse, TwinNodesShareShapeWorkAndAgreeWithTheirOwnInference) {
+  // PlanCache::twin: a node with the op, attributes and input types of an earlier node takes
+  // that node's concrete output shapes (and bound attributes) in every plan.
+  auto g = parse_graph(kLayer);
+  PlanCache cache(*g, 4);
+  const Liveness& lv = cache.liveness;
+  auto index_of = [&](const std::string& out_name) {
+    for (int i = 0; i < lv.at_end; ++i)
+      if (lv.order[i]->output()->name == out_name) return i;
+    ADD_FAILURE() << "no node makes %" << out_name;
+    return -1;
+  };
+  auto twin_of = [&](const std::string& name) { return cache.twin[static_cast<size_t>(index_of(name))]; };
+  EXPECT_EQ(twin_of("q"), index_of("q"));
+  EXPECT_EQ(twin_of("k"), index_of("q"));    // linear of %h by another [32, 32] weight
+  EXPECT_EQ(twin_of("v4"), index_of("q4"));  // reshape to [s0, s1, 4, 8]: symbolic attributes
+  EXPECT_TRUE(cache.symbolic_attrs[static_cast<size_t>(index_of("q4"))]);
+  EXPECT_EQ(twin_of("y2"), index_of("y1"));  // layer norm over the same types
+  EXPECT_EQ(twin_of("side"), index_of("side"));  // [8, 32] weight: another type
+  EXPECT_EQ(twin_of("ar"), index_of("ar"));  // reshape to [s0, s1, 32]: other attributes
+  // Every value's plan shape is what the graph's symbolic type gives for the binding.
+  for (Case c : std::vector<Case>{{2, 5}, {1, 1}, {0, 7}, {3, 17}}) {
+    auto p = Plan::build(*g, shapes_of(inputs_for(c)), CompileOptions{}, &cache);
+    for (const Step& st : p->steps()) {
+      if (st.kind != Step::Kind::Kernel) continue;
+      for (size_t k = 0; k < st.out_slots.size(); ++k)
+        EXPECT_EQ(p->slots()[st.out_slots[k]].shape,
+                  shape_eval(st.node->outputs[k]->type.shape, {{"s0", c.b}, {"s1", c.s}}))
+            << st.node->op_name() << " %" << st.node->outputs[k]->name;
+    }
+  }
 }
