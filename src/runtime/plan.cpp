@@ -294,21 +294,19 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
   std::vector<int> slot_of(g.num_values(), -1);
   for (size_t k = 0; k < g.inputs().size(); ++k) {
     const Value* in = g.inputs()[k];
-    slot_of[in->id] = add_slot({SlotKind::Input, static_cast<int>(k), 0, nullptr, in->type.dtype, shape[in->id],
-                                "input " + std::to_string(k) + " " + value_label(in)});
+    slot_of[in->id] = add_slot({SlotKind::Input, static_cast<int>(k), 0, nullptr, in->type.dtype, shape[in->id], in});
     p->input_slot_.push_back(slot_of[in->id]);
     p->pack_buffer_.push_back(pack_request[k] < 0 ? -1 : static_cast<int>(p->memory_.buffers[pack_request[k]].offset));
   }
   for (const Value* c : cache->constants) {
     if (lv.of(c).last == ValueLife::kNever || lv.of(c).last < 0) continue;  // unread constant
-    slot_of[c->id] = add_slot({SlotKind::Constant, -1, 0, c->constant->data(), c->type.dtype, shape[c->id],
-                               "const " + value_label(c)});
+    slot_of[c->id] = add_slot({SlotKind::Constant, -1, 0, c->constant->data(), c->type.dtype, shape[c->id], c});
   }
   const auto& outs = g.outputs();
   std::vector<bool> direct(outs.size(), false);  // output k is written by its producer
   for (size_t k = 0; k < outs.size(); ++k) {
     p->output_slot_.push_back(add_slot({SlotKind::Output, static_cast<int>(k), 0, nullptr, outs[k]->type.dtype,
-                                        shape[outs[k]->id], "output " + std::to_string(k)}));
+                                        shape[outs[k]->id], nullptr}));
     p->output_shapes_.push_back(shape[outs[k]->id]);
   }
   for (int i = 0; i < lv.at_end; ++i) {
@@ -316,16 +314,15 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
     for (size_t k = 0; k < n->outputs.size(); ++k) {
       const Value* v = n->outputs[k];
       const ValueLife& life = lv.of(v);
-      std::string label = value_label(v);
       if (life.root != v->id) {
         slot_of[v->id] = add_slot({SlotKind::Alias, slot_of[n->inputs[0]->id], 0, nullptr, v->type.dtype,
-                                   shape[v->id], label});
+                                   shape[v->id], v});
         continue;
       }
       int b = assign.buffer_of_value[v->id];
       if (b >= 0) {
         slot_of[v->id] = add_slot({SlotKind::Arena, -1, p->memory_.buffers[b].offset, nullptr, v->type.dtype,
-                                   shape[v->id], label});
+                                   shape[v->id], v});
         continue;
       }
       // Not in the arena: a graph output; its first occurrence is written in place.
@@ -335,7 +332,7 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
           direct[o] = true;
           break;
         }
-      UPDRAFT_CHECK(slot_of[v->id] >= 0, "plan", "internal error: " + label + " has no buffer");
+      UPDRAFT_CHECK(slot_of[v->id] >= 0, "plan", "internal error: " + value_label(v) + " has no buffer");
     }
   }
 
@@ -518,11 +515,15 @@ std::string Plan::str() const {
   char line[512];
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& sl = slots_[i];
+    std::string label = sl.kind == SlotKind::Input    ? "input " + std::to_string(sl.index) + " " + value_label(sl.value)
+                        : sl.kind == SlotKind::Output ? "output " + std::to_string(sl.index)
+                        : sl.kind == SlotKind::Constant ? "const " + value_label(sl.value)
+                                                        : value_label(sl.value);
     std::string where = sl.kind == SlotKind::Arena   ? "@" + std::to_string(sl.offset)
                         : sl.kind == SlotKind::Alias ? "= #" + std::to_string(sl.index)
                                                      : "";
     std::snprintf(line, sizeof line, "  #%-3zu %-6s %-4s%-18s %-10s %s\n", i, kinds[static_cast<int>(sl.kind)],
-                  dtype_name(sl.dtype), dims_str(sl.shape).c_str(), where.c_str(), sl.label.c_str());
+                  dtype_name(sl.dtype), dims_str(sl.shape).c_str(), where.c_str(), label.c_str());
     s += line;
   }
   s += "steps (t: the step in the memory plan's lifetimes; views run no kernel):\n";

@@ -47,7 +47,7 @@ struct Slot {
   void* constant = nullptr;  // Constant: the tensor's data
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
-  std::string label;
+  const Value* value = nullptr;  // what it holds (null for outputs), named in Plan::str()
 };
 
 struct Step {
