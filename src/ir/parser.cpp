@@ -2,6 +2,7 @@
 // Every error says where (line, col), what was expected and what was found instead.
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cerrno>
 #include <cstdint>
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string_view>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -19,10 +21,14 @@ namespace updraft {
 
 namespace {
 
-bool is_ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
-bool is_ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+// ASCII classes, not <cctype>'s: those are locale calls (Python sets the locale), and the text
+// IR's names are ASCII.
+bool is_ascii_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+bool is_ascii_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_ident_start(char c) { return is_ascii_alpha(c) || c == '_'; }
+bool is_ident_char(char c) { return is_ascii_alpha(c) || is_ascii_digit(c) || c == '_'; }
 bool is_name_char(char c) { return is_ident_char(c) || c == '.'; }
-bool is_numeric(const std::string& s) {
+bool is_numeric(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
 }
 
@@ -49,6 +55,7 @@ class Parser {
 
   std::unique_ptr<Graph> parse() {
     g_ = std::make_unique<Graph>();
+    values_.reserve(s_.size() / 48);  // about a line per value: no rehashing while parsing
     ws();
     expect_word("graph");
     expect("(");
@@ -112,10 +119,14 @@ class Parser {
       break;
     }
   }
-  bool at(const char* tok) const { return s_.compare(pos_, std::strlen(tok), tok) == 0; }
+  // Most tokens are one character: compared as a char, without strlen and compare.
+  bool at(const char* tok) const {
+    if (tok[0] != '\0' && tok[1] == '\0') return pos_ < s_.size() && s_[pos_] == tok[0];
+    return s_.compare(pos_, std::strlen(tok), tok) == 0;
+  }
   bool eat(const char* tok, bool comments = true) {
     if (!at(tok)) return false;
-    pos_ += std::strlen(tok);
+    pos_ += tok[1] == '\0' ? 1 : std::strlen(tok);
     ws(comments);
     return true;
   }
@@ -169,13 +180,17 @@ class Parser {
         while (e < s_.size() && std::isdigit(static_cast<unsigned char>(s_[e]))) ++e;
       }
     }
-    std::string text = s_.substr(b, e - b);
-    errno = 0;
+    // from_chars reads in place (no substring) and rounds as strtod does; it takes no '+'.
+    const char* first = s_.data() + (s_[b] == '+' ? b + 1 : b);
+    const char* last = s_.data() + e;
     if (n.is_float) {
-      n.f = std::strtod(text.c_str(), nullptr);
+      auto [end, ec] = std::from_chars(first, last, n.f);
+      // Out of range (1e999, 1e-320): what strtod gives, an infinity or a denormal.
+      if (ec != std::errc() || end != last) n.f = std::strtod(s_.substr(b, e - b).c_str(), nullptr);
     } else {
-      n.i = std::strtoll(text.c_str(), nullptr, 10);
-      if (errno == ERANGE) fail_at(b, "integer " + text + " does not fit in 64 bits");
+      auto [end, ec] = std::from_chars(first, last, n.i);
+      if (ec == std::errc::result_out_of_range)
+        fail_at(b, "integer " + s_.substr(b, e - b) + " does not fit in 64 bits");
     }
     pos_ = e;
     ws(comments);
@@ -189,26 +204,29 @@ class Parser {
   }
 
   // ---- values ----
-  std::pair<std::string, size_t> ref_name() {
+  // A value's name, as a view into the text (which outlives the parse).
+  std::pair<std::string_view, size_t> ref_name() {
     size_t b = pos_;
     if (!at("%")) fail("expected a value name like %x");
     ++pos_;
     size_t nb = pos_;
     while (pos_ < s_.size() && is_name_char(s_[pos_])) ++pos_;
     if (pos_ == nb) fail_at(b, "expected a value name after '%'");
-    std::string name = s_.substr(nb, pos_ - nb);
+    std::string_view name(s_.data() + nb, pos_ - nb);
     ws();
     return {name, b};
   }
   Value* use_ref() {
     auto [name, where] = ref_name();
     auto it = values_.find(name);
-    if (it == values_.end()) fail_at(where, "use of undefined value %" + name);
+    if (it == values_.end()) fail_at(where, "use of undefined value %" + std::string(name));
     return it->second;
   }
-  void define(const std::string& name, size_t where, Value* v) {
-    if (!values_.emplace(name, v).second) fail_at(where, "value %" + name + " is defined twice");
-    v->name = is_numeric(name) ? "" : name;  // numeric names are positional: the printer renumbers them
+  void define(std::string_view name, size_t where, Value* v) {
+    if (!values_.emplace(name, v).second) fail_at(where, "value %" + std::string(name) + " is defined twice");
+    // Numeric names are positional: the printer renumbers them.
+    if (is_numeric(name)) v->name.clear();
+    else v->name.assign(name);
   }
 
   // ---- types and symbolic dims ----
@@ -223,11 +241,28 @@ class Parser {
     }
     expect("[", false);
     if (!eat("]")) {
-      do t.shape.push_back(dim_expr());
+      t.shape.reserve(4);
+      do t.shape.push_back(type_dim());
       while (eat(",", false));
       expect("]");
     }
     return t;
+  }
+  // One size in a type. A plain integer followed by ',' or ']' (nearly every size a graph
+  // prints) is read here directly; anything else takes the expression grammar, which reads
+  // the same integer to the same Dim, or reports the same error.
+  Dim type_dim() {
+    if (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) {
+      int64_t v = 0;
+      auto [end, ec] = std::from_chars(s_.data() + pos_, s_.data() + s_.size(), v);
+      size_t k = static_cast<size_t>(end - s_.data());
+      while (k < s_.size() && (s_[k] == ' ' || s_[k] == '\t' || s_[k] == '\n' || s_[k] == '\r')) ++k;
+      if (ec == std::errc() && k < s_.size() && (s_[k] == ',' || s_[k] == ']')) {
+        pos_ = k;
+        return Dim(v);
+      }
+    }
+    return dim_expr();
   }
   Dim dim_expr() {
     Dim d = dim_term();
@@ -273,12 +308,12 @@ class Parser {
     size_t tpos = pos_;
     TensorType t = type();
     if (t.shape.size() > static_cast<size_t>(kMaxDims)) fail_at(tpos, "rank exceeds the engine limit of 8");
-    define(name, where, g_->add_input(is_numeric(name) ? "" : name, std::move(t)));
+    define(name, where, g_->add_input(is_numeric(name) ? "" : std::string(name), std::move(t)));
   }
 
   void parse_stmt() {
     if (!at("%")) fail("expected a statement (%name = ...) or 'return'");
-    std::vector<std::pair<std::string, size_t>> defs;
+    std::vector<std::pair<std::string_view, size_t>> defs;
     do defs.push_back(ref_name());
     while (eat(","));
     expect("=");
@@ -417,7 +452,7 @@ class Parser {
   }
 
   // ---- constants ----
-  void parse_constant(const std::string& name, size_t where) {
+  void parse_constant(std::string_view name, size_t where) {
     size_t tpos = pos_;
     TensorType t = type();
     if (!shape_is_static(t.shape)) fail_at(tpos, "a constant's shape must be static, got " + t.str());
@@ -436,7 +471,7 @@ class Parser {
       }
       if (data.dtype() != t.dtype || data.shape() != shape_values(t.shape))
         fail_at(rpos, "extern(" + ref + ") resolved to a tensor that is not " + t.str());
-      define(name, where, g_->add_constant(is_numeric(name) ? "" : name, std::move(data)));
+      define(name, where, g_->add_constant(is_numeric(name) ? "" : std::string(name), std::move(data)));
       return;
     }
     Tensor data(t.dtype, shape_values(t.shape));
@@ -485,7 +520,7 @@ class Parser {
     } else {
       fail("expected constant data: [values], random(seed=N), full(X) or bits[...]");
     }
-    define(name, where, g_->add_constant(is_numeric(name) ? "" : name, std::move(data)));
+    define(name, where, g_->add_constant(is_numeric(name) ? "" : std::string(name), std::move(data)));
   }
 
   void check_count(int64_t got, int64_t want, size_t where) const {
@@ -575,7 +610,7 @@ class Parser {
   const std::string& s_;
   size_t pos_ = 0;
   std::unique_ptr<Graph> g_;
-  std::unordered_map<std::string, Value*> values_;
+  std::unordered_map<std::string_view, Value*> values_;  // names are views into s_
   const ExternResolver* externs_ = nullptr;
 };
 

@@ -180,3 +180,66 @@ TEST(TextIr, ErrorsSayWhereAndWhat) {
   std::string sym = parse_error("graph() {\n  %c = constant f32[s0] full(1.0)\n  return (%c)\n}");
   EXPECT_NE(sym.find("a constant's shape must be static"), std::string::npos) << sym;
 }
+
+// The parser reads plain sizes and numbers in place (std::from_chars) and takes the expression
+// grammar only for what is not a plain size: both must give what the grammar says.
+TEST(TextIr, PlainSizesAndNumbersReadExactly) {
+  auto g = parse_graph(R"(graph(%x: f32[ 2 , 3 ], %y: f32[2*3, 2+s0, (s1*4), 007]) {
+  %c = constant f64[5] [+1.5, 1e999, -1e999, 4.9e-324, -0.0]
+  %i = constant i64[3] [9223372036854775807, -9223372036854775808, +7]
+  %0 = leaky_relu(%x) {negative_slope=9.9999999999999998e-13}
+  %1 = reshape(%x) {shape=[3 , 2]}
+  return (%0, %1, %c, %i)
+})");
+  const Shape& x = g->inputs()[0]->type.shape;
+  ASSERT_EQ(x.size(), 2u);
+  EXPECT_EQ(x[0], Dim(2));
+  EXPECT_EQ(x[1], Dim(3));
+  const Shape& y = g->inputs()[1]->type.shape;
+  ASSERT_EQ(y.size(), 4u);
+  EXPECT_EQ(y[0], Dim(2) * Dim(3));
+  EXPECT_EQ(y[1], Dim(2) + Dim::sym("s0"));
+  EXPECT_EQ(y[2], Dim::sym("s1") * 4);
+  EXPECT_EQ(y[3], Dim(7));
+  const double* c = g->outputs()[2]->constant->ptr<double>();
+  EXPECT_EQ(c[0], 1.5);
+  EXPECT_TRUE(std::isinf(c[1]) && c[1] > 0);
+  EXPECT_TRUE(std::isinf(c[2]) && c[2] < 0);
+  EXPECT_EQ(c[3], std::strtod("4.9e-324", nullptr));  // a denormal, as strtod reads it
+  EXPECT_GT(c[3], 0.0);
+  EXPECT_TRUE(c[4] == 0.0 && std::signbit(c[4]));
+  const int64_t* i = g->outputs()[3]->constant->ptr<int64_t>();
+  EXPECT_EQ(i[0], INT64_MAX);
+  EXPECT_EQ(i[1], INT64_MIN);
+  EXPECT_EQ(i[2], 7);
+  EXPECT_EQ(g->nodes()[0]->attr("negative_slope").f(), 1e-12);  // the printer's 17 digits, exactly
+  EXPECT_EQ(g->nodes()[1]->attr("shape").ints(), (std::vector<int64_t>{3, 2}));
+
+  EXPECT_EQ(parse_error("graph(%x: f32[2.5]) {\n  return (%x)\n}"),
+            "[parse] line 1, col 15: expected a dimension, found a float");
+  EXPECT_EQ(parse_error("graph(%x: f32[99999999999999999999]) {\n  return (%x)\n}"),
+            "[parse] line 1, col 15: integer 99999999999999999999 does not fit in 64 bits");
+  EXPECT_EQ(parse_error("graph() {\n  %c = constant i64[1] [9223372036854775808]\n  return (%c)\n}"),
+            "[parse] line 2, col 25: integer 9223372036854775808 does not fit in 64 bits");
+  EXPECT_EQ(parse_error("graph(%x: f32[2 3]) {\n  return (%x)\n}"), "[parse] line 1, col 17: expected ']', found '3'");
+}
+
+// Value names are read as views into the text: names that differ only after a shared prefix,
+// with dots and digits, stay distinct, and numeric names still renumber.
+TEST(TextIr, ValueNamesAreDistinctAndKept) {
+  auto g = parse_graph(R"(graph(%arg1_1: f32[2], %arg1_10: f32[2], %a.b: f32[2]) {
+  %12 = add(%arg1_1, %arg1_10)
+  %arg1_100 = mul(%12, %a.b)
+  return (%arg1_100, %12)
+})");
+  ASSERT_EQ(g->inputs().size(), 3u);
+  EXPECT_EQ(g->inputs()[0]->name, "arg1_1");
+  EXPECT_EQ(g->inputs()[1]->name, "arg1_10");
+  EXPECT_EQ(g->inputs()[2]->name, "a.b");
+  Node* add = g->nodes()[0];
+  EXPECT_EQ(add->inputs[0], g->inputs()[0]);
+  EXPECT_EQ(add->inputs[1], g->inputs()[1]);
+  EXPECT_EQ(add->output()->name, "");  // numeric: positional
+  EXPECT_EQ(g->outputs()[0]->name, "arg1_100");
+  EXPECT_EQ(roundtrip(print_graph(*g)), print_graph(*g));
+}
