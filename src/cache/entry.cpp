@@ -503,12 +503,17 @@ std::unique_ptr<Graph> load_buffer(const Buffer& buf, const std::string& key,
   UPDRAFT_CHECK(m.key == key, "cache", "entry holds key " + m.key + ", expected " + key);
 
   auto blob = [&](const std::string& ref) { return blob_tensor(ref, field(c, ref), buf); };
+  // Parameter J of "pJ" (a checked reference), with the dtype and shape the entry was compiled for.
   auto source = [&](const std::string& ref, const TensorType& type) {
-    size_t j = std::stoul(ref.substr(1));
-    UPDRAFT_CHECK(j < sources.size() && sources[j].has_value(), "cache",
-                  "entry needs parameter " + std::to_string(j) + ", which the caller did not give");
+    size_t j = 0;
+    for (size_t i = 1; i < ref.size(); ++i) j = j * 10 + static_cast<size_t>(ref[i] - '0');
+    UPDRAFT_CHECK(ref.size() < 12 && j < sources.size() && sources[j].has_value(), "cache",
+                  "entry needs parameter " + ref.substr(1) + ", which the caller did not give");
     const Tensor& t = *sources[j];
-    UPDRAFT_CHECK(t.dtype() == type.dtype && shape_from(t.shape()) == type.shape, "cache",
+    bool same_shape = t.shape().size() == type.shape.size();
+    for (size_t i = 0; same_shape && i < type.shape.size(); ++i)
+      same_shape = type.shape[i].is_static() && type.shape[i].value() == t.shape()[i];
+    UPDRAFT_CHECK(t.dtype() == type.dtype && same_shape, "cache",
                   "parameter " + std::to_string(j) + " is " + dtype_name(t.dtype()) + shape_str(shape_from(t.shape())) +
                       ", the entry was compiled for " + type.str());
     return t;

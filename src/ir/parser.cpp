@@ -469,7 +469,7 @@ class Parser {
       } catch (const Error& e) {
         fail_at(rpos, std::string("extern(") + ref + "): " + e.what());
       }
-      if (data.dtype() != t.dtype || data.shape() != shape_values(t.shape))
+      if (data.dtype() != t.dtype || !same_sizes(data.shape(), t.shape))
         fail_at(rpos, "extern(" + ref + ") resolved to a tensor that is not " + t.str());
       define(name, where, g_->add_constant(is_numeric(name) ? "" : std::string(name), std::move(data)));
       return;
@@ -521,6 +521,14 @@ class Parser {
       fail("expected constant data: [values], random(seed=N), full(X) or bits[...]");
     }
     define(name, where, g_->add_constant(is_numeric(name) ? "" : std::string(name), std::move(data)));
+  }
+
+  // A tensor's sizes against a static shape, without building a vector of them.
+  static bool same_sizes(const std::vector<int64_t>& sizes, const Shape& shape) {
+    if (sizes.size() != shape.size()) return false;
+    for (size_t i = 0; i < sizes.size(); ++i)
+      if (!shape[i].is_static() || shape[i].value() != sizes[i]) return false;
+    return true;
   }
 
   void check_count(int64_t got, int64_t want, size_t where) const {
