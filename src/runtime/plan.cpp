@@ -191,7 +191,8 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
         continue;
       }
     }
-    const Attrs& attrs = bound(i) ? *bound(i) : n->attrs;
+    const Attrs* b = bound(i);
+    const Attrs& attrs = b ? *b : n->attrs;
     // Reuses in_types' shape vectors from node to node rather than allocating new ones.
     in_types.resize(n->inputs.size());
     for (size_t k = 0; k < n->inputs.size(); ++k) {

@@ -19,6 +19,7 @@
 
 using namespace updraft;
 using updraft::testing::random_tensor;
+using updraft::testing::same_bits;
 
 namespace {
 
@@ -79,10 +80,6 @@ Tensor run(CompiledGraph& cg, const Tensor& x) {
   Tensor y(DType::f32, out[0]);
   cg.run({x.view()}, {y.view()});
   return y;
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
 std::string saved(const std::string& key = "k1") {

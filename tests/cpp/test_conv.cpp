@@ -3,8 +3,6 @@
 // (prepacked) and non-constant weights, every epilogue, strided inputs and threads.
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include "compute_test_helpers.h"
 #include "core/error.h"
 
@@ -147,10 +145,6 @@ Tensor prescaled(const Tensor& w, const Tensor& s) {
   for (int64_t i = 0; i < w.numel(); ++i)
     r.ptr<float>()[i] = w.ptr<float>()[i] * s.ptr<float>()[i / per_o];
   return r;
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
 }  // namespace

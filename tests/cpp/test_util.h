@@ -100,4 +100,9 @@ inline ::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, do
   return all_close(a.view(), b.view(), rtol, atol);
 }
 
+// Same shape and the same bytes (bit-identical results, e.g. a cache load against a compile).
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
 }  // namespace updraft::testing
