@@ -6,6 +6,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <charconv>
 #include <chrono>
 
 #include "cache/entry.h"
@@ -18,32 +19,106 @@ namespace updraft::py {
 
 namespace {
 
-// params[j]: None, or (data pointer, dtype name, shape, owner) of the caller's contiguous CPU
-// parameter j. The pointer form skips DLPack, which would need a detach() per parameter (a
-// dispatched torch op, ~20 us each under the dispatch modes active during a first call); the
-// tensor shares the owner's memory and keeps it alive, like Graph.add_constant does.
-std::vector<std::optional<Tensor>> sources_from(const nb::list& params) {
-  std::vector<std::optional<Tensor>> sources;
-  sources.reserve(params.size());
-  for (nb::handle p : params) {
-    if (p.is_none()) {
-      sources.push_back(std::nullopt);
+// An engine Tensor over the memory of a contiguous CPU torch tensor: it shares the memory and
+// keeps `owner` alive, like Graph.add_constant does.
+Tensor tensor_over(void* ptr, DType dt, std::vector<int64_t> shape, nb::handle owner) {
+  auto* keep = new nb::object(nb::borrow(owner));
+  std::shared_ptr<void> storage(ptr, [keep](void*) {
+    if (!Py_IsInitialized()) return;  // interpreter gone: leak rather than crash at exit
+    nb::gil_scoped_acquire gil;
+    delete keep;
+  });
+  return Tensor(dt, std::move(shape), std::move(storage));
+}
+
+// The caller's frozen parameters as an entry load takes them (EntryParams below), read from the
+// torch tensors in one pass here rather than per parameter in Python (BERT-base: 200).
+struct EntryParams {
+  std::vector<std::optional<Tensor>> sources;  // by placeholder index; nullopt where none
+  std::string text;   // one line per parameter, "J DTYPE D0,D1,...": the cache key's part for them
+  size_t tensors = 0;  // parameters that are tensors
+};
+
+// An attribute or method name, interned once (the GIL guards the static).
+PyObject* interned(PyObject*& slot, const char* name) {
+  if (!slot) slot = PyUnicode_InternFromString(name);
+  return slot;
+}
+
+nb::object steal_checked(PyObject* o) {
+  if (!o) throw nb::python_error();
+  return nb::steal(o);
+}
+
+// `args[j]` for each j in `positions` (the placeholders that are frozen parameters): its data
+// pointer, dtype and shape when it is a tensor of an engine dtype (`dtypes`: torch dtype ->
+// engine dtype name, updraft.lowerer.DTYPES), and a line for the key that says its dtype (the
+// engine's name, or torch's for other dtypes) and shape. A non-contiguous or non-CPU tensor is
+// taken as `detach().contiguous()`, as Lowerer.constant binds it in a cold compile.
+EntryParams entry_params(const nb::sequence& args, const std::vector<int>& positions, const nb::dict& dtypes,
+                         const nb::handle& tensor_type) {
+  static PyObject *s_dtype, *s_shape, *s_is_cpu, *s_is_contiguous, *s_data_ptr, *s_detach, *s_contiguous;
+  EntryParams r;
+  nb::object fast = steal_checked(PySequence_Fast(args.ptr(), "[updraft.cache] args is not a sequence"));
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast.ptr());
+  r.sources.resize(static_cast<size_t>(n));
+  r.text.reserve(positions.size() * 24);
+  // Engine dtypes by torch dtype object (a handful: a linear scan beats hashing).
+  std::vector<std::pair<PyObject*, DType>> table;
+  for (auto [k, v] : dtypes) table.emplace_back(k.ptr(), dtype_from_name(nb::cast<std::string>(v)));
+  UPDRAFT_CHECK(PyType_Check(tensor_type.ptr()), "bindings", "tensor_type is not a type");
+  auto* tensor_type_obj = reinterpret_cast<PyTypeObject*>(tensor_type.ptr());
+  char num[24];
+  auto append_int = [&](long long v) {
+    auto [end, ec] = std::to_chars(num, num + sizeof num, v);
+    r.text.append(num, static_cast<size_t>(end - num));
+  };
+  for (int j : positions) {
+    UPDRAFT_CHECK(j >= 0 && j < n, "bindings", "parameter position " + std::to_string(j) + " is out of range");
+    nb::handle a(PySequence_Fast_GET_ITEM(fast.ptr(), j));
+    append_int(j);
+    // A subtype check, not isinstance(): no metaclass __instancecheck__ call per parameter.
+    if (!PyObject_TypeCheck(a.ptr(), tensor_type_obj)) {
+      r.text += " other ";
+      r.text += Py_TYPE(a.ptr())->tp_name;
+      r.text += '\n';
       continue;
     }
-    nb::tuple t = nb::cast<nb::tuple>(p);
-    UPDRAFT_CHECK(t.size() == 4, "bindings", "a parameter is (data_ptr, dtype, shape, owner)");
-    auto ptr = reinterpret_cast<void*>(nb::cast<uintptr_t>(t[0]));
-    DType dt = dtype_from_name(nb::cast<std::string>(t[1]));
-    std::vector<int64_t> shape = nb::cast<std::vector<int64_t>>(t[2]);
-    auto* keep = new nb::object(nb::borrow(t[3]));
-    std::shared_ptr<void> storage(ptr, [keep](void*) {
-      if (!Py_IsInitialized()) return;  // interpreter gone: leak rather than crash at exit
-      nb::gil_scoped_acquire gil;
-      delete keep;
-    });
-    sources.push_back(Tensor(dt, std::move(shape), std::move(storage)));
+    ++r.tensors;
+    nb::object t = nb::borrow(a);
+    nb::object cpu = steal_checked(PyObject_GetAttr(t.ptr(), interned(s_is_cpu, "is_cpu")));
+    nb::object contig = steal_checked(PyObject_CallMethodNoArgs(t.ptr(), interned(s_is_contiguous, "is_contiguous")));
+    if (cpu.ptr() != Py_True || contig.ptr() != Py_True) {
+      nb::object d = steal_checked(PyObject_CallMethodNoArgs(t.ptr(), interned(s_detach, "detach")));
+      t = steal_checked(PyObject_CallMethodNoArgs(d.ptr(), interned(s_contiguous, "contiguous")));
+    }
+    nb::object dt = steal_checked(PyObject_GetAttr(t.ptr(), interned(s_dtype, "dtype")));
+    nb::object shape = steal_checked(PyObject_GetAttr(t.ptr(), interned(s_shape, "shape")));
+    std::optional<DType> edt;
+    for (const auto& [obj, e] : table)
+      if (obj == dt.ptr()) edt = e;
+    r.text += ' ';
+    if (edt) r.text += dtype_name(*edt);
+    else r.text += nb::cast<std::string>(nb::str(dt));
+    r.text += ' ';
+    nb::object sizes = steal_checked(PySequence_Fast(shape.ptr(), "[updraft.cache] a tensor's shape is not a sequence"));
+    const Py_ssize_t rank = PySequence_Fast_GET_SIZE(sizes.ptr());
+    std::vector<int64_t> dims(static_cast<size_t>(rank));
+    for (Py_ssize_t d = 0; d < rank; ++d) {
+      long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(sizes.ptr(), d));
+      if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+      dims[static_cast<size_t>(d)] = v;
+      if (d) r.text += ',';
+      append_int(v);
+    }
+    r.text += '\n';
+    if (!edt) continue;  // no engine dtype: a load that needs it fails and the entry is rebuilt
+    nb::object ptr = steal_checked(PyObject_CallMethodNoArgs(t.ptr(), interned(s_data_ptr, "data_ptr")));
+    void* p = PyLong_AsVoidPtr(ptr.ptr());
+    if (!p && PyErr_Occurred()) throw nb::python_error();
+    r.sources[static_cast<size_t>(j)] = tensor_over(p, *edt, std::move(dims), t);
   }
-  return sources;
+  return r;
 }
 
 nb::dict info_dict(const LoadInfo& li) {
@@ -90,9 +165,19 @@ void bind_cache(nb::module_& m) {
         return d;
       },
       nb::arg("data"), "Validates an entry's container and returns its metadata; raises UpdraftError.");
-  auto load = [](auto&& loader, const nb::list& params, const nb::dict& options) {
+  nb::class_<EntryParams>(m, "EntryParams",
+                          "The frozen parameters of a partition as a cache-entry load takes them (entry_params).")
+      .def_prop_ro("text", [](const EntryParams& p) { return p.text; },
+                   "One line per parameter, 'J DTYPE D0,D1,...': its dtype and shape, for the cache key.")
+      .def_prop_ro("tensors", [](const EntryParams& p) { return p.tensors; }, "How many parameters are tensors.");
+  m.def("entry_params", &entry_params, nb::arg("args"), nb::arg("positions"), nb::arg("dtypes"),
+        nb::arg("tensor_type"),
+        "EntryParams of args[j] for j in positions (frozen parameters): data pointers, engine dtypes "
+        "(dtypes: torch dtype -> engine name) and shapes, read in one pass; non-tensors and tensors of other "
+        "dtypes are described in .text but not bound.");
+  auto load = [](auto&& loader, const EntryParams& params, const nb::dict& options) {
     CompileOptions opts = options_from(options);
-    std::vector<std::optional<Tensor>> sources = sources_from(params);
+    const std::vector<std::optional<Tensor>>& sources = params.sources;
     LoadInfo info;
     std::shared_ptr<CompiledGraph> cg;
     {
@@ -106,18 +191,17 @@ void bind_cache(nb::module_& m) {
   };
   m.def(
       "load_entry",
-      [load](const nb::bytes& data, const std::string& key, const nb::list& params, const nb::dict& options) {
+      [load](const nb::bytes& data, const std::string& key, const EntryParams& params, const nb::dict& options) {
         std::string bytes(data.c_str(), data.size());
         return load([&](const auto& sources, LoadInfo* info) { return load_entry(bytes, key, sources, info); },
                     params, options);
       },
       nb::arg("data"), nb::arg("key"), nb::arg("params"), nb::arg("options") = nb::dict(),
-      "(CompiledGraph, info) from a cache entry; params[j] is None or (data_ptr, dtype, shape, owner) of the "
-      "caller's parameter j. info: folded (constants), mapped (stored folds used), verify_ms (checksum_ms and fingerprint_ms, on two threads for a large entry), replay_ms. "
+      "(CompiledGraph, info) from a cache entry; params: the caller's parameters (entry_params). info: folded (constants), mapped (stored folds used), verify_ms (checksum_ms and fingerprint_ms, on two threads for a large entry), replay_ms. "
       "Raises UpdraftError('[cache] ...') on a corrupt, truncated or mismatched entry.");
   m.def(
       "load_entry_file",
-      [load](const std::string& path, const std::string& key, const nb::list& params, const nb::dict& options) {
+      [load](const std::string& path, const std::string& key, const EntryParams& params, const nb::dict& options) {
         return load([&](const auto& sources, LoadInfo* info) { return load_entry_file(path, key, sources, info); },
                     params, options);
       },

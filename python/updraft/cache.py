@@ -21,7 +21,7 @@ killed meanwhile leaves at most a temporary file, never a partial entry (an evic
 temporary files over an hour old). `wait_for_writes()` waits for every pending write; a lookup
 of a key being written waits for that write. Folders are created 0700 and files 0600. The folder is bounded
 (`cache_max_bytes`): after a write, the least recently used entries (by modification time, which
-a hit refreshes) are removed until it fits. An entry that fails to load (corrupt, truncated,
+a hit refreshes when it is over a minute old) are removed until it fits. An entry that fails to load (corrupt, truncated,
 another format or engine version) is reported once as a warning, removed, and rebuilt.
 """
 from __future__ import annotations
@@ -38,10 +38,13 @@ import torch
 
 ENV_DIR = "UPDRAFT_CACHE_DIR"
 SUFFIX = ".updraft"
-KEY_VERSION = "updraft-cache-key 2"
+KEY_VERSION = "updraft-cache-key 3"
 
 TMP_SUFFIX = ".tmp"
 STALE_TMP_SECONDS = 3600  # a temporary file this old belongs to a writer that died
+# A hit refreshes an entry's modification time when it is older than this: least recently used
+# to the minute is as good for eviction, and most hits then write nothing.
+REFRESH_SECONDS = 60
 
 _stats_lock = threading.Lock()
 # Entry path -> the thread writing it (put_async), until it finishes.
@@ -90,11 +93,12 @@ class DiskCache:
         if _pending:
             _wait_for(p)
         try:
-            os.utime(p)  # a hit makes the entry recently used
+            st = os.stat(p)
         except FileNotFoundError:
             return None
         except OSError:
-            pass
+            return p  # the load reports what is wrong with it
+        _refresh(p, st)
         return p
 
     def get(self, key: str) -> Optional[bytes]:
@@ -104,7 +108,7 @@ class DiskCache:
         except FileNotFoundError:
             return None
         try:
-            os.utime(p)  # a hit makes the entry recently used
+            _refresh(p, os.stat(p))
         except OSError:
             pass
         return data
@@ -196,6 +200,18 @@ class DiskCache:
                 pass  # renamed or removed by its writer or another process meanwhile
 
 
+def _refresh(p: Path, st: os.stat_result) -> None:
+    """Marks a hit entry recently used (its modification time, which eviction orders by), unless
+    it already is: setting the time is an inode write that ext4 journals, ~0.1-0.6 ms the first
+    time after each journal commit, while the stat that shows it is not needed costs ~2 us."""
+    if time.time() - st.st_mtime < REFRESH_SECONDS:
+        return
+    try:
+        os.utime(p)
+    except OSError:
+        pass  # removed meanwhile, or not ours to touch: it is used all the same
+
+
 _caches: dict = {}
 
 
@@ -214,25 +230,19 @@ def cache_for(config) -> Optional[DiskCache]:
     return disk
 
 
-def param_refs(args, kinds) -> list:
-    """What `_C.load_entry(_file)` takes for the parameters: per placeholder None, or
-    (data_ptr, engine dtype, shape, tensor) of a frozen parameter (`kinds[j] == "param"`).
+def entry_params(args, positions: list[int]):
+    """The frozen parameters `args[j]`, j in `positions`, as `_C.load_entry(_file)` takes them:
+    data pointers, engine dtypes and shapes, read by the engine in one pass (BERT-base has 200;
+    per parameter in Python this was ~0.5 ms of a ~3 ms warm load). Its `.text` describes each
+    one's dtype and shape for `partition_key`.
 
     Pointers, not DLPack: exporting a parameter needs detach(), a dispatched op that costs
     ~20 us under the dispatch modes torch has active during a compiled graph's first call
     (when partitions build), ~5 ms for BERT's 200 parameters."""
+    from . import _C
     from .lowerer import DTYPES
 
-    out = []
-    for a, k in zip(args, kinds):
-        if k != "param" or not isinstance(a, torch.Tensor):
-            out.append(None)
-            continue
-        if not a.is_contiguous() or not a.is_cpu:
-            a = a.detach().contiguous()  # as Lowerer.constant binds it in a cold compile
-        dt = DTYPES.get(a.dtype)
-        out.append(None if dt is None else (a.data_ptr(), dt, a.shape, a))
-    return out
+    return _C.entry_params(args, positions, DTYPES, torch.Tensor)
 
 
 def _tensor_digest(t: torch.Tensor) -> str:
@@ -243,21 +253,25 @@ def _tensor_digest(t: torch.Tensor) -> str:
     return hashlib.sha256(raw.numpy().tobytes()).hexdigest()
 
 
-def partition_key(code: str, inputs: list[tuple[str, object]], options: dict, engine: str, cpu: str) -> str:
+def partition_key(code: str, inputs: list[tuple[int, str, object]], params: str, options: dict, engine: str,
+                  cpu: str) -> str:
     """sha256 over everything that decides a partition's optimised graph.
 
-    `inputs` holds one (kind, value) per placeholder: ("runtime", meta), ("param", tensor),
-    ("literal", tensor) or ("other", value). Parameters contribute dtype and shape only; literal
-    constants contribute their bytes; runtime inputs their dtype and (symbolic) shape.
+    `inputs` holds (placeholder index, kind, value) for the placeholders that are not frozen
+    parameters: ("runtime", meta), ("literal", tensor) or ("other", value); `params` describes
+    the parameters (`entry_params(...).text`: index, dtype and shape of each). Parameters
+    contribute dtype and shape only; literal constants contribute their bytes; runtime inputs
+    their dtype and (symbolic) shape.
     """
     parts = [f"{KEY_VERSION}\nengine {engine}\ncpu {cpu}\ntorch {torch.__version__}\n",
              repr(sorted(options.items())), code]
-    for j, (kind, v) in enumerate(inputs):
-        if kind in ("runtime", "param"):
+    for j, kind, v in inputs:
+        if kind == "runtime":
             desc = f"{v.dtype} {v.shape}"  # torch.Size prints symbolic sizes by name (s0)
         elif kind == "literal":
             desc = f"{v.dtype} {tuple(v.shape)} {_tensor_digest(v)}"
         else:
             desc = repr(v)
         parts.append(f"input {j} {kind} {desc}")
+    parts.append(f"params\n{params}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()

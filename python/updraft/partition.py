@@ -23,7 +23,7 @@ from torch import fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
-from .cache import DiskCache, cache_for, param_refs, partition_key
+from .cache import DiskCache, cache_for, entry_params, partition_key
 from . import profiler
 from .config import CompilerConfig
 from .lowering import (TORCH_DTYPES, Lowerer, Unsupported, check_node, is_compute, meta,
@@ -97,6 +97,9 @@ class EnginePartition(torch.nn.Module):
         # (a runtime input).
         self.const_kinds = const_kinds
         self.const_mask = [k is not None for k in const_kinds]
+        # Placeholder indices of the frozen parameters, and of the rest (inputs and literals).
+        self._param_pos = [j for j, k in enumerate(const_kinds) if k == "param"]
+        self._other_pos = [j for j, k in enumerate(const_kinds) if k != "param"]
         self.config = config
         self.report = report
         self._state: Any = None  # None: not built; _Built; or the failure reason (str)
@@ -210,10 +213,10 @@ class EnginePartition(torch.nn.Module):
         C = _c()
         t0 = time.perf_counter()
         placeholders = list(self.sub.graph.find_nodes(op="placeholder"))  # indexed: no walk over the graph
-        runtime_pos = [j for j, a in enumerate(args) if isinstance(a, torch.Tensor) and not self.const_mask[j]]
-        disk, key = self._cache_key(args, placeholders)
+        runtime_pos = [j for j in self._other_pos if not self.const_mask[j] and isinstance(args[j], torch.Tensor)]
+        disk, key, params = self._cache_key(args, placeholders)
         if key is not None:
-            built = self._load_cached(disk, key, args, runtime_pos, t0)
+            built = self._load_cached(disk, key, params, args, runtime_pos, t0)
             if built is not None:
                 return built
         lw = Lowerer(C.Graph())
@@ -276,31 +279,32 @@ class EnginePartition(torch.nn.Module):
 
     # -- the persistent compile cache (updraft/cache.py, docs/format.md)
     def _cache_key(self, args: tuple, placeholders: list) -> tuple:
-        """(DiskCache, key), or (None, None) when the cache is off or unusable."""
+        """(DiskCache, key, EntryParams), or (None, None, None) when the cache is off or unusable."""
         try:
             disk = cache_for(self.config)
         except OSError as e:
             warn_once(f"{e}; compiling without the cache")
             self.report.cache = f"off: {e}"
-            return None, None
+            return None, None, None
         if disk is None:
-            return None, None
+            return None, None, None
         C = _c()
         inputs = []
-        for j, (ph, arg) in enumerate(zip(placeholders, args)):
+        for j in self._other_pos:
+            arg, ph = args[j], placeholders[j]
             if not isinstance(arg, torch.Tensor):
-                inputs.append(("other", meta(ph) if "val" in ph.meta else type(arg).__name__))
-            elif self.const_kinds[j] == "param":
-                inputs.append(("param", arg))
+                inputs.append((j, "other", meta(ph) if "val" in ph.meta else type(arg).__name__))
             elif self.const_kinds[j] == "literal":
-                inputs.append(("literal", arg))
+                inputs.append((j, "literal", arg))
             else:
-                inputs.append(("runtime", meta(ph)))
-        key = partition_key(self.sub.code, inputs, self.config.cache_options(), C.engine_version(),
+                inputs.append((j, "runtime", meta(ph)))
+        # The parameters in one engine pass: their key text here, their pointers for the load.
+        params = entry_params(args, self._param_pos)
+        key = partition_key(self.sub.code, inputs, params.text, self.config.cache_options(), C.engine_version(),
                             C.cpu_features())
-        return disk, key
+        return disk, key, params
 
-    def _load_cached(self, disk: DiskCache, key: str, args: tuple, runtime_pos: list[int],
+    def _load_cached(self, disk: DiskCache, key: str, params: Any, args: tuple, runtime_pos: list[int],
                      t0: float) -> Optional["_Built"]:
         C = _c()
         path = disk.lookup(key)
@@ -309,8 +313,7 @@ class EnginePartition(torch.nn.Module):
             count_cache_event("miss")
             return None
         try:
-            cg, info = C.load_entry_file(str(path), key, param_refs(args, self.const_kinds),
-                                         self.config.engine_options())
+            cg, info = C.load_entry_file(str(path), key, params, self.config.engine_options())
             out_dtypes = self._check_out_dtypes(cg.output_dtypes())
         except (C.UpdraftError, Unsupported) as e:
             warn_once(f"[updraft.cache] entry {path} is unusable ({e}); removing it and "
@@ -329,7 +332,8 @@ class EnginePartition(torch.nn.Module):
         self.report.compile_ms = cg.compile_ms
         self.report.cache_ms = (time.perf_counter() - t0) * 1e3
         self.report.num_inputs = len(runtime_pos)
-        self.report.num_constants = sum(1 for a, m in zip(args, self.const_mask) if m and isinstance(a, torch.Tensor))
+        self.report.num_constants = params.tensors + sum(
+            1 for j in self._other_pos if self.const_mask[j] and isinstance(args[j], torch.Tensor))
         return _Built(cg, runtime_pos, out_dtypes, [args[j].dtype for j in runtime_pos])
 
     def _store(self, disk: DiskCache, key: str, cg: Any) -> None:

@@ -18,7 +18,7 @@ import torch
 
 import updraft
 from updraft import _C as C
-from updraft.cache import DiskCache, partition_key, wait_for_writes
+from updraft.cache import DiskCache, entry_params, partition_key, wait_for_writes
 
 
 class ConvBnNet(torch.nn.Module):
@@ -428,18 +428,49 @@ def test_key_covers_what_decides_the_graph_but_not_weights():
         def __init__(self, dtype, shape):
             self.dtype, self.shape = dtype, shape
 
-    args = ("code", [("runtime", M(torch.float32, (2, 3))), ("param", torch.zeros(3))],
-            {"fuse": True}, "0.2.0", "avx2")
+    def params(*tensors):
+        return entry_params(tensors, list(range(len(tensors)))).text
+
+    runtime = [(0, "runtime", M(torch.float32, (2, 3)))]
+    args = ("code", runtime, params(torch.zeros(3)), {"fuse": True}, "0.2.0", "avx2")
     base = partition_key(*args)
-    assert partition_key(args[0], [args[1][0], ("param", torch.ones(3))], *args[2:]) == base  # weights
+    assert partition_key(args[0], runtime, params(torch.ones(3)), *args[3:]) == base  # weights
     assert partition_key("code2", *args[1:]) != base
-    assert partition_key(args[0], [("runtime", M(torch.float64, (2, 3))), args[1][1]], *args[2:]) != base
-    assert partition_key(args[0], [args[1][0], ("param", torch.zeros(4))], *args[2:]) != base
-    assert partition_key(*args[:2], {"fuse": False}, *args[3:]) != base
-    assert partition_key(*args[:3], "0.2.1", "avx2") != base
-    lit = [args[1][0], ("literal", torch.zeros(3))]
+    assert partition_key(args[0], [(0, "runtime", M(torch.float64, (2, 3)))], *args[2:]) != base
+    assert partition_key(args[0], runtime, params(torch.zeros(4)), *args[3:]) != base  # shape
+    assert partition_key(args[0], runtime, params(torch.zeros(3, dtype=torch.float64)), *args[3:]) != base
+    assert partition_key(args[0], runtime, params(torch.zeros(3), torch.zeros(3)), *args[3:]) != base
+    assert partition_key(*args[:3], {"fuse": False}, *args[4:]) != base
+    assert partition_key(*args[:4], "0.2.1", "avx2") != base
+    lit = [(1, "literal", torch.zeros(3))]
     assert partition_key(args[0], lit, *args[2:]) != partition_key(
-        args[0], [args[1][0], ("literal", torch.ones(3))], *args[2:])  # literal values count
+        args[0], [(1, "literal", torch.ones(3))], *args[2:])  # literal values count
+
+
+def test_entry_params_read_parameters_in_one_pass():
+    w = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    strided = torch.zeros(2, 3).t()  # not contiguous: bound as a contiguous copy
+    args = (torch.zeros(5), w, 7, strided, torch.zeros(2, dtype=torch.complex64), torch.tensor(1.5),
+            torch.nn.Parameter(torch.ones(2, dtype=torch.float16)))
+    p = entry_params(args, [1, 2, 3, 4, 5, 6])
+    # Index, engine dtype (torch's name where the engine has none) and shape; not the values.
+    assert p.text == "1 f32 3,4\n2 other int\n3 f32 3,2\n4 torch.complex64 2\n5 f32 \n6 f16 2\n"
+    assert p.tensors == 5
+    assert entry_params(args, []).text == ""
+
+
+def test_hit_refreshes_an_old_entry_and_leaves_a_recent_one(tmp_path):
+    cache = DiskCache(tmp_path, max_bytes=1 << 20)
+    cache.put("old", b"x")
+    cache.put("new", b"y")
+    two_hours = time.time() - 2 * 3600
+    os.utime(cache.path("old"), (two_hours, two_hours))
+    recent = time.time() - 5
+    os.utime(cache.path("new"), (recent, recent))
+    assert cache.lookup("old") == cache.path("old") and cache.lookup("new") == cache.path("new")
+    assert cache.path("old").stat().st_mtime > time.time() - 60  # now the most recently used
+    assert cache.path("new").stat().st_mtime == pytest.approx(recent)  # recent enough: not written
+    assert cache.lookup("missing") is None
 
 
 _WORKER = textwrap.dedent("""
