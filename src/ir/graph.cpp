@@ -58,15 +58,17 @@ void Graph::record_fold(const Node& n, const std::vector<Value*>& results) {
 }
 
 Node* Graph::add_node(const std::string& op, std::vector<Value*> inputs, Attrs attrs) {
-  const OpTable& table = OpTable::get();
-  const OpDef& def = table.at(op);
+  return add_node(OpTable::get().at(op), std::move(inputs), std::move(attrs));
+}
+
+Node* Graph::add_node(const OpDef& def, std::vector<Value*> inputs, Attrs attrs) {
   std::vector<TensorType> in_types;
   in_types.reserve(inputs.size());
   for (size_t k = 0; k < inputs.size(); ++k) {
-    UPDRAFT_CHECK(inputs[k] != nullptr, "ir", op + ": input " + std::to_string(k) + " is null");
+    UPDRAFT_CHECK(inputs[k] != nullptr, "ir", def.name + ": input " + std::to_string(k) + " is null");
     in_types.push_back(inputs[k]->type);
   }
-  std::vector<TensorType> out_types = table.infer(op, in_types, attrs);  // validates first
+  std::vector<TensorType> out_types = OpTable::infer(def, in_types, attrs);  // validates first
 
   auto node = std::make_unique<Node>();
   node->id = next_node_id_++;

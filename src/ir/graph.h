@@ -85,6 +85,8 @@ class Graph {
   // Appends (or inserts before the insert point) a node; output types come from the op
   // table's shape function. Throws Error("ir", ...) on unknown ops, bad arity, bad types.
   Node* add_node(const std::string& op, std::vector<Value*> inputs, Attrs attrs = {});
+  // The same for an op already looked up in the OpTable.
+  Node* add_node(const OpDef& def, std::vector<Value*> inputs, Attrs attrs = {});
   void set_outputs(std::vector<Value*> outputs);
 
   // Nodes inserted by add_node go before `before` until the insert point is reset (nullptr).

@@ -70,7 +70,11 @@ void OpTable::add(OpDef def) {
 
 std::vector<TensorType> OpTable::infer(const std::string& op, const std::vector<TensorType>& inputs,
                                        const Attrs& attrs) const {
-  const OpDef& d = at(op);
+  return infer(at(op), inputs, attrs);
+}
+
+std::vector<TensorType> OpTable::infer(const OpDef& d, const std::vector<TensorType>& inputs, const Attrs& attrs) {
+  const std::string& op = d.name;
   int n = static_cast<int>(inputs.size());
   if (n < d.min_inputs || (d.max_inputs >= 0 && n > d.max_inputs)) {
     std::string want = d.max_inputs < 0 ? "at least " + std::to_string(d.min_inputs)

@@ -87,6 +87,8 @@ class OpTable {
   // the shape function. Returns output types; throws Error naming the op on any problem.
   std::vector<TensorType> infer(const std::string& op, const std::vector<TensorType>& inputs,
                                 const Attrs& attrs) const;
+  // The same for an op already looked up (the parser and Graph::add_node hold its OpDef).
+  static std::vector<TensorType> infer(const OpDef& def, const std::vector<TensorType>& inputs, const Attrs& attrs);
   // The partitioner's question: can the engine run this op with these inputs on the CPU?
   // nullopt means yes; otherwise the reason, in words a user can act on.
   std::optional<std::string> check(const std::string& op, const std::vector<TensorType>& inputs,

@@ -348,7 +348,7 @@ class Parser {
     }
     Node* n = nullptr;
     try {
-      n = g_->add_node(op, std::move(ins), std::move(attrs));
+      n = g_->add_node(*def, std::move(ins), std::move(attrs));
     } catch (const Error& e) {
       fail_at(op_pos, e.what());
     }

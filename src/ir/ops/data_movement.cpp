@@ -68,7 +68,9 @@ struct Monomial {
 void infer_reshape(InferCtx& c) {
   const TensorType& x = c.in(0);
   const Shape target = c.attr_dims("shape");
-  const std::string target_str = c.attr("shape").str();
+  // Error texts are built only on failure: this runs for every reshape a parse, pass or plan
+  // build meets (formatting them on success was ~half of it).
+  auto target_str = [&] { return c.attr("shape").str(); };
   Monomial in;
   for (const Dim& d : x.shape) in.absorb(d);
   if (in.coeff == 0) in.factors.clear();  // a static 0 anywhere makes the numel 0 for every binding
@@ -77,37 +79,37 @@ void infer_reshape(InferCtx& c) {
   for (size_t i = 0; i < target.size(); ++i) {
     const Dim& t = target[i];
     if (t.is_static() && t.value() == -1) {
-      if (infer_at >= 0) c.fail("shape " + target_str + " has more than one -1");
+      if (infer_at >= 0) c.fail("shape " + target_str() + " has more than one -1");
       infer_at = static_cast<int>(i);
     } else if (t.is_static() && t.value() < 0) {
-      c.fail("shape " + target_str + " has a negative size other than -1");
+      c.fail("shape " + target_str() + " has a negative size other than -1");
     } else {
       known.absorb(t);
     }
   }
   if (known.coeff == 0) known.factors.clear();
   Shape out = target;
-  std::string what = "cannot reshape " + shape_str(x.shape) + " to " + target_str;
+  auto what = [&] { return "cannot reshape " + shape_str(x.shape) + " to " + target_str(); };
   if (infer_at >= 0) {
-    if (known.coeff == 0) c.fail(what + ": the -1 is ambiguous when other sizes multiply to 0");
+    if (known.coeff == 0) c.fail(what() + ": the -1 is ambiguous when other sizes multiply to 0");
     if (auto q = in.divide(known)) {
       out[infer_at] = q->product();
     } else if (in.factors.empty() && known.factors.empty()) {
-      c.fail(what + ": " + std::to_string(in.coeff) + " elements do not divide by " + std::to_string(known.coeff));
+      c.fail(what() + ": " + std::to_string(in.coeff) + " elements do not divide by " + std::to_string(known.coeff));
     } else {
       out[infer_at] = floordiv(shape_numel(x.shape), known.product());  // exact for valid bindings
     }
   } else if (in.factors.empty() && known.factors.empty()) {
     if (in.coeff != known.coeff)
-      c.fail(what + ": " + std::to_string(in.coeff) + " elements vs " + std::to_string(known.coeff));
+      c.fail(what() + ": " + std::to_string(in.coeff) + " elements vs " + std::to_string(known.coeff));
   } else if (known.factors.empty()) {
     // A static target for a symbolic input only fits one binding.
-    c.fail(what + ": the input size is symbolic; use -1 or symbolic sizes for the dims that vary");
+    c.fail(what() + ": the input size is symbolic; use -1 or symbolic sizes for the dims that vary");
   } else if (in.factors.size() == known.factors.size() && !in.same_as(known)) {
     // The same symbolic factors with a different constant is wrong for every binding.
     auto q = in.divide(known), r = known.divide(in);
     if ((q && q->factors.empty()) || (r && r->factors.empty()))
-      c.fail(what + ": the element counts differ by a constant factor");
+      c.fail(what() + ": the element counts differ by a constant factor");
   }
   c.set_output(0, {x.dtype, out});
 }
@@ -206,17 +208,19 @@ void infer_concat(InferCtx& c) {
 void infer_expand(InferCtx& c) {
   const TensorType& x = c.in(0);
   const Shape target = c.attr_dims("shape");
-  const std::string target_str = c.attr("shape").str();
+  // Error texts are built only on failure: this runs for every reshape a parse, pass or plan
+  // build meets (formatting them on success was ~half of it).
+  auto target_str = [&] { return c.attr("shape").str(); };
   size_t rank = x.shape.size();
   if (target.size() < rank)
-    c.fail("shape " + target_str + " has fewer dims than the input " + shape_str(x.shape));
+    c.fail("shape " + target_str() + " has fewer dims than the input " + shape_str(x.shape));
   size_t lead = target.size() - rank;
   Shape out;
   for (size_t i = 0; i < target.size(); ++i) {
     const Dim& t = target[i];
     bool t_static = t.is_static();
     if (i < lead) {
-      if (t_static && t.value() < 0) c.fail("shape " + target_str + ": new leading dims cannot be -1");
+      if (t_static && t.value() < 0) c.fail("shape " + target_str() + ": new leading dims cannot be -1");
       out.push_back(t);
       continue;
     }
@@ -225,7 +229,7 @@ void infer_expand(InferCtx& c) {
     else if (d.is_static() && d.value() == 1 && (!t_static || t.value() >= 0)) out.push_back(t);
     else if (!t_static && !d.is_static()) out.push_back(t);
     else
-      c.fail("cannot expand " + shape_str(x.shape) + " to " + target_str + " (dim " + std::to_string(i) +
+      c.fail("cannot expand " + shape_str(x.shape) + " to " + target_str() + " (dim " + std::to_string(i) +
              "); only size-1 dims broadcast, and symbolic dims need -1 or the same size");
   }
   c.set_output(0, {x.dtype, out});
