@@ -8,10 +8,12 @@
 
 #include <charconv>
 #include <chrono>
+#include <cstdio>
 
 #include "cache/entry.h"
 #include "convert.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/version.h"
 #include "runtime/compiled_graph.h"
 
@@ -137,6 +139,19 @@ nb::dict info_dict(const LoadInfo& li) {
 void bind_cache(nb::module_& m) {
   m.def("engine_version", [] { return std::string(kEngineVersion); });
   m.def("cpu_features", &cpu_features, "CPU features this process runs with (part of every cache key).");
+  m.def(
+      "text_digest",
+      [](const nb::str& text) {
+        Py_ssize_t n = 0;
+        const char* utf8 = PyUnicode_AsUTF8AndSize(text.ptr(), &n);  // cached by the str: no copy
+        if (!utf8) throw nb::python_error();
+        char hex[17];
+        std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(xxh3_64(utf8, static_cast<size_t>(n))));
+        return std::string(hex, 16);
+      },
+      nb::arg("text"),
+      "XXH3-64 of text's UTF-8 bytes, as 16 hex digits: how a cache key covers a partition's code (~50 KB "
+      "for BERT-base, hashed at memory speed rather than sha256's ~1 GB/s).");
   m.attr("ENTRY_FORMAT_VERSION") = kEntryFormatVersion;
   m.def(
       "save_entry",

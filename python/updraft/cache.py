@@ -38,7 +38,7 @@ import torch
 
 ENV_DIR = "UPDRAFT_CACHE_DIR"
 SUFFIX = ".updraft"
-KEY_VERSION = "updraft-cache-key 3"
+KEY_VERSION = "updraft-cache-key 4"
 
 TMP_SUFFIX = ".tmp"
 STALE_TMP_SECONDS = 3600  # a temporary file this old belongs to a writer that died
@@ -75,6 +75,9 @@ class DiskCache:
 
     def __init__(self, root: str | os.PathLike, max_bytes: int) -> None:
         self.root = Path(root).expanduser()
+        # The folder as text: a lookup joins and stats strings (pathlib costs ~10x that the
+        # first time in a process, and a warm load is ~2 ms).
+        self.dir = str(self.root)
         self.max_bytes = max_bytes
         try:
             if not self.root.is_dir():  # a stat; mkdir(exist_ok=True) raises and catches inside
@@ -89,17 +92,17 @@ class DiskCache:
     def lookup(self, key: str) -> Optional[Path]:
         """The entry's path if it exists (and marks it recently used), else None. Waits for this
         process's own background write of the key, if one is running."""
-        p = self.path(key)
+        name = os.path.join(self.dir, key + SUFFIX)
         if _pending:
-            _wait_for(p)
+            _wait_for(Path(name))
         try:
-            st = os.stat(p)
+            st = os.stat(name)
         except FileNotFoundError:
             return None
         except OSError:
-            return p  # the load reports what is wrong with it
-        _refresh(p, st)
-        return p
+            return Path(name)  # the load reports what is wrong with it
+        _refresh(name, st)
+        return Path(name)
 
     def get(self, key: str) -> Optional[bytes]:
         p = self.path(key)
@@ -200,7 +203,7 @@ class DiskCache:
                 pass  # renamed or removed by its writer or another process meanwhile
 
 
-def _refresh(p: Path, st: os.stat_result) -> None:
+def _refresh(p: str | Path, st: os.stat_result) -> None:
     """Marks a hit entry recently used (its modification time, which eviction orders by), unless
     it already is: setting the time is an inode write that ext4 journals, ~0.1-0.6 ms the first
     time after each journal commit, while the stat that shows it is not needed costs ~2 us."""
@@ -225,7 +228,7 @@ def cache_for(config) -> Optional[DiskCache]:
         return None
     k = (str(root), config.cache_max_bytes)
     disk = _caches.get(k)
-    if disk is None or not disk.root.is_dir():  # removed meanwhile: create it again
+    if disk is None or not os.path.isdir(disk.dir):  # removed meanwhile: create it again
         disk = _caches[k] = DiskCache(root, config.cache_max_bytes)
     return disk
 
@@ -263,8 +266,12 @@ def partition_key(code: str, inputs: list[tuple[int, str, object]], params: str,
     contribute dtype and shape only; literal constants contribute their bytes; runtime inputs
     their dtype and (symbolic) shape.
     """
+    from . import _C
+
+    # The code by its XXH3-64 and length (scheme 4; scheme 3 put the ~50 KB text itself
+    # through sha256, ~0.1 ms of a ~2 ms warm load).
     parts = [f"{KEY_VERSION}\nengine {engine}\ncpu {cpu}\ntorch {torch.__version__}\n",
-             repr(sorted(options.items())), code]
+             repr(sorted(options.items())), f"code {_C.text_digest(code)} {len(code)}"]
     for j, kind, v in inputs:
         if kind == "runtime":
             desc = f"{v.dtype} {v.shape}"  # torch.Size prints symbolic sizes by name (s0)
