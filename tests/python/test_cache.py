@@ -436,6 +436,7 @@ def test_key_covers_what_decides_the_graph_but_not_weights():
     base = partition_key(*args)
     assert partition_key(args[0], runtime, params(torch.ones(3)), *args[3:]) == base  # weights
     assert partition_key("code2", *args[1:]) != base
+    assert partition_key("cod\u00e9", *args[1:]) != partition_key("cod\u00e8", *args[1:])  # non-ASCII code
     assert partition_key(args[0], [(0, "runtime", M(torch.float64, (2, 3)))], *args[2:]) != base
     assert partition_key(args[0], runtime, params(torch.zeros(4)), *args[3:]) != base  # shape
     assert partition_key(args[0], runtime, params(torch.zeros(3, dtype=torch.float64)), *args[3:]) != base
@@ -445,6 +446,14 @@ def test_key_covers_what_decides_the_graph_but_not_weights():
     lit = [(1, "literal", torch.zeros(3))]
     assert partition_key(args[0], lit, *args[2:]) != partition_key(
         args[0], [(1, "literal", torch.ones(3))], *args[2:])  # literal values count
+
+
+def test_text_digest_is_xxh3_of_the_utf8_bytes():
+    # XXH3-64 reference values (docs/format.md); the code enters the key through it (scheme 4).
+    assert C.text_digest("") == "2d06800538d394c2"
+    assert C.text_digest("a") == "e6c632b61e964e1f"
+    for text in ("caf\u00e9 \u4e2d", "x" * 1000, "graph():\n" * 300):  # short, mid and long inputs
+        assert C.text_digest(text) == f"{_xxh3(text.encode()):016x}"
 
 
 def test_entry_params_read_parameters_in_one_pass():
