@@ -55,11 +55,13 @@ nb::object steal_checked(PyObject* o) {
 // `args[j]` for each j in `positions` (the placeholders that are frozen parameters): its data
 // pointer, dtype and shape when it is a tensor of an engine dtype (`dtypes`: torch dtype ->
 // engine dtype name, updraft.lowerer.DTYPES), and a line for the key that says its dtype (the
-// engine's name, or torch's for other dtypes) and shape. A non-contiguous or non-CPU tensor is
-// taken as `detach().contiguous()`, as Lowerer.constant binds it in a cold compile.
+// engine's name, or torch's for other dtypes) and shape. A non-contiguous CPU tensor is taken as
+// `detach().contiguous()`, as Lowerer.constant binds it in a cold compile. A tensor on another
+// device is described with its device (so its key is not a CPU compile's) and not bound: a cold
+// compile of it falls back to PyTorch (Lowerer.constant), and a load never reads its memory.
 EntryParams entry_params(const nb::sequence& args, const std::vector<int>& positions, const nb::dict& dtypes,
                          const nb::handle& tensor_type) {
-  static PyObject *s_dtype, *s_shape, *s_is_cpu, *s_is_contiguous, *s_data_ptr, *s_detach, *s_contiguous;
+  static PyObject *s_dtype, *s_shape, *s_is_cpu, *s_is_contiguous, *s_data_ptr, *s_detach, *s_contiguous, *s_device;
   EntryParams r;
   nb::object fast = steal_checked(PySequence_Fast(args.ptr(), "[updraft.cache] args is not a sequence"));
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast.ptr());
@@ -89,8 +91,15 @@ EntryParams entry_params(const nb::sequence& args, const std::vector<int>& posit
     ++r.tensors;
     nb::object t = nb::borrow(a);
     nb::object cpu = steal_checked(PyObject_GetAttr(t.ptr(), interned(s_is_cpu, "is_cpu")));
+    if (cpu.ptr() != Py_True) {
+      nb::object device = steal_checked(PyObject_GetAttr(t.ptr(), interned(s_device, "device")));
+      r.text += " device ";
+      r.text += nb::cast<std::string>(nb::str(device));
+      r.text += '\n';
+      continue;
+    }
     nb::object contig = steal_checked(PyObject_CallMethodNoArgs(t.ptr(), interned(s_is_contiguous, "is_contiguous")));
-    if (cpu.ptr() != Py_True || contig.ptr() != Py_True) {
+    if (contig.ptr() != Py_True) {
       nb::object d = steal_checked(PyObject_CallMethodNoArgs(t.ptr(), interned(s_detach, "detach")));
       t = steal_checked(PyObject_CallMethodNoArgs(d.ptr(), interned(s_contiguous, "contiguous")));
     }

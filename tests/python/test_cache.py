@@ -468,6 +468,24 @@ def test_entry_params_read_parameters_in_one_pass():
     assert entry_params(args, []).text == ""
 
 
+def test_parameter_on_another_device_is_keyed_by_it_and_never_bound():
+    """A parameter that is not on the CPU (here the meta device; CUDA in a CUDA build) gets
+    its device in the key, so it never finds a CPU compile's entry, and is not bound: a load
+    that needs it fails with a clear error instead of reading a device pointer."""
+    cpu, meta = torch.zeros(3, 4), torch.zeros(3, 4, device="meta")
+    assert entry_params((meta,), [0]).text == "0 device meta\n"
+    assert entry_params((meta,), [0]).text != entry_params((cpu,), [0]).text
+    g = C.Graph()
+    x = g.add_input("x", "f32", [3, 4])
+    w = g.add_constant("w", cpu, source=1)
+    g.set_outputs(g.add_node("add", [x, w]))
+    cg = C.compile(g, {})
+    entry = C.save_entry(cg, "k", "test")
+    C.load_entry(entry, "k", entry_params((None, cpu), [1]))  # the CPU parameter binds
+    with pytest.raises(C.UpdraftError, match="needs parameter 1, which the caller did not give"):
+        C.load_entry(entry, "k", entry_params((None, meta), [1]))
+
+
 def test_hit_refreshes_an_old_entry_and_leaves_a_recent_one(tmp_path):
     cache = DiskCache(tmp_path, max_bytes=1 << 20)
     cache.put("old", b"x")
