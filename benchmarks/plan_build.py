@@ -72,7 +72,7 @@ def main() -> None:
             times.append((time.perf_counter() - t0) * 1e3)
     rep = updraft.last_report()
     print(f"plans built: {rep.plans_built}, engine compiles: {len(graphs)}"
-          + ("" if len(graphs) == compiles else f" (a recompile after the first call: the figures mix graphs)"))
+          + ("" if len(graphs) == compiles else " (a recompile after the first call: the figures mix graphs)"))
     print("per-new-shape plan ms: " + " ".join(f"{x:.2f}" for x in per_shape))
     print(f"plan build per new shape: median {statistics.median(per_shape):.3f} ms, max {max(per_shape):.3f} ms "
           f"(over {len(per_shape)} new lengths, batch {args.batch})")

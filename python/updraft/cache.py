@@ -87,12 +87,15 @@ class DiskCache:
                           "set CompilerConfig(cache_dir=...) or UPDRAFT_CACHE_DIR to a writable folder") from e
 
     def path(self, key: str) -> Path:
-        return self.root / f"{key}{SUFFIX}"
+        return Path(self._name(key))
+
+    def _name(self, key: str) -> str:
+        return os.path.join(self.dir, key + SUFFIX)
 
     def lookup(self, key: str) -> Optional[Path]:
         """The entry's path if it exists (and marks it recently used), else None. Waits for this
         process's own background write of the key, if one is running."""
-        name = os.path.join(self.dir, key + SUFFIX)
+        name = self._name(key)
         if _pending:
             _wait_for(Path(name))
         try:

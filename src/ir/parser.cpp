@@ -29,7 +29,7 @@ bool is_ident_start(char c) { return is_ascii_alpha(c) || c == '_'; }
 bool is_ident_char(char c) { return is_ascii_alpha(c) || is_ascii_digit(c) || c == '_'; }
 bool is_name_char(char c) { return is_ident_char(c) || c == '.'; }
 bool is_numeric(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  return !s.empty() && std::all_of(s.begin(), s.end(), is_ascii_digit);
 }
 
 // A number as written: ints stay exact (i64 constants and attributes), floats go via strtod.
@@ -164,20 +164,20 @@ class Parser {
       return n;
     }
     size_t digits = e;
-    while (e < s_.size() && std::isdigit(static_cast<unsigned char>(s_[e]))) ++e;
+    while (e < s_.size() && is_ascii_digit(s_[e])) ++e;
     if (e < s_.size() && s_[e] == '.') {
       n.is_float = true;
       ++e;
-      while (e < s_.size() && std::isdigit(static_cast<unsigned char>(s_[e]))) ++e;
+      while (e < s_.size() && is_ascii_digit(s_[e])) ++e;
     }
     if (e == digits || (e == digits + 1 && n.is_float)) fail(std::string("expected ") + what);
     if (e < s_.size() && (s_[e] == 'e' || s_[e] == 'E')) {
       size_t x = e + 1;
       if (x < s_.size() && (s_[x] == '-' || s_[x] == '+')) ++x;
-      if (x < s_.size() && std::isdigit(static_cast<unsigned char>(s_[x]))) {
+      if (x < s_.size() && is_ascii_digit(s_[x])) {
         n.is_float = true;
         e = x;
-        while (e < s_.size() && std::isdigit(static_cast<unsigned char>(s_[e]))) ++e;
+        while (e < s_.size() && is_ascii_digit(s_[e])) ++e;
       }
     }
     // from_chars reads in place (no substring) and rounds as strtod does; it takes no '+'.
@@ -252,7 +252,7 @@ class Parser {
   // prints) is read here directly; anything else takes the expression grammar, which reads
   // the same integer to the same Dim, or reports the same error.
   Dim type_dim() {
-    if (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) {
+    if (pos_ < s_.size() && is_ascii_digit(s_[pos_])) {
       int64_t v = 0;
       auto [end, ec] = std::from_chars(s_.data() + pos_, s_.data() + s_.size(), v);
       size_t k = static_cast<size_t>(end - s_.data());
@@ -287,7 +287,7 @@ class Parser {
       expect(")", false);
       return d;
     }
-    if (pos_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '-'))
+    if (pos_ < s_.size() && (is_ascii_digit(s_[pos_]) || s_[pos_] == '-'))
       return Dim(integer("a dimension", false));
     std::string name = ident("a dimension (an integer, a symbol like s0, or an expression)", false);
     if (name == "max" || name == "min") {

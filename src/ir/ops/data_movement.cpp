@@ -208,9 +208,7 @@ void infer_concat(InferCtx& c) {
 void infer_expand(InferCtx& c) {
   const TensorType& x = c.in(0);
   const Shape target = c.attr_dims("shape");
-  // Error texts are built only on failure: this runs for every reshape a parse, pass or plan
-  // build meets (formatting them on success was ~half of it).
-  auto target_str = [&] { return c.attr("shape").str(); };
+  auto target_str = [&] { return c.attr("shape").str(); };  // only on failure, as in infer_reshape
   size_t rank = x.shape.size();
   if (target.size() < rank)
     c.fail("shape " + target_str() + " has fewer dims than the input " + shape_str(x.shape));
