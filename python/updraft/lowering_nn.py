@@ -13,6 +13,33 @@ from .lowerer import (LOWERINGS, Lowerer, Unsupported, aten, meta, norm_dim, op_
                       rank_of, register, static_int, static_ints)
 
 
+# -- operand dtypes
+_REDUCED_FLOATS = (torch.bfloat16, torch.float16)
+
+
+def _strict_dtypes(node: fx.Node, data: list[Any], params: list[Any] = ()) -> None:
+    """PyTorch's CPU kernels of the matmul family, convolution, attention and the norms take
+    operands of one dtype and raise otherwise ("mat1 and mat2 must have the same dtype"), but
+    their fake-tensor rules do not always check, so such a graph reaches the backend. Casting
+    the operands (what `Lowerer.operand` does for ops that promote) would return numbers where
+    eager raises: the node is left to PyTorch instead, so the call gives eager's error.
+    `params` (norm weights and statistics) may also be float32 under bf16/f16 data, PyTorch's
+    mixed-precision rule for norms."""
+    tensors = [meta(x) for x in data if isinstance(x, fx.Node)]
+    if not tensors:
+        return
+    want = tensors[0].dtype
+    got = [t.dtype for t in tensors]
+    for p in params:
+        if isinstance(p, fx.Node):
+            pd = meta(p).dtype
+            got.append(want if pd == torch.float32 and want in _REDUCED_FLOATS else pd)
+    if any(d != want for d in got):
+        names = ", ".join(str(d).replace("torch.", "") for d in got)
+        raise Unsupported(f"{op_name(node)} of mixed dtypes ({names}): PyTorch raises for these, so the node "
+                          "stays in PyTorch and the call gives eager's error")
+
+
 # -- reductions
 def _dims(dim: Any, rank: int) -> list[int]:
     if dim is None:
@@ -198,6 +225,7 @@ def _layer_norm(lw, node, a):
     x = lw.value(a["input"])
     ins = [x]
     w, b = a["weight"], a["bias"]
+    _strict_dtypes(node, [a["input"]], [w, b])
     if w is not None:
         ins.append(lw.operand(w, dt))
     if b is not None:
@@ -216,6 +244,7 @@ def _group_norm(lw, node, a):
     dt = out_dtype(node)
     if not dt.is_floating_point:
         raise Unsupported(f"group_norm of {dt}")
+    _strict_dtypes(node, [a["input"]], [a["weight"], a["bias"]])
     x_meta = meta(a["input"])
     c, g = static_int(a["C"], "C"), static_int(a["group"], "group")
     if x_meta.dim() < 2 or g <= 0 or c % g:
@@ -238,6 +267,7 @@ def _group_norm(lw, node, a):
 
 def _batch_norm(lw, node, x, w, b, mean, var, eps):
     _only_output0(node)
+    _strict_dtypes(node, [x], [w, b, mean, var])
     dt = out_dtype(node)
     ins = [lw.value(x), lw.operand(mean, dt), lw.operand(var, dt)]
     if w is not None:
@@ -276,6 +306,7 @@ def _is_transpose_2d(arg: Any) -> bool:
 
 def _mm(lw: Lowerer, node: fx.Node, a_arg: Any, b_arg: Any, bias: Any = None) -> int:
     """a @ b (+ bias [N]) as linear when b is a transposed 2-d weight, else matmul."""
+    _strict_dtypes(node, [a_arg, b_arg, bias])
     dt = out_dtype(node)
     a = lw.operand(a_arg, dt)
     extra = []
@@ -294,12 +325,14 @@ def _mm_bmm(lw, node, a):
 
 @register(aten.matmul.default)
 def _matmul(lw, node, a):
+    _strict_dtypes(node, [a["self"], a["other"]])
     dt = out_dtype(node)
     return lw.emit1("matmul", [lw.operand(a["self"], dt), lw.operand(a["other"], dt)])
 
 
 @register(aten.addmm.default)
 def _addmm(lw, node, a):
+    _strict_dtypes(node, [a["mat1"], a["mat2"], a["self"]])
     dt = out_dtype(node)
     bias_node, beta, alpha = a["self"], a["beta"], a["alpha"]
     out_shape = list(meta(node).shape)
@@ -335,6 +368,7 @@ def _convolution(lw, node, a):
     rank = rank_of(a["input"])
     if rank not in (3, 4):
         raise Unsupported(f"{rank - 2}-d convolution; the engine has conv2d (and conv1d as conv2d)")
+    _strict_dtypes(node, [a["input"], a["weight"], a["bias"]])
     dt = out_dtype(node)
     x, w = lw.operand(a["input"], dt), lw.operand(a["weight"], dt)
     stride, padding, dilation = (static_ints(a[k], k) for k in ("stride", "padding", "dilation"))
@@ -377,6 +411,8 @@ def _repeat_kv_heads(lw: Lowerer, kv: int, heads: int) -> int:
 def _sdpa(lw, node, q, k, v, mask, dropout_p, is_causal, scale, gqa=False) -> int:
     if dropout_p:
         raise Unsupported("attention with dropout_p > 0")
+    float_mask = mask is not None and isinstance(mask, fx.Node) and meta(mask).dtype != torch.bool
+    _strict_dtypes(node, [q, k, v] + ([mask] if float_mask else []))
     dt = out_dtype(node)
     ins = [lw.operand(q, dt), lw.operand(k, dt), lw.operand(v, dt)]
     ks_e, vs_e = lw.vtype(ins[1])[1], lw.vtype(ins[2])[1]

@@ -46,13 +46,16 @@ Value* Graph::add_constant(const std::string& name, Tensor value) {
 
 void Graph::record_fold(const Node& n, const std::vector<Value*>& results) {
   FoldRecord r{n.op_name(), n.attrs, {}, {}};
+  bool from_parameter = false;
   for (const Value* v : n.inputs) {
     UPDRAFT_CHECK(v->is_constant(), "ir", "record_fold: input of " + n.op_name() + " is not a constant");
     r.inputs.push_back(v->id);
+    from_parameter |= !v->is_literal();
   }
-  for (const Value* v : results) {
+  for (Value* v : results) {
     UPDRAFT_CHECK(v->is_constant(), "ir", "record_fold: result of " + n.op_name() + " is not a constant");
     r.outputs.push_back(v->id);
+    v->from_parameter = from_parameter;
   }
   folds_.push_back(std::move(r));
 }

@@ -42,8 +42,17 @@ struct Value {
   // For a constant bound from the caller's parameter number `source` (a frozen weight): the
   // compile cache stores the reference, not the values, and binds the new tensor on load.
   int source = -1;
+  // Set by Graph::record_fold on a constant computed from a parameter (or from another such).
+  bool from_parameter = false;
 
   bool is_constant() const { return constant.has_value(); }
+  // A constant whose bytes are fixed when the graph is compiled: neither a caller's parameter nor
+  // folded from one. Only these may be compared or baked in by content (merged with an equal
+  // constant, turned into an immediate, matched as a formula's coefficient): a parameter's
+  // values can differ on a cache hit (another checkpoint of the same model) or after an in-place
+  // update, and two parameters that are equal today (fresh norm weights, zero biases) are still
+  // two parameters.
+  bool is_literal() const { return is_constant() && source < 0 && !from_parameter; }
   int rank() const { return static_cast<int>(type.shape.size()); }
 };
 

@@ -1,8 +1,11 @@
 // cse: two nodes with the same op, the same inputs and the same attributes (defaults
 // resolved, so {approximate="none"} equals no attribute) compute the same values; the later
 // one is replaced by the earlier, which comes first in topological order and so is defined
-// wherever the later one was used. Small constants with identical type and bytes are merged
-// first, so nodes reading equal constants merge too. No op has side effects today; an op
+// wherever the later one was used. Small literal constants with identical type and bytes are
+// merged first, so nodes reading equal constants merge too. Parameters, and constants folded
+// from them, are never merged by content (Value::is_literal): two weights that are equal at
+// compile time are still two weights once a cache hit binds another checkpoint or one of them
+// is updated in place. No op has side effects today; an op
 // that gains one (an in-place update, a random draw) must be excluded here.
 #include "passes/cse.h"
 
@@ -17,13 +20,13 @@ namespace {
 
 constexpr size_t kMaxMergedConstantBytes = 64 << 10;  // hashing big weights costs more than it saves
 
-// Merge constants that hold identical small data into the first of them.
+// Merge literal constants that hold identical small data into the first of them.
 bool merge_constants(Graph& g) {
   bool changed = false;
   std::unordered_map<std::string, std::vector<Value*>> by_key;  // type + hash of bytes
   for (Value* c : g.constants()) {
     const Tensor& t = *c->constant;
-    if (t.nbytes() > kMaxMergedConstantBytes || g.use_count(c) == 0) continue;
+    if (!c->is_literal() || t.nbytes() > kMaxMergedConstantBytes || g.use_count(c) == 0) continue;
     uint64_t h = 1469598103934665603ull;
     const auto* p = static_cast<const unsigned char*>(t.data());
     for (size_t i = 0; i < t.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;

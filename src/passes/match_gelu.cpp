@@ -8,9 +8,9 @@ namespace updraft {
 
 namespace {
 
-// The value of a one-element f32 constant.
+// The value of a one-element f32 literal constant (a parameter is not a formula coefficient).
 std::optional<double> scalar_of(const Value* v) {
-  if (!v->is_constant() || v->type.dtype != DType::f32 || v->constant->numel() != 1) return std::nullopt;
+  if (!v->is_literal() || v->type.dtype != DType::f32 || v->constant->numel() != 1) return std::nullopt;
   return static_cast<double>(*v->constant->ptr<float>());
 }
 

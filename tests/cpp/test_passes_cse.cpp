@@ -66,3 +66,54 @@ TEST(PassCse, TwoGraphOutputsKeepTheirOwnNodes) {
 })", cse_then_dce, Changed::no);
   EXPECT_EQ(g->num_nodes(), 2u);
 }
+
+namespace {
+// %x * %a + %x * %b with %a and %b equal constants; `source_a`/`source_b` >= 0 make them the
+// caller's parameters (Value::source), as the front end binds frozen weights.
+std::unique_ptr<Graph> two_equal_constants(int source_a, int source_b) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->add_input("x", {DType::f32, {3}});
+  auto ones = [] {
+    Tensor t(DType::f32, {3});
+    for (int i = 0; i < 3; ++i) t.ptr<float>()[i] = 1.f;
+    return t;
+  };
+  Value* a = g->add_constant("a", ones());
+  Value* b = g->add_constant("b", ones());
+  a->source = source_a;
+  b->source = source_b;
+  Value* y = g->add_node("add", {g->add_node("mul", {x, a})->output(0), g->add_node("mul", {x, b})->output(0)})->output(0);
+  g->set_outputs({y});
+  return g;
+}
+}  // namespace
+
+TEST(PassCse, EqualParametersAreNeverMerged) {
+  // Fresh norm weights are all ones: equal today, but a cache hit binds another checkpoint
+  // and either may be updated in place.
+  for (auto [sa, sb] : {std::pair{0, 1}, std::pair{0, -1}, std::pair{-1, 1}}) {
+    auto g = two_equal_constants(sa, sb);
+    cse_then_dce(*g);
+    EXPECT_EQ(ops_of(*g), "mul mul add") << "sources " << sa << ", " << sb;
+  }
+  auto lit = two_equal_constants(-1, -1);  // two literals do merge
+  cse_then_dce(*lit);
+  EXPECT_EQ(ops_of(*lit), "mul add");
+}
+
+TEST(PassCse, ConstantsFoldedFromAParameterAreNotLiterals) {
+  // A fold over a parameter gives a constant that is the parameter's function, not a literal.
+  Graph g;
+  Value* p = g.add_constant("p", Tensor(DType::f32, {3}));
+  p->source = 0;
+  Value* lit = g.add_constant("l", Tensor(DType::f32, {3}));
+  Node* n = g.add_node("neg", {p});
+  Value* folded = g.add_constant("", Tensor(DType::f32, {3}));
+  g.record_fold(*n, {folded});
+  EXPECT_FALSE(p->is_literal());
+  EXPECT_FALSE(folded->is_literal());
+  Node* m = g.add_node("neg", {lit});
+  Value* folded_lit = g.add_constant("", Tensor(DType::f32, {3}));
+  g.record_fold(*m, {folded_lit});
+  EXPECT_TRUE(folded_lit->is_literal());
+}
