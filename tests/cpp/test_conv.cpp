@@ -195,3 +195,61 @@ TEST(Conv, WeightScaleShapeIsChecked) {
   EXPECT_THROW(g.add_node("conv2d", {x, w}, {{"has_weight_scale", true}}), Error);      // missing
   EXPECT_THROW(g.add_node("conv2d", {x, w, s8, s8}, {{"has_weight_scale", true}}), Error);  // stray input
 }
+
+// No conv resolves to oneDNN's reference loops (100-2000x slower than eager), in any layout the
+// block_conv_layout pass can give it: a sweep of kernel sizes against small images with "same"
+// and larger padding, strides, dilations and groups, 1-D (as [N, C, 1, L]) and 2-D. Each kernel
+// is also checked against the reference.
+TEST(Conv, NoProblemRunsOnAReferenceImplementation) {
+  struct Sweep {
+    int64_t H, W, k, stride, pad, dil, groups, C = 16;
+  };
+  std::vector<Sweep> sweep;
+  for (int64_t k : {1, 3, 7, 15})
+    for (int64_t pad : {int64_t{0}, k / 2, k})
+      for (int64_t stride : {1, 2})
+        for (int64_t g : {1, 16}) sweep.push_back({16, 16, k, stride, pad, 1, g});
+  for (int64_t pad : {0, 2, 4}) sweep.push_back({16, 16, 3, 1, pad, 2, 1});  // dilated
+  for (int64_t k : {16, 32}) sweep.push_back({1, 49, k, 1, k / 2, 1, 1});  // a speech encoder's positional conv
+  sweep.push_back({32, 32, 15, 1, 7, 1, 1});
+  for (int64_t C : {3, 8}) sweep.push_back({16, 16, 7, 1, 7, 1, 1, C});  // padding as large as the kernel
+  int via_plain = 0, pre_padded = 0;
+  for (const Sweep& c : sweep) {
+    const bool one_d = c.H == 1;
+    const int64_t kh = one_d ? 1 : c.k, ph = one_d ? 0 : c.pad, dh = one_d ? 1 : c.dil;
+    const int64_t OH = (c.H + 2 * ph - dh * (kh - 1) - 1) / c.stride + 1;
+    const int64_t OW = (c.W + 2 * c.pad - c.dil * (c.k - 1) - 1) / c.stride + 1;
+    if (OH <= 0 || OW <= 0) continue;
+    for (int64_t block : {0, 8, 16}) {
+      for (bool residual : {false, block == 16}) {
+        std::string what = "C" + std::to_string(c.C) + " H" + std::to_string(c.H) + " W" + std::to_string(c.W) + " k" + std::to_string(c.k) +
+                           " s" + std::to_string(c.stride) + " p" + std::to_string(c.pad) + " d" +
+                           std::to_string(c.dil) + " g" + std::to_string(c.groups) + " block" + std::to_string(block) +
+                           (residual ? " +residual" : "");
+        SCOPED_TRACE(what);
+        Attrs a = {{"stride", std::vector<int64_t>{one_d ? 1 : c.stride, c.stride}},
+                   {"padding", std::vector<int64_t>{ph, c.pad}},
+                   {"dilation", std::vector<int64_t>{dh, c.dil}},
+                   {"groups", c.groups},
+                   {"src_block", block},
+                   {"dst_block", block},
+                   {"activation", std::string("relu")},
+                   {"has_bias", true}};
+        if (block && c.C % block != 0) continue;  // the pass blocks only channel counts the block divides
+        std::vector<Arg> args = {input(rnd({1, c.C, c.H, c.W}, 5)), constant(rnd({c.C, c.C / c.groups, kh, c.k}, 6)),
+                                 constant(rnd({c.C}, 7))};
+        if (residual) {
+          a["has_residual"] = true;
+          args.push_back(input(rnd({1, c.C, OH, OW}, 8)));
+        }
+        // f32 sums of up to 16 * 15 * 15 products in different orders: 1e-3.
+        std::string name = expect_matches_ref("conv2d", std::move(args), a, 1e-3, 1e-3);
+        EXPECT_EQ(name.find(":ref"), std::string::npos) << name;
+        via_plain += name.find(":via_plain") != std::string::npos;
+        pre_padded += name.find(":pre_padded") != std::string::npos;
+      }
+    }
+  }
+  EXPECT_GT(via_plain, 0) << "the sweep no longer reaches a problem oneDNN serves only plain";
+  EXPECT_GT(pre_padded, 0) << "the sweep no longer reaches a problem oneDNN serves only unpadded";
+}

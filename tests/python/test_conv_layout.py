@@ -113,3 +113,33 @@ def test_profile_reports_engine_steps():
     assert "ms per run" in str(prof)
     with pytest.raises(ValueError, match="runs"):
         updraft.profile(fast, x, runs=0)
+
+
+# Convs for which oneDNN v3.2 has no jit kernel in the blocked layout (large "same" padding
+# against the input) and, before issue 13, ran its reference loops 100-2000x slower than eager:
+# a speech encoder's positional conv, a 15x15 conv on 32x32, a 7x7 conv padded by 7 on 16x16.
+REFERENCE_PRONE = [
+    ("conv1d_k32_p16", lambda: torch.nn.Conv1d(16, 16, 32, padding=16, groups=1), (2, 16, 49)),
+    ("conv2d_k15_p7", lambda: torch.nn.Conv2d(16, 16, 15, padding=7), (1, 16, 32, 32)),
+    ("conv2d_k7_p7", lambda: torch.nn.Conv2d(8, 8, 7, padding=7), (1, 8, 16, 16)),
+]
+
+
+@pytest.mark.parametrize("layout", ["auto", "nchw"])
+@pytest.mark.parametrize("name,make,shape", REFERENCE_PRONE, ids=[c[0] for c in REFERENCE_PRONE])
+def test_no_conv_lands_on_a_reference_kernel(layout, name, make, shape):
+    torch.manual_seed(0)
+    conv = make()
+    # Between two blockable convs, so the "auto" layout blocks the problem conv's neighbours.
+    c = shape[1]
+    other = type(conv)(c, c, 3, padding=1)
+    m = torch.nn.Sequential(other, torch.nn.ReLU(), conv, torch.nn.ReLU(), type(conv)(c, c, 1)).eval()
+    x = torch.randn(*shape)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        fast = torch.compile(m, backend="updraft", options={"conv_layout": layout})
+        torch.testing.assert_close(fast(x), m(x), rtol=RTOL, atol=ATOL)
+        prof = updraft.profile(fast, x, runs=1, warmup=0)
+    conv_rows = [r for r in prof.rows if "conv2d" in r["kernel"]]
+    assert sum(r["steps"] for r in conv_rows) == 3, prof  # every conv ran in the engine
+    assert not any(":ref:" in r["kernel"] for r in conv_rows), prof

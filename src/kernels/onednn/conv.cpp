@@ -28,6 +28,17 @@
 // runs with its bias only and a separate binary primitive computes act(dst + residual) in place
 // (ResidualMode::separate): one extra pass over dst, both primitives jitted. conv2d is not
 // declared in-place, so the output never aliases the residual otherwise.
+//
+// Reference implementations: in the channel-blocked layout oneDNN v3.2 has no jit kernel for
+// some problems (large "same" padding against the image: Conv1d k=32 p=16 over 49 steps, k=15
+// p=7 on 32x32, k=7 p=7 on 16x16) and picks "ref:any", 100-2000x slower than eager. The
+// kernel then tries other forms of the same conv (create(): a plain source, the gemm-based
+// convolution in plain NCHW, a zero-bordered copy of the source run unpadded, more threads)
+// and runs the first that oneDNN jits between reorders from and to the graph's layouts
+// ("via_plain" or "pre_padded" in the kernel name); each reorder or copy is one pass over a
+// tensor. A conv that only a reference
+// implementation serves in every form is refused with an error that says so: the partition
+// falls back to PyTorch and the report gives the reason. No conv ever runs on "ref" silently.
 #include <cstring>
 #include <optional>
 
@@ -45,8 +56,15 @@ class ConvKernel final : public Kernel {
     cpu::ScopedThreads threads(threads_);
     dnnl::stream& s = thread_stream();
     ArgCache::Call call = args_.acquire();
-    call.set(arg_src_, x_.get(in, scratch, kOp));
-    call.set(arg_dst_, out[0].data);
+    void* src = x_.get(in, scratch, kOp);
+    void* dst = out[0].data;
+    if (via_plain_) {
+      if (src_reorder_) src = reorder_to(*src_reorder_, outer_src_md_, plain_src_md_, src, at_offset(scratch, src_plain_), s);
+      if (pre_pad_) src = pad_into(static_cast<const float*>(src), reinterpret_cast<float*>(at_offset(scratch, padded_)));
+      if (dst_reorder_) dst = at_offset(scratch, dst_plain_);
+    }
+    call.set(arg_src_, src);
+    call.set(arg_dst_, dst);
     call.set(arg_scratch_, at_offset(scratch, prim_scratch_));
     if (!packed_w_) {  // else the prepacked constant, fixed in the cache
       void* w = w_.get(in, scratch, kOp);
@@ -66,16 +84,28 @@ class ConvKernel final : public Kernel {
       }
     }
     if (arg_bias_ >= 0) call.set(arg_bias_, in[ep_.bias_input].data);
-    if (arg_res_ >= 0) call.set(arg_res_, res_.get(in, scratch, kOp));
-    if (residual_mode_ == ResidualMode::sum) copy_residual_into(in[ep_.residual_input], out[0]);
+    void* res = nullptr;
+    if (residual_mode_ == ResidualMode::binary_add || residual_mode_ == ResidualMode::separate) {
+      res = res_.get(in, scratch, kOp);
+      if (via_plain_ && res_reorder_)
+        res = reorder_to(*res_reorder_, outer_dst_md_, dst_md_, res, at_offset(scratch, res_plain_), s);
+    }
+    if (arg_res_ >= 0) call.set(arg_res_, res);
+    if (residual_mode_ == ResidualMode::sum) {
+      if (via_plain_ && res_reorder_)
+        reorder_to(*res_reorder_, outer_dst_md_, dst_md_, in[ep_.residual_input].data, dst, s);
+      else
+        copy_residual_into(in[ep_.residual_input], out[0]);  // dst is out[0] unless it is reordered
+    }
     call.execute(prim_, s);
     if (residual_mode_ == ResidualMode::separate) {
-      const dnnl::memory& dst = call.memory(arg_dst_);
-      add_.execute(s, {{DNNL_ARG_SRC_0, dst},
-                       {DNNL_ARG_SRC_1, wrap(dst_md_, res_.get(in, scratch, kOp))},
-                       {DNNL_ARG_DST, dst},
+      const dnnl::memory& d = call.memory(arg_dst_);
+      add_.execute(s, {{DNNL_ARG_SRC_0, d},
+                       {DNNL_ARG_SRC_1, wrap(dst_md_, res)},
+                       {DNNL_ARG_DST, d},
                        {DNNL_ARG_SCRATCHPAD, wrap(add_pd_.scratchpad_desc(), at_offset(scratch, add_scratch_))}});
     }
+    if (dst_reorder_) reorder_to(*dst_reorder_, dst_md_, outer_dst_md_, dst, out[0].data, s);
     s.wait();
   }
 
@@ -85,6 +115,39 @@ class ConvKernel final : public Kernel {
   static std::unique_ptr<Kernel> create(const KernelContext& ctx);
 
  private:
+  // Runs `r` (a plain <-> blocked reorder without scratchpad) from `from` to `to`; returns `to`.
+  static void* reorder_to(const dnnl::reorder& r, const dnnl::memory::desc& from_md, const dnnl::memory::desc& to_md,
+                          const void* from, void* to, dnnl::stream& s) {
+    r.execute(s, {{DNNL_ARG_FROM, wrap(from_md, from)}, {DNNL_ARG_TO, wrap(to_md, to)}});
+    return to;
+  }
+  // Picks the primitive for src_md_ / dst_md_ and the residual mode (see the file comment).
+  template <typename MakePd>
+  void choose_primitive(const MakePd& make_pd);
+  // Builds the reorders between the graph's blocked layouts and the plain ones the primitive
+  // runs in, and plans their buffers.
+  void plan_plain_copies(const KernelContext& ctx, ScratchPlan& plan);
+
+  // Copies the plain source [N, C, H, W] into the interior of the zeroed [N, C, H + pads, W + pads].
+  void* pad_into(const float* src, float* padded) const {
+    const int64_t N = src_dims_[0], C = src_dims_[1], H = src_dims_[2], W = src_dims_[3];
+    const int64_t Hp = padded_dims_[2], Wp = padded_dims_[3];
+    std::memset(padded, 0, sizeof(float) * N * C * Hp * Wp);
+    for (int64_t nc = 0; nc < N * C; ++nc)
+      for (int64_t h = 0; h < H; ++h)
+        std::memcpy(padded + (nc * Hp + h + pad_top_) * Wp + pad_left_, src + (nc * H + h) * W, sizeof(float) * W);
+    return padded;
+  }
+
+  bool via_plain_ = false;  // the graph's layouts are blocked, or the source is pre-padded
+  bool pre_pad_ = false;    // the primitive reads a zero-bordered copy of the source, unpadded
+  dnnl::memory::desc outer_src_md_, outer_dst_md_;  // the graph's layouts when via_plain_
+  dnnl::memory::desc plain_src_md_;                 // the source in plain NCHW, unpadded
+  dims src_dims_, padded_dims_;
+  int64_t pad_top_ = 0, pad_left_ = 0;
+  size_t padded_ = 0;
+  std::optional<dnnl::reorder> src_reorder_, dst_reorder_, res_reorder_;
+  size_t src_plain_ = 0, dst_plain_ = 0, res_plain_ = 0;
   Epilogue ep_;
   bool scaled_ = false;  // input 2 scales the weights per output channel
   int threads_ = 1;
@@ -106,6 +169,47 @@ class ConvKernel final : public Kernel {
   std::string name_;
 };
 
+template <typename MakePd>
+void ConvKernel::choose_primitive(const MakePd& make_pd) {
+  residual_mode_ = ep_.has_residual ? ResidualMode::binary_add : ResidualMode::none;
+  pd_ = make_pd(residual_mode_);
+  if (residual_mode_ != ResidualMode::binary_add || !is_reference_impl(pd_.impl_info_str())) return;
+  auto with_sum = make_pd(ResidualMode::sum);
+  if (!is_reference_impl(with_sum.impl_info_str())) {
+    pd_ = with_sum;
+    residual_mode_ = ResidualMode::sum;
+    return;
+  }
+  pd_ = make_pd(ResidualMode::separate);
+  residual_mode_ = ResidualMode::separate;
+  Epilogue act_only = ep_;
+  act_only.has_residual = false;
+  dnnl::primitive_attr add_attr = user_scratchpad_attr();
+  act_only.append_post_ops(add_attr, ResidualMode::none, nullptr);
+  add_pd_ = dnnl::binary::primitive_desc(engine(), dnnl::algorithm::binary_add, dst_md_, dst_md_, dst_md_, add_attr);
+  add_ = dnnl::binary(add_pd_);
+}
+
+void ConvKernel::plan_plain_copies(const KernelContext& ctx, ScratchPlan& plan) {
+  try {
+    if (outer_src_md_ != plain_src_md_) {
+      src_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), outer_src_md_, engine(), plain_src_md_));
+      src_plain_ = plan.add(plain_src_md_.get_size());
+    }
+    if (pre_pad_) padded_ = plan.add(src_md_.get_size());
+    if (outer_dst_md_ != dst_md_) {
+      dst_plain_ = plan.add(dst_md_.get_size());
+      dst_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), dst_md_, engine(), outer_dst_md_));
+      if (ep_.has_residual) {
+        res_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), outer_dst_md_, engine(), dst_md_));
+        if (residual_mode_ != ResidualMode::sum) res_plain_ = plan.add(dst_md_.get_size());
+      }
+    }
+  } catch (const dnnl::error& e) {
+    fail_create(kOp, "the plain <-> blocked reorders around a convolution", e);
+  }
+}
+
 std::vector<int64_t> pair_attr(const Node& n, const char* name) {
   std::vector<int64_t> v = n.attr(name).ints();
   if (v.size() == 1) v.push_back(v[0]);
@@ -124,11 +228,16 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   auto pad_end = n.attr("padding_end").ints().empty() ? pad : pair_attr(n, "padding_end");
   int64_t O = ws[0];
   // 2 flops per multiply-add: every output element sums C/g * kh * kw products.
+  const int max_threads = ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads();
   k->threads_ = cpu::threads_for_work(2.0 * static_cast<double>(numel_of(ys)) * ws[1] * ws[2] * ws[3], ctx.num_threads);
-  cpu::ScopedThreads threads(k->threads_);  // primitives are created for the count they run with
+  std::optional<cpu::ScopedThreads> threads(std::in_place, k->threads_);  // primitives are created for the count they run with
 
-  k->src_md_ = dnnl::memory::desc(dims(xs.begin(), xs.end()), dt::f32, channel_block_tag(ctx.attr("src_block").i()));
-  k->dst_md_ = dnnl::memory::desc(dims(ys.begin(), ys.end()), dt::f32, channel_block_tag(ctx.attr("dst_block").i()));
+  const dims src_dims(xs.begin(), xs.end()), dst_dims(ys.begin(), ys.end());
+  const int64_t src_block = ctx.attr("src_block").i(), dst_block = ctx.attr("dst_block").i();
+  k->outer_src_md_ = dnnl::memory::desc(src_dims, dt::f32, channel_block_tag(src_block));
+  k->outer_dst_md_ = dnnl::memory::desc(dst_dims, dt::f32, channel_block_tag(dst_block));
+  k->plain_src_md_ = dnnl::memory::desc(src_dims, dt::f32, tag::abcd);
+  k->src_dims_ = src_dims;
   // [O, C/g, kh, kw] row-major is exactly goihw once O splits into (g, O/g).
   dims w_dims = g == 1 ? dims{ws[0], ws[1], ws[2], ws[3]} : dims{g, O / g, ws[1], ws[2], ws[3]};
   k->w_user_md_ = dnnl::memory::desc(w_dims, dt::f32, g == 1 ? tag::oihw : tag::goihw);
@@ -143,7 +252,7 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   dims strides{st[0], st[1]}, dilates{dil[0] - 1, dil[1] - 1}, pl{pad[0], pad[1]}, pr{pad_end[0], pad_end[1]};
   std::string what = "a convolution for x " + shape_text(xs) + ", w " + shape_text(ws) + ", groups " +
                      std::to_string(g);
-  auto make_pd = [&](ResidualMode mode) {
+  auto make_pd = [&](ResidualMode mode, const dims& pl, const dims& pr) {
     dnnl::primitive_attr attr = user_scratchpad_attr();
     if (mode != ResidualMode::separate) k->ep_.append_post_ops(attr, mode, &k->dst_md_);
     using pd_t = dnnl::convolution_forward::primitive_desc;
@@ -153,26 +262,46 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
                ? pd_t(engine(), fwd, alg, k->src_md_, w_any, k->bias_md_, k->dst_md_, strides, dilates, pl, pr, attr)
                : pd_t(engine(), fwd, alg, k->src_md_, w_any, k->dst_md_, strides, dilates, pl, pr, attr);
   };
+  // The forms a conv may run in, in order of preference, until oneDNN gives one a jit kernel:
+  // the graph's layouts; plain src with a blocked dst (direct kernels); plain src and dst
+  // (gemm-based, which serves most shapes but ran k=15 on 32x32 at 0.6 GFLOP/s); the same two reading a zero-bordered copy of the source
+  // (pre-padded); and all of these again with 2+ threads where the work gave 1 (oneDNN's
+  // gemm-based convolution declines some single-threaded problems). Measured forms: the
+  // header comment and tests/cpp/test_conv.cpp (NoProblemRunsOnAReferenceImplementation).
+  struct Form {
+    int64_t src_block, dst_block;
+    bool pre_pad;
+  };
+  const bool padded = pl[0] || pl[1] || pr[0] || pr[1];
+  std::vector<Form> forms = {{src_block, dst_block, false}, {0, 16, false}, {0, 0, false}};
+  if (padded) forms.insert(forms.end(), {{0, 16, true}, {0, 0, true}});
   try {
-    k->residual_mode_ = k->ep_.has_residual ? ResidualMode::binary_add : ResidualMode::none;
-    k->pd_ = make_pd(k->residual_mode_);
-    if (k->residual_mode_ == ResidualMode::binary_add && is_reference_impl(k->pd_.impl_info_str())) {
-      auto with_sum = make_pd(ResidualMode::sum);
-      if (!is_reference_impl(with_sum.impl_info_str())) {
-        k->pd_ = with_sum;
-        k->residual_mode_ = ResidualMode::sum;
-      } else {
-        k->pd_ = make_pd(ResidualMode::separate);
-        k->residual_mode_ = ResidualMode::separate;
-        Epilogue act_only = k->ep_;
-        act_only.has_residual = false;
-        dnnl::primitive_attr add_attr = user_scratchpad_attr();
-        act_only.append_post_ops(add_attr, ResidualMode::none, nullptr);
-        k->add_pd_ = dnnl::binary::primitive_desc(engine(), dnnl::algorithm::binary_add, k->dst_md_, k->dst_md_,
-                                                  k->dst_md_, add_attr);
-        k->add_ = dnnl::binary(k->add_pd_);
+    bool jitted = false;
+    for (int round = 0; round < 2 && !jitted; ++round) {
+      if (round == 1) {
+        if (k->threads_ > 1 || max_threads <= 1) break;
+        k->threads_ = max_threads;
+        threads.reset();
+        threads.emplace(k->threads_);
+      }
+      for (const Form& f : forms) {
+        k->pre_pad_ = f.pre_pad;
+        k->pad_top_ = pl[0];
+        k->pad_left_ = pl[1];
+        k->padded_dims_ = f.pre_pad ? dims{xs[0], xs[1], xs[2] + pl[0] + pr[0], xs[3] + pl[1] + pr[1]} : src_dims;
+        const dims none{0, 0};
+        k->src_md_ = dnnl::memory::desc(k->padded_dims_, dt::f32, channel_block_tag(f.src_block));
+        k->dst_md_ = dnnl::memory::desc(dst_dims, dt::f32, channel_block_tag(f.dst_block));
+        k->choose_primitive(
+            [&](ResidualMode mode) { return make_pd(mode, f.pre_pad ? none : pl, f.pre_pad ? none : pr); });
+        k->via_plain_ = k->src_md_ != k->outer_src_md_ || k->dst_md_ != k->outer_dst_md_;
+        if ((jitted = !is_reference_impl(k->pd_.impl_info_str()))) break;
       }
     }
+    if (!jitted)
+      throw Error(kOp, "only oneDNN's reference implementation (" + std::string(k->pd_.impl_info_str()) +
+                           ") serves " + what + " in any layout; it runs orders of magnitude slower than "
+                           "PyTorch's, so this partition is left to PyTorch");
     k->prim_ = dnnl::convolution_forward(k->pd_);
   } catch (const dnnl::error& e) {
     fail_create(kOp, what, e);
@@ -181,6 +310,7 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   ScratchPlan plan;
   k->prim_scratch_ = plan.add(scratchpad_bytes(k->pd_));
   k->x_.plan(ctx, 0, numel_of(xs), plan);
+  if (k->via_plain_) k->plan_plain_copies(ctx, plan);
   if (k->residual_mode_ == ResidualMode::binary_add || k->residual_mode_ == ResidualMode::separate)
     k->res_.plan(ctx, k->ep_.residual_input, numel_of(ys), plan);
   if (k->residual_mode_ == ResidualMode::separate) k->add_scratch_ = plan.add(scratchpad_bytes(k->add_pd_));
@@ -236,7 +366,7 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   if (k->residual_mode_ == ResidualMode::binary_add)
     k->arg_res_ = k->args_.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, k->dst_md_);
   k->name_ = std::string("onednn_f32_conv2d:") + k->pd_.impl_info_str() + (k->packed_w_ ? ":prepacked" : "") +
-             (k->scaled_ ? ":scaled" : "") +
+             (k->scaled_ ? ":scaled" : "") + (k->pre_pad_ ? ":pre_padded" : k->via_plain_ ? ":via_plain" : "") +
              (k->threads_ == 1 ? ":1thread" : "");
   if (k->residual_mode_ == ResidualMode::separate) k->name_ += std::string("+binary_add:") + k->add_pd_.impl_info_str();
   return k;
