@@ -249,8 +249,13 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
           auto with_sum = make_pd(ResidualMode::sum);
           if (!is_reference_impl(with_sum.impl_info_str())) v.pd = with_sum, v.residual = ResidualMode::sum;
         }
-        if (runtime_m && is_reference_impl(v.pd.impl_info_str()))
-          throw Error(op, std::string("runtime-M matmul only as ") + v.pd.impl_info_str());
+        // oneDNN's reference loops run orders of magnitude slower than PyTorch's gemm: refuse
+        // (the partition falls back to PyTorch with this reason) rather than run them silently.
+        if (is_reference_impl(v.pd.impl_info_str()))
+          throw Error(op, std::string("only oneDNN's reference implementation (") + v.pd.impl_info_str() +
+                              ") serves a " + (runtime_m ? "runtime-M " : "") + "matmul for " +
+                              shape_text(ctx.in_shapes[0]) + " x " + shape_text(ctx.in_shapes[1]) +
+                              "; it runs orders of magnitude slower than PyTorch's, so this partition is left to PyTorch");
         v.prim = dnnl::matmul(v.pd);
       } catch (const dnnl::error& e) {
         fail_create(op, "a matmul for " + shape_text(ctx.in_shapes[0]) + " x " + shape_text(ctx.in_shapes[1]), e);
