@@ -77,6 +77,8 @@ class ConvKernel final : public Kernel {
                        {DNNL_ARG_SCRATCHPAD, wrap(add_pd_.scratchpad_desc(), at_offset(scratch, add_scratch_))}});
     }
     s.wait();
+    // The whole dst buffer, channel-block padding included (the act keeps its zeros zero).
+    ep_.apply_engine_act(out[0].ptr<float>(), static_cast<int64_t>(dst_md_.get_size() / sizeof(float)), threads_);
   }
 
   size_t scratch_bytes() const override { return scratch_total_; }
