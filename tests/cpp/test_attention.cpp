@@ -88,6 +88,44 @@ TEST(Attention, AdditiveMask) {
                      {{"has_mask", true}}, kAttnTol, kAttnTol);
 }
 
+// Left padding: the padded query rows mask every key. torch's CPU sdpa gives 0 for such a row
+// (the tiles gave exp(-inf + inf) = NaN); bool and additive (-inf) masks, AVX-512 and AVX2
+// tiles, L = 37 (a full 32-row block and a tail). A NaN score under a masked bool position
+// stays NaN (torch adds the mask), so the other rows are checked against the reference.
+TEST(Attention, AllMaskedRowsGiveZero) {
+  const int64_t L = 37, pad = 3;
+  Tensor bmask(DType::boolean, {2, 1, L, L});
+  Tensor fmask(DType::f32, {2, 1, L, L});
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t s = 0; s < L; ++s) {
+        const bool keep = s <= l && (b == 1 || s >= pad);  // sequence 0 is left-padded by 3
+        bmask.ptr<bool>()[(b * L + l) * L + s] = keep;
+        fmask.ptr<float>()[(b * L + l) * L + s] = keep ? 0.f : -INFINITY;
+      }
+  for (bool capped : {false, true}) {
+    if (capped) setenv("UPDRAFT_CPU_ISA", "avx2", 1);
+    for (const Tensor* m : {&bmask, &fmask}) {
+      SCOPED_TRACE(std::string(m == &bmask ? "bool" : "float") + (capped ? " UPDRAFT_CPU_ISA=avx2" : ""));
+      auto b = build("sdpa", {input(rnd({2, 2, L, 16}, 1)), input(rnd({2, 2, L, 16}, 2)), input(rnd({2, 2, L, 16}, 3)),
+                              input(*m)},
+                     {{"has_mask", true}});
+      auto fast = make_kernel_for(*b, Device::cpu);
+      auto ref = make_kernel_for(*b, Device::ref);
+      ASSERT_TRUE(fast && ref);
+      Tensor got = run_kernel(*fast, *b), want = run_kernel(*ref, *b);
+      EXPECT_TRUE(all_close(got, want, kAttnTol, kAttnTol)) << fast->name();
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t l = 0; l < pad; ++l)
+          for (int64_t e = 0; e < 16; ++e) {
+            EXPECT_EQ(got.ptr<float>()[(h * L + l) * 16 + e], 0.f) << "head " << h << " row " << l;
+            EXPECT_EQ(want.ptr<float>()[(h * L + l) * 16 + e], 0.f) << "ref, head " << h << " row " << l;
+          }
+    }
+    if (capped) unsetenv("UPDRAFT_CPU_ISA");
+  }
+}
+
 TEST(Attention, StridedOperands) {
   // A transposed k has a non-unit inner stride (packed into scratch); q and v use strides.
   expect_matches_ref("sdpa",

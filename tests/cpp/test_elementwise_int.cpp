@@ -2,6 +2,10 @@
 // program parser and its cpu kernel against the reference interpreter.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
 #include "core/error.h"
 #include "ir/elementwise_program.h"
 #include "test_elementwise_util.h"
@@ -81,6 +85,38 @@ TEST(ElementwiseInt, CastMatrix) {
   }
   Tensor big = random_tensor(DType::f32, {70001}, 10, -1e6, 1e6);
   EXPECT_TRUE(cpu_matches_ref("cast", {big.view()}, {{"dtype", "i32"}}, kExact, kExact));
+}
+
+// NaN, +-inf and values out of the target's range cast to the type's minimum, as PyTorch does on
+// x86 (both kernels wrote 0): f32 and f64 to i64 and i32, in the vector body and the tail.
+TEST(ElementwiseInt, CastOfNanAndOutOfRangeGivesTheMinimum) {
+  const std::vector<double> vals = {NAN, INFINITY, -INFINITY, 3e38, -3e38, 1e10, -1e10, 3e9, -2.2e9, -1.5, 300.7};
+  const std::vector<bool> in_i32 = {false, false, false, false, false, false, false, false, false, true, true};
+  const std::vector<bool> in_i64 = {false, false, false, false, false, true, true, true, true, true, true};
+  for (DType from : {DType::f32, DType::f64}) {
+    const int64_t n = 3 * static_cast<int64_t>(vals.size());  // 33: vector body and tail
+    Tensor x(from, {n});
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = vals[static_cast<size_t>(i) % vals.size()];
+      if (from == DType::f32) x.ptr<float>()[i] = static_cast<float>(v);
+      else x.ptr<double>()[i] = v;
+    }
+    for (DType to : {DType::i64, DType::i32}) {
+      SCOPED_TRACE(std::string(dtype_name(from)) + "->" + dtype_name(to));
+      auto one = one_node("cast", {x.view()}, {{"dtype", std::string(dtype_name(to))}});
+      for (Device d : {Device::cpu, Device::ref}) {
+        Tensor y = run_node(*one->node, {x.view()}, d)[0];
+        for (int64_t i = 0; i < n; ++i) {
+          const size_t k = static_cast<size_t>(i) % vals.size();
+          const bool fits = to == DType::i32 ? in_i32[k] : in_i64[k];
+          const int64_t got = to == DType::i32 ? y.ptr<int32_t>()[i] : y.ptr<int64_t>()[i];
+          const int64_t want = fits ? static_cast<int64_t>(vals[k])
+                                    : (to == DType::i32 ? int64_t{INT32_MIN} : std::numeric_limits<int64_t>::min());
+          EXPECT_EQ(got, want) << device_name(d) << " value " << vals[k];
+        }
+      }
+    }
+  }
 }
 
 TEST(ElementwiseProgram, ParsesAndRoundTrips) {

@@ -160,12 +160,13 @@ void run_int(EwOp op, DType dt, const TensorView* in, TensorView& out, const std
   else if (op == EwOp::where) with_int_type(dt, true, [&](auto tag) { where_loop<decltype(tag)>(in, out); });
 }
 
-// Float -> int of NaN/inf/out-of-range is UB in C++; write 0 there, as the reference does.
+// Float -> int of NaN/inf/out-of-range is UB in C++; write the type's minimum there, which is
+// what PyTorch gives on x86 (the reference's float_to_int says why).
 template <typename I, typename F> I float_to_int(F x) {
   double v = static_cast<double>(x);
   if (!(v > static_cast<double>(std::numeric_limits<I>::min()) - 1.0 &&
         v < static_cast<double>(std::numeric_limits<I>::max()) + 1.0))
-    return 0;
+    return std::numeric_limits<I>::min();
   return static_cast<I>(x);
 }
 

@@ -28,6 +28,7 @@ struct Tiles {
   void (*pv_one)(const float* p, int64_t S16, const float* v, int64_t vs, int64_t n, int64_t Ev, float* y,
                  const float* inv);
   // sc[j] = exp(sc[j] - max_j sc) for j < n in place; returns the sum (NaN-propagating max).
+  // A row of -inf (every key masked) becomes 0s with sum 0.
   float (*softmax_row)(float* sc, int64_t n);
 };
 const Tiles& tiles_avx2();    // attention.cpp

@@ -121,7 +121,11 @@ class SdpaKernel final : public Kernel {
           // Causal: keys after the query position are masked (weight 0, never accumulated).
           const int64_t n = causal_ ? std::min(l + 1, S) : S;
           if (mask) apply_mask(*mask, idx, nb, l, sc, n);
-          inv[l - l0] = 1.f / t.softmax_row(sc, n);  // NaN scores make the row NaN, as in torch
+          // NaN scores make the row NaN, as in torch. A row with every key masked has weights
+          // 0 and sum 0 (softmax_row), and torch's CPU sdpa gives 0 for it (sum_j 0 * v_j), not
+          // 0 / 0: a left-padded query row of a batched prompt.
+          const float sum = t.softmax_row(sc, n);
+          inv[l - l0] = sum == 0.f ? 0.f : 1.f / sum;
           for (int64_t j = n; j < S16; ++j) sc[j] = 0.f;
           n_max = std::max(n_max, n);
         }
@@ -192,9 +196,10 @@ class SdpaKernel final : public Kernel {
     if (r >= 2 && m.sizes[r - 2] != 1) off += l * m.strides[r - 2];
     int64_t js = (r >= 1 && m.sizes[r - 1] != 1) ? m.strides[r - 1] : 0;
     if (m.dtype == DType::boolean) {
+      // Added, not assigned, as torch adds its bool mask as 0 / -inf: a NaN score stays NaN.
       const bool* p = static_cast<const bool*>(m.data) + off;
       for (int64_t j = 0; j < n; ++j)
-        if (!p[j * js]) sc[j] = -std::numeric_limits<float>::infinity();
+        if (!p[j * js]) sc[j] += -std::numeric_limits<float>::infinity();
     } else {
       const float* p = static_cast<const float*>(m.data) + off;
       for (int64_t j = 0; j < n; ++j) sc[j] += p[j * js];
@@ -225,7 +230,12 @@ void register_attention(KernelRegistry& r) { r.add("sdpa", Device::cpu, SdpaKern
 namespace updraft::cpu::sdpa {
 
 namespace {
-float softmax_row_avx2(float* sc, int64_t n) { return simd::exp_shift_sum(sc, simd::row_max(sc, n), n, sc); }
+// A row whose max is -inf (every key masked) is shifted by 0, so its weights are exp(-inf) = 0
+// and its sum 0, not exp(-inf + inf) = NaN.
+float softmax_row_avx2(float* sc, int64_t n) {
+  const float m = simd::row_max(sc, n);
+  return simd::exp_shift_sum(sc, m == -std::numeric_limits<float>::infinity() ? 0.f : m, n, sc);
+}
 }  // namespace
 
 // 4 rows x 16 keys (8 accumulators) for scores; 4 rows x 16 columns for p v.

@@ -72,7 +72,9 @@ float softmax_row(float* sc, int64_t n) {
     nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
     m = _mm512_max_ps(x, m);
   }
-  const __m512 vm = _mm512_set1_ps(nan ? NAN : _mm512_reduce_max_ps(m));
+  // A row whose max is -inf (every key masked) is shifted by 0: weights exp(-inf) = 0, sum 0.
+  const float mx = _mm512_reduce_max_ps(m);
+  const __m512 vm = _mm512_set1_ps(nan ? NAN : mx == -INFINITY ? 0.f : mx);
   __m512 acc = _mm512_setzero_ps();
   for (i = 0; i + 16 <= n; i += 16) {
     const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(sc + i), vm));

@@ -127,6 +127,7 @@ class GemmKernel final : public Kernel {
     if (v.residual == ResidualMode::sum) copy_residual_into(in[ep_.residual_input], out[0]);
     call.execute(v.prim, s);
     s.wait();
+    ep_.apply_engine_act(out[0].ptr<float>(), out[0].numel(), threads_);
   }
 
   size_t scratch_bytes() const override { return scratch_total_; }
@@ -184,6 +185,7 @@ class GemmKernel final : public Kernel {
     if (v.residual == ResidualMode::sum) copy_residual_into(in[ep_.residual_input], out[0]);
     v.prim.execute(s, args);
     s.wait();
+    ep_.apply_engine_act(out[0].ptr<float>(), M * N_, omp_get_max_threads());
   }
   std::string name_;
 };

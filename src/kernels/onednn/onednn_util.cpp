@@ -1,5 +1,9 @@
 #include "kernels/onednn/onednn_util.h"
 
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -43,18 +47,38 @@ void Epilogue::append_post_ops(dnnl::primitive_attr& attr, ResidualMode mode,
   if (mode == ResidualMode::binary_add) po.append_binary(alg::binary_add, *residual);
   if (mode == ResidualMode::sum) po.append_sum(1.f);
   // PyTorch's activations as oneDNN eltwise algorithms (alpha, beta as oneDNN defines them).
-  if (act == "relu") po.append_eltwise(alg::eltwise_relu, 0.f, 0.f);
-  else if (act == "gelu") po.append_eltwise(alg::eltwise_gelu_erf, 0.f, 0.f);
+  // relu and clamp run in the engine (act_in_engine), which keeps NaN.
+  if (act_in_engine() || act == "none") {
+  } else if (act == "gelu") po.append_eltwise(alg::eltwise_gelu_erf, 0.f, 0.f);
   else if (act == "gelu_tanh") po.append_eltwise(alg::eltwise_gelu_tanh, 0.f, 0.f);
   else if (act == "silu") po.append_eltwise(alg::eltwise_swish, 1.f, 0.f);  // x * sigmoid(1 * x)
   else if (act == "sigmoid") po.append_eltwise(alg::eltwise_logistic, 0.f, 0.f);
   else if (act == "tanh") po.append_eltwise(alg::eltwise_tanh, 0.f, 0.f);
-  else if (act == "clamp") po.append_eltwise(alg::eltwise_clip, alpha, beta);  // [alpha, beta]
   else if (act == "leaky_relu") po.append_eltwise(alg::eltwise_relu, alpha, 0.f);  // alpha: negative slope
   // x * min(max(alpha*x + beta, 0), 1) with alpha=1/6, beta=1/2 is x * relu6(x + 3) / 6.
   else if (act == "hardswish") po.append_eltwise(alg::eltwise_hardswish, 1.f / 6.f, 0.5f);
-  else if (act != "none") throw Error("onednn", "unknown activation '" + act + "' in an epilogue");
+  else throw Error("onednn", "unknown activation '" + act + "' in an epilogue");
   attr.set_post_ops(po);
+}
+
+void Epilogue::apply_engine_act(float* y, int64_t n, int threads) const {
+  if (!act_in_engine() || n == 0) return;
+  // MAXPS / MINPS return their second operand when either is NaN: with x second, NaN stays.
+  const bool relu = act == "relu";
+  const __m256 lo = _mm256_set1_ps(relu ? 0.f : alpha), hi = _mm256_set1_ps(relu ? INFINITY : beta);
+  const float slo = relu ? 0.f : alpha, shi = relu ? INFINITY : beta;
+  constexpr int64_t kChunk = 16384;  // floats per task: 64 KiB, a few tasks per thread on big outputs
+  cpu::parallel_for((n + kChunk - 1) / kChunk, threads, [&](int64_t c) {
+    float* p = y + c * kChunk;
+    const int64_t m = std::min(kChunk, n - c * kChunk);
+    int64_t i = 0;
+    for (; i + 8 <= m; i += 8)
+      _mm256_storeu_ps(p + i, _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_loadu_ps(p + i))));
+    for (; i < m; ++i) {
+      const float x = p[i];
+      p[i] = std::isnan(x) ? x : std::min(shi, std::max(slo, x));
+    }
+  });
 }
 
 dnnl::memory new_memory(const dnnl::memory::desc& md, std::shared_ptr<void>* keep) {

@@ -68,7 +68,16 @@ struct Epilogue {
   // Sets `attr`'s post-ops to the residual (per `mode`; `residual` is its descriptor for
   // binary_add) and then the activation, giving act(op + bias + residual); the bias is the
   // primitive's own bias argument.
+  // The activation itself is left out for the activations act_in_engine() names: the kernel
+  // applies those to its output with apply_engine_act() after the primitive.
   void append_post_ops(dnnl::primitive_attr& attr, ResidualMode mode, const dnnl::memory::desc* residual) const;
+  // relu and clamp (hardtanh, relu6): oneDNN's x64 post-ops compute them with a vector max/min
+  // that turns NaN into the bound, where PyTorch keeps the NaN (an MLP with one NaN input gave
+  // finite outputs). The engine applies them in one NaN-propagating pass over the output,
+  // while it is still in cache; the other activations propagate NaN inside oneDNN.
+  bool act_in_engine() const { return act == "relu" || act == "clamp"; }
+  // y[i] = act(y[i]) for i < n in place, NaN kept; `threads` as the kernel's primitive.
+  void apply_engine_act(float* y, int64_t n, int threads) const;
 };
 
 // True for oneDNN's reference (plain C++ loop) implementations, e.g. "ref:any".

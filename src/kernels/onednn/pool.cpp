@@ -8,6 +8,16 @@
 // while PyTorch counts only the part inside the (symmetrically) padded input: the two differ
 // exactly when ceil_mode adds right padding beyond pl, and that case is declined (the
 // reference kernel runs; the plan dump says so).
+//
+// NaN and -inf: oneDNN's max pooling takes a vector max that drops NaN, where PyTorch's max
+// pool gives NaN for every window holding one, and it starts from -FLT_MAX, so a window of -inf
+// gives -3.4e38 instead of -inf. After the primitive, the max kernel scans its input (one
+// vectorised read, about what the pool itself reads once) and recomputes, as PyTorch does, the
+// planes that hold a NaN or a -inf; any other input costs only the scan.
+#include <immintrin.h>
+
+#include <cmath>
+
 #include "kernels/onednn/onednn_util.h"
 
 namespace updraft::onednn {
@@ -45,11 +55,13 @@ class PoolKernel final : public Kernel {
     cpu::ScopedThreads threads(threads_);
     dnnl::stream& s = thread_stream();
     ArgCache::Call call = args_.acquire();  // argument order: src, dst, scratchpad (create())
-    call.set(0, x_.get(in, scratch, op_));
+    const void* x = x_.get(in, scratch, op_);
+    call.set(0, x);
     call.set(1, out[0].data);
     call.set(2, at_offset(scratch, prim_scratch_));
     call.execute(prim_, s);
     s.wait();
+    if (alg_ == dnnl::algorithm::pooling_max) propagate_nan(static_cast<const float*>(x), out[0].ptr<float>());
   }
   size_t scratch_bytes() const override { return scratch_total_; }
   std::string name() const override { return name_; }
@@ -58,11 +70,14 @@ class PoolKernel final : public Kernel {
                                         const Window& w) {
     auto k = std::make_unique<PoolKernel>();
     k->op_ = op;
+    k->alg_ = alg;
+    k->w_ = w;
     // One window's worth of element operations per output element.
     k->threads_ = cpu::threads_for_work(static_cast<double>(numel_of(ctx.out_shapes[0])) * w.k[0] * w.k[1],
                                         ctx.num_threads);
     cpu::ScopedThreads threads(k->threads_);
     dims src = nchw(ctx.in_shapes[0]), dst = nchw(ctx.out_shapes[0]);
+    k->planes_ = src[0] * src[1], k->H_ = src[2], k->W_ = src[3], k->OH_ = dst[2], k->OW_ = dst[3];
     k->src_md_ = dnnl::memory::desc(src, dt::f32, tag::abcd);
     k->dst_md_ = dnnl::memory::desc(dst, dt::f32, tag::abcd);
     dims pl{w.p[0], w.p[1]}, pr(2);
@@ -90,7 +105,49 @@ class PoolKernel final : public Kernel {
   }
 
  private:
+  // Whether x holds a NaN or a -inf: !(x > -inf), unordered compares true.
+  static bool has_nan_or_ninf(const float* x, int64_t n) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_or_ps(acc, _mm256_cmp_ps(_mm256_loadu_ps(x + i), ninf, _CMP_NGT_UQ));
+    bool found = _mm256_movemask_ps(acc) != 0;
+    for (; i < n; ++i) found |= !(x[i] > -INFINITY);
+    return found;
+  }
+
+  // Max pooling as PyTorch defines it, for the planes of x that hold a NaN or a -inf: a window
+  // with a NaN gives NaN, a window of -inf gives -inf; padding is never read.
+  void propagate_nan(const float* x, float* y) const {
+    const int64_t hw = H_ * W_;
+    cpu::parallel_for(planes_, threads_, [&](int64_t p) {
+      const float* xp = x + p * hw;
+      if (!has_nan_or_ninf(xp, hw)) return;
+      float* yp = y + p * OH_ * OW_;
+      for (int64_t oh = 0; oh < OH_; ++oh)
+        for (int64_t ow = 0; ow < OW_; ++ow) {
+          float m = -INFINITY;
+          for (int64_t i = 0; i < w_.k[0]; ++i) {
+            const int64_t ih = oh * w_.s[0] - w_.p[0] + i * w_.d[0];
+            if (ih < 0 || ih >= H_) continue;
+            for (int64_t j = 0; j < w_.k[1]; ++j) {
+              const int64_t iw = ow * w_.s[1] - w_.p[1] + j * w_.d[1];
+              if (iw < 0 || iw >= W_) continue;
+              const float v = xp[ih * W_ + iw];
+              if (v > m || std::isnan(v)) m = v;
+              if (std::isnan(m)) break;
+            }
+            if (std::isnan(m)) break;
+          }
+          yp[oh * OW_ + ow] = m;
+        }
+    });
+  }
+
   const char* op_ = "";
+  dnnl::algorithm alg_ = dnnl::algorithm::pooling_max;
+  Window w_{};
+  int64_t planes_ = 0, H_ = 0, W_ = 0, OH_ = 0, OW_ = 0;
   int threads_ = 1;
   dnnl::memory::desc src_md_, dst_md_;
   dnnl::pooling_forward::primitive_desc pd_;

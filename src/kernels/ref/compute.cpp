@@ -82,7 +82,7 @@ struct Epilogue {
   // PyTorch's formulas, in double.
   double activate(double x) const {
     if (act == "none") return x;
-    if (act == "relu") return x > 0 ? x : 0;
+    if (act == "relu") return x > 0 || std::isnan(x) ? x : 0;  // NaN stays NaN, as in PyTorch
     if (act == "gelu") return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
     if (act == "gelu_tanh") {
       const double k = std::sqrt(2.0 / M_PI);
@@ -369,8 +369,9 @@ struct SdpaParams {
   double scale = 0;
 };
 
-// softmax(q k^T * scale + mask) v; batch dims broadcast. A bool mask keeps `true`; a float
-// mask is added. A row with every score masked gives NaN (as PyTorch's math path does).
+// softmax(q k^T * scale + mask) v; batch dims broadcast. A bool mask keeps `true` (false adds
+// -inf, so a NaN score stays NaN); a float mask is added. A row whose scores are all -inf (every
+// key masked, e.g. a left-padded query) gives 0 * v summed, i.e. 0, as PyTorch's CPU sdpa does.
 void ref_sdpa(const TensorView* in, TensorView* out, const SdpaParams& p) {
   const TensorView &q = in[0], &k = in[1], &v = in[2];
   const TensorView& y = out[0];
@@ -407,7 +408,7 @@ void ref_sdpa(const TensorView* in, TensorView* out, const SdpaParams& p) {
           idx[nb] = l, idx[nb + 1] = s;
           double m = at_broadcast(in[3], idx, nb + 2);
           if (in[3].dtype == DType::boolean) {
-            if (m == 0) acc = -std::numeric_limits<double>::infinity();
+            if (m == 0) acc += -std::numeric_limits<double>::infinity();
           } else {
             acc += m;
           }
@@ -415,6 +416,8 @@ void ref_sdpa(const TensorView* in, TensorView* out, const SdpaParams& p) {
         scores[s] = acc;
         mx = std::max(mx, acc);
       }
+      // All -inf: shift by 0 so every weight is exp(-inf) = 0 (not exp(-inf + inf) = NaN).
+      if (mx == -std::numeric_limits<double>::infinity()) mx = 0;
       double sum = 0;
       for (int64_t s = 0; s < S; ++s) sum += (scores[s] = std::exp(scores[s] - mx));
       for (int64_t e = 0; e < Ev; ++e, ++linear) {
@@ -423,7 +426,7 @@ void ref_sdpa(const TensorView* in, TensorView* out, const SdpaParams& p) {
           vi[v.ndim - 2] = s, vi[v.ndim - 1] = e;
           acc += scores[s] * at(v, vi);
         }
-        store(y, linear, acc / sum);
+        store(y, linear, sum == 0 ? acc : acc / sum);
       }
     }
   }

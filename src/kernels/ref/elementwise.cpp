@@ -40,12 +40,14 @@ int64_t load_i(const TensorView& v, int64_t off) {
   }
 }
 
-// Float -> int conversion of NaN/inf/out-of-range is undefined in C++; PyTorch's result is
-// unspecified too, so the reference writes 0 there instead of invoking UB.
+// Float -> int conversion of NaN/inf/out-of-range is undefined in C++. PyTorch on x86 gives
+// what the truncating conversion instructions give there, the "integer indefinite" value, i.e.
+// the type's minimum (int64: INT64_MIN; int32: INT32_MIN, e.g. 3e9 -> -2147483648), so the
+// reference writes that, without invoking UB.
 template <typename I> I float_to_int(double x) {
   if (!(x > static_cast<double>(std::numeric_limits<I>::min()) - 1.0 &&
         x < static_cast<double>(std::numeric_limits<I>::max()) + 1.0))
-    return 0;
+    return std::numeric_limits<I>::min();
   return static_cast<I>(x);
 }
 
