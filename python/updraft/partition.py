@@ -315,11 +315,12 @@ class EnginePartition(torch.nn.Module):
         try:
             cg, info = C.load_entry_file(str(path), key, params, self.config.engine_options())
             out_dtypes = self._check_out_dtypes(cg.output_dtypes())
-        except (C.UpdraftError, Unsupported) as e:
-            warn_once(f"[updraft.cache] entry {path} is unusable ({e}); removing it and "
+        except Exception as e:  # whatever the failure, the entry would fail every later process too
+            why = str(e) if isinstance(e, (C.UpdraftError, Unsupported)) else f"{type(e).__name__}: {e}"
+            warn_once(f"[updraft.cache] entry {path} is unusable ({why}); removing it and "
                       "compiling again")
             disk.discard(key)
-            self.report.cache = f"rebuilt: {e}"
+            self.report.cache = f"rebuilt: {why}"
             count_cache_event("rebuilt")
             return None
         self.report.cache = "hit"
