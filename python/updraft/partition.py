@@ -184,9 +184,16 @@ class EnginePartition(torch.nn.Module):
             outs = [torch.empty(s, dtype=d) for s, d in zip(shapes, st.out_dtypes)]
             st.cg.run(ins, outs)
             if key not in st.calls:  # later calls with this signature take the fast path
-                if len(st.calls) >= _MAX_BOUND_PLANS:
-                    st.calls.pop(next(iter(st.calls)))  # a PlannedCall pins its plan: bound them
-                st.calls[key] = (st.cg.planned([list(k) for k in key]), list(zip(shapes, st.out_dtypes)))
+                # Bound outside the lock (a plan build releases the GIL); added and evicted under
+                # it, as threads binding other signatures change the table meanwhile. Readers
+                # need no lock: dict.get is atomic, and a call evicted after its lookup keeps
+                # its plan alive while it runs.
+                call = (st.cg.planned([list(k) for k in key]), list(zip(shapes, st.out_dtypes)))
+                with st.lock:
+                    if key not in st.calls:
+                        while len(st.calls) >= _MAX_BOUND_PLANS:
+                            del st.calls[next(iter(st.calls))]  # a PlannedCall pins its plan: bound them
+                        st.calls[key] = call
         except C.UpdraftError as e:
             return self._engine_failed(e, args)
         return tuple(outs) if self._multi else outs[0]
@@ -359,7 +366,7 @@ class EnginePartition(torch.nn.Module):
 
 
 class _Built:
-    __slots__ = ("cg", "runtime_pos", "out_dtypes", "shapes", "in_dtypes", "calls")
+    __slots__ = ("cg", "runtime_pos", "out_dtypes", "shapes", "in_dtypes", "calls", "lock")
 
     def __init__(self, cg: Any, runtime_pos: list[int], out_dtypes: list[torch.dtype],
                  in_dtypes: list[torch.dtype]) -> None:
@@ -368,8 +375,10 @@ class _Built:
         self.out_dtypes = out_dtypes
         self.shapes: dict = {}  # input-shape signature -> output shapes
         self.in_dtypes = in_dtypes  # runtime inputs' dtypes the engine graph was built for
-        # input-shape signature -> (PlannedCall, [(output shape, dtype)]): the fast path
+        # input-shape signature -> (PlannedCall, [(output shape, dtype)]): the fast path; at most
+        # _MAX_BOUND_PLANS, oldest bound first out. Changed only under `lock`.
         self.calls: dict = {}
+        self.lock = threading.Lock()
 
 
 def partition_graph(gm: fx.GraphModule, config: CompilerConfig, report: GraphReport,
