@@ -149,6 +149,15 @@ class EnginePartition(torch.nn.Module):
         return self._run_general(st, args)
 
     def _engine_failed(self, e: Exception, args: tuple) -> Any:
+        """The engine raised `e` running this call. PyTorch runs the same call: when it fails too,
+        the input was at fault (an index out of range), and the caller gets PyTorch's own error
+        (its type and words, as without updraft), while the partition stays in the engine for the
+        next call. When PyTorch succeeds, the engine is at fault: with fallback the partition runs
+        in PyTorch from now on (one warning), without it the engine's error is raised."""
+        try:
+            out = self.sub(*args)
+        except Exception as eager_error:
+            raise eager_error from e
         if not self.config.fallback:
             raise e
         msg = f"[updraft.partition] {self.report.name}: engine error at run time: {e}"
@@ -156,7 +165,7 @@ class EnginePartition(torch.nn.Module):
         with self._lock:
             self._state = msg
             self.report.status = f"failed: {e}"
-        return self.sub(*args)
+        return out
 
     def _run_general(self, st: "_Built", args: tuple) -> Any:
         """Any inputs (strided, requiring grad): DLPack views, plan looked up by the engine."""
