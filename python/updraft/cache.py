@@ -10,7 +10,7 @@ values are not part of the key and not stored: an entry holds references to the 
 the recipes of the constants the passes folded from them, so a new checkpoint of the same model
 hits the cache and is refit on load. The folded values are stored too when they fit (a quarter
 of `cache_max_bytes`), with fingerprints of the parameters they came from, so a restart with the
-same weights maps them instead of recomputing. The file format is docs/format.md.
+same weights uses them instead of recomputing. The file format is docs/format.md.
 
 Files are written to a temporary name in the same folder and renamed over the entry (atomic on
 POSIX), so a reader sees a whole old entry, a whole new one, or none; two processes writing the

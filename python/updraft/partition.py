@@ -340,7 +340,8 @@ class EnginePartition(torch.nn.Module):
             count_cache_event("rebuilt")
             return None
         self.report.cache = "hit"
-        # Folded constants: mapped from the entry (same weights) or replayed (a new checkpoint).
+        # Folded constants: taken from the entry (same weights; "mapped", from when entries were)
+        # or replayed (a new checkpoint).
         if info["folded"]:
             self.report.cache_folds = "mapped" if info["mapped"] else "replayed"
         count_cache_event("hit")
