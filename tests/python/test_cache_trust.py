@@ -301,3 +301,17 @@ def test_load_failure_of_any_kind_is_reported_once_removed_and_rebuilt(tmp_path)
     assert torch.equal(got, want)
     _, rep = _compile_run(m, tmp_path)
     assert rep.partitions[0].cache == "hit"
+
+
+def test_disk_cache_get_applies_the_same_checks(tmp_path):
+    cache = DiskCache(tmp_path, max_bytes=1 << 20)
+    cache.put("k", b"entry bytes")
+    assert cache.get("k") == b"entry bytes"
+    os.chmod(cache.path("k"), 0o660)
+    with pytest.raises(PermissionError, match=r"writable by other users \(mode 0660\)"):
+        cache.get("k")
+    os.replace(cache.path("k"), tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", cache.path("k"))
+    with pytest.raises(OSError):  # O_NOFOLLOW: ELOOP
+        cache.get("k")
+    assert cache.entries() == []  # neither the link nor the file it points to is an entry
