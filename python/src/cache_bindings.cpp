@@ -230,7 +230,8 @@ void bind_cache(nb::module_& m) {
                     params, options);
       },
       nb::arg("path"), nb::arg("key"), nb::arg("params"), nb::arg("options") = nb::dict(),
-      "load_entry from a file, mapped rather than read.");
+      "load_entry from a file: read into private memory once it passes the trust checks (a regular file, not a "
+      "link, owned by this user, writable by no one else: docs/format.md); raises UpdraftError otherwise.");
 }
 
 }  // namespace updraft::py

@@ -10,7 +10,7 @@ values are not part of the key and not stored: an entry holds references to the 
 the recipes of the constants the passes folded from them, so a new checkpoint of the same model
 hits the cache and is refit on load. The folded values are stored too when they fit (a quarter
 of `cache_max_bytes`), with fingerprints of the parameters they came from, so a restart with the
-same weights maps them instead of recomputing. The file format is docs/format.md.
+same weights uses them instead of recomputing. The file format is docs/format.md.
 
 Files are written to a temporary name in the same folder and renamed over the entry (atomic on
 POSIX), so a reader sees a whole old entry, a whole new one, or none; two processes writing the
@@ -22,12 +22,21 @@ temporary files over an hour old). `wait_for_writes()` waits for every pending w
 of a key being written waits for that write. Folders are created 0700 and files 0600. The folder is bounded
 (`cache_max_bytes`): after a write, the least recently used entries (by modification time, which
 a hit refreshes when it is over a minute old) are removed until it fits. An entry that fails to load (corrupt, truncated,
-another format or engine version) is reported once as a warning, removed, and rebuilt.
+another format or engine version, or any other failure) is reported once as a warning, removed,
+and rebuilt.
+
+What is trusted (docs/format.md, "Trust"): the folder must be the user's own and writable by no
+one else, unless it has the sticky bit (then others may add files but not remove or rename the
+user's); an entry is loaded only from a regular file the user owns that no one else may write,
+read into the process's memory (never mapped: changing or truncating the file later cannot
+reach a running model). Anything else under an entry's name is refused, removed where it can
+be, and rebuilt; eviction counts and removes only the user's own regular files.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -85,6 +94,7 @@ class DiskCache:
         except OSError as e:
             raise OSError(f"[updraft.cache] cannot create the cache folder {self.root}: {e}; "
                           "set CompilerConfig(cache_dir=...) or UPDRAFT_CACHE_DIR to a writable folder") from e
+        _check_folder(self.dir)
 
     def path(self, key: str) -> Path:
         return Path(self._name(key))
@@ -99,24 +109,30 @@ class DiskCache:
         if _pending:
             _wait_for(Path(name))
         try:
-            st = os.stat(name)
+            st = os.lstat(name)  # not through a link: utime would touch the link's target
         except FileNotFoundError:
             return None
         except OSError:
             return Path(name)  # the load reports what is wrong with it
-        _refresh(name, st)
+        if _ours(st):  # anything else is refused, and reported, by the load
+            _refresh(name, st)
         return Path(name)
 
     def get(self, key: str) -> Optional[bytes]:
-        p = self.path(key)
+        """The entry's bytes, or None when there is none; OSError for a file the trust checks
+        refuse (as the engine's load does: docs/format.md)."""
+        name = self._name(key)
         try:
-            data = p.read_bytes()
+            fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             return None
-        try:
-            _refresh(p, os.stat(p))
-        except OSError:
-            pass
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            why = _untrusted_file(st)
+            if why:
+                raise PermissionError(f"[updraft.cache] entry {name} {why}; remove it")
+            data = f.read()
+        _refresh(name, st)
         return data
 
     def put_async(self, key: str, make: Callable[[], bytes], done: Callable[[Optional[BaseException]], None]) -> None:
@@ -162,23 +178,32 @@ class DiskCache:
         self.evict()
 
     def discard(self, key: str) -> None:
+        """Removes what is under the key's name, if it can: a file or link (not followed), but
+        not a folder, and not a file the user may not remove (a sticky folder, another user's
+        file). Best effort: what stays is refused again by the next load, and a write of the key
+        reports why it cannot replace it."""
         try:
             self.path(key).unlink()
-        except FileNotFoundError:
+        except OSError:
             pass
 
     def entries(self) -> list[tuple[Path, int, float]]:
-        """(path, bytes, mtime) of every entry, oldest first."""
+        """(path, bytes, mtime) of every entry, oldest first: the user's own regular files. A
+        folder, link or other user's file with an entry's name is not one (a load refuses it)."""
         out = []
         for p in self.root.glob(f"*{SUFFIX}"):
             try:
-                st = p.stat()
+                st = p.lstat()
             except FileNotFoundError:
                 continue  # removed by another process meanwhile
-            out.append((p, st.st_size, st.st_mtime))
+            if _ours(st):
+                out.append((p, st.st_size, st.st_mtime))
         return sorted(out, key=lambda e: e[2])
 
     def evict(self) -> list[Path]:
+        """Removes the least recently used entries until the folder is within the bound. An
+        entry that cannot be removed (a read-only folder) is passed over and no longer counted,
+        so it neither stops eviction nor makes it remove everything else."""
         self._remove_stale_temporaries()
         entries = self.entries()
         total = sum(size for _, size, _ in entries)
@@ -189,8 +214,8 @@ class DiskCache:
             try:
                 p.unlink()
                 removed.append(p)
-            except FileNotFoundError:
-                pass
+            except OSError:
+                pass  # removed meanwhile, or not removable: either way no longer ours to count
             total -= size
         return removed
 
@@ -200,10 +225,46 @@ class DiskCache:
         cutoff = time.time() - STALE_TMP_SECONDS
         for p in self.root.glob(f".*{TMP_SUFFIX}"):
             try:
-                if p.stat().st_mtime < cutoff:
+                st = p.lstat()
+                if _ours(st) and st.st_mtime < cutoff:
                     p.unlink()
             except OSError:
                 pass  # renamed or removed by its writer or another process meanwhile
+
+
+def _ours(st: os.stat_result) -> bool:
+    """A regular file of this user: what the cache wrote (others' files are not counted or removed)."""
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+
+
+def _untrusted_file(st: os.stat_result) -> str:
+    """Why an entry file is not loaded (empty when it is): the checks the engine's load makes
+    (src/cache/entry.cpp, read_trusted_entry), for DiskCache.get."""
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"is owned by user {st.st_uid}, not by this user ({os.geteuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
+    return ""
+
+
+def _check_folder(folder: str) -> None:
+    """Raises PermissionError unless `folder` is this user's and no one else may change what is
+    in it: not writable by group or others, or writable but sticky (others may add files, which
+    are refused, but not remove or rename the user's). The folder itself is reached through
+    links: its path is the user's own setting."""
+    st = os.stat(folder)
+    uid = os.geteuid()
+    if st.st_uid != uid:
+        raise PermissionError(f"[updraft.cache] the cache folder {folder} is owned by user {st.st_uid}, not by this "
+                              f"user ({uid}), who could change its entries; set CompilerConfig(cache_dir=...) or "
+                              "UPDRAFT_CACHE_DIR to a folder of your own")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+        raise PermissionError(f"[updraft.cache] the cache folder {folder} is writable by other users (mode "
+                              f"{stat.S_IMODE(st.st_mode):04o}), who could replace its entries; chmod go-w {folder} "
+                              f"(or chmod +t {folder} to share it), or set CompilerConfig(cache_dir=...) or "
+                              "UPDRAFT_CACHE_DIR to a folder only you can write")
 
 
 def _refresh(p: str | Path, st: os.stat_result) -> None:

@@ -149,6 +149,15 @@ class EnginePartition(torch.nn.Module):
         return self._run_general(st, args)
 
     def _engine_failed(self, e: Exception, args: tuple) -> Any:
+        """The engine raised `e` running this call. PyTorch runs the same call: when it fails too,
+        the input was at fault (an index out of range), and the caller gets PyTorch's own error
+        (its type and words, as without updraft), while the partition stays in the engine for the
+        next call. When PyTorch succeeds, the engine is at fault: with fallback the partition runs
+        in PyTorch from now on (one warning), without it the engine's error is raised."""
+        try:
+            out = self.sub(*args)
+        except Exception as eager_error:
+            raise eager_error from e
         if not self.config.fallback:
             raise e
         msg = f"[updraft.partition] {self.report.name}: engine error at run time: {e}"
@@ -156,7 +165,7 @@ class EnginePartition(torch.nn.Module):
         with self._lock:
             self._state = msg
             self.report.status = f"failed: {e}"
-        return self.sub(*args)
+        return out
 
     def _run_general(self, st: "_Built", args: tuple) -> Any:
         """Any inputs (strided, requiring grad): DLPack views, plan looked up by the engine."""
@@ -184,9 +193,16 @@ class EnginePartition(torch.nn.Module):
             outs = [torch.empty(s, dtype=d) for s, d in zip(shapes, st.out_dtypes)]
             st.cg.run(ins, outs)
             if key not in st.calls:  # later calls with this signature take the fast path
-                if len(st.calls) >= _MAX_BOUND_PLANS:
-                    st.calls.pop(next(iter(st.calls)))  # a PlannedCall pins its plan: bound them
-                st.calls[key] = (st.cg.planned([list(k) for k in key]), list(zip(shapes, st.out_dtypes)))
+                # Bound outside the lock (a plan build releases the GIL); added and evicted under
+                # it, as threads binding other signatures change the table meanwhile. Readers
+                # need no lock: dict.get is atomic, and a call evicted after its lookup keeps
+                # its plan alive while it runs.
+                call = (st.cg.planned([list(k) for k in key]), list(zip(shapes, st.out_dtypes)))
+                with st.lock:
+                    if key not in st.calls:
+                        while len(st.calls) >= _MAX_BOUND_PLANS:
+                            del st.calls[next(iter(st.calls))]  # a PlannedCall pins its plan: bound them
+                        st.calls[key] = call
         except C.UpdraftError as e:
             return self._engine_failed(e, args)
         return tuple(outs) if self._multi else outs[0]
@@ -315,15 +331,17 @@ class EnginePartition(torch.nn.Module):
         try:
             cg, info = C.load_entry_file(str(path), key, params, self.config.engine_options())
             out_dtypes = self._check_out_dtypes(cg.output_dtypes())
-        except (C.UpdraftError, Unsupported) as e:
-            warn_once(f"[updraft.cache] entry {path} is unusable ({e}); removing it and "
+        except Exception as e:  # whatever the failure, the entry would fail every later process too
+            why = str(e) if isinstance(e, (C.UpdraftError, Unsupported)) else f"{type(e).__name__}: {e}"
+            warn_once(f"[updraft.cache] entry {path} is unusable ({why}); removing it and "
                       "compiling again")
             disk.discard(key)
-            self.report.cache = f"rebuilt: {e}"
+            self.report.cache = f"rebuilt: {why}"
             count_cache_event("rebuilt")
             return None
         self.report.cache = "hit"
-        # Folded constants: mapped from the entry (same weights) or replayed (a new checkpoint).
+        # Folded constants: taken from the entry (same weights; "mapped", from when entries were)
+        # or replayed (a new checkpoint).
         if info["folded"]:
             self.report.cache_folds = "mapped" if info["mapped"] else "replayed"
         count_cache_event("hit")
@@ -358,7 +376,7 @@ class EnginePartition(torch.nn.Module):
 
 
 class _Built:
-    __slots__ = ("cg", "runtime_pos", "out_dtypes", "shapes", "in_dtypes", "calls")
+    __slots__ = ("cg", "runtime_pos", "out_dtypes", "shapes", "in_dtypes", "calls", "lock")
 
     def __init__(self, cg: Any, runtime_pos: list[int], out_dtypes: list[torch.dtype],
                  in_dtypes: list[torch.dtype]) -> None:
@@ -367,8 +385,10 @@ class _Built:
         self.out_dtypes = out_dtypes
         self.shapes: dict = {}  # input-shape signature -> output shapes
         self.in_dtypes = in_dtypes  # runtime inputs' dtypes the engine graph was built for
-        # input-shape signature -> (PlannedCall, [(output shape, dtype)]): the fast path
+        # input-shape signature -> (PlannedCall, [(output shape, dtype)]): the fast path; at most
+        # _MAX_BOUND_PLANS, oldest bound first out. Changed only under `lock`.
         self.calls: dict = {}
+        self.lock = threading.Lock()
 
 
 def partition_graph(gm: fx.GraphModule, config: CompilerConfig, report: GraphReport,

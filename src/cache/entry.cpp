@@ -2,11 +2,11 @@
 #include "cache/entry.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -77,26 +77,13 @@ void put_tensor_field(std::string& out, const std::string& name, const Tensor& t
   out.append(static_cast<const char*>(t.data()), t.nbytes());
 }
 
-// The bytes of an entry and what keeps them alive (a heap copy or a file mapping).
+// The bytes of an entry (private memory: a heap copy of the caller's bytes or of the file) and
+// what keeps them alive.
 struct Buffer {
   std::shared_ptr<const char> owner;
   size_t size = 0;
-  bool mapped = false;  // a file mapping (its pages are populated before the checksum reads them)
   std::string_view view() const { return {owner.get(), size}; }
 };
-
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22  // Linux 5.14; older headers lack it
-#endif
-
-// Maps the cached pages of a mapped entry in one call rather than by a fault per 16 pages as
-// the checksum reads them (94 MB: ~0.4 ms against ~10 ms of faults). Read-only population
-// leaves the private mapping copy-on-write. Best effort: older kernels refuse it (EINVAL) and
-// the faults happen as before.
-void populate(const Buffer& buf) {
-  if (!buf.mapped || buf.size == 0) return;
-  ::madvise(const_cast<char*>(buf.owner.get()), buf.size, MADV_POPULATE_READ);
-}
 
 // A tensor over stored bytes `s` of field `name` (see put_tensor_field), sharing `buf`.
 Tensor blob_tensor(const std::string& name, std::string_view s, const Buffer& buf) {
@@ -458,7 +445,6 @@ std::unique_ptr<Graph> load_buffer(const Buffer& buf, const std::string& key,
   const bool parallel = h.length >= kParallelVerifyBytes;
   auto checksum = [&] {
     auto ts = std::chrono::steady_clock::now();
-    populate(buf);
     sum = payload_sum(bytes, h);
     li.checksum_ms = ms_since(ts);
   };
@@ -570,11 +556,59 @@ std::unique_ptr<Graph> load_buffer(const Buffer& buf, const std::string& key,
   return parse_graph(std::string(field(c, "graph")), &main_res);
 }
 
+// The bytes of the entry file at `path`, read into private memory once the file has passed the
+// trust checks of docs/format.md ("Trust"): a regular file (never through a symbolic link, and
+// a FIFO is refused without waiting for a writer), owned by this process's effective user and
+// writable by nobody else. Read, not mapped: a mapping shares the page cache, so a write to the
+// file in place would change a running model's constants (even through a private mapping, until
+// a page is copied), and a truncation would kill the process with SIGBUS when they are next
+// read. The checksum then runs over the very bytes that are used. A file that changes while it
+// is read gives a short or inconsistent copy, which the length and checksum reject.
+Buffer read_trusted_entry(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO for reading otherwise waits for a writer; it changes nothing for
+  // a regular file.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    int e = errno;
+    UPDRAFT_CHECK(e != ELOOP, "cache",
+                  "entry " + path + " is a symbolic link; entries are never read through links, remove it");
+    throw Error("cache", "cannot open entry " + path + ": " + std::strerror(e));
+  }
+  std::unique_ptr<int, void (*)(int*)> closer(&fd, [](int* f) { ::close(*f); });
+  struct stat st;
+  UPDRAFT_CHECK(::fstat(fd, &st) == 0, "cache", "cannot stat entry " + path + ": " + std::strerror(errno));
+  UPDRAFT_CHECK(S_ISREG(st.st_mode), "cache",
+                "entry " + path + " is not a regular file (" +
+                    (S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory" : "a device or socket") +
+                    "); remove it");
+  UPDRAFT_CHECK(st.st_uid == ::geteuid(), "cache",
+                "entry " + path + " is owned by user " + std::to_string(st.st_uid) + ", not by this user (" +
+                    std::to_string(::geteuid()) + "); an entry someone else wrote is never loaded, remove it");
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  UPDRAFT_CHECK((st.st_mode & (S_IWGRP | S_IWOTH)) == 0, "cache",
+                "entry " + path + " is writable by other users (mode " + mode +
+                    "); an entry others could have changed is never loaded, remove it");
+  const size_t size = static_cast<size_t>(st.st_size);
+  // 64-byte aligned (2 MB and huge-page backed when large), so stored tensors are used in place.
+  std::shared_ptr<void> mem = aligned_alloc_shared(size);
+  char* p = static_cast<char*>(mem.get());
+  size_t got = 0;
+  while (got < size) {
+    ssize_t n = ::read(fd, p + got, size - got);
+    if (n < 0 && errno == EINTR) continue;
+    UPDRAFT_CHECK(n >= 0, "cache", "cannot read entry " + path + ": " + std::strerror(errno));
+    if (n == 0) break;  // truncated meanwhile: the header check reports it
+    got += static_cast<size_t>(n);
+  }
+  return Buffer{std::shared_ptr<const char>(mem, p), got};
+}
+
 }  // namespace
 
 std::unique_ptr<Graph> load_entry(const std::string& bytes, const std::string& key,
                                   const std::vector<std::optional<Tensor>>& sources, LoadInfo* info) {
-  // A 64-byte aligned copy, so stored tensors are used in place as in a mapped file.
+  // A 64-byte aligned copy, so stored tensors are used in place, as in a file's.
   std::shared_ptr<void> mem = aligned_alloc_shared(bytes.size());
   if (!bytes.empty()) std::memcpy(mem.get(), bytes.data(), bytes.size());
   Buffer buf{std::shared_ptr<const char>(mem, static_cast<const char*>(mem.get())), bytes.size()};
@@ -583,32 +617,7 @@ std::unique_ptr<Graph> load_entry(const std::string& bytes, const std::string& k
 
 std::unique_ptr<Graph> load_entry_file(const std::string& path, const std::string& key,
                                        const std::vector<std::optional<Tensor>>& sources, LoadInfo* info) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  UPDRAFT_CHECK(fd >= 0, "cache", "cannot open entry " + path + ": " + std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    throw Error("cache", "cannot stat entry " + path + ": " + std::strerror(e));
-  }
-  size_t size = static_cast<size_t>(st.st_size);
-  if (size == 0) {
-    ::close(fd);
-    return load_buffer(Buffer{std::shared_ptr<const char>(new char[1], std::default_delete<char[]>()), 0}, key,
-                       sources, info);
-  }
-  // Private and writable: copy-on-write, so nothing written through a constant (there should
-  // be nothing) could reach the file. No MAP_POPULATE: on a private writable mapping it
-  // prefaults for writing, copying every page (~35 ms for 94 MB); populate() maps them for
-  // reading instead.
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-  int e = errno;
-  ::close(fd);
-  UPDRAFT_CHECK(p != MAP_FAILED, "cache", "cannot map entry " + path + ": " + std::strerror(e));
-  std::shared_ptr<const char> owner(static_cast<const char*>(p), [size](const char* q) {
-    ::munmap(const_cast<char*>(q), size);
-  });
-  return load_buffer(Buffer{std::move(owner), size, true}, key, sources, info);
+  return load_buffer(read_trusted_entry(path), key, sources, info);
 }
 
 }  // namespace updraft

@@ -3,7 +3,7 @@
 //
 //   std::string bytes = save_entry(cg->graph(), {key, "bert partition 0"});
 //   auto g = load_entry(bytes, key, sources);          // throws Error("cache", ...) on any defect
-//   auto g = load_entry_file(path, key, sources);      // the same, from a mapped file
+//   auto g = load_entry_file(path, key, sources);      // the same, from a file (trust-checked)
 //
 // Parameters are not stored themselves. A constant bound from the caller's parameter j
 // (Value::source == j) is stored as a reference and bound to sources[j] on load; a constant a
@@ -15,7 +15,8 @@
 // a fingerprint (XXH3-64)
 // of every parameter they were folded from: a load whose parameters have those fingerprints
 // maps them instead of replaying. Every other constant (literals the front end wrote) is
-// stored by value. Stored tensors start 64-byte aligned in the file and are used in place.
+// stored by value. Stored tensors start 64-byte aligned in the entry and are used in place (in
+// the process's own copy of it).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -58,7 +59,7 @@ struct LoadInfo {
   size_t folded = 0;        // folded constants in the entry
   bool mapped = false;      // taken from the entry (the parameters' fingerprints matched)
   double verify_ms = 0.0;   // checksum + fingerprints
-  double checksum_ms = 0.0; // of which the checksum (with mapping the pages), on its own thread for large entries
+  double checksum_ms = 0.0; // of which the checksum, on its own thread for large entries
   double fingerprint_ms = 0.0;  // of which the parameters' fingerprints
   double replay_ms = 0.0;   // replaying the recipes (when not mapped)
 };
@@ -71,9 +72,11 @@ struct LoadInfo {
 std::unique_ptr<Graph> load_entry(const std::string& bytes, const std::string& key,
                                   const std::vector<std::optional<Tensor>>& sources, LoadInfo* info = nullptr);
 
-// The same from a file, mapped read-only (copy-on-write) rather than read: the graph's stored
-// constants point into the mapping, which lives as long as they do. Entries are only ever
-// replaced by rename (updraft/cache.py), which leaves a live mapping intact.
+// The same from a file, read into private memory (never mapped: writing or truncating the file
+// later cannot reach the returned graph), and only when the file is one only this user could
+// have written: a regular file, not a symbolic link, owned by this process's effective user and
+// not writable by group or others (docs/format.md, "Trust"); anything else throws
+// Error("cache", ...). A FIFO is refused without waiting for a writer.
 std::unique_ptr<Graph> load_entry_file(const std::string& path, const std::string& key,
                                        const std::vector<std::optional<Tensor>>& sources, LoadInfo* info = nullptr);
 

@@ -3,6 +3,9 @@
 // other key, missing or mis-shaped parameters) reported as Error("cache", ...).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -155,10 +158,11 @@ TEST(CacheEntry, LoadFromAMappedFile) {
   {
     std::string bytes = save_entry(cold->graph(), {"k1", "", "", ""});
     std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    ::chmod(path.c_str(), 0600);
   }
   LoadInfo info;
   auto warm = CompiledGraph::from_optimized(load_entry_file(path, "k1", params, &info), CompileOptions{}, 0.0);
-  std::remove(path.c_str());  // the mapping outlives the name, as after an eviction
+  std::remove(path.c_str());  // the loaded entry outlives the name, as after an eviction
   EXPECT_TRUE(info.mapped);
   Tensor x = random_tensor(DType::f32, {3, 3, 8, 8}, 15);
   EXPECT_TRUE(same_bits(run(*warm, x), run(*cold, x)));
@@ -299,6 +303,7 @@ std::vector<std::optional<Tensor>> large_params(const Graph& g) {
 std::string write_temp(const std::string& name, const std::string& bytes) {
   std::string path = ::testing::TempDir() + name;
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  ::chmod(path.c_str(), 0600);  // as the cache writes it: a load refuses files others may write (any umask)
   return path;
 }
 
@@ -348,5 +353,73 @@ TEST(CacheEntry, LargeMappedEntryIsVerifiedInParallelAndCorruptionIsFound) {
   Tensor got = run(*refit, x);
   EXPECT_TRUE(same_bits(got, run(*fresh, x)));
   EXPECT_FALSE(same_bits(got, want));
+  std::remove(path.c_str());
+}
+
+// A loaded entry is the process's own copy: writing the file in place (same inode) or truncating
+// it changes nothing. A mapping shared the page cache: the first changed a running model's
+// constants, the second killed the process with SIGBUS at the next read of them.
+TEST(CacheEntry, LoadedFileEntryIsPrivateToTheProcess) {
+  auto g = model();
+  auto params = params_of(*g);
+  auto cold = CompiledGraph::compile(std::move(g), CompileOptions{});
+  std::string bytes = save_entry(cold->graph(), {"k1", "", "", ""});
+  std::string path = write_temp("updraft_private_entry.updraft", bytes);
+  LoadInfo info;
+  auto warm = CompiledGraph::from_optimized(load_entry_file(path, "k1", params, &info), CompileOptions{}, 0.0);
+  ASSERT_TRUE(info.mapped);  // the stored folds are used: their bytes are the entry's
+  Tensor x = random_tensor(DType::f32, {2, 3, 8, 8}, 31);
+  Tensor want = run(*cold, x);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    std::string junk(bytes.size() - 32, '\x42');
+    f.seekp(32);
+    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  EXPECT_TRUE(same_bits(run(*warm, x), want));  // the first plan, built after the write
+  ASSERT_EQ(::truncate(path.c_str(), 0), 0);
+  Tensor x2 = random_tensor(DType::f32, {3, 3, 8, 8}, 32);
+  EXPECT_TRUE(same_bits(run(*warm, x2), run(*cold, x2)));  // another plan, after the truncation
+  std::remove(path.c_str());
+}
+
+// Only a regular file this user owns and no one else may write is loaded (docs/format.md, "Trust").
+TEST(CacheEntry, FileOthersCouldHaveWrittenIsRefused) {
+  auto params = params_of(*model());
+  std::string bytes = saved();
+  std::string path = write_temp("updraft_trusted_entry.updraft", bytes);
+  load_entry_file(path, "k1", params);  // as written: loads
+
+  std::string link = ::testing::TempDir() + "updraft_link_entry.updraft";
+  std::remove(link.c_str());
+  ASSERT_EQ(::symlink(path.c_str(), link.c_str()), 0);
+  expect_cache_error([&] { load_entry_file(link, "k1", params); }, "is a symbolic link");
+  std::remove(link.c_str());
+
+  std::string fifo = ::testing::TempDir() + "updraft_fifo_entry.updraft";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_cache_error([&] { load_entry_file(fifo, "k1", params); }, "is not a regular file (a FIFO)");  // not a hang
+  std::remove(fifo.c_str());
+
+  std::string dir = ::testing::TempDir() + "updraft_dir_entry.updraft";
+  ::rmdir(dir.c_str());
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  expect_cache_error([&] { load_entry_file(dir, "k1", params); }, "is not a regular file (a directory)");
+  ::rmdir(dir.c_str());
+
+  for (mode_t mode : {0620, 0602, 0666}) {
+    ASSERT_EQ(::chmod(path.c_str(), mode), 0);
+    char want[64];
+    std::snprintf(want, sizeof want, "writable by other users (mode %04o)", static_cast<unsigned>(mode));
+    expect_cache_error([&] { load_entry_file(path, "k1", params); }, want);
+  }
+  ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
+  load_entry_file(path, "k1", params);  // readable by others is fine: nothing in it is secret
+
+  if (::geteuid() == 0) {  // giving a file away needs root
+    ASSERT_EQ(::chown(path.c_str(), 65534, 65534), 0);
+    expect_cache_error([&] { load_entry_file(path, "k1", params); }, "is owned by user 65534, not by this user (0)");
+  }
   std::remove(path.c_str());
 }
