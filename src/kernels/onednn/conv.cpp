@@ -107,8 +107,10 @@ class ConvKernel final : public Kernel {
     }
     if (dst_reorder_) reorder_to(*dst_reorder_, dst_md_, outer_dst_md_, dst, out[0].data, s);
     s.wait();
-    // The whole dst buffer, channel-block padding included (the act keeps its zeros zero).
-    ep_.apply_engine_act(out[0].ptr<float>(), static_cast<int64_t>(dst_md_.get_size() / sizeof(float)), threads_);
+    // The whole output buffer in the graph's layout, channel-block padding included (the act
+    // keeps its zeros zero); dst_md_ may be another layout (a larger padded block) when
+    // via_plain_.
+    ep_.apply_engine_act(out[0].ptr<float>(), static_cast<int64_t>(outer_dst_md_.get_size() / sizeof(float)), threads_);
   }
 
   size_t scratch_bytes() const override { return scratch_total_; }
