@@ -62,9 +62,24 @@ ATOL_PER_SCALE = 2e-5
 OVERFLOW_EDGE = 1e38
 
 # Bug classes open elsewhere, each: name -> (ops, when, what). The generator does not apply an op
-# of `ops` to an operand that `when` describes: "nonfinite" (holds NaN or +-Inf in the eager
-# run), "nan" (holds NaN). Remove an entry when its fix lands.
-KNOWN_ISSUES: dict[str, tuple[frozenset, str, str]] = {}
+# of `ops` to an operand that `when` describes, judged on the eager run's values: "nan" (holds
+# NaN), "inf" (holds +-Inf), "nonfinite" (either), "huge" (holds a finite |x| >= 1e18, whose
+# square overflows f32), "nan-from-gemm" (holds NaN and was made by a matmul, so the op becomes
+# its fused epilogue). Remove an entry when its fix lands.
+KNOWN_ISSUES: dict[str, tuple[frozenset, str, str]] = {
+    "max-pool-nan": (frozenset({"max_pool", "max_pool_pad"}), "nan",
+                     "max_pool2d drops NaN: a window holding NaN gives its largest number, an all-NaN "
+                     "window -3.4e38; eager gives NaN"),
+    "gemm-epilogue-nan": (frozenset({"relu", "clamp", "clamp_min"}), "nan-from-gemm",
+                          "relu/clamp fused into a matmul epilogue give 0 / the bound for NaN; eager NaN"),
+    "sdpa-nonfinite": (frozenset({"sdpa", "self_attn", "causal_attn"}), "nonfinite",
+                       "sdpa with NaN/Inf in q/k/v: rows where the engine gives NaN and eager 0"),
+    "gelu-inf": (frozenset({"gelu"}), "inf", "gelu(+inf): eager gives NaN, the engine +inf"),
+    "layer-norm-huge": (frozenset({"layer_norm"}), "huge",
+                        "layer_norm of a row whose squares overflow f32 (|x| ~ 1e30): eager NaN, "
+                        "the engine 0"),
+}
+_GEMMS = frozenset({"matmul", "matmul_t", "gram"})
 
 
 def _known_issues() -> dict:
@@ -83,6 +98,8 @@ class Val:
     exact: bool  # computed only by exactly rounded ops from the inputs: discrete ops may read it
     has_nan: bool
     has_inf: bool
+    producer: str = "input"  # the OPS entry that made it
+    has_huge: bool = False
 
     @property
     def kind(self) -> str:
@@ -275,10 +292,12 @@ class Program:
         return f"seed {self.seed}\ninputs:\n{ins}\nprogram:\n{self.source}"
 
 
-def _nonfinite(t: torch.Tensor) -> tuple[bool, bool]:
+def _nonfinite(t: torch.Tensor) -> tuple[bool, bool, bool]:
+    """(holds NaN, holds +-Inf, holds a finite |x| >= 1e18)."""
     if not t.is_floating_point() or t.numel() == 0:
-        return False, False
-    return bool(torch.isnan(t).any()), bool(torch.isinf(t).any())
+        return False, False, False
+    a = t.abs()
+    return bool(torch.isnan(t).any()), bool(torch.isinf(t).any()), bool(((a >= 1e18) & (a < float("inf"))).any())
 
 
 def _fits_int64(t: torch.Tensor) -> bool:
@@ -320,7 +339,10 @@ def _blocked_by_known(op: str, operands: list) -> bool:
         if op not in ops:
             continue
         for v in operands:
-            if (when == "nonfinite" and (v.has_nan or v.has_inf)) or (when == "nan" and v.has_nan):
+            if ((when == "nan" and v.has_nan) or (when == "inf" and v.has_inf)
+                    or (when == "nonfinite" and (v.has_nan or v.has_inf))
+                    or (when == "huge" and v.has_huge)
+                    or (when == "nan-from-gemm" and v.has_nan and v.producer in _GEMMS)):
                 return True
     return False
 
@@ -332,8 +354,8 @@ def generate(seed: int) -> tuple[Program, list]:
     vals = []
     for i, t in enumerate(tensors):
         env[f"x{i}"] = t
-        nan, inf = _nonfinite(t)
-        vals.append(Val(f"x{i}", t.dtype, tuple(t.shape), True, nan, inf))
+        nan, inf, huge = _nonfinite(t)
+        vals.append(Val(f"x{i}", t.dtype, tuple(t.shape), True, nan, inf, "input", huge))
     lines, used = [], []
     n_statements = rng.randint(2, 8)
     attempts = 0
@@ -381,9 +403,9 @@ def generate(seed: int) -> tuple[Program, list]:
         if out.dtype == I64 and out.numel() and int(out.abs().max()) > 1 << 40:
             continue  # keep int64 far from overflow: it wraps in ATen and is UB in C++
         env[name] = out
-        nan, inf = _nonfinite(out)
+        nan, inf, huge = _nonfinite(out)
         exact = exact_op and all(v.exact for v in operands)
-        vals.append(Val(name, out.dtype, tuple(out.shape), exact, nan, inf))
+        vals.append(Val(name, out.dtype, tuple(out.shape), exact, nan, inf, op, huge))
         lines.append(f"{name} = {expr}")
         used.append(op)
     if not lines:  # every draw failed: one statement that always applies
