@@ -52,12 +52,13 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 asan_lane() {
   build asan
   local t0; t0=$(now)
+  if [ "${UPDRAFT_SANITIZE_PYTHON_ONLY:-0}" = 1 ]; then echo "[sanitize] asan: C++ tests skipped (UPDRAFT_SANITIZE_PYTHON_ONLY=1)"; else
   echo "[sanitize] asan: C++ tests"
   # Leak checking is on for the C++ tests: they are our code end to end (oneDNN's and
   # libgomp's process-lifetime allocations are not reported as leaks: they stay reachable).
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1 \
     ctest --test-dir build/asan -j"$JOBS" --output-on-failure
-  echo "[sanitize] asan C++ tests: $(( $(now) - t0 )) s"
+  echo "[sanitize] asan C++ tests: $(( $(now) - t0 )) s"; fi
 
   # The Python subset runs the package from the source tree with the instrumented extension.
   t0=$(now)
@@ -67,11 +68,13 @@ asan_lane() {
   rm -f "$pkg"/updraft/_C*.so; rm -rf "$pkg"/updraft/__pycache__
   cp build/asan/_C*.so "$pkg/updraft/"
   # The ASan runtime must be the first library loaded (python is not instrumented), hence
-  # LD_PRELOAD. detect_leaks=0: CPython and torch keep process-lifetime allocations (interned
+  # LD_PRELOAD; libstdc++ is preloaded with it because python does not link it, and ASan's
+  # __cxa_throw interceptor looks the real one up when it starts: without it the first C++
+  # exception (torch's own, through pybind11) stops the process with "CHECK failed". detect_leaks=0: CPython and torch keep process-lifetime allocations (interned
   # objects, op registries, thread pools) that LSan would report by the thousand, none ours.
   # PYTHONMALLOC=malloc: Python objects become heap blocks ASan tracks, so a binding that reads
   # a freed object is caught instead of reading a recycled pymalloc slot.
-  local env=(LD_PRELOAD="$(runtime libasan.so)"
+  local env=(LD_PRELOAD="$(runtime libasan.so) $(runtime libstdc++.so)"
              ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_string_checks=1
              PYTHONMALLOC=malloc PYTHONPATH="$pkg")
   env "${env[@]}" python - <<'EOF'
