@@ -20,3 +20,9 @@ def pytest_collection_modifyitems(config, items):
     if len(keep) != len(items):
         config.hook.pytest_deselected(items=[it for it in items if it not in keep])
         items[:] = keep
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "fuzz: the time-bounded differential fuzz (tests/python/test_diff_fuzz.py; "
+                   "UPDRAFT_DIFF_FUZZ_SECONDS sets its budget)")

@@ -33,13 +33,16 @@ namespace updraft::onednn {
 
 namespace {
 
-// Row-major strides of `d`.
+// Row-major strides of `d`. A runtime dim (DNNL_RUNTIME_DIM_VAL, INT64_MIN: runtime-M kernels)
+// makes the strides left of it runtime too, and is never multiplied (signed overflow is UB).
 dims dense_strides(const dims& d) {
   dims s(d.size());
   int64_t acc = 1;
+  bool runtime = false;
   for (int i = static_cast<int>(d.size()) - 1; i >= 0; --i) {
-    s[i] = acc;
-    acc *= d[i];
+    s[i] = runtime ? DNNL_RUNTIME_DIM_VAL : acc;
+    if (d[i] == DNNL_RUNTIME_DIM_VAL) runtime = true;
+    else acc *= d[i];
   }
   return s;
 }
