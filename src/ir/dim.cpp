@@ -36,14 +36,23 @@ static int64_t floordiv_int(int64_t a, int64_t b) {
   return q;
 }
 
+// Python's %: the result has the divisor's sign. Computed from the remainder, not as
+// a - floordiv(a, b) * b, whose product overflows (1 % INT64_MIN: -1 * INT64_MIN).
+static int64_t floormod_int(int64_t a, int64_t b) {
+  UPDRAFT_CHECK(b != 0, "ir", "division by zero in a shape expression");
+  if (b == -1) return 0;  // a % -1 traps for INT64_MIN on x86
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;  // opposite signs: no overflow
+  return r;
+}
+
 static int64_t apply(Dim::Kind k, int64_t a, int64_t b) {
   switch (k) {
     case Dim::Kind::Add: return checked_add(a, b, "ir", "shape expression");
     case Dim::Kind::Sub: return checked_sub(a, b, "ir", "shape expression");
     case Dim::Kind::Mul: return checked_mul(a, b, "ir", "shape expression");
     case Dim::Kind::FloorDiv: return floordiv_int(a, b);
-    // |floordiv(a, b) * b| <= |a| once the quotient exists, so only the quotient can overflow.
-    case Dim::Kind::Mod: return a - floordiv_int(a, b) * b;
+    case Dim::Kind::Mod: return floormod_int(a, b);
     case Dim::Kind::Max: return std::max(a, b);
     case Dim::Kind::Min: return std::min(a, b);
     default: return 0;
