@@ -7,14 +7,17 @@
 
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string_view>
 #include <thread>
 
+#include "core/checked.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/version.h"
@@ -105,14 +108,25 @@ Tensor blob_tensor(const std::string& name, std::string_view s, const Buffer& bu
   } catch (const Error&) {
     throw Error("cache", "entry field " + name + " has an unknown dtype '" + words[0] + "'");
   }
+  UPDRAFT_CHECK(words.size() - 1 <= static_cast<size_t>(kMaxDims), "cache",
+                "entry field " + name + " has rank " + std::to_string(words.size() - 1) + ", over the engine limit of 8");
   std::vector<int64_t> shape;
   for (size_t i = 1; i < words.size(); ++i) {
-    char* end = nullptr;
-    long long d = std::strtoll(words[i].c_str(), &end, 10);
-    UPDRAFT_CHECK(end && *end == '\0' && d >= 0, "cache", "entry field " + name + " has a bad size '" + words[i] + "'");
+    int64_t d = -1;
+    const std::string& w = words[i];
+    auto [end, ec] = std::from_chars(w.data(), w.data() + w.size(), d);
+    UPDRAFT_CHECK(ec == std::errc() && end == w.data() + w.size() && d >= 0, "cache",
+                  "entry field " + name + " has a bad size '" + w + "'");
     shape.push_back(d);
   }
-  size_t nbytes = static_cast<size_t>(numel_of(shape)) * dtype_size(dt);
+  // Checked: a count whose byte size wraps to the bytes stored would pass the check below and
+  // hand kernels a tensor far larger than its memory.
+  size_t nbytes = 0;
+  try {
+    nbytes = shape_nbytes(shape, dt, "cache");
+  } catch (const Error& e) {
+    throw Error("cache", "entry field " + name + " has a tensor header whose size does not fit: " + e.what());
+  }
   UPDRAFT_CHECK(s.size() - nl - 1 == nbytes, "cache",
                 "entry field " + name + " holds " + std::to_string(s.size() - nl - 1) + " bytes, its header says " +
                     std::to_string(nbytes));
@@ -407,8 +421,18 @@ namespace {
 
 bool checked_ref(std::string_view ref, char kind) {
   bool ok = ref.size() >= 2 && ref[0] == kind;
-  for (size_t i = 1; ok && i < ref.size(); ++i) ok = std::isdigit(static_cast<unsigned char>(ref[i]));
+  for (size_t i = 1; ok && i < ref.size(); ++i) ok = ref[i] >= '0' && ref[i] <= '9';
   return ok;
+}
+
+// The number of a checked reference ("p12" -> 12); a number past size_t is a defect, reported
+// as one (std::stoul's out_of_range is no updraft Error).
+size_t ref_number(std::string_view ref) {
+  size_t j = 0;
+  auto [end, ec] = std::from_chars(ref.data() + 1, ref.data() + ref.size(), j);
+  UPDRAFT_CHECK(ec == std::errc() && end == ref.data() + ref.size(), "cache",
+                "entry refers to '" + std::string(ref) + "', whose number is out of range");
+  return j;
 }
 
 // "pJ <hex>" lines -> (J, fingerprint); malformed lines are a defect.
@@ -425,7 +449,7 @@ std::vector<std::pair<size_t, uint64_t>> parse_fingerprints(std::string_view tex
     char* end = nullptr;
     uint64_t fp = std::strtoull(line.c_str() + sp + 1, &end, 16);
     UPDRAFT_CHECK(end && *end == '\0', "cache", "entry has a bad fingerprint line '" + line + "'");
-    out.push_back({std::stoul(line.substr(1, sp - 1)), fp});
+    out.push_back({ref_number(std::string_view(line).substr(0, sp)), fp});
   }
   return out;
 }
@@ -443,16 +467,30 @@ std::unique_ptr<Graph> load_buffer(const Buffer& buf, const std::string& key,
   uint64_t sum = 0;
   std::thread summer;
   const bool parallel = h.length >= kParallelVerifyBytes;
-  auto checksum = [&] {
-    auto ts = std::chrono::steady_clock::now();
-    sum = payload_sum(bytes, h);
-    li.checksum_ms = ms_since(ts);
+  // Nothing here throws; if it did, the exception must not leave the thread (std::terminate):
+  // the sum then stays 0 and the entry is reported corrupt.
+  auto checksum = [&]() noexcept {
+    try {
+      auto ts = std::chrono::steady_clock::now();
+      sum = payload_sum(bytes, h);
+      li.checksum_ms = ms_since(ts);
+    } catch (...) {
+      sum = ~h.checksum;
+    }
   };
   if (parallel) summer = std::thread(checksum);
   else checksum();
   auto join = [&] {
     if (summer.joinable()) summer.join();
   };
+  // Joins on every way out of this function, whatever is thrown: a joinable std::thread's
+  // destructor calls std::terminate.
+  struct Joiner {
+    std::thread& t;
+    ~Joiner() {
+      if (t.joinable()) t.join();
+    }
+  } joiner{summer};
   Container c;
   bool prints_match = false;
   try {
@@ -472,7 +510,7 @@ std::unique_ptr<Graph> load_buffer(const Buffer& buf, const std::string& key,
         }
       li.fingerprint_ms = ms_since(tf);
     }
-  } catch (const Error&) {
+  } catch (...) {
     join();
     check_sum(h, sum);  // a corrupt entry is reported as corrupt, not by its symptom
     throw;
@@ -491,9 +529,8 @@ std::unique_ptr<Graph> load_buffer(const Buffer& buf, const std::string& key,
   auto blob = [&](const std::string& ref) { return blob_tensor(ref, field(c, ref), buf); };
   // Parameter J of "pJ" (a checked reference), with the dtype and shape the entry was compiled for.
   auto source = [&](const std::string& ref, const TensorType& type) {
-    size_t j = 0;
-    for (size_t i = 1; i < ref.size(); ++i) j = j * 10 + static_cast<size_t>(ref[i] - '0');
-    UPDRAFT_CHECK(ref.size() < 12 && j < sources.size() && sources[j].has_value(), "cache",
+    size_t j = ref_number(ref);
+    UPDRAFT_CHECK(j < sources.size() && sources[j].has_value(), "cache",
                   "entry needs parameter " + ref.substr(1) + ", which the caller did not give");
     const Tensor& t = *sources[j];
     bool same_shape = t.shape().size() == type.shape.size();
@@ -521,12 +558,38 @@ std::unique_ptr<Graph> load_buffer(const Buffer& buf, const std::string& key,
       UPDRAFT_CHECK(checked_ref(ref, 'b'), "cache", "init graph refers to '" + ref + "'");
       return blob(ref);
     };
-    std::unique_ptr<Graph> init = parse_graph(std::string(field(c, "init")), &init_res);
+    ParseOptions init_opts;
+    init_opts.externs = &init_res;
+    init_opts.max_generated_bytes = 0;  // constants by reference only: every byte is in the entry
+    std::unique_ptr<Graph> init = parse_graph(std::string(field(c, "init")), init_opts);
+    // What the replay reads: the parameters and stored blobs. A recorded fold grew its result
+    // to at most 2x its inputs unless the result was tiny (passes/constant_fold.cpp; the
+    // always-folds of fold_conv_bn and fuse_epilogue scale or reshape a weight), so a node
+    // that would grow past that, or past 2x all the replay reads, was not written by save_entry
+    // and is refused before its result is allocated.
+    size_t read_bytes = 0;
+    for (Value* cv : init->constants()) read_bytes = checked_add(read_bytes, cv->constant->nbytes(), "cache", "init graph bytes");
     std::vector<std::optional<Tensor>> val(init->num_values());
     for (Value* in : init->inputs()) {
       UPDRAFT_CHECK(checked_ref(in->name, 'p'), "cache", "init graph input '" + in->name + "' is not a parameter");
       val[in->id] = source(in->name, in->type);
+      read_bytes = checked_add(read_bytes, val[in->id]->nbytes(), "cache", "init graph bytes");
     }
+    constexpr size_t kTinyFold = 4096;
+    auto fold_bound = [&](const Node& n, const std::vector<TensorView>& views) {
+      size_t in_bytes = 0, out_bytes = 0;
+      for (const TensorView& v : views) in_bytes = checked_add(in_bytes, v.nbytes(), "cache", "fold input bytes");
+      for (const Value* o : n.outputs) {
+        UPDRAFT_CHECK(shape_is_static(o->type.shape), "cache", "init graph node " + n.op_name() + " has a symbolic result");
+        out_bytes = checked_add(out_bytes, shape_nbytes(shape_values(o->type.shape), o->type.dtype, "cache"), "cache",
+                                "fold result bytes");
+      }
+      const size_t limit = std::max(kTinyFold, 2 * std::min(in_bytes, read_bytes));
+      UPDRAFT_CHECK(out_bytes <= limit, "cache",
+                    "init graph node " + n.op_name() + " would make " + std::to_string(out_bytes) + " bytes from " +
+                        std::to_string(in_bytes) + ", more than a recorded fold makes (at most " +
+                        std::to_string(limit) + "); the entry was not written by save_entry");
+    };
     for (Value* cv : init->constants()) val[cv->id] = *cv->constant;
     std::vector<const Node*> last_use(init->num_values(), nullptr);
     for (Node* n : init->nodes())
@@ -534,6 +597,7 @@ std::unique_ptr<Graph> load_buffer(const Buffer& buf, const std::string& key,
     for (Node* n : init->nodes()) {
       std::vector<TensorView> views;
       for (Value* v : n->inputs) views.push_back(val.at(v->id)->view());
+      fold_bound(*n, views);
       std::vector<Tensor> outs = evaluate_constant_node(*n, views);
       for (size_t k = 0; k < outs.size(); ++k) val[n->outputs[k]->id] = std::move(outs[k]);
       for (Value* v : n->inputs)  // intermediates die at their last use: the peak stays small
@@ -548,12 +612,15 @@ std::unique_ptr<Graph> load_buffer(const Buffer& buf, const std::string& key,
     if (checked_ref(ref, 'p')) return source(ref, type);
     if (checked_ref(ref, 'b')) return blob(ref);
     UPDRAFT_CHECK(checked_ref(ref, 'd'), "cache", "graph refers to '" + ref + "'");
-    size_t k = std::stoul(ref.substr(1));
+    size_t k = ref_number(ref);
     UPDRAFT_CHECK(k < derived.size(), "cache", "graph refers to folded constant " + ref + ", the entry has " +
                                                    std::to_string(derived.size()));
     return derived[k];
   };
-  return parse_graph(std::string(field(c, "graph")), &main_res);
+  ParseOptions main_opts;
+  main_opts.externs = &main_res;
+  main_opts.max_generated_bytes = 0;
+  return parse_graph(std::string(field(c, "graph")), main_opts);
 }
 
 // The bytes of the entry file at `path`, read into private memory once the file has passed the

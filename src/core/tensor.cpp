@@ -5,13 +5,17 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/checked.h"
 #include "core/error.h"
 
 namespace updraft {
 
 int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  for (int64_t s : shape) {
+    if (s == 0) return 0;  // empty whatever the other sizes are (torch: [0, 2^62, 4] is empty)
+  }
+  for (int64_t s : shape) n = checked_mul<int64_t>(n, s, "tensor", "element count");
   return n;
 }
 
@@ -27,7 +31,10 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
 
 int64_t TensorView::numel() const {
   int64_t n = 1;
-  for (int i = 0; i < ndim; ++i) n *= sizes[i];
+  for (int i = 0; i < ndim; ++i) {
+    if (sizes[i] == 0) return 0;
+  }
+  for (int i = 0; i < ndim; ++i) n = checked_mul<int64_t>(n, sizes[i], "tensor", "element count");
   return n;
 }
 
@@ -75,12 +82,16 @@ std::shared_ptr<void> aligned_alloc_shared(size_t bytes) {
 }
 
 Tensor::Tensor(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
-  size_t n = nbytes();
+  // The one place an owning tensor's size is decided: a negative size or a count that wraps
+  // would allocate less than its readers walk.
+  size_t n = shape_nbytes(shape_, dtype_, "tensor");
   storage_ = aligned_alloc_shared(n);
   std::memset(storage_.get(), 0, n);
 }
 
 Tensor::Tensor(DType dtype, std::vector<int64_t> shape, std::shared_ptr<void> storage)
-    : dtype_(dtype), shape_(std::move(shape)), storage_(std::move(storage)) {}
+    : dtype_(dtype), shape_(std::move(shape)), storage_(std::move(storage)) {
+  shape_nbytes(shape_, dtype_, "tensor");
+}
 
 }  // namespace updraft

@@ -1,7 +1,9 @@
 #include "ir/dim.h"
 
 #include <algorithm>
+#include <cstdint>
 
+#include "core/checked.h"
 #include "core/error.h"
 
 namespace updraft {
@@ -24,20 +26,33 @@ int64_t Dim::value() const {
   return value_;
 }
 
+// Shape arithmetic is checked: expressions come from text (cache entries, the bindings'
+// strings) and from sizes the caller binds, and INT64_MIN // -1 traps (SIGFPE) on x86.
 static int64_t floordiv_int(int64_t a, int64_t b) {
   UPDRAFT_CHECK(b != 0, "ir", "division by zero in a shape expression");
+  if (b == -1 && a == INT64_MIN) throw_overflow("ir", "shape expression", "//", a, b);
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
 }
 
+// Python's %: the result has the divisor's sign. Computed from the remainder, not as
+// a - floordiv(a, b) * b, whose product overflows (1 % INT64_MIN: -1 * INT64_MIN).
+static int64_t floormod_int(int64_t a, int64_t b) {
+  UPDRAFT_CHECK(b != 0, "ir", "division by zero in a shape expression");
+  if (b == -1) return 0;  // a % -1 traps for INT64_MIN on x86
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;  // opposite signs: no overflow
+  return r;
+}
+
 static int64_t apply(Dim::Kind k, int64_t a, int64_t b) {
   switch (k) {
-    case Dim::Kind::Add: return a + b;
-    case Dim::Kind::Sub: return a - b;
-    case Dim::Kind::Mul: return a * b;
+    case Dim::Kind::Add: return checked_add(a, b, "ir", "shape expression");
+    case Dim::Kind::Sub: return checked_sub(a, b, "ir", "shape expression");
+    case Dim::Kind::Mul: return checked_mul(a, b, "ir", "shape expression");
     case Dim::Kind::FloorDiv: return floordiv_int(a, b);
-    case Dim::Kind::Mod: return a - floordiv_int(a, b) * b;
+    case Dim::Kind::Mod: return floormod_int(a, b);
     case Dim::Kind::Max: return std::max(a, b);
     case Dim::Kind::Min: return std::min(a, b);
     default: return 0;
@@ -72,15 +87,18 @@ Dim Dim::make(Kind k, const Dim& a, const Dim& b) {
   if (k == Kind::Add && a.is_static()) return make(Kind::Add, b, a);
   if ((k == Kind::Add || k == Kind::Sub) && b.is_static()) {
     Dim base = a;
-    int64_t off = k == Kind::Add ? b.value_ : -b.value_;
+    int64_t off = k == Kind::Add ? b.value_ : checked_sub<int64_t>(0, b.value_, "ir", "shape expression");
     if ((a.kind_ == Kind::Add || a.kind_ == Kind::Sub) && a.node_->b.is_static()) {
       base = a.node_->a;
-      off += a.kind_ == Kind::Add ? a.node_->b.value_ : -a.node_->b.value_;
+      const int64_t inner = a.node_->b.value_;
+      off = a.kind_ == Kind::Add ? checked_add(off, inner, "ir", "shape expression")
+                                 : checked_sub(off, inner, "ir", "shape expression");
     }
     if (off == 0) return base;
     Dim d;
     d.kind_ = off > 0 ? Kind::Add : Kind::Sub;
-    d.node_ = std::make_shared<const Node>(Node{"", base, Dim(off > 0 ? off : -off)});
+    const int64_t mag = off > 0 ? off : checked_sub<int64_t>(0, off, "ir", "shape expression");
+    d.node_ = std::make_shared<const Node>(Node{"", base, Dim(mag)});
     return d;
   }
   Dim d;

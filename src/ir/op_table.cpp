@@ -84,7 +84,7 @@ std::vector<TensorType> OpTable::infer(const OpDef& d, const std::vector<TensorT
     throw Error(op, "takes " + want + " inputs, got " + std::to_string(n));
   }
   for (const auto& [name, value] : attrs) {
-    auto spec = std::find_if(d.attrs.begin(), d.attrs.end(), [&](const AttrSpec& s) { return s.name == name; });
+    auto spec = std::find_if(d.attrs.begin(), d.attrs.end(), [&n = name](const AttrSpec& s) { return s.name == n; });
     if (spec == d.attrs.end()) throw Error(op, "unknown attribute '" + name + "'");
     bool ok = value.kind() == spec->kind ||
               (spec->kind == Attr::Kind::Float && value.kind() == Attr::Kind::Int) ||

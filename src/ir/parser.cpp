@@ -13,6 +13,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "core/checked.h"
 #include "core/error.h"
 #include "ir/op_table.h"
 #include "ir/text.h"
@@ -42,12 +43,12 @@ struct Number {
 
 class Parser {
  public:
-  explicit Parser(const std::string& src, const ExternResolver* externs = nullptr) : s_(src), externs_(externs) {}
+  explicit Parser(const std::string& src, const ParseOptions& opts = {}) : s_(src), opts_(opts) {}
 
   // One dimension expression and nothing else ("s0", "(s0*12)", "s0*s1+1").
   Dim parse_dim_only() {
     ws(false);
-    Dim d = dim_expr();
+    Dim d = dim_top();
     ws(false);
     if (pos_ != s_.size()) fail("expected the end of the dimension expression");
     return d;
@@ -242,8 +243,12 @@ class Parser {
     expect("[", false);
     if (!eat("]")) {
       t.shape.reserve(4);
-      do t.shape.push_back(type_dim());
-      while (eat(",", false));
+      do {
+        size_t p = pos_;
+        t.shape.push_back(type_dim());
+        if (t.shape.back().is_static() && t.shape.back().value() < 0)
+          fail_at(p, "size " + std::to_string(t.shape.back().value()) + " is negative");
+      } while (eat(",", false));
       expect("]");
     }
     return t;
@@ -262,27 +267,52 @@ class Parser {
         return Dim(v);
       }
     }
+    return dim_top();
+  }
+  // One whole expression. Its operators and parentheses are counted: the parser and every Dim
+  // walk (eval, str, ==) recurse over them, so their number, not the stack, bounds the depth.
+  Dim dim_top() {
+    dim_ops_ = 0;
     return dim_expr();
+  }
+  void count_dim_op(size_t at) {
+    if (++dim_ops_ > opts_.max_dim_expr_ops)
+      fail_at(at, "dimension expression has more than " + std::to_string(opts_.max_dim_expr_ops) +
+                      " operators and parentheses (nested too deep or too long)");
+  }
+  // Constant sub-expressions fold as they are built; an overflow there is reported here.
+  template <typename F>
+  Dim dim_op(size_t at, F&& f) {
+    count_dim_op(at);
+    try {
+      return f();
+    } catch (const Error& e) {
+      fail_at(at, e.what());
+    }
   }
   Dim dim_expr() {
     Dim d = dim_term();
     for (;;) {
-      if (eat("+", false)) d = d + dim_term();
-      else if (eat("-", false)) d = d - dim_term();
+      size_t at = pos_;
+      if (eat("+", false)) { Dim r = dim_term(); d = dim_op(at, [&] { return d + r; }); }
+      else if (eat("-", false)) { Dim r = dim_term(); d = dim_op(at, [&] { return d - r; }); }
       else return d;
     }
   }
   Dim dim_term() {
     Dim d = dim_atom();
     for (;;) {
-      if (eat("*", false)) d = d * dim_atom();
-      else if (eat("//", false)) d = floordiv(d, dim_atom());
-      else if (eat("%", false)) d = mod(d, dim_atom());
+      size_t at = pos_;
+      if (eat("*", false)) { Dim r = dim_atom(); d = dim_op(at, [&] { return d * r; }); }
+      else if (eat("//", false)) { Dim r = dim_atom(); d = dim_op(at, [&] { return floordiv(d, r); }); }
+      else if (eat("%", false)) { Dim r = dim_atom(); d = dim_op(at, [&] { return mod(d, r); }); }
       else return d;
     }
   }
   Dim dim_atom() {
+    size_t at = pos_;
     if (eat("(", false)) {
+      count_dim_op(at);
       Dim d = dim_expr();
       expect(")", false);
       return d;
@@ -292,11 +322,12 @@ class Parser {
     std::string name = ident("a dimension (an integer, a symbol like s0, or an expression)", false);
     if (name == "max" || name == "min") {
       expect("(", false);
+      count_dim_op(at);
       Dim a = dim_expr();
       expect(",", false);
       Dim b = dim_expr();
       expect(")", false);
-      return name == "max" ? max(a, b) : min(a, b);
+      return dim_op(at, [&] { return name == "max" ? max(a, b) : min(a, b); });
     }
     return Dim::sym(name);
   }
@@ -400,7 +431,7 @@ class Parser {
         do {
           size_t b = pos_;
           if (starts_dim_expr()) {
-            v.push_back(dim_expr());
+            v.push_back(dim_top());
             ws();
             continue;
           }
@@ -415,7 +446,7 @@ class Parser {
     if (peek_word("true")) { expect_word("true"); return Attr(true); }
     if (peek_word("false")) { expect_word("false"); return Attr(false); }
     if (starts_dim_expr()) {  // one symbolic size: s1, (s1*2), max(s0, 1)
-      Dim d = dim_expr();
+      Dim d = dim_top();
       ws();
       return Attr::from_dim(d);
     }
@@ -456,16 +487,27 @@ class Parser {
     size_t tpos = pos_;
     TensorType t = type();
     if (!shape_is_static(t.shape)) fail_at(tpos, "a constant's shape must be static, got " + t.str());
+    if (t.shape.size() > static_cast<size_t>(kMaxDims)) fail_at(tpos, "rank exceeds the engine limit of 8");
+    const std::vector<int64_t> sizes = shape_values(t.shape);
+    // Checked before anything is allocated: a count that wraps would allocate a few bytes and
+    // fill 2^62 elements.
+    size_t nbytes = 0;
+    try {
+      nbytes = shape_nbytes(sizes, t.dtype, "tensor");
+    } catch (const Error& e) {
+      fail_at(tpos, "constant " + t.str() + ": " + e.what());
+    }
+    const int64_t numel = numel_of(sizes);
     if (peek_word("extern")) {
       expect_word("extern");
       expect("(");
       size_t rpos = pos_;
       std::string ref = ident("an extern reference");
       expect(")");
-      if (!externs_) fail_at(rpos, "extern(" + ref + ") data needs a resolver (only cache entries use it)");
+      if (!opts_.externs) fail_at(rpos, "extern(" + ref + ") data needs a resolver (only cache entries use it)");
       Tensor data;
       try {
-        data = (*externs_)(ref, t);
+        data = (*opts_.externs)(ref, t);
       } catch (const Error& e) {
         fail_at(rpos, std::string("extern(") + ref + "): " + e.what());
       }
@@ -474,8 +516,34 @@ class Parser {
       define(name, where, g_->add_constant(is_numeric(name) ? "" : std::string(name), std::move(data)));
       return;
     }
-    Tensor data(t.dtype, shape_values(t.shape));
     size_t dpos = pos_;
+    const bool generated = peek_word("random") || peek_word("full");
+    if (peek_word("elided")) {
+      fail("constant data was elided by the printer (PrintOptions::max_literal_numel); print with "
+           "max_literal_numel = -1 to get text that parses");
+    } else if (generated) {
+      if (opts_.max_generated_bytes == 0)
+        fail("generated constant data (full, random) is not accepted here: a cache entry holds its constants "
+             "as extern(REF)");
+      if (nbytes > opts_.max_generated_bytes)
+        fail_at(dpos, "constant " + t.str() + " is " + std::to_string(nbytes) + " bytes of generated data, over "
+                          "the limit of " + std::to_string(opts_.max_generated_bytes) +
+                          " (ParseOptions::max_generated_bytes)");
+    } else if (at("[") || at("bits[")) {
+      // A value and a separator per element: text that cannot hold them all is rejected
+      // before the tensor is allocated.
+      if (numel > 0 && static_cast<uint64_t>(numel - 1) > (s_.size() - pos_) / 2)
+        fail_at(dpos, "constant " + t.str() + " needs more values than the rest of the text holds (" +
+                          std::to_string(numel) + ")");
+    } else {
+      fail("expected constant data: [values], random(seed=N), full(X) or bits[...]");
+    }
+    Tensor data;
+    try {
+      data = Tensor(t.dtype, sizes);
+    } catch (const Error& e) {
+      fail_at(tpos, "constant " + t.str() + ": " + e.what());
+    }
     if (peek_word("random")) {
       fill_random(data);
     } else if (peek_word("full")) {
@@ -483,11 +551,8 @@ class Parser {
       expect("(");
       size_t b = pos_;
       Number v = parse_element_number(data.dtype());
-      for (int64_t i = 0; i < data.numel(); ++i) store(data, i, v, b);
+      for (int64_t i = 0; i < numel; ++i) store(data, i, v, b);
       expect(")");
-    } else if (peek_word("elided")) {
-      fail("constant data was elided by the printer (PrintOptions::max_literal_numel); print with "
-           "max_literal_numel = -1 to get text that parses");
     } else if (at("bits[")) {
       if (t.dtype != DType::f16 && t.dtype != DType::bf16) fail("bits[...] data is for f16/bf16 constants only");
       expect("bits[");
@@ -497,13 +562,13 @@ class Parser {
           size_t b = pos_;
           int64_t x = hex_or_int();
           if (x < 0 || x > 0xffff) fail_at(b, "a 16-bit pattern must be in [0, 0xffff]");
-          if (i < data.numel()) data.ptr<uint16_t>()[i] = static_cast<uint16_t>(x);
+          if (i < numel) data.ptr<uint16_t>()[i] = static_cast<uint16_t>(x);
           ++i;
         } while (eat(","));
         expect("]");
       }
-      check_count(i, data.numel(), dpos);
-    } else if (at("[")) {
+      check_count(i, numel, dpos);
+    } else {
       if (t.dtype == DType::f16 || t.dtype == DType::bf16) fail("write f16/bf16 constant data as bits[0x3c00, ...]");
       expect("[");
       int64_t i = 0;
@@ -511,14 +576,12 @@ class Parser {
         do {
           size_t b = pos_;
           Number v = parse_element_number(data.dtype());
-          if (i < data.numel()) store(data, i, v, b);
+          if (i < numel) store(data, i, v, b);
           ++i;
         } while (eat(","));
         expect("]");
       }
-      check_count(i, data.numel(), dpos);
-    } else {
-      fail("expected constant data: [values], random(seed=N), full(X) or bits[...]");
+      check_count(i, numel, dpos);
     }
     define(name, where, g_->add_constant(is_numeric(name) ? "" : std::string(name), std::move(data)));
   }
@@ -596,6 +659,10 @@ class Parser {
     expect(")");
     if (seed < 0) fail("random() needs seed=N (N >= 0)");
     if (t.dtype() == DType::f16 || t.dtype() == DType::bf16) fail("random() does not fill f16/bf16 constants; use bits[...]");
+    // Integers are floor(x) through int64: lo and hi must keep that in range (a double outside
+    // int64 has no defined conversion). Narrower types keep the low bits.
+    if (is_integral(t.dtype()) && !(std::isfinite(lo) && std::isfinite(hi) && lo >= -0x1p62 && hi <= 0x1p62))
+      fail("random() bounds for an integer constant must be finite and within +-2^62");
     std::mt19937_64 rng(static_cast<uint64_t>(seed));
     for (int64_t i = 0; i < t.numel(); ++i) {
       double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
@@ -605,10 +672,10 @@ class Parser {
         case DType::f32: static_cast<float*>(d)[i] = static_cast<float>(x); break;
         case DType::f64: static_cast<double*>(d)[i] = x; break;
         case DType::i64: static_cast<int64_t*>(d)[i] = static_cast<int64_t>(std::floor(x)); break;
-        case DType::i32: static_cast<int32_t*>(d)[i] = static_cast<int32_t>(std::floor(x)); break;
-        case DType::i16: static_cast<int16_t*>(d)[i] = static_cast<int16_t>(std::floor(x)); break;
-        case DType::i8: static_cast<int8_t*>(d)[i] = static_cast<int8_t>(std::floor(x)); break;
-        case DType::u8: static_cast<uint8_t*>(d)[i] = static_cast<uint8_t>(std::floor(x)); break;
+        case DType::i32: static_cast<int32_t*>(d)[i] = static_cast<int32_t>(static_cast<int64_t>(std::floor(x))); break;
+        case DType::i16: static_cast<int16_t*>(d)[i] = static_cast<int16_t>(static_cast<int64_t>(std::floor(x))); break;
+        case DType::i8: static_cast<int8_t*>(d)[i] = static_cast<int8_t>(static_cast<int64_t>(std::floor(x))); break;
+        case DType::u8: static_cast<uint8_t*>(d)[i] = static_cast<uint8_t>(static_cast<int64_t>(std::floor(x))); break;
         case DType::boolean: static_cast<bool*>(d)[i] = u >= 0.5; break;
         default: break;
       }
@@ -616,16 +683,23 @@ class Parser {
   }
 
   const std::string& s_;
+  const ParseOptions opts_;
   size_t pos_ = 0;
+  int dim_ops_ = 0;
   std::unique_ptr<Graph> g_;
   std::unordered_map<std::string_view, Value*> values_;  // names are views into s_
-  const ExternResolver* externs_ = nullptr;
 };
 
 }  // namespace
 
+std::unique_ptr<Graph> parse_graph(const std::string& text, const ParseOptions& opts) {
+  return Parser(text, opts).parse();
+}
+
 std::unique_ptr<Graph> parse_graph(const std::string& text, const ExternResolver* externs) {
-  return Parser(text, externs).parse();
+  ParseOptions opts;
+  opts.externs = externs;
+  return Parser(text, opts).parse();
 }
 
 Dim parse_dim(const std::string& text) { return Parser(text).parse_dim_only(); }

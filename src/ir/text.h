@@ -58,13 +58,32 @@ using ExternResolver = std::function<Tensor(const std::string& ref, const Tensor
 
 std::string print_graph(const Graph& g, const PrintOptions& opts = {});
 
+// What a parse may do beyond reading the text. Text IR can come from a file the process did not
+// write (a cache entry), so what it can make the parser allocate is bounded: literal data needs
+// a value in the text per element, and generated data (full, random) at most
+// max_generated_bytes per constant.
+struct ParseOptions {
+  // Resolves `extern(REF)` data; without one, extern data is an error.
+  const ExternResolver* externs = nullptr;
+  // Bytes a full(...) or random(...) constant may allocate. 0: generated data is an error (a
+  // cache entry holds every constant by reference). Large weights written in text IR by hand
+  // or by a test fit under the default.
+  size_t max_generated_bytes = size_t{1} << 30;
+  // Operators plus parentheses in one dimension expression: the parser and Dim recurse over
+  // them. Dynamo's sizes have a handful.
+  int max_dim_expr_ops = 256;
+};
+
 // Throws Error("parse", "line L, col C: <what was expected> ...") on malformed text, and
 // Error("parse", "line L, col C: <op>: <op table message>") when the op table rejects a node.
-// `extern(REF)` data is accepted only when `externs` is given.
+// `extern(REF)` data is accepted only when `externs` is given. Never allocates more than the
+// options allow; sizes that overflow or are negative are errors.
+std::unique_ptr<Graph> parse_graph(const std::string& text, const ParseOptions& opts);
 std::unique_ptr<Graph> parse_graph(const std::string& text, const ExternResolver* externs = nullptr);
 
 // One dimension in the type syntax: "64", "s0", "s0*12", "(s0*s1)//2", "max(s0, 1)". Used by
-// the bindings to turn sizes written by the front end into Dims. Throws Error("parse", ...).
+// the bindings to turn sizes written by the front end into Dims. Throws Error("parse", ...),
+// also when constant arithmetic in it overflows int64.
 Dim parse_dim(const std::string& text);
 
 }  // namespace updraft

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 
+#include "core/checked.h"
 #include "core/error.h"
 #include "ir/op_table.h"
 #include "plan/liveness.h"
@@ -226,9 +227,23 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
     }
   }
   timer.mark("shapes");
+  // Byte counts are checked, every value's (views too: their copies and strides are computed
+  // from the shape) and their sum, which bounds every arena offset: an expand to 2^62
+  // elements wrapped to a few bytes and its kernel wrote past them.
   std::vector<size_t> bytes(g.num_values(), 0);
-  for (size_t id = 0; id < g.num_values(); ++id)
-    if (lv.values[id].live()) bytes[id] = static_cast<size_t>(numel_of(shape[id])) * dtype_size(g.value(id)->type.dtype);
+  size_t total_bytes = 0;
+  for (size_t id = 0; id < g.num_values(); ++id) {
+    size_t b = 0;
+    try {
+      b = shape_nbytes(shape[id], g.value(id)->type.dtype, "plan");
+      total_bytes = checked_add(total_bytes, b, "plan", "arena size");
+      UPDRAFT_CHECK(total_bytes <= static_cast<size_t>(INT64_MAX), "plan", "arena size is past 2^63 bytes");
+    } catch (const Error& e) {
+      throw Error("plan", value_label(g.value(id)) + " is " + dtype_name(g.value(id)->type.dtype) + dims_str(shape[id]) +
+                              " for these input shapes: " + e.what() + "; the graph cannot run at this size");
+    }
+    if (lv.values[id].live()) bytes[id] = b;
+  }
 
   BufferAssignment assign = assign_buffers(g, lv, bytes);
   p->num_inplace_ = static_cast<int>(assign.inplace_steps.size());
