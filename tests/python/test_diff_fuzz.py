@@ -588,10 +588,14 @@ def test_diff_fuzz():
     assert engine > fallback, f"only {engine} of {engine + fallback} compute ops ran in the engine"
 
 
-@pytest.mark.skipif("UPDRAFT_DIFF_FUZZ_CASE" not in os.environ,
-                    reason="set UPDRAFT_DIFF_FUZZ_CASE=<seed> to replay one program")
-def test_replay():
-    seed = int(os.environ["UPDRAFT_DIFF_FUZZ_CASE"])
+# Seeds replayed by every run (fixed programs, so a regression shows without the time-bounded
+# draw reaching it); UPDRAFT_DIFF_FUZZ_CASE=<seed> replays that one program instead.
+REPLAY_SEEDS = ([int(os.environ["UPDRAFT_DIFF_FUZZ_CASE"])] if "UPDRAFT_DIFF_FUZZ_CASE" in os.environ
+                else [0, 1, 2])
+
+
+@pytest.mark.parametrize("seed", REPLAY_SEEDS)
+def test_replay(seed):
     prog, _ = generate(seed)
     print(prog.describe())
     why, _ = run_case(seed)
