@@ -58,11 +58,10 @@ class ConvKernel final : public Kernel {
     ArgCache::Call call = args_.acquire();
     void* src = x_.get(in, scratch, kOp);
     void* dst = out[0].data;
-    if (via_plain_) {
-      if (src_reorder_) src = reorder_to(*src_reorder_, outer_src_md_, plain_src_md_, src, at_offset(scratch, src_plain_), s);
-      if (pre_pad_) src = pad_into(static_cast<const float*>(src), reinterpret_cast<float*>(at_offset(scratch, padded_)));
-      if (dst_reorder_) dst = at_offset(scratch, dst_plain_);
-    }
+    // Another form than the graph's (create()): the source to plain and padded, dst in scratch.
+    if (src_reorder_) src = reorder_to(*src_reorder_, outer_src_md_, plain_src_md_, src, at_offset(scratch, src_plain_), s);
+    if (pre_pad_) src = pad_into(static_cast<const float*>(src), reinterpret_cast<float*>(at_offset(scratch, padded_)));
+    if (dst_reorder_) dst = at_offset(scratch, dst_plain_);
     call.set(arg_src_, src);
     call.set(arg_dst_, dst);
     call.set(arg_scratch_, at_offset(scratch, prim_scratch_));
@@ -87,12 +86,12 @@ class ConvKernel final : public Kernel {
     void* res = nullptr;
     if (residual_mode_ == ResidualMode::binary_add || residual_mode_ == ResidualMode::separate) {
       res = res_.get(in, scratch, kOp);
-      if (via_plain_ && res_reorder_)
+      if (res_reorder_)
         res = reorder_to(*res_reorder_, outer_dst_md_, dst_md_, res, at_offset(scratch, res_plain_), s);
     }
     if (arg_res_ >= 0) call.set(arg_res_, res);
     if (residual_mode_ == ResidualMode::sum) {
-      if (via_plain_ && res_reorder_)
+      if (res_reorder_)
         reorder_to(*res_reorder_, outer_dst_md_, dst_md_, in[ep_.residual_input].data, dst, s);
       else
         copy_residual_into(in[ep_.residual_input], out[0]);  // dst is out[0] unless it is reordered
@@ -130,7 +129,7 @@ class ConvKernel final : public Kernel {
   void choose_primitive(const MakePd& make_pd);
   // Builds the reorders between the graph's blocked layouts and the plain ones the primitive
   // runs in, and plans their buffers.
-  void plan_plain_copies(const KernelContext& ctx, ScratchPlan& plan);
+  void plan_plain_copies(ScratchPlan& plan);
 
   // Copies the plain source [N, C, H, W] into the interior of the zeroed [N, C, H + pads, W + pads].
   void* pad_into(const float* src, float* padded) const {
@@ -143,9 +142,9 @@ class ConvKernel final : public Kernel {
     return padded;
   }
 
-  bool via_plain_ = false;  // the graph's layouts are blocked, or the source is pre-padded
+  bool via_plain_ = false;  // the primitive's layouts differ from the graph's, or it reads a padded copy
   bool pre_pad_ = false;    // the primitive reads a zero-bordered copy of the source, unpadded
-  dnnl::memory::desc outer_src_md_, outer_dst_md_;  // the graph's layouts when via_plain_
+  dnnl::memory::desc outer_src_md_, outer_dst_md_;  // the graph's layouts (src_md_/dst_md_: the primitive's)
   dnnl::memory::desc plain_src_md_;                 // the source in plain NCHW, unpadded
   dims src_dims_, padded_dims_;
   int64_t pad_top_ = 0, pad_left_ = 0;
@@ -194,7 +193,7 @@ void ConvKernel::choose_primitive(const MakePd& make_pd) {
   add_ = dnnl::binary(add_pd_);
 }
 
-void ConvKernel::plan_plain_copies(const KernelContext& ctx, ScratchPlan& plan) {
+void ConvKernel::plan_plain_copies(ScratchPlan& plan) {
   try {
     if (outer_src_md_ != plain_src_md_) {
       src_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), outer_src_md_, engine(), plain_src_md_));
@@ -314,7 +313,7 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   ScratchPlan plan;
   k->prim_scratch_ = plan.add(scratchpad_bytes(k->pd_));
   k->x_.plan(ctx, 0, numel_of(xs), plan);
-  if (k->via_plain_) k->plan_plain_copies(ctx, plan);
+  if (k->via_plain_) k->plan_plain_copies(plan);
   if (k->residual_mode_ == ResidualMode::binary_add || k->residual_mode_ == ResidualMode::separate)
     k->res_.plan(ctx, k->ep_.residual_input, numel_of(ys), plan);
   if (k->residual_mode_ == ResidualMode::separate) k->add_scratch_ = plan.add(scratchpad_bytes(k->add_pd_));
