@@ -1,4 +1,5 @@
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -8,6 +9,7 @@
 #include "convert.h"
 #include "core/error.h"
 #include "graph_handle.h"
+#include "kernels/kernel.h"
 
 namespace updraft::py {
 
@@ -75,6 +77,15 @@ void bind_graph(nb::module_& m) {
              Value* v = h.value(id);
              return std::make_pair(std::string(dtype_name(v->type.dtype)), shape_to_py(v->type.shape));
            })
+      .def("fast_kernel",
+           [](GraphHandle& h, int id, int64_t probe_size) -> std::optional<std::string> {
+             const Node* n = h.value(id)->producer;
+             UPDRAFT_CHECK(n != nullptr, "bindings", "value " + std::to_string(id) + " is not a node's output");
+             return probe_fast_kernel(*n, probe_size);
+           },
+           nb::arg("value_id"), nb::arg("probe_size") = 8,
+           "The CPU kernel the runtime would pick for the node producing `value_id` (symbols bound to "
+           "probe_size), or None when only the reference kernel would run it.")
       .def("num_nodes", [](GraphHandle& h) { return h.get().num_nodes(); })
       .def("text", [](GraphHandle& h) { return graph_text(h.get()); });
 }

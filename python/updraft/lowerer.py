@@ -38,6 +38,27 @@ class Unsupported(Exception):
     """The engine cannot run this node; str(self) is the reason shown in reports."""
 
 
+# Outputs below this many elements may run on a reference kernel (a few microseconds: less
+# than an engine/PyTorch boundary); larger ones need a fast kernel or stay in PyTorch.
+REFERENCE_KERNEL_MAX_NUMEL = 1024
+
+
+def _tensors(val: Any) -> list:
+    vals = val if isinstance(val, (list, tuple)) else [val]
+    return [v for v in vals if isinstance(v, torch.Tensor)]
+
+
+def _numel_hint(t: torch.Tensor) -> float:
+    """Elements of `t` at its sizes' hints (inf when a size has none: data-dependent)."""
+    n = 1
+    for d in t.shape:
+        h = d if isinstance(d, int) else d.node.hint
+        if h is None:
+            return math.inf
+        n *= int(h)
+    return n
+
+
 def load_c():
     from . import _C  # imported lazily: the pure-Python parts work without the extension
     return _C
@@ -253,6 +274,7 @@ class Lowerer:
     def __init__(self, graph: Any, check: bool = False) -> None:
         self.g = graph
         self.check = check
+        self._hot = False  # check mode: the node being lowered is large (see lower())
         self.env: dict[fx.Node, Any] = {}
         self._scalars: dict[tuple, int] = {}
         self._n_consts = 0
@@ -390,9 +412,16 @@ class Lowerer:
         if reason is not None:
             raise Unsupported(f"engine op {op}: {reason}")
         try:
-            return list(self.g.add_node(op, list(inputs), attrs))
+            outs = list(self.g.add_node(op, list(inputs), attrs))
         except C.UpdraftError as e:
             raise Unsupported(f"engine op {op}: {e}") from None
+        if self.check and self._hot and self.g.fast_kernel(outs[0]) is None:
+            # Never slower than eager by choice: a node the runtime would run on a reference
+            # kernel (no fast kernel for its dtype, e.g. f64 math) is left to PyTorch.
+            dts = "/".join(sorted({d for d, _ in types})) or "no inputs"
+            raise Unsupported(f"engine op {op} has no fast CPU kernel for {dts}; its reference kernel "
+                              "would be slower than PyTorch")
+        return outs
 
     def emit1(self, op: str, inputs: list[int], **attrs: Any) -> int:
         return self.emit(op, inputs, **attrs)[0]
@@ -418,6 +447,12 @@ class Lowerer:
         fn = LOWERINGS.get(node.target)
         if fn is None:
             raise Unsupported(f"no lowering for {op_name(node)}")
+        # Small nodes may run on reference kernels (see REFERENCE_KERNEL_MAX_NUMEL); sizes by
+        # their hints, so an arange over a dynamic sequence length counts as the small op it is.
+        self._hot = self.check and max(
+            [_numel_hint(v) for v in _tensors(meta(node))] +
+            [_numel_hint(meta(i)) for i in node.all_input_nodes if isinstance(meta(i), torch.Tensor)],
+            default=0) >= REFERENCE_KERNEL_MAX_NUMEL
         out = fn(self, node, bind_args(node) if hasattr(node.target, "_schema") else {})
         out = self._conform(node, out)
         self.env[node] = out

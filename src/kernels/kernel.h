@@ -16,6 +16,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -110,6 +111,15 @@ void register_onednn_compute_kernels(KernelRegistry& r);
 // The channel block the conv kernels run fastest with on this CPU (16 with AVX-512, 8 with
 // AVX2, 0 otherwise); CompileOptions::channel_block = -1 resolves to it.
 int preferred_channel_block();
+
+// The fast (Device::cpu) kernel the runtime would build for node `n` with every symbol in its
+// shapes and attributes bound to `probe_size`, by name; nullopt when the CPU factory declines
+// (or there is none) and only the reference kernel would run it. Compute ops (conv, matmul,
+// pooling, attention) are not probed: their factories create primitives (milliseconds each)
+// and refuse reference implementations themselves; their name is returned as "<op>:not probed".
+// The partitioner asks this so that a hot op is never left to a reference kernel
+// (python/updraft/lowerer.py, Lowerer.emit).
+std::optional<std::string> probe_fast_kernel(const Node& n, int64_t probe_size);
 
 // Runs one node on concrete tensors (allocating contiguous outputs): used by constant folding,
 // the interpreter and tests that compare a fast kernel with the reference. `bindings` gives

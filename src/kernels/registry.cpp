@@ -77,6 +77,24 @@ std::unique_ptr<Kernel> KernelRegistry::create(const KernelContext& ctx, Device 
   return k;
 }
 
+namespace {
+// A context for node `n` at concrete input shapes: const inputs, and output shapes re-inferred
+// from those shapes (so symbolic graphs work too). `bound`: the node's attributes with symbols
+// evaluated, or null when it has none.
+KernelContext concrete_context(const Node& n, std::vector<std::vector<int64_t>> in_shapes, const Attrs* bound,
+                               int num_threads, std::vector<TensorType>* out_types) {
+  KernelContext ctx{n, std::move(in_shapes), {}, {}, num_threads, bound};
+  std::vector<TensorType> in_types;
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    ctx.const_inputs.push_back(n.inputs[k]->is_constant() ? &*n.inputs[k]->constant : nullptr);
+    in_types.push_back({n.inputs[k]->type.dtype, shape_from(ctx.in_shapes[k])});
+  }
+  *out_types = OpTable::get().infer(n.op_name(), in_types, bound ? *bound : n.attrs);
+  for (const TensorType& t : *out_types) ctx.out_shapes.push_back(shape_values(t.shape));
+  return ctx;
+}
+}  // namespace
+
 std::vector<Tensor> run_node(const Node& n, const std::vector<TensorView>& inputs, Device d,
                              const SymBindings* bindings, int num_threads) {
   UPDRAFT_CHECK(inputs.size() == n.inputs.size(), "kernels", "run_node: wrong number of inputs for " + n.op_name());
@@ -84,22 +102,16 @@ std::vector<Tensor> run_node(const Node& n, const std::vector<TensorView>& input
   UPDRAFT_CHECK(!symbolic || bindings, "kernels",
                 "run_node: " + n.op_name() + " has symbolic attributes; pass the symbol bindings");
   Attrs bound = symbolic ? bind_attrs(n.attrs, *bindings) : Attrs{};
-  KernelContext ctx{n, {}, {}, {}, num_threads, symbolic ? &bound : nullptr};
   // Kernels that split work by OpenMP's own count (elementwise) read the ICV, not ctx.
   std::optional<cpu::ScopedThreads> cap;
   if (num_threads > 0) cap.emplace(num_threads);
-  for (size_t k = 0; k < inputs.size(); ++k) {
-    ctx.in_shapes.push_back(inputs[k].shape());
-    ctx.const_inputs.push_back(n.inputs[k]->is_constant() ? &*n.inputs[k]->constant : nullptr);
-  }
-  // Output shapes: re-infer from the concrete input shapes, so symbolic graphs work too.
-  std::vector<TensorType> in_types;
-  for (size_t k = 0; k < inputs.size(); ++k) in_types.push_back({n.inputs[k]->type.dtype, shape_from(inputs[k].shape())});
-  auto out_types = OpTable::get().infer(n.op_name(), in_types, symbolic ? bound : n.attrs);
+  std::vector<std::vector<int64_t>> in_shapes;
+  for (const TensorView& v : inputs) in_shapes.push_back(v.shape());
+  std::vector<TensorType> out_types;
+  KernelContext ctx = concrete_context(n, std::move(in_shapes), symbolic ? &bound : nullptr, num_threads, &out_types);
   std::vector<Tensor> outs;
   std::vector<TensorView> out_views;
   for (const TensorType& t : out_types) {
-    ctx.out_shapes.push_back(shape_values(t.shape));
     outs.emplace_back(t.dtype, shape_values(t.shape));
     out_views.push_back(outs.back().view());
   }
@@ -108,6 +120,36 @@ std::vector<Tensor> run_node(const Node& n, const std::vector<TensorView>& input
   void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t{63});
   kernel->run(inputs.data(), out_views.data(), aligned);
   return outs;
+}
+
+std::optional<std::string> probe_fast_kernel(const Node& n, int64_t probe_size) {
+  if (OpTable::get().at(n.op_name()).cls == OpClass::Compute) return n.op_name() + ":not probed";
+  const KernelFactory* f = KernelRegistry::get().find(n.op_name(), Device::cpu);
+  if (f == nullptr) return std::nullopt;
+  std::vector<std::string> names;
+  for (const Value* v : n.inputs)
+    for (const Dim& d : v->type.shape) d.collect_symbols(names);
+  const bool symbolic = attrs_symbolic(n.attrs);
+  for (const auto& entry : n.attrs) {  // attributes may name symbols no input carries
+    const Attr& a = entry.second;
+    if (a.kind() == Attr::Kind::Sym) a.dim().collect_symbols(names);
+    if (a.kind() == Attr::Kind::Dims)
+      for (const Dim& d : a.dims()) d.collect_symbols(names);
+  }
+  SymBindings b;
+  for (const std::string& s : names) b[s] = probe_size;
+  try {
+    Attrs bound = symbolic ? bind_attrs(n.attrs, b) : Attrs{};
+    std::vector<std::vector<int64_t>> in_shapes;
+    for (const Value* v : n.inputs) in_shapes.push_back(shape_eval(v->type.shape, b));
+    std::vector<TensorType> out_types;
+    KernelContext ctx = concrete_context(n, std::move(in_shapes), symbolic ? &bound : nullptr, 0, &out_types);
+    std::unique_ptr<Kernel> k = (*f)(ctx);
+    if (!k) return std::nullopt;
+    return k->name();
+  } catch (const Error&) {
+    return std::nullopt;  // a size the probe made up may be invalid for this op: no verdict
+  }
 }
 
 }  // namespace updraft
