@@ -40,6 +40,9 @@ class CompilerConfig:
         Defaults to the environment variable UPDRAFT_DEBUG.
     fallback: on an engine error, warn once and run that graph eagerly (True) or raise (False).
     min_partition_size: engine partitions with fewer compute ops than this run eagerly instead.
+    partition_cost: apply the cost rule (updraft/partition_cost.py): a partition whose estimated
+        saving per call does not cover its boundary (engine call, outputs, input copies) runs in
+        PyTorch, with both figures in `explain`. False keeps every supported partition.
     eager_ops: aten op names (e.g. "aten.gelu.default" or "aten.gelu") always left to PyTorch.
     cache_dir: folder of the persistent compile cache (updraft/cache.py, docs/format.md). None:
         the environment variable UPDRAFT_CACHE_DIR, and no cache when that is unset; "" turns
@@ -64,6 +67,7 @@ class CompilerConfig:
     debug: int = dataclasses.field(default_factory=_debug_from_env)
     fallback: bool = True
     min_partition_size: int = 1
+    partition_cost: bool = True
     eager_ops: tuple = ()
     cache_dir: Optional[str] = None
     cache_max_bytes: int = 1 << 30
@@ -72,7 +76,7 @@ class CompilerConfig:
     conv_layout: str = dataclasses.field(default_factory=lambda: os.environ.get(_CONV_LAYOUT_ENV, "auto"))
 
     def __post_init__(self) -> None:
-        for name in ("freeze", "fold_constants", "fuse", "fallback"):
+        for name in ("freeze", "fold_constants", "fuse", "fallback", "partition_cost"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise TypeError(f"[updraft.config] {name} must be a bool, got {type(value).__name__} {value!r}")

@@ -28,7 +28,8 @@ LOWERINGS.setdefault(aten.true_divide.Tensor, _true_divide)
 
 __all__ = [
     "DTYPES", "LOWERINGS", "NON_COMPUTE", "TORCH_DTYPES", "Lowerer", "Unsupported", "bind_args",
-    "check_node", "check_op", "engine_dim", "engine_dtype", "is_compute", "meta", "op_name",
+    "check_node", "check_op", "engine_dim", "engine_dtype", "is_compute", "is_shape_arithmetic",
+    "meta", "op_name",
     "register", "static_int", "static_ints", "tensor_type",
 ]
 
@@ -55,6 +56,19 @@ def is_compute(node: fx.Node) -> bool:
     val = meta(node)
     vals = val if isinstance(val, (list, tuple)) else [val]
     return any(isinstance(v, torch.Tensor) for v in vals)
+
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
+
+
+def is_shape_arithmetic(node: fx.Node) -> bool:
+    """A call computing sizes, not tensor data (operator.add on SymInts, sym_size, sym_max):
+    it runs in Python beside the engine and is neither an engine nor a fallback op."""
+    if node.op != "call_function":
+        return False
+    val = meta(node)
+    vals = val if isinstance(val, (list, tuple)) else [val]
+    return bool(vals) and all(isinstance(v, _SYMBOLIC) for v in vals)
 
 
 def check_node(node: fx.Node) -> str | None:

@@ -11,6 +11,7 @@ shapes (cached), allocates outputs with torch.empty and lets the engine write th
 """
 from __future__ import annotations
 
+import collections
 import operator
 import sys
 import threading
@@ -23,11 +24,12 @@ from torch import fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
+from . import partition_cost
 from .cache import DiskCache, cache_for, entry_params, partition_key
 from . import profiler
 from .config import CompilerConfig
-from .lowering import (TORCH_DTYPES, Lowerer, Unsupported, check_node, is_compute, meta,
-                       op_name)
+from .lowering import (TORCH_DTYPES, Lowerer, Unsupported, check_node, is_compute,
+                       is_shape_arithmetic, meta, op_name)
 from .report import GraphReport, PartitionReport, count_cache_event
 
 PREFIX = "updraft_partition_"
@@ -164,7 +166,7 @@ class EnginePartition(torch.nn.Module):
         warn_once(msg + "; running this partition in PyTorch from now on")
         with self._lock:
             self._state = msg
-            self.report.status = f"failed: {e}"
+            self.report.fail(f"engine error at run time: {e}")
         return out
 
     def _run_general(self, st: "_Built", args: tuple) -> Any:
@@ -215,7 +217,7 @@ class EnginePartition(torch.nn.Module):
                     self.report.status = "ok"
                 except Exception as e:  # any engine/lowering error: eager, or raise if strict
                     reason = f"{type(e).__name__}: {e}" if not isinstance(e, Unsupported) else str(e)
-                    self.report.status = f"failed: {reason}"
+                    self.report.fail(reason)
                     if not self.config.fallback:
                         raise RuntimeError(
                             f"[updraft.partition] {self.report.name} failed to compile: {reason}; "
@@ -401,24 +403,21 @@ def partition_graph(gm: fx.GraphModule, config: CompilerConfig, report: GraphRep
     support = EngineSupport(config)
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     proposed = partitioner.propose_partitions()
-    kept = []
-    for p in proposed:
-        n_compute = sum(1 for n in p.nodes if is_compute(n))
-        if n_compute >= config.min_partition_size and n_compute > 0:
-            kept.append(p)
+    # By name: fuse_partitions re-creates the graph's nodes (stable_topological_sort).
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    frozen_names = {placeholders[i].name for i in frozen if i < len(placeholders)}
+    kept, left = _keep_paying_partitions(gm, proposed, config, frozen_names, report)
     in_engine = {n for p in kept for n in p.nodes}
     for n in gm.graph.nodes:
         if n.op != "call_function":
             continue
         if n in in_engine:
             report.add_engine(op_name(n), is_compute(n))
+        elif is_shape_arithmetic(n):
+            report.add_shape_arithmetic()
         else:
-            reason = support.reason(n) or (
-                "its partition has fewer compute ops than CompilerConfig.min_partition_size")
+            reason = support.reason(n) or left.get(n, "its partition was not kept")
             report.add_fallback(op_name(n), reason, is_compute(n))
-    # By name: fuse_partitions re-creates the graph's nodes (stable_topological_sort).
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    frozen_names = {placeholders[i].name for i in frozen if i < len(placeholders)}
     engine_parts: list[EnginePartition] = []
     if kept:
         gm = partitioner.fuse_partitions(kept, prefix=PREFIX)
@@ -434,7 +433,8 @@ def partition_graph(gm: fx.GraphModule, config: CompilerConfig, report: GraphRep
                             else "literal" if src.op == "get_attr" else None)
                            if isinstance(src, fx.Node) else None for src in node.args]
             body = [n for n in sub.graph.nodes if n.op == "call_function"]
-            prep = PartitionReport(str(node.target), len(body), sum(1 for n in body if is_compute(n)))
+            prep = PartitionReport(str(node.target), len(body), sum(1 for n in body if is_compute(n)),
+                                   ops=[(op_name(n), is_compute(n)) for n in body], graph=report)
             report.partitions.append(prep)
             part = EnginePartition(sub, const_kinds, config, prep)
             setattr(gm, node.target, part)
@@ -443,6 +443,40 @@ def partition_graph(gm: fx.GraphModule, config: CompilerConfig, report: GraphRep
         _views_to_reshapes(gm)
     report.partition_ms = (time.perf_counter() - t0) * 1e3
     return gm, engine_parts
+
+
+def _keep_paying_partitions(gm: fx.GraphModule, proposed: list, config: CompilerConfig,
+                            frozen_names: set, report: GraphReport) -> tuple[list, dict]:
+    """The proposed partitions worth a trip to the engine, and for the nodes of the others the
+    reason they stay in PyTorch (min_partition_size, then the cost rule of partition_cost.py).
+
+    The cost rule judges partitions between PyTorch islands. A graph that is one partition
+    and nothing else has no island: its one engine call replaces the runtime wrapper PyTorch
+    would run the graph under (measured no slower even for a single op; docs/BENCHMARKS.md)."""
+    in_parts = {n for p in proposed for n in p.nodes}
+    whole = len(proposed) == 1 and not any(
+        is_compute(n) for n in gm.graph.nodes if n.op == "call_function" and n not in in_parts)
+    kept, left = [], {}
+    for p in proposed:
+        n_compute = sum(1 for n in p.nodes if is_compute(n))
+        if n_compute == 0 or n_compute < config.min_partition_size:
+            why = "its partition has fewer compute ops than CompilerConfig.min_partition_size"
+        elif config.partition_cost and not whole and not (est := partition_cost.estimate(p.nodes, frozen_names)).pays:
+            why = f"its engine partition would not pay for its boundary: {est.why()}"
+            report.cost_notes.append(f"{n_compute} compute op(s) ({_op_list(p.nodes)}) left to "
+                                     f"PyTorch: {est.why()}")
+        else:
+            kept.append(p)
+            continue
+        for n in p.nodes:
+            left[n] = why
+    return kept, left
+
+
+def _op_list(nodes: Any, most: int = 4) -> str:
+    names = collections.Counter(op_name(n) for n in nodes if is_compute(n))
+    text = ", ".join(f"{op} x{c}" for op, c in names.most_common(most))
+    return text + (", ..." if len(names) > most else "")
 
 
 def _views_to_reshapes(gm: fx.GraphModule) -> None:

@@ -37,6 +37,17 @@ class PartitionReport:
     # On a hit with folded constants: "mapped" (stored ones, the weights matched their
     # fingerprints) or "replayed" (recomputed from the recipes: other weights).
     cache_folds: str = ""
+    # The partition's ops [(aten op name, is compute)] and the graph report counting them: a
+    # partition that fails moves its ops from the engine's count to the fallback's (fail()).
+    ops: list = dataclasses.field(default_factory=list, repr=False)
+    graph: Optional["GraphReport"] = dataclasses.field(default=None, repr=False)
+
+    def fail(self, reason: str) -> None:
+        """This partition runs in PyTorch from now on because of `reason`."""
+        first = not self.status.startswith("failed")
+        self.status = f"failed: {reason}"
+        if first and self.graph is not None:
+            self.graph.move_to_fallback(self.ops, f"its engine partition failed: {reason}")
 
 
 @dataclasses.dataclass
@@ -50,6 +61,10 @@ class GraphReport:
     partitions: list = dataclasses.field(default_factory=list)
     partition_ms: float = 0.0
     note: str = ""  # why the whole graph runs eagerly, when it does
+    # Size arithmetic on SymInts (operator.add, sym_size): runs in Python, counted apart.
+    shape_ops: int = 0
+    # Partitions the cost rule left to PyTorch, each with its estimate (partition_cost.py).
+    cost_notes: list = dataclasses.field(default_factory=list)
     # Recompilation: "first compile", or what changed since this graph's previous compile
     # (Dynamo recompiled it, or its parameters changed and the partitions were rebuilt).
     compiles: list = dataclasses.field(default_factory=list)  # [(kind, reason)]
@@ -66,6 +81,20 @@ class GraphReport:
         self.engine_ops[op] += 1
         if compute:
             self.engine_compute += 1
+
+    def add_shape_arithmetic(self) -> None:
+        self.shape_ops += 1
+
+    def move_to_fallback(self, ops: list, reason: str) -> None:
+        """Ops counted in the engine that run in PyTorch after all (their partition failed)."""
+        for op, compute in ops:
+            if self.engine_ops[op] > 0:
+                self.engine_ops[op] -= 1
+                if self.engine_ops[op] == 0:
+                    del self.engine_ops[op]
+            if compute:
+                self.engine_compute -= 1
+            self.add_fallback(op, reason, compute)
 
 
 class Report:
@@ -178,6 +207,10 @@ class Report:
                          f"eager {sum(g.fallback_ops.values())} ops, {len(g.partitions)} partition(s)")
             if g.note:
                 lines.append(f"    note: {g.note}")
+            if g.shape_ops:
+                lines.append(f"    size arithmetic on SymInts in Python: {g.shape_ops} node(s) (not counted as ops)")
+            for note in g.cost_notes:
+                lines.append(f"    cost rule: {note}")
             for kind, reason in g.compiles:
                 lines.append(f"    {kind}: {reason}")
             for p in g.partitions:
