@@ -12,7 +12,7 @@ import operator
 import torch
 from torch import fx
 
-from . import lowering_elementwise, lowering_nn, lowering_shape, lowering_views  # noqa: F401  (fill LOWERINGS)
+from . import lowering_elementwise, lowering_extra, lowering_nn, lowering_shape, lowering_views  # noqa: F401  (fill LOWERINGS)
 from .lowerer import (DTYPES, LOWERINGS, TORCH_DTYPES, Lowerer, Unsupported, aten, bind_args,
                       check_op, engine_dim, engine_dtype, load_c, meta, op_name, register,
                       static_int, static_ints, tensor_type)

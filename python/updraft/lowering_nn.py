@@ -176,7 +176,13 @@ def _var(lw, node, a):
 
 @register(aten.cumsum.default)
 def _cumsum(lw, node, a):
-    x = lw.cast(lw.value(a["self"]), out_dtype(node))
+    # Eager converts the input to the result dtype first. The engine sums integers in i64; a
+    # narrower integer result (cumsum(..., dtype=torch.int32), MoE offsets) is the i64 sum cast
+    # back, which wraps as eager's narrower sum does (two's complement sums are exact mod 2^n).
+    dt = out_dtype(node)
+    x = lw.cast(lw.value(a["self"]), dt)
+    if not dt.is_floating_point and dt != torch.int64:
+        x = lw.cast(x, torch.int64)
     return lw.emit1("cumsum", [x], dim=norm_dim(a["dim"], rank_of(a["self"])))
 
 

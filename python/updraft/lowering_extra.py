@@ -1,0 +1,140 @@
+"""Lowerings of ops met in real models that the other families lacked: linalg_vector_norm,
+copy, bitwise_not, histc, empty/empty_permuted (docs/ops.md, "ATen ops the front end writes as
+several engine ops").
+
+Each is written as engine ops whose results are exact (data movement, integer arithmetic) or
+as close as those ops are (the norms' sums). What eager answers with an error that depends on
+the data (histc over a range taken from the data) stays in PyTorch: the engine cannot raise.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .lowerer import (Lowerer, Unsupported, aten, meta, norm_dim, out_dtype, rank_of, register,
+                      static_or_none)
+from .lowering_shape import _broadcast_scalar, _check_device, _number
+
+
+def _reduce_dims(dim, rank: int) -> list[int]:
+    # linalg_vector_norm: dim None or [] = every dim (the engine's empty dims list means the same)
+    if dim is None:
+        return []
+    if isinstance(dim, int):
+        dim = [dim]
+    return [norm_dim(d, rank) for d in dim]
+
+
+@register(aten.linalg_vector_norm.default)
+def _vector_norm(lw, node, a):
+    dt = out_dtype(node)
+    if not dt.is_floating_point:
+        raise Unsupported(f"linalg_vector_norm to {dt}")
+    ord_ = _number(a["ord"], "ord")
+    rank = rank_of(a["self"])
+    dims, keepdim = _reduce_dims(a["dim"], rank), bool(a["keepdim"])
+    # The dtype argument converts the input before the norm, as eager does.
+    x = lw.cast(lw.value(a["self"]), dt)
+
+    def reduce(op: str, v: int) -> int:
+        if rank == 0:
+            return v
+        return lw.emit1(op, [v], dims=dims, keepdim=keepdim)
+
+    if ord_ == 0:  # the count of non-zero entries (NaN counts)
+        return reduce("sum", lw.cast(lw.emit1("ne", [x, lw.scalar(0.0, dt)]), dt))
+    ax = lw.emit1("abs", [x])
+    if math.isinf(ord_):
+        # amax / amin propagate NaN, as eager's inf-norms do; eager rejects an empty reduction
+        # and so does the engine's shape function (the node then stays in PyTorch).
+        return reduce("amax" if ord_ > 0 else "amin", ax)
+    if ord_ == 1:
+        return reduce("sum", ax)
+    if ord_ == 2:
+        return lw.emit1("sqrt", [reduce("sum", lw.emit1("mul", [x, x]))])
+    p = float(ord_)
+    s = reduce("sum", lw.emit1("pow_scalar", [ax], exponent=p))
+    return lw.emit1("pow_scalar", [s], exponent=1.0 / p)
+
+
+@register(aten.copy.default)
+def _copy(lw, node, a):
+    # copy(self, src): src cast to self's dtype and broadcast to self's shape; self's values
+    # are not read.
+    val = meta(node)
+    src = lw.operand(a["src"], val.dtype)
+    shape = lw.dims(val.shape)
+    cur = lw.vtype(src)[1]
+    if cur == shape:
+        return src
+    if len(cur) < len(shape):
+        src = lw.reshape(src, [1] * (len(shape) - len(cur)) + list(meta(a["src"]).shape))
+    return lw.emit1("expand", [src], shape=shape)
+
+
+@register(aten.bitwise_not.default)
+def _bitwise_not(lw, node, a):
+    dt = out_dtype(node)
+    x = lw.value(a["self"])
+    if dt == torch.bool:
+        return lw.emit1("logical_not", [x])
+    if dt in (torch.int64, torch.int32):
+        # Two's complement: ~x = -1 - x, which never overflows (unlike -x - 1 at the minimum).
+        return lw.emit1("sub", [lw.scalar(-1, dt), x])
+    raise Unsupported(f"bitwise_not of {dt}")
+
+
+@register(aten.empty_permuted.default, aten.empty.memory_format)
+def _empty(lw, node, a):
+    # Contents are unspecified and every user writes them before reading: zeros will do, and
+    # keep the graph in one piece (empty_like reaches the backend as empty_permuted).
+    _check_device(a)
+    val = meta(node)
+    if all(static_or_none(d) is not None for d in val.shape):
+        return lw.constant(torch.zeros([int(d) for d in val.shape], dtype=val.dtype))
+    return _broadcast_scalar(lw, 0, val.dtype, lw.dims(val.shape))
+
+
+@register(aten.histc.default)
+def _histc(lw, node, a):
+    # ATen's histc (the LINEAR_INTERPOLATION bin selection of its histogram kernel): with
+    # edges lo = float(min), hi = float(max) in x's dtype, an element e with lo <= e <= hi
+    # (NaN fails both) goes to bin trunc((e - lo) * bins / (hi - lo)), computed in x's dtype,
+    # and the bin `bins` (e == hi) folds into the last one; others are skipped. Counting uses a
+    # scatter-add into bins + 1 slots, the extra one taking the skipped elements.
+    dt = out_dtype(node)
+    if dt not in (torch.float32, torch.float64):
+        raise Unsupported(f"histc of {dt}")
+    bins = int(_number(a["bins"], "bins"))
+    lo_d, hi_d = float(_number(a["min"], "min")), float(_number(a["max"], "max"))
+    lo = float(torch.tensor(lo_d, dtype=dt))
+    hi = float(torch.tensor(hi_d, dtype=dt))
+    if lo_d == hi_d or not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
+        # min == max takes the range from the data, where eager raises for a non-finite one;
+        # the engine cannot raise on data, so this stays in PyTorch (as do eager's errors for a
+        # bad range).
+        raise Unsupported("histc with min == max (range from the data) or a non-finite or empty range")
+    if bins <= 0:
+        raise Unsupported(f"histc with bins={bins}")
+    x = lw.value(a["self"])
+    n = meta(a["self"]).numel()
+    if rank_of(a["self"]) != 1:
+        x = lw.emit1("reshape", [x], shape=[-1])
+    lo_v, hi_v = lw.scalar(lo, dt), lw.scalar(hi, dt)
+    inside = lw.emit1("logical_and", [lw.emit1("ge", [x, lo_v]), lw.emit1("le", [x, hi_v])])
+    pos = lw.emit1("mul", [lw.emit1("sub", [x, lo_v]), lw.scalar(float(bins), dt)])
+    pos = lw.emit1("div", [pos, lw.emit1("sub", [hi_v, lo_v])])
+    # Outside elements get slot `bins` before the cast (their pos may be inf or NaN); inside
+    # ones are in [0, bins], so the cast truncates as ATen's static_cast does.
+    pos = lw.emit1("where", [inside, pos, lw.scalar(float(bins) + 1.0, dt)])
+    idx = lw.cast(pos, torch.int64)
+    # e == hi lands on `bins`: fold into the last bin; outside (bins + 1) becomes `bins`.
+    last = lw.scalar(bins, torch.int64)
+    is_top = lw.emit1("eq", [idx, last])
+    idx = lw.emit1("where", [is_top, lw.scalar(bins - 1, torch.int64), idx])
+    idx = lw.emit1("minimum", [idx, last])
+    counts = lw.constant(torch.zeros(bins + 1, dtype=dt))
+    ones = _broadcast_scalar(lw, 1.0, dt, lw.dims([n]) if not isinstance(n, int) else [n])
+    hist = lw.emit1("scatter", [counts, idx, ones], dim=0, reduce="add")
+    return lw.emit1("slice", [hist], dim=0, start=0, end=bins)
