@@ -138,3 +138,92 @@ def _histc(lw, node, a):
     ones = _broadcast_scalar(lw, 1.0, dt, lw.dims([n]) if not isinstance(n, int) else [n])
     hist = lw.emit1("scatter", [counts, idx, ones], dim=0, reduce="add")
     return lw.emit1("slice", [hist], dim=0, start=0, end=bins)
+
+
+def _weight_transposed(w):
+    """(source, True) when `w` is a transpose of the last two dims of a 3-d tensor: the
+    grouped matmul reads the source with swapped strides instead of copying every expert."""
+    import torch.fx as fx
+
+    if isinstance(w, fx.Node) and w.op == "call_function" and meta(w).dim() == 3:
+        if w.target is aten.transpose.int and sorted(d % 3 for d in w.args[1:3]) == [1, 2]:
+            return w.args[0], True
+        if w.target is aten.permute.default and [d % 3 for d in w.args[1]] == [0, 2, 1]:
+            return w.args[0], True
+    return w, False
+
+
+@register("transformers.grouped_mm_fallback.default")
+def _grouped_mm_fallback(lw, node, a):
+    # transformers' MoE experts (integrations/moe.py, grouped_mm_experts_forward): rows of
+    # `input` sorted by expert, `offs` the cumulative row count per expert (docs/ops.md).
+    src, transposed = _weight_transposed(a["weight"])
+    x, offs = lw.value(a["input"]), lw.value(a["offs"])
+    return lw.emit1("grouped_mm", [x, lw.value(src), offs], transposed_w=transposed)
+
+
+@register(aten._transformer_encoder_layer_fwd.default)
+def _encoder_layer(lw, node, a):
+    # nn.TransformerEncoderLayer's eval fast path (ATen transformer_encoder_layer_forward):
+    #   h = norm_first ? LN1(src) : src
+    #   x = src + out_proj(attention(in_proj(h)))            (LN1 after the add unless norm_first)
+    #   y = x + ffn(norm_first ? LN2(x) : x)                 (LN2 after the add unless norm_first)
+    # with ffn = linear2(relu|gelu(linear1(.))). The mask reaching it is the additive float mask
+    # the module built ([B, L] key padding, [L, L] or [B, H, L, L]); a row whose keys are all
+    # masked comes out NaN, as eager's fast path returns it.
+    src_m = meta(a["src"])
+    if src_m.dim() != 3 or src_m.dtype != torch.float32:
+        raise Unsupported("encoder layer fast path on a nested or non-f32 input")
+    B, L, E = src_m.shape
+    H = int(_number(a["num_heads"], "num_heads"))
+    E_ = int(_number(a["embed_dim"], "embed_dim"))
+    if not isinstance(E, int) or E != E_ or E % H:
+        raise Unsupported("encoder layer: embed_dim must be static and divisible by num_heads")
+    dh = E // H
+    if any(isinstance(d, int) and d == 0 for d in (B, L)):
+        raise Unsupported("encoder layer on an empty input (eager returns a copy)")
+    eps = float(a["eps"])
+    v = lw.value
+
+    def ln(x, w, b):
+        return lw.emit1("layer_norm", [x, v(a[w]), v(a[b])], normalized_ndim=1, eps=eps)
+
+    def linear(x, w, b):
+        return lw.emit1("linear", [x, v(a[w]), v(a[b])], has_bias=True)
+
+    src = v(a["src"])
+    h = ln(src, "norm_weight_1", "norm_bias_1") if a["norm_first"] else src
+    qkv = linear(h, "qkv_weight", "qkv_bias")
+    q, k, val = lw.emit("split", [qkv], dim=2, sizes=[E, E, E])
+    heads = [lw.emit1("permute", [lw.reshape(t, [B, L, H, dh])], dims=[0, 2, 1, 3]) for t in (q, k, val)]
+    ins = list(heads)
+    mask = a["mask"]
+    if mask is not None:
+        mm = meta(mask)
+        if mm.dtype != src_m.dtype:
+            raise Unsupported(f"encoder layer mask of dtype {mm.dtype} (expected the additive float mask)")
+        mv = v(mask)
+        if mm.dim() == 2 and (mm.shape[0], mm.shape[1]) == (B, L) and a["mask_type"] == 1:
+            mv = lw.reshape(mv, [B, 1, 1, L])
+        elif mm.dim() == 2:
+            mv = lw.reshape(mv, [1, 1, mm.shape[0], mm.shape[1]])
+        elif mm.dim() != 4:
+            raise Unsupported(f"encoder layer mask of rank {mm.dim()}")
+        ins.append(mv)
+    att = lw.emit1("sdpa", ins, has_mask=mask is not None, scale=1.0 / math.sqrt(dh))
+    if mask is not None:
+        # Eager's softmax of a row of -inf is NaN; the engine's sdpa gives such rows 0.
+        top = lw.emit1("amax", [ins[3]], dims=[3], keepdim=True)
+        dead = lw.emit1("eq", [top, lw.scalar(-math.inf, src_m.dtype)])
+        att = lw.emit1("where", [dead, lw.scalar(math.nan, src_m.dtype), att])
+    att = lw.reshape(lw.emit1("permute", [att], dims=[0, 2, 1, 3]), [B, L, E])
+    x = lw.emit1("add", [linear(att, "proj_weight", "proj_bias"), src])
+    if not a["norm_first"]:
+        x = ln(x, "norm_weight_1", "norm_bias_1")
+    f = ln(x, "norm_weight_2", "norm_bias_2") if a["norm_first"] else x
+    f = linear(f, "ffn_weight_1", "ffn_bias_1")
+    f = lw.emit1("gelu", [f]) if a["use_gelu"] else lw.emit1("relu", [f])
+    y = lw.emit1("add", [linear(f, "ffn_weight_2", "ffn_bias_2"), x])
+    if not a["norm_first"]:
+        y = ln(y, "norm_weight_2", "norm_bias_2")
+    return y
