@@ -187,3 +187,59 @@ def test_empty_permuted_then_filled():
         e.copy_(x)
         return e + 1
     check(f, [torch.randn(4, 6)])
+
+
+# -- topk among equal values (docs/decisions.md, "topk among equal values")
+def _all_topks(n, largest_sorted):
+    """One graph holding topk for every k in 1..n and each (largest, sorted) pair."""
+    def f(x):
+        return [t for k in range(1, n + 1) for lg, so in largest_sorted
+                for t in torch.topk(x, k, dim=-1, largest=lg, sorted=so)]
+    return f
+
+
+FLAGS = [(True, True), (False, True), (True, False), (False, False)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.int32, torch.float64])
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 16, 17, 33, 64, 65])
+def test_topk_ties_every_k(dtype, n):
+    g = torch.Generator().manual_seed(n)
+    for hi in (2, 4):
+        x = torch.randint(0, hi, (6, n), generator=g).to(dtype)  # heavy ties
+        if dtype.is_floating_point and n > 3:
+            x[0, ::3] = float("nan")
+            x[1, 1] = float("inf")
+            x[2, :] = 0.0
+        check(_all_topks(n, FLAGS), [x])
+
+
+@pytest.mark.parametrize("n,ks", [(128, [1, 2, 3]), (300, [1, 2, 4, 5, 6, 299]), (1000, [1, 7, 15, 16, 500])])
+def test_topk_ties_partial_sort_branch(n, ks):
+    # k * 64 <= n: ATen takes std::partial_sort instead of nth_element.
+    x = torch.randint(0, 3, (4, n)).float()
+    x[0, 5] = float("nan")
+    def f(t):
+        return [r for k in ks for lg, so in FLAGS for r in torch.topk(t, k, dim=1, largest=lg, sorted=so)]
+    check(f, [x])
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2, -1])
+def test_topk_ties_along_dims(dim):
+    x = torch.randint(0, 3, (5, 6, 7)).float()
+    def f(t):
+        n = t.shape[dim]
+        return [r for k in range(1, n + 1) for r in torch.topk(t, k, dim=dim)]
+    check(f, [x])
+    check(lambda t: torch.topk(t.transpose(0, 2), 2, dim=dim), [x])
+
+
+def test_topk_moe_router():
+    # softmax -> top-2 with probabilities that tie exactly (duplicate router rows)
+    logits = torch.randn(16, 1).expand(16, 8).contiguous()
+    logits[:, 3] += 1.0
+    def f(t):
+        p = torch.softmax(t, dim=-1)
+        w, i = torch.topk(p, 2, dim=-1)
+        return w / w.sum(-1, keepdim=True), i
+    check(f, [logits], RED)
