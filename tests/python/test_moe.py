@@ -76,3 +76,23 @@ def test_moe_greedy_decode_matches_eager():
             got = torch.cat([got, compiled(got).argmax(-1, keepdim=True)], dim=1)
             assert updraft.last_report().num_fallback_compute == 0
     assert torch.equal(got, want), (got, want)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_grouped_mm_fallback_op(transposed):
+    # The custom op alone: empty groups, rows past the last offset (0 in eager), int32 offsets
+    # and the weight either as stored [E, K, N] or a transposed view of [E, N, K].
+    import transformers.integrations.moe  # noqa: F401  (registers transformers::grouped_mm_fallback)
+
+    op = torch.ops.transformers.grouped_mm_fallback
+    torch.manual_seed(0)
+    x = torch.randn(20, 16)
+    w = torch.randn(5, 24, 16) if transposed else torch.randn(5, 16, 24)
+    offs = torch.tensor([4, 4, 11, 11, 17], dtype=torch.int32)
+    f = (lambda a, b, o: op(a, b.transpose(-2, -1), offs=o) * 1) if transposed else (lambda a, b, o: op(a, b, offs=o) * 1)
+    with torch.no_grad():
+        ref = f(x, w, offs)
+        got = torch.compile(f, backend="updraft")(x, w, offs)
+    assert updraft.last_report().num_fallback_compute == 0, str(updraft.last_report())
+    torch.testing.assert_close(got, ref, **GEMM)
+    assert (got[17:] == 0).all()
