@@ -12,8 +12,7 @@ import math
 
 import torch
 
-from .lowerer import (Lowerer, Unsupported, aten, meta, norm_dim, out_dtype, rank_of, register,
-                      static_or_none)
+from .lowerer import Unsupported, aten, meta, norm_dim, out_dtype, rank_of, register
 from .lowering_shape import _broadcast_scalar, _check_device, _number
 
 
@@ -88,11 +87,10 @@ def _bitwise_not(lw, node, a):
 @register(aten.empty_permuted.default, aten.empty.memory_format)
 def _empty(lw, node, a):
     # Contents are unspecified and every user writes them before reading: zeros will do, and
-    # keep the graph in one piece (empty_like reaches the backend as empty_permuted).
+    # keep the graph in one piece (empty_like reaches the backend as empty_permuted). Written
+    # at run time from a scalar, not stored as a constant (which a cache entry would carry).
     _check_device(a)
     val = meta(node)
-    if all(static_or_none(d) is not None for d in val.shape):
-        return lw.constant(torch.zeros([int(d) for d in val.shape], dtype=val.dtype))
     return _broadcast_scalar(lw, 0, val.dtype, lw.dims(val.shape))
 
 
@@ -203,7 +201,9 @@ def _encoder_layer(lw, node, a):
         if mm.dtype != src_m.dtype:
             raise Unsupported(f"encoder layer mask of dtype {mm.dtype} (expected the additive float mask)")
         mv = v(mask)
-        if mm.dim() == 2 and (mm.shape[0], mm.shape[1]) == (B, L) and a["mask_type"] == 1:
+        if a["mask_type"] == 1:  # key padding
+            if mm.dim() != 2:
+                raise Unsupported(f"encoder layer key padding mask of rank {mm.dim()}")
             mv = lw.reshape(mv, [B, 1, 1, L])
         elif mm.dim() == 2:
             mv = lw.reshape(mv, [1, 1, mm.shape[0], mm.shape[1]])
