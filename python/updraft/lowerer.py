@@ -444,7 +444,7 @@ class Lowerer:
     # -- one node
     def lower(self, node: fx.Node) -> Any:
         """Lowers one call_function node; returns its id (or list of ids) and records it."""
-        fn = LOWERINGS.get(node.target)
+        fn = lowering_for(node.target)
         if fn is None:
             raise Unsupported(f"no lowering for {op_name(node)}")
         # Small nodes may run on reference kernels (see REFERENCE_KERNEL_MAX_NUMEL); sizes by
@@ -495,6 +495,15 @@ def op_name(node: fx.Node) -> str:
 # The op table, filled by the `register` decorator in the lowering_* modules.
 
 LOWERINGS: dict[Any, Callable] = {}
+
+
+def lowering_for(target: Any) -> Callable | None:
+    """The lowering of `target`. Ops of libraries that may register after updraft is imported
+    (transformers' custom ops) are keyed by their name, str(op): "transformers.x.default"."""
+    fn = LOWERINGS.get(target)
+    if fn is None and isinstance(target, torch._ops.OpOverload):
+        fn = LOWERINGS.get(str(target))
+    return fn
 
 
 def register(*targets: Any) -> Callable:

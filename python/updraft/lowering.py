@@ -12,9 +12,9 @@ import operator
 import torch
 from torch import fx
 
-from . import lowering_elementwise, lowering_nn, lowering_shape, lowering_views  # noqa: F401  (fill LOWERINGS)
+from . import lowering_elementwise, lowering_extra, lowering_nn, lowering_shape, lowering_views  # noqa: F401  (fill LOWERINGS)
 from .lowerer import (DTYPES, LOWERINGS, TORCH_DTYPES, Lowerer, Unsupported, aten, bind_args,
-                      check_op, engine_dim, engine_dtype, load_c, meta, op_name, register,
+                      check_op, engine_dim, engine_dtype, load_c, lowering_for, meta, op_name, register,
                       static_int, static_ints, tensor_type)
 
 # true_divide is div under its old name; dynamic GPT-2's attention scale (a SymFloat made a
@@ -76,7 +76,7 @@ def check_node(node: fx.Node) -> str | None:
     emits, for the node's dtypes and shapes); otherwise the reason."""
     if node.op != "call_function":
         return f"{node.op} node"
-    if node.target not in LOWERINGS:
+    if lowering_for(node.target) is None:
         return f"no lowering for {op_name(node)}"
     val = meta(node)
     vals = val if isinstance(val, (list, tuple)) else [val]

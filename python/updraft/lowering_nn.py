@@ -145,24 +145,16 @@ def _sort(lw, node, a):
 
 @register(aten.topk.default)
 def _topk(lw, node, a):
-    # The k largest (smallest) = the first k of a descending (ascending) sort. Unsorted topk
-    # returns them in an unspecified order, which a sort cannot promise to reproduce.
-    if not a["sorted"]:
-        raise Unsupported("topk with sorted=False (torch's order is unspecified)")
-    # Among equal values torch's topk picks indices in an implementation-defined order (its
-    # partial sort), which a stable sort does not reproduce (the OpInfo sweep found int64 ties):
-    # only the values, which are the same either way, may come from the engine.
-    if any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users):
-        raise Unsupported("topk indices: torch's order among equal values is implementation-defined")
+    # The engine's topk runs ATen's CPU selection (partial sort or nth_element + sort, none
+    # stable) on the same (value, position) buffer, so it returns the same indices among
+    # equal values, and the same order with sorted=False (docs/decisions.md).
     rank = rank_of(a["self"])
     k = static_int(a["k"], "topk k")
+    if rank == 0 and k != 1:
+        raise Unsupported(f"topk of a 0-d tensor with k={k}")
     dim = norm_dim(a["dim"], max(rank, 1))
-    values, indices = lw.emit("sort", [lw.value(a["self"])], dim=dim, descending=bool(a["largest"]))
-    if rank == 0:
-        if k != 1:
-            raise Unsupported(f"topk of a 0-d tensor with k={k}")
-        return [values, indices]
-    return [lw.emit1("slice", [v], dim=dim, start=0, end=k) for v in (values, indices)]
+    return lw.emit("topk", [lw.value(a["self"])], dim=dim, k=k, largest=bool(a["largest"]),
+                   sorted=bool(a["sorted"]))
 
 
 @register(aten.var.correction)
@@ -176,7 +168,13 @@ def _var(lw, node, a):
 
 @register(aten.cumsum.default)
 def _cumsum(lw, node, a):
-    x = lw.cast(lw.value(a["self"]), out_dtype(node))
+    # Eager converts the input to the result dtype first. The engine sums integers in i64; a
+    # narrower integer result (cumsum(..., dtype=torch.int32), MoE offsets) is the i64 sum cast
+    # back, which wraps as eager's narrower sum does (two's complement sums are exact mod 2^n).
+    dt = out_dtype(node)
+    x = lw.cast(lw.value(a["self"]), dt)
+    if not dt.is_floating_point and dt != torch.int64:
+        x = lw.cast(x, torch.int64)
     return lw.emit1("cumsum", [x], dim=norm_dim(a["dim"], rank_of(a["self"])))
 
 

@@ -107,6 +107,7 @@ void register_reduction_ops(OpTable& t);
 void register_norm_ops(OpTable& t);
 void register_data_movement_ops(OpTable& t);
 void register_compute_ops(OpTable& t);
+void register_grouped_ops(OpTable& t);
 void register_fused_ops(OpTable& t);
 
 // Shape helpers shared by families.

@@ -71,3 +71,56 @@ TEST(SortCpu, MatchesRefEveryDtypeDimAndLayout) {
   expect_cpu_matches_ref("sort", {big.view()}, sort_attrs(0, false), 0, 0);
   expect_cpu_matches_ref("sort", {big.view()}, sort_attrs(1, true), 0, 0);
 }
+
+// topk: the shape function, the reference on a hand-checked case and the CPU kernel vs the
+// reference. Which of several equal values topk returns is pinned against eager PyTorch by
+// tests/python/test_ops_missing.py (test_topk_ties_*).
+namespace {
+Attrs topk_attrs(int64_t dim, int64_t k, bool largest, bool sorted) {
+  return {{"dim", Attr(dim)}, {"k", Attr(k)}, {"largest", Attr(largest)}, {"sorted", Attr(sorted)}};
+}
+}  // namespace
+
+TEST(TopkShape, KAlongDim) {
+  auto out = infer("topk", {{DType::f32, {3, 9, 2}}}, topk_attrs(1, 4, true, true));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].shape, (Shape{3, 4, 2}));
+  EXPECT_EQ(out[1].dtype, DType::i64);
+  EXPECT_THROW(infer("topk", {{DType::f32, {3}}}, topk_attrs(0, 4, true, true)), Error);
+  EXPECT_THROW(infer("topk", {{DType::f32, {3}}}, topk_attrs(0, -1, true, true)), Error);
+  EXPECT_THROW(infer("topk", {{DType::f32, {Dim::sym("s0")}}}, topk_attrs(0, 1, true, true)), Error);
+  EXPECT_EQ(infer("topk", {{DType::i64, {}}}, topk_attrs(0, 1, true, true))[0].shape, Shape{});
+}
+
+TEST(TopkRef, LargestWithNan) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor x = from_values(DType::f32, {5}, {1, 4, nan, -2, 3});
+  OneNode n("topk", {x.view()}, topk_attrs(0, 3, true, true));
+  auto r = run_node(*n.node, {x.view()}, Device::ref);
+  EXPECT_EQ(values_of(r[1]), (std::vector<double>{2, 1, 4}));  // NaN counts as the largest
+  OneNode s("topk", {x.view()}, topk_attrs(0, 2, false, true));
+  auto rs = run_node(*s.node, {x.view()}, Device::ref);
+  EXPECT_EQ(values_of(rs[0]), (std::vector<double>{-2, 1}));
+}
+
+TEST(TopkCpu, MatchesRefEveryDtypeDimKAndLayout) {
+  for (DType dt : {DType::f32, DType::f64, DType::i64, DType::i32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = random_tensor(dt, {3, 7, 5}, 1, -2, 2);  // heavy ties
+    auto [t, store] = transposed_copy(x);
+    for (const TensorView& in : {x.view(), t})
+      for (int64_t dim : {0, 1, 2, -1}) {
+        int64_t n = in.shape()[dim < 0 ? dim + 3 : dim];
+        for (int64_t k = 0; k <= n; ++k)
+          for (bool largest : {false, true})
+            for (bool sorted : {false, true})
+              expect_cpu_matches_ref("topk", {in}, topk_attrs(dim, k, largest, sorted), 0, 0);
+      }
+  }
+  Tensor wide = random_tensor(DType::f32, {6, 300}, 5, -3, 3);  // k * 64 <= n: the partial-sort branch
+  for (int64_t k : {1, 2, 4, 5, 100, 300})
+    for (bool largest : {false, true}) expect_cpu_matches_ref("topk", {wide.view()}, topk_attrs(1, k, largest, true), 0, 0);
+  Tensor big = random_tensor(DType::f32, {257, 129}, 4, -3, 3);  // parallel rows
+  expect_cpu_matches_ref("topk", {big.view()}, topk_attrs(1, 2, true, true), 0, 0);
+  expect_cpu_matches_ref("topk", {big.view()}, topk_attrs(0, 9, false, true), 0, 0);
+}

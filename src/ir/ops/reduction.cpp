@@ -1,4 +1,4 @@
-// Reductions (docs/ops.md, "Reductions"): sum mean amax amin prod var argmax argmin cumsum sort.
+// Reductions (docs/ops.md, "Reductions"): sum mean amax amin prod var argmax argmin cumsum sort topk.
 #include "ir/op_table.h"
 #include "ir/ops/params.h"
 
@@ -99,6 +99,38 @@ void register_reduction_ops(OpTable& t) {
     c.set_output(1, {DType::i64, x.shape});
   };
   t.add(std::move(sort));
+
+  OpDef topk;
+  topk.name = "topk";
+  topk.attrs = {{"dim", Attr::Kind::Int, std::nullopt},
+                {"k", Attr::Kind::Int, std::nullopt},
+                {"largest", Attr::Kind::Bool, Attr(true)},
+                {"sorted", Attr::Kind::Bool, Attr(true)}};
+  topk.dtypes = numeric;
+  topk.cls = OpClass::Reduction;
+  topk.num_outputs = 2;
+  topk.doc = "the k largest (smallest) along dim with their i64 indices, chosen and ordered as ATen's CPU "
+             "topk does (kernels/topk_select.h)";
+  topk.infer = [](InferCtx& c) {
+    const TensorType& x = c.in(0);
+    int rank = static_cast<int>(x.shape.size());
+    int64_t k = c.attr_int("k");
+    if (k < 0) c.fail("k is " + std::to_string(k) + "; expected k >= 0");
+    Shape out = x.shape;
+    if (rank == 0) {
+      if (k > 1) c.fail("k is " + std::to_string(k) + " for a 0-d input; expected k <= 1");
+    } else {
+      int d = wrap_dim(c.attr_int("dim"), rank, "topk");
+      if (x.shape[d].is_static() && k > x.shape[d].value())
+        c.fail("k is " + std::to_string(k) + " but dim " + std::to_string(d) + " has size " +
+               std::to_string(x.shape[d].value()));
+      if (!x.shape[d].is_static()) c.fail("topk along a symbolic dim (k must be checked against its size)");
+      out[d] = Dim(k);
+    }
+    c.set_output(0, {x.dtype, out});
+    c.set_output(1, {DType::i64, out});
+  };
+  t.add(std::move(topk));
 }
 
 }  // namespace updraft

@@ -12,6 +12,7 @@ void register_onednn_compute_kernels(KernelRegistry& r) {
   onednn::register_pool(r);
   onednn::register_attention(r);
   onednn::register_layout(r);
+  onednn::register_grouped_mm(r);
 }
 
 }  // namespace updraft

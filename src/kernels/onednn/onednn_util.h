@@ -221,5 +221,6 @@ void register_matmul(KernelRegistry& r);     // linear, matmul
 void register_pool(KernelRegistry& r);       // max_pool2d, avg_pool2d, adaptive_avg_pool2d
 void register_attention(KernelRegistry& r);  // sdpa (blocked kernel, not a oneDNN primitive)
 void register_layout(KernelRegistry& r);     // channel_block (a oneDNN reorder)
+void register_grouped_mm(KernelRegistry& r); // grouped_mm (oneDNN sgemm per group)
 
 }  // namespace updraft::onednn

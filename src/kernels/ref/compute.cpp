@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "ir/op_table.h"
 #include "kernels/channel_block.h"
+#include "kernels/grouped_rows.h"
 #include "kernels/kernel.h"
 
 namespace updraft {
@@ -432,9 +433,32 @@ void ref_sdpa(const TensorView* in, TensorView* out, const SdpaParams& p) {
   }
 }
 
+// ---- grouped_mm ------------------------------------------------------------------------------
+
+// out = 0, then for each group (kernels/grouped_rows.h) out[s, n] = sum_k x[s, k] * w[e, k, n]
+// (w[e, n, k] with transposed_w).
+void ref_grouped_mm(const TensorView* in, TensorView* out, bool transposed_w) {
+  const TensorView &x = in[0], &w = in[1];
+  const TensorView& y = out[0];
+  int64_t S = x.sizes[0], K = x.sizes[1], N = y.sizes[1];
+  for (int64_t i = 0; i < S * N; ++i) store(y, i, 0.0);
+  for_each_group(in[2], S, [&](int64_t e, int64_t lo, int64_t hi) {
+    for (int64_t s = lo; s < hi; ++s)
+      for (int64_t n = 0; n < N; ++n) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; ++k) acc += at(x, {s, k}) * (transposed_w ? at(w, {e, n, k}) : at(w, {e, k, n}));
+        store(y, s * N + n, acc);
+      }
+  });
+}
+
 }  // namespace
 
 void register_ref_compute_kernels(KernelRegistry& r) {
+  r.add("grouped_mm", Device::ref, [](const KernelContext& ctx) {
+    bool tw = ctx.node.attr("transposed_w").b();
+    return make_kernel("ref_grouped_mm", [tw](const TensorView* in, TensorView* out) { ref_grouped_mm(in, out, tw); });
+  });
   // Kernels copy the attributes they need at creation: a plan may outlive the Graph's nodes.
   r.add("conv2d", Device::ref, [](const KernelContext& ctx) {
     ConvParams p = ConvParams::of(ctx.node);
