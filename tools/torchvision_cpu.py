@@ -32,6 +32,7 @@ import ctypes
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -86,13 +87,14 @@ def _demangle(names: list[str]) -> list[str]:
 def missing_symbols(site: str) -> dict[str, list[str]]:
     """The wheel's imports that neither torch's CPU libraries, the bundled torchvision.libs nor
     the interpreter define, sorted by stub library."""
-    import torch
+    import importlib.util
 
+    torch_dir = os.path.dirname(importlib.util.find_spec("torch").origin)  # no import: ~3 s
     wanted: set[str] = set()
     for so in glob.glob(os.path.join(site, "torchvision", "*.so")):
         wanted |= _undefined_strong(so)
     provided: set[str] = set()
-    for lib in glob.glob(os.path.join(os.path.dirname(torch.__file__), "lib", "*.so*")) + \
+    for lib in glob.glob(os.path.join(torch_dir, "lib", "*.so*")) + \
             glob.glob(os.path.join(site, "torchvision.libs", "*.so*")):
         provided |= {n.split("@")[0] for n in _nm(lib, "--defined-only")}
     by_lib: dict[str, list[str]] = {lib: [] for lib in STUB_LIBS}
@@ -145,6 +147,11 @@ def install(dest: str) -> None:
                 return  # already installed for this torch
     except (OSError, ValueError):
         pass
+    missing_tools = [t for t in ("nm", "c++filt", "cc") if shutil.which(t) is None]
+    if missing_tools:
+        raise TorchvisionUnavailable(
+            f"[torchvision] {', '.join(missing_tools)} not found: the stub libraries are built with "
+            f"binutils and a C compiler; install them (Debian: apt-get install binutils gcc)")
     site = os.path.join(dest, "site")
     stubs = os.path.join(dest, "stubs")
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",

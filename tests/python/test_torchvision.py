@@ -67,7 +67,7 @@ CLASSIFIERS = {
     "mobilenet_v3_large": (lambda M: M.mobilenet_v3_large(), 64, True),
     "efficientnet_b0": (lambda M: M.efficientnet_b0(), 64, False),
     "regnet_y_400mf": (lambda M: M.regnet_y_400mf(), 64, False),
-    "densenet121": (lambda M: M.densenet121(), 64, True),
+    "densenet121": (lambda M: M.densenet121(), 64, False),
     # 75x75 is the smallest input Inception v3's stem and reductions accept.
     "inception_v3": (lambda M: M.inception_v3(aux_logits=False, init_weights=True), 75, False),
     "convnext_tiny": (lambda M: M.convnext_tiny(), 64, False),
@@ -94,13 +94,13 @@ FALLBACKS = {
 
 
 def compile_and_report(model, *inputs):
-    """torch.compile(model, backend="updraft") run once under no_grad, with the Report of every
-    graph Dynamo handed to the backend: what updraft.explain(model, *inputs) returns, without
-    compiling twice."""
+    """torch.compile(model, backend="updraft") (Dynamo's default dynamic-shape rules, as a user
+    gets) run once under no_grad, with the Report of every graph Dynamo handed to the backend,
+    collected as updraft.explain collects it, without compiling twice."""
     report = updraft.Report()
     set_collector(report)
     try:
-        compiled = torch.compile(model, backend="updraft", dynamic=False)
+        compiled = torch.compile(model, backend="updraft")
         with torch.no_grad():
             out = compiled(*inputs)
     finally:
