@@ -171,20 +171,31 @@ def install(dest: str) -> None:
         json.dump(_stamp(), f)
 
 
-def activate(dest: str | None = None):
+def activate(dest: str | None = None, _stamped: bool = True):
     """Imports torchvision from `dest` (default: build/torchvision in this checkout) and returns
     the module. Raises TorchvisionUnavailable, saying to run the set-up, when it is not there."""
     dest = os.path.abspath(dest or DEFAULT_DIR)
     site = os.path.join(dest, "site")
     cudart = glob.glob(os.path.join(site, "torchvision.libs", "libcudart*.so*"))
     stubs = [os.path.join(dest, "stubs", lib) for lib in STUB_LIBS]
-    if not cudart or not all(os.path.exists(p) for p in stubs):
+    try:
+        with open(os.path.join(dest, "stamp.json")) as f:
+            stamp = json.load(f)
+    except (OSError, ValueError):
+        stamp = None
+    if not cudart or not all(os.path.exists(p) for p in stubs) or (_stamped and stamp is None):
         raise TorchvisionUnavailable(
             f"[torchvision] torchvision {TORCHVISION} for the CPU torch is not installed in {dest}; "
             f"{SETUP_HINT}")
+    if _stamped and stamp != _stamp():
+        raise TorchvisionUnavailable(
+            f"[torchvision] {dest} was set up for {stamp}, this environment needs {_stamp()}; "
+            f"{SETUP_HINT}")
     if "torchvision" in sys.modules:  # activated before in this process
         return sys.modules["torchvision"]
-    import torch  # before the stubs: they are found by soname, torch's libraries by torch
+    # torch first: _C.so's rpath points at the machine it was built on, so it finds libc10.so and
+    # libtorch*.so, like the stubs, only as libraries already loaded (by soname).
+    import torch
 
     for lib in cudart + stubs:
         ctypes.CDLL(lib)  # loaded once, the soname satisfies _C.so's needed entry
@@ -199,7 +210,7 @@ def activate(dest: str | None = None):
 
 
 def _check(dest: str) -> None:
-    tv = activate(dest)
+    tv = activate(dest, _stamped=False)
     import torch
 
     boxes = torch.tensor([[0.0, 0.0, 10.0, 10.0], [1.0, 1.0, 11.0, 11.0], [20.0, 20.0, 30.0, 30.0]])
@@ -217,3 +228,6 @@ if __name__ == "__main__":
         install(where) if sys.argv[1] == "install" else _check(where)
     except TorchvisionUnavailable as e:
         sys.exit(str(e))
+    except subprocess.CalledProcessError as e:
+        sys.exit(f"[torchvision] `{' '.join(map(str, e.cmd))}` failed (exit {e.returncode}); its "
+                 f"output is above")
