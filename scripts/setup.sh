@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything updraft needs on a fresh Debian machine, idempotently:
 # system packages (GoogleTest), a virtual environment in .venv with the pinned Python
-# dependencies, and the package itself (C++ engine + extension + C++ tests) built into build/py.
+# dependencies, the package itself (C++ engine + extension + C++ tests) built into build/py, and
+# torchvision for the tests in build/torchvision (tools/torchvision_cpu.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,11 +29,21 @@ pip_quiet() {
   fi
   rm -f "$log"
 }
-pip_quiet torch==2.13.0 numpy transformers pytest expecttest matplotlib \
+pip_quiet torch==2.13.0 numpy transformers pytest expecttest matplotlib pillow \
   nanobind scikit-build-core ninja cmake \
   onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0
 
 echo "[setup] building and installing updraft (engine, extension, C++ tests) into .venv"
 pip_quiet --no-build-isolation --no-deps -Ccmake.define.UPDRAFT_BUILD_TESTS=ON .
 python -c "import updraft, updraft._C" || { echo "[setup] updraft failed to build or import"; exit 1; }
+
+# PyPI's torchvision 0.28.0 is a CUDA build; beside the CPU torch it loads with generated stub
+# CUDA libraries, outside .venv so nothing else imports it (docs/decisions.md, "torchvision").
+echo "[setup] torchvision 0.28.0 for the tests into build/torchvision (CPU ops, stub CUDA libraries)"
+tv_log=$(mktemp)
+if ! python tools/torchvision_cpu.py install build/torchvision >"$tv_log" 2>&1; then
+  grep -v "^WARNING: Location" "$tv_log"; rm -f "$tv_log"
+  echo "[setup] torchvision for the tests failed (see above)"; exit 1
+fi
+rm -f "$tv_log"
 echo "[setup] ready"
