@@ -95,4 +95,6 @@ def check_node(node: fx.Node) -> str | None:
             Lowerer(load_c().Graph(), check=True).lower(node)
     except Unsupported as e:
         return str(e)
+    except Exception as e:  # a lowering's own bug must not stop the partitioner: this node falls back
+        return f"lowering {op_name(node)} failed ({type(e).__name__}: {e}); please report this"
     return None

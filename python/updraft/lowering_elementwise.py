@@ -69,10 +69,11 @@ def _clamp(lw, node, a):
     dt = out_dtype(node)
     x = lw.operand(a["self"], dt)
     attrs = {}
-    if lo is not None:
-        attrs["min"] = float(lo)
-    if hi is not None:
-        attrs["max"] = float(hi)
+    for name, bound in (("min", lo), ("max", hi)):
+        if isinstance(bound, fx.Node):  # a SymInt/SymFloat (an image size): known at run time only
+            raise Unsupported(f"clamp with a dynamic {name} bound ({bound.name})")
+        if bound is not None:
+            attrs[name] = float(bound)
     if not dt.is_floating_point:
         # A float bound on an int tensor is a different op in torch (promotion); keep it exact.
         if any(not float(v).is_integer() for v in attrs.values()):

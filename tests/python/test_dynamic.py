@@ -195,3 +195,23 @@ def test_bert_base_20_lengths_3_batches_one_compile(engine_compiles):
     _check_single_partition(rep)
     assert len(engine_compiles) == 1, str(rep)
     assert rep.plans_built == len(shapes), str(rep)
+
+
+def test_clamp_to_a_dynamic_size_falls_back_with_a_reason():
+    """clip_boxes_to_image: clamp(max=<image width>) with a symbolic width. The bound is only
+    known at run time, so the clamp stays in PyTorch with a reason, and the rest of the graph
+    still compiles (a lowering's TypeError once sent the whole graph to PyTorch)."""
+    class Clip(torch.nn.Module):
+        def forward(self, boxes, image):
+            w = image.shape[-1]
+            return (boxes * 2).clamp(min=0, max=w) + 1
+
+    compiled = torch.compile(Clip(), backend="updraft", dynamic=True)
+    with torch.no_grad():
+        for n in (5, 9):
+            boxes, image = torch.randn(n, 4) * 20, torch.randn(3, n + 2, n + 3)
+            torch.testing.assert_close(compiled(boxes, image), Clip()(boxes, image))
+    rep = updraft.last_report()
+    reasons = " ".join(r for rs in rep.reasons.values() for r in rs)
+    assert "clamp with a dynamic max bound" in reasons, str(rep)
+    assert rep.num_engine_compute >= 1 and not rep.failed_partitions, str(rep)
