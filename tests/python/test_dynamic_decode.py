@@ -153,3 +153,28 @@ def test_sliding_window_decoder_generate_matches_eager(engine_compiles, report, 
     # none per step: the decode graph's one compile serves every cache length with a plan each.
     assert len(engine_compiles) == report.num_partitions == report.engine_compiles, str(report)
     assert max(p.plans_built for p in report.partitions) >= 10, str(report)
+
+
+def test_size_inputs_through_the_compile_cache(engine_compiles, tmp_path):
+    """A partition with size inputs stored and loaded again: the entry's graph keeps them
+    (`%n: i64[] = s1`), and the loaded graph serves new values without compiling."""
+    from updraft.cache import wait_for_writes
+
+    backend = updraft.get_backend(updraft.CompilerConfig(cache_dir=str(tmp_path)))
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        for run in range(2):
+            torch._dynamo.reset()
+            rep = Report()
+            set_collector(rep)
+            try:
+                compiled = torch.compile(_sizes_from_int, backend=backend, dynamic=True)
+                for n in ((3, 7) if run == 0 else (5, 11)):
+                    for g, w in zip(_no_warnings(lambda: compiled(x, n)), _sizes_from_int(x, n)):
+                        torch.testing.assert_close(g, w, **TOL)
+            finally:
+                set_collector(None)
+            wait_for_writes()
+            assert not rep.failed_partitions, str(rep)
+            assert rep.partitions[0].cache.startswith("miss" if run == 0 else "hit"), str(rep)
+    assert len(engine_compiles) == 1  # the second run loaded the entry
