@@ -47,6 +47,13 @@ void bind_graph(nb::module_& m) {
              return h.get().add_input(name, {dtype_from_name(dtype), shape_from_py(shape)})->id;
            },
            nb::arg("name"), nb::arg("dtype"), nb::arg("shape"))
+      .def("add_size_input",
+           [](GraphHandle& h, const std::string& name, const std::string& symbol) {
+             return h.get().add_size_input(name, symbol)->id;
+           },
+           nb::arg("name"), nb::arg("symbol"),
+           "An i64 scalar input whose value binds `symbol` (a size no tensor input has as a dim); "
+           "its entry in prepare()'s input shapes is [value].")
       .def("add_constant",
            [](GraphHandle& h, const std::string& name, const AnyArray& t, int source) {
              Value* v = h.get().add_constant(name, constant_from(t));

@@ -50,6 +50,9 @@ struct PlannedCall {
   std::shared_ptr<CompiledGraph> cg;
   std::shared_ptr<const Plan> plan;
   std::vector<TensorView> ins, outs;  // templates: everything but the data pointers
+  // Size inputs read their value from the plan's signature (the plan lives as long as this
+  // call), so the caller passes any pointer for them (0 from Python).
+  std::vector<size_t> size_inputs;
 
   PlannedCall(std::shared_ptr<CompiledGraph> g, const std::vector<std::vector<int64_t>>& shapes) : cg(std::move(g)) {
     {
@@ -57,7 +60,11 @@ struct PlannedCall {
       plan = cg->plan(shapes);
     }
     const auto& gin = cg->graph().inputs();
-    for (size_t k = 0; k < shapes.size() && k < gin.size(); ++k) ins.push_back(contiguous(shapes[k], gin[k]->type.dtype));
+    for (size_t k = 0; k < shapes.size() && k < gin.size(); ++k) {
+      bool size_input = !gin[k]->binds.empty();
+      ins.push_back(contiguous(size_input ? std::vector<int64_t>{} : shapes[k], gin[k]->type.dtype));
+      if (size_input) size_inputs.push_back(k);
+    }
     std::vector<DType> odt = cg->output_dtypes();
     for (size_t k = 0; k < plan->output_shapes().size(); ++k) outs.push_back(contiguous(plan->output_shapes()[k], odt[k]));
   }
@@ -83,6 +90,7 @@ struct PlannedCall {
                       " and " + std::to_string(out_ptrs.size()));
     std::vector<TensorView> in = ins, out = outs;  // per call: concurrent callers share this object
     for (size_t k = 0; k < in.size(); ++k) in[k].data = reinterpret_cast<void*>(in_ptrs[k]);
+    for (size_t k : size_inputs) in[k].data = const_cast<int64_t*>(plan->input_shapes()[k].data());
     for (size_t k = 0; k < out.size(); ++k) out[k].data = reinterpret_cast<void*>(out_ptrs[k]);
     nb::gil_scoped_release release;
     cg->run_plan(*plan, in, out);

@@ -47,7 +47,7 @@ import torch
 
 ENV_DIR = "UPDRAFT_CACHE_DIR"
 SUFFIX = ".updraft"
-KEY_VERSION = "updraft-cache-key 4"
+KEY_VERSION = "updraft-cache-key 5"
 
 TMP_SUFFIX = ".tmp"
 STALE_TMP_SECONDS = 3600  # a temporary file this old belongs to a writer that died
@@ -325,10 +325,11 @@ def partition_key(code: str, inputs: list[tuple[int, str, object]], params: str,
     """sha256 over everything that decides a partition's optimised graph.
 
     `inputs` holds (placeholder index, kind, value) for the placeholders that are not frozen
-    parameters: ("runtime", meta), ("literal", tensor) or ("other", value); `params` describes
-    the parameters (`entry_params(...).text`: index, dtype and shape of each). Parameters
-    contribute dtype and shape only; literal constants contribute their bytes; runtime inputs
-    their dtype and (symbolic) shape.
+    parameters: ("runtime", meta), ("literal", tensor), ("size", SymInt) for a SymInt the
+    engine takes as a size input (its value binds a symbol), or ("other", value); `params`
+    describes the parameters (`entry_params(...).text`: index, dtype and shape of each).
+    Parameters contribute dtype and shape only; literal constants contribute their bytes;
+    runtime inputs their dtype and (symbolic) shape; size inputs their expression.
     """
     from . import _C
 

@@ -152,8 +152,9 @@ def dim_text(expr: Any, rename: Optional[dict] = None) -> int | str:
         return f"({sub(expr.args[0])}//{sub(expr.args[1])})"
     if isinstance(expr, (F.Mod, F.PythonMod)):
         return f"({sub(expr.args[0])}%{sub(expr.args[1])})"
-    if isinstance(expr, (sympy.Max, sympy.Min)):
-        name = "max" if isinstance(expr, sympy.Max) else "min"
+    # torch writes its own Max/Min (torch.utils._sympy.functions), not subclasses of sympy's.
+    if isinstance(expr, (sympy.Max, sympy.Min, F.Max, F.Min)):
+        name = "max" if isinstance(expr, (sympy.Max, F.Max)) else "min"
         out = sub(expr.args[0])
         for a in expr.args[1:]:
             out = f"{name}({out},{sub(a)})"
@@ -170,6 +171,37 @@ def engine_dim(d: Any) -> int | str:
         # symbolic dim and binds it from the input's actual size at prepare().
         return dim_text(d.node.expr)
     raise Unsupported(f"dim {d!r} is not an int")
+
+
+def _engine_symbol(name: str) -> Any:
+    """An opaque engine symbol as sympy sees it: an integer of unknown sign (a size input's
+    value may be negative, e_0 = 1 - w), so sympy never simplifies max(0, e_0) to e_0."""
+    import sympy
+
+    return sympy.Symbol(name, integer=True)
+
+
+def size_input_exprs(tensor_vals: list, scalar_vals: list) -> list[int]:
+    """Which of a partition's scalar inputs (SymInts, as Dynamo passes them) the engine takes as
+    size inputs: those whose size no tensor input carries as a plain dim. Their values bind
+    symbols (arange(s0 + 1) with no tensor of size s0), so one engine compile serves every value.
+    Decided from the metadata alone, so a compile-cache hit (no lowering) decides the same."""
+    carried = set()
+    for v in tensor_vals:
+        if isinstance(v, torch.Tensor):
+            for d in v.shape:
+                if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol:
+                    carried.add(d.node.expr)
+    out, seen = [], set()
+    for i, v in enumerate(scalar_vals):
+        if not isinstance(v, torch.SymInt) or isinstance(v, bool):
+            continue
+        expr = v.node.expr
+        if expr.is_Integer or expr in carried or expr in seen or expr.free_symbols <= carried:
+            continue  # static, or computable from the tensors' dims
+        seen.add(expr)
+        out.append(i)
+    return out
 
 
 def tensor_type(val: Any) -> tuple[str, list]:
@@ -286,8 +318,78 @@ class Lowerer:
         # bound from that dim, and later sizes that contain the expression use the name.
         self.syms: set[str] = set()
         self.opaque: dict = {}
+        # Size inputs (declare_sizes): (engine input name, symbol it binds), and symbols no
+        # input carries written through a size input's symbol (s0 -> e_0 - 1 for e_0 = s0 + 1).
+        self._sizes: list[tuple[str, str]] = []
+        self.solved: dict = {}
+        self._size_vids: dict = {}  # dim text -> engine i64 scalar holding it (size_value)
 
     # -- dynamic sizes
+    def declare_sizes(self, names: list[str], vals: list) -> None:
+        """Declares size inputs (the scalar inputs `size_input_exprs` chose; SymInts) by their
+        placeholder names; call after declare_inputs and before any size is written, then
+        add_size_inputs after the tensor inputs are bound. A plain symbol binds itself. An
+        expression binds an opaque symbol that later sizes containing it use; when it is a
+        symbol plus an offset (a cache position s0 + 1), that symbol is written through it."""
+        import sympy
+
+        pending = []  # (expression, the symbol bound to it)
+        for name, v in zip(names, vals):
+            expr = meta(v).node.expr
+            if expr.is_Symbol:
+                self.syms.add(expr.name)
+                self._sizes.append((name, expr.name))
+                continue
+            sym = self.opaque.setdefault(expr, f"e_{len(self.opaque)}")
+            self._sizes.append((name, sym))
+            pending.append((expr, _engine_symbol(sym)))
+        # Solve e = c*s + rest (c = +-1) for a symbol s no input carries, once the rest is known:
+        # pos - w + 1 and pos + 1 give pos, then w. Repeated until nothing more is solved.
+        progress = True
+        while pending and progress:
+            progress = False
+            for item in list(pending):
+                expr, e = item
+                expr = expr.xreplace(self.solved)
+                free = [f for f in expr.free_symbols
+                        if f.name not in self.syms and f not in self.solved and f.name not in self.opaque.values()]
+                if len(free) != 1:
+                    continue
+                s = free[0]
+                try:
+                    c = sympy.diff(expr, s)
+                    rest = sympy.expand(expr - c * s)
+                except (TypeError, ValueError, AttributeError):  # floor division, max: not solved
+                    continue
+                if c in (1, -1) and not rest.has(s):
+                    self.solved[s] = sympy.expand(c * (e - rest))
+                    pending.remove(item)
+                    progress = True
+
+    def add_size_inputs(self) -> None:
+        """The declared size inputs as engine inputs, after the tensor inputs (the call order)."""
+        for name, sym in self._sizes:
+            try:
+                self._size_vids[sym] = self.g.add_size_input(name, sym)
+            except load_c().UpdraftError as e:
+                raise Unsupported(f"size input {name} = {sym}: {e}") from None
+            self._n_inputs += 1
+
+    def size_value(self, d: Any) -> int:
+        """Size `d` (int or SymInt) as an engine i64 scalar: a constant when static, the size
+        input that binds it, or else counted at run time (a sum of ones over [d]: O(d), for
+        sizes such as an indexed dim's, which wraps negative indices)."""
+        n = static_or_none(d)
+        if n is not None:
+            return self.scalar(n, torch.int64)
+        text = self.dim(d)
+        vid = self._size_vids.get(text)
+        if vid is None:
+            one = self.emit1("reshape", [self.scalar(1, torch.int64)], shape=[1])
+            vid = self.emit1("sum", [self.emit1("expand", [one], shape=[text])], dims=[0])
+            self._size_vids[text] = vid
+        return vid
+
     def declare_inputs(self, vals: list) -> None:
         """Records the symbols the runtime inputs (FakeTensors) carry as plain dims; call before
         bind_input so an input's expression dims can refer to symbols of later inputs."""
@@ -306,7 +408,9 @@ class Lowerer:
         if expr.is_Integer:
             return int(expr)
         if self.opaque:
-            expr = expr.xreplace({k: sympy.Symbol(v, integer=True, positive=True) for k, v in self.opaque.items()})
+            expr = expr.xreplace({k: _engine_symbol(v) for k, v in self.opaque.items()})
+        if self.solved:
+            expr = sympy.expand(expr.xreplace(self.solved))
         missing = sorted(s.name for s in expr.free_symbols
                          if s.name not in self.syms and s.name not in self.opaque.values())
         # Check mode tests one node alone and cannot know which symbols the partition's inputs
@@ -391,6 +495,8 @@ class Lowerer:
 
     def operand(self, arg: Any, dtype: torch.dtype) -> int:
         """A tensor node cast to `dtype`, or a Python scalar as a 0-d constant of `dtype`."""
+        if isinstance(arg, fx.Node) and isinstance(meta(arg), torch.SymInt):
+            return self.cast(self.size_value(meta(arg)), dtype)  # a size used as a number (pos + 1)
         if isinstance(arg, fx.Node):
             return self.cast(self.value(arg), dtype)
         if isinstance(arg, (bool, int, float)):

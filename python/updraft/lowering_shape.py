@@ -112,16 +112,15 @@ def _expand(lw, node, a):
 
 
 def _slice_bound(lw: Lowerer, v: Any, default: int) -> int | str:
-    """A static bound (clamped to int64), or a symbolic one as engine dim text. The engine
-    takes a symbolic bound as already within [0, size]; `_slice` checks the result against
-    torch's shape, which is how a bound outside that range shows up."""
+    """A static bound (clamped to int64), or a symbolic one as engine dim text. The engine's
+    shape function takes a symbolic bound as already within [0, size], but each plan slices
+    with the bound's value and torch's clamping (a negative one counts from the end, as in
+    k[:, :, -s0:]); `_slice` gives the result torch's size, which each plan checks."""
     if v is None:
         return default
     expr = sym_expr(v)
     if expr.is_Integer:
         return max(min(int(expr), _INT64_MAX), -_INT64_MAX)
-    if expr.is_nonnegative is not True:
-        raise Unsupported(f"slice bound {expr} may be negative")
     return lw.dim(v)
 
 
@@ -140,12 +139,11 @@ def _slice(lw, node, a):
     if start == 0 and step == 1 and isinstance(end, str) and lw.vtype(x)[1][dim] == end:
         return x  # x[:s1] of a dim that is s1
     out = lw.emit1("slice", [x], dim=dim, start=start, end=end, step=step)
-    if isinstance(start, str) or isinstance(end, str):
-        want = lw.dim(meta(node).shape[dim])
-        got = lw.vtype(out)[1][dim]
-        if got != want:
-            raise Unsupported(f"symbolic slice gives size {got} in the engine, torch says {want}")
-    return out
+    # The engine's size of a slice of a dynamic dim is an expression torch may know better
+    # (x[:, -1:] of a dim s0 >= 1 is 1, not max(s0 - max(s0 - 1, 0), 0); a bound that may be
+    # negative): later sizes are written as torch has them, so the result takes torch's size,
+    # a reshape the engine accepts when it cannot compare the two sizes and every plan checks.
+    return lw.reshape(out, shape_of(meta(node)))
 
 
 @register(aten.select.int)
@@ -221,7 +219,7 @@ def _advanced_index(lw: Lowerer, x_arg: Any, indices: list) -> tuple:
             raise Unsupported("boolean-mask indexing (data-dependent size)")
     x_meta = meta(x_arg)
     m = len(idxs) - k
-    sizes = static_ints(x_meta.shape[k:k + m], "indexed dim size")
+    sizes = list(x_meta.shape[k:k + m])  # ints or SymInts: a dynamic dim's size is a value too
     x = lw.value(x_arg)
     i64 = torch.int64
     lin = None
@@ -229,14 +227,14 @@ def _advanced_index(lw: Lowerer, x_arg: Any, indices: list) -> tuple:
     for t, n in reversed(list(zip(idxs[k:], sizes))):
         i = lw.operand(t, i64)
         i = lw.emit1("where", [lw.emit1("lt", [i, lw.scalar(0, i64)]),
-                              lw.emit1("add", [i, lw.scalar(n, i64)]), i])
-        if stride != 1:
-            i = lw.emit1("mul", [i, lw.scalar(stride, i64)])
+                              lw.emit1("add", [i, lw.size_value(n)]), i])
+        if static_or_none(stride) != 1:
+            i = lw.emit1("mul", [i, lw.size_value(stride)])
         lin = i if lin is None else lw.emit1("add", [i, lin])
-        stride *= n
+        stride = stride * n
     if m > 1:
         shape = lw.vtype(x)[1]
-        x = lw.emit1("reshape", [x], shape=shape[:k] + [stride] + shape[k + m:])
+        x = lw.emit1("reshape", [x], shape=shape[:k] + [lw.dim(stride)] + shape[k + m:])
     # The adds broadcast the index tensors; one alone may need expanding to the common shape.
     bshape = list(torch.broadcast_shapes(*[meta(t).shape for t in idxs[k:]]))
     if lw.vtype(lin)[1] != lw.dims(bshape):

@@ -30,6 +30,7 @@ from . import profiler
 from .config import CompilerConfig
 from .lowering import (TORCH_DTYPES, Lowerer, Unsupported, check_node, is_compute,
                        is_shape_arithmetic, meta, op_name)
+from .lowerer import size_input_exprs
 from .report import GraphReport, PartitionReport, count_cache_event
 
 PREFIX = "updraft_partition_"
@@ -134,7 +135,10 @@ class EnginePartition(torch.nn.Module):
         # contiguous CPU tensor of the dtype the engine graph was built for (the shape is the
         # dict key); anything else takes the general path below.
         ins = [args[j] for j in st.runtime_pos]
-        call = st.calls.get(tuple([t.shape for t in ins]))
+        sig = [t.shape for t in ins]
+        if st.size_pos:  # a size input's value is its signature; the plan holds it (ptr 0)
+            sig += [args[j] for j in st.size_pos]
+        call = st.calls.get(tuple(sig))
         if call is not None:
             ptrs = []
             for t, dt in zip(ins, st.in_dtypes):
@@ -142,6 +146,7 @@ class EnginePartition(torch.nn.Module):
                     break
                 ptrs.append(t.data_ptr())
             else:
+                ptrs += [0] * len(st.size_pos)
                 outs = [torch.empty(s, dtype=d) for s, d in call[1]]
                 try:
                     call[0].run(ptrs, [o.data_ptr() for o in outs])
@@ -179,12 +184,15 @@ class EnginePartition(torch.nn.Module):
             if not t.is_contiguous():
                 t = t.contiguous()
             ins.append(t)
-        key = tuple(tuple(t.shape) for t in ins)
+        sizes = [int(args[j]) for j in st.size_pos]
+        key = tuple(tuple(t.shape) for t in ins) + tuple(sizes)
+        sig = [list(t.shape) for t in ins] + [[v] for v in sizes]  # the engine's input signature
+        ins += [torch.tensor(v, dtype=torch.int64) for v in sizes]
         shapes = st.shapes.get(key)
         C = _c()
         try:
             if shapes is None:
-                shapes = [tuple(s) for s in st.cg.prepare([list(k) for k in key])]
+                shapes = [tuple(s) for s in st.cg.prepare(sig)]
                 st.shapes[key] = shapes
                 # New shape signature: one more plan over the same engine compile.
                 self.report.plans_built = getattr(st.cg, "plans_built", self.report.plans_built + 1)
@@ -199,7 +207,7 @@ class EnginePartition(torch.nn.Module):
                 # it, as threads binding other signatures change the table meanwhile. Readers
                 # need no lock: dict.get is atomic, and a call evicted after its lookup keeps
                 # its plan alive while it runs.
-                call = (st.cg.planned([list(k) for k in key]), list(zip(shapes, st.out_dtypes)))
+                call = (st.cg.planned(sig), list(zip(shapes, st.out_dtypes)))
                 with st.lock:
                     if key not in st.calls:
                         while len(st.calls) >= _MAX_BOUND_PLANS:
@@ -232,20 +240,23 @@ class EnginePartition(torch.nn.Module):
         t0 = time.perf_counter()
         placeholders = list(self.sub.graph.find_nodes(op="placeholder"))  # indexed: no walk over the graph
         runtime_pos = [j for j in self._other_pos if not self.const_mask[j] and isinstance(args[j], torch.Tensor)]
-        disk, key, params = self._cache_key(args, placeholders)
+        size_pos = self._size_pos(args, placeholders, runtime_pos)
+        disk, key, params = self._cache_key(args, placeholders, size_pos)
         if key is not None:
-            built = self._load_cached(disk, key, params, args, runtime_pos, t0)
+            built = self._load_cached(disk, key, params, args, runtime_pos, size_pos, t0)
             if built is not None:
                 return built
         lw = Lowerer(C.Graph())
         # Dynamic dims stay symbolic: every runtime input's symbols are known before any input
-        # is bound, so one engine compile serves every size (see Lowerer.dim).
+        # is bound, so one engine compile serves every size (see Lowerer.dim). SymInts that no
+        # tensor carries are size inputs, after the tensors: their values bind their symbols.
         lw.declare_inputs([meta(placeholders[j]) for j in runtime_pos])
+        lw.declare_sizes([placeholders[j].name for j in size_pos], [placeholders[j] for j in size_pos])
         bound_ids = set()
         n_const = 0
         for j, (ph, arg) in enumerate(zip(placeholders, args)):
             if not isinstance(arg, torch.Tensor):
-                continue  # SymInts feed shape arithmetic only; the engine reads shapes itself
+                continue  # SymInts: size inputs (below), or sizes the engine reads off the tensors
             if self.const_mask[j]:
                 vid = lw.constant(arg, name=ph.name, source=j if self.const_kinds[j] == "param" else -1)
                 lw.env[ph] = vid
@@ -253,6 +264,7 @@ class EnginePartition(torch.nn.Module):
             else:
                 vid = lw.bind_input(ph, ph.name)
             bound_ids.add(vid)
+        lw.add_size_inputs()
         for n in self.sub.graph.nodes:
             if n.op == "call_function" and n not in lw.env and n.target not in _DEFERRED:
                 lw.lower(n)
@@ -273,7 +285,7 @@ class EnginePartition(torch.nn.Module):
         self.report.engine_compiles += 1
         self.report.lower_ms = (t1 - t0) * 1e3
         self.report.compile_ms = getattr(cg, "compile_ms", (t2 - t1) * 1e3)
-        self.report.num_inputs = len(runtime_pos)
+        self.report.num_inputs = len(runtime_pos) + len(size_pos)
         self.report.num_constants = n_const
         if self.config.debug >= 2:
             print(f"[updraft] {self.report.name} engine graph:\n{debug_text}\n"
@@ -282,7 +294,16 @@ class EnginePartition(torch.nn.Module):
                 print(f"[updraft]   pass {name}: changed={changed} {ms:.2f} ms {note}", file=sys.stderr)
         if key is not None:
             self._store(disk, key, cg)
-        return _Built(cg, runtime_pos, out_dtypes, [args[j].dtype for j in runtime_pos])
+        return _Built(cg, runtime_pos, out_dtypes, [args[j].dtype for j in runtime_pos], size_pos)
+
+    def _size_pos(self, args: tuple, placeholders: list, runtime_pos: list[int]) -> list[int]:
+        """Placeholder indices of the size inputs (lowerer.size_input_exprs), in call order."""
+        scalar_pos = [j for j in self._other_pos if isinstance(args[j], int) and not isinstance(args[j], bool)]
+        if not scalar_pos:
+            return []
+        chosen = size_input_exprs([meta(placeholders[j]) for j in runtime_pos],
+                                  [meta(placeholders[j]) for j in scalar_pos])
+        return [scalar_pos[i] for i in chosen]
 
     def _outputs(self) -> list:
         out = self.sub.graph.output_node().args[0]
@@ -296,7 +317,7 @@ class EnginePartition(torch.nn.Module):
         return out_dtypes
 
     # -- the persistent compile cache (updraft/cache.py, docs/format.md)
-    def _cache_key(self, args: tuple, placeholders: list) -> tuple:
+    def _cache_key(self, args: tuple, placeholders: list, size_pos: list[int]) -> tuple:
         """(DiskCache, key, EntryParams), or (None, None, None) when the cache is off or unusable."""
         try:
             disk = cache_for(self.config)
@@ -310,7 +331,9 @@ class EnginePartition(torch.nn.Module):
         inputs = []
         for j in self._other_pos:
             arg, ph = args[j], placeholders[j]
-            if not isinstance(arg, torch.Tensor):
+            if j in size_pos:  # bound by value: its place among the engine's inputs matters
+                inputs.append((j, "size", meta(ph)))
+            elif not isinstance(arg, torch.Tensor):
                 inputs.append((j, "other", meta(ph) if "val" in ph.meta else type(arg).__name__))
             elif self.const_kinds[j] == "literal":
                 inputs.append((j, "literal", arg))
@@ -323,7 +346,7 @@ class EnginePartition(torch.nn.Module):
         return disk, key, params
 
     def _load_cached(self, disk: DiskCache, key: str, params: Any, args: tuple, runtime_pos: list[int],
-                     t0: float) -> Optional["_Built"]:
+                     size_pos: list[int], t0: float) -> Optional["_Built"]:
         C = _c()
         path = disk.lookup(key)
         if path is None:
@@ -351,10 +374,10 @@ class EnginePartition(torch.nn.Module):
         self.report.lower_ms = 0.0
         self.report.compile_ms = cg.compile_ms
         self.report.cache_ms = (time.perf_counter() - t0) * 1e3
-        self.report.num_inputs = len(runtime_pos)
+        self.report.num_inputs = len(runtime_pos) + len(size_pos)
         self.report.num_constants = params.tensors + sum(
             1 for j in self._other_pos if self.const_mask[j] and isinstance(args[j], torch.Tensor))
-        return _Built(cg, runtime_pos, out_dtypes, [args[j].dtype for j in runtime_pos])
+        return _Built(cg, runtime_pos, out_dtypes, [args[j].dtype for j in runtime_pos], size_pos)
 
     def _store(self, disk: DiskCache, key: str, cg: Any) -> None:
         """Stores the entry on a background thread (updraft/cache.py); the report says
@@ -378,14 +401,15 @@ class EnginePartition(torch.nn.Module):
 
 
 class _Built:
-    __slots__ = ("cg", "runtime_pos", "out_dtypes", "shapes", "in_dtypes", "calls", "lock")
+    __slots__ = ("cg", "runtime_pos", "size_pos", "out_dtypes", "shapes", "in_dtypes", "calls", "lock")
 
     def __init__(self, cg: Any, runtime_pos: list[int], out_dtypes: list[torch.dtype],
-                 in_dtypes: list[torch.dtype]) -> None:
+                 in_dtypes: list[torch.dtype], size_pos: list[int]) -> None:
         self.cg = cg
-        self.runtime_pos = runtime_pos
+        self.runtime_pos = runtime_pos  # tensor inputs
+        self.size_pos = size_pos  # size inputs (ints at run time), after the tensors
         self.out_dtypes = out_dtypes
-        self.shapes: dict = {}  # input-shape signature -> output shapes
+        self.shapes: dict = {}  # input signature (tensor shapes, then size values) -> output shapes
         self.in_dtypes = in_dtypes  # runtime inputs' dtypes the engine graph was built for
         # input-shape signature -> (PlannedCall, [(output shape, dtype)]): the fast path; at most
         # _MAX_BOUND_PLANS, oldest bound first out. Changed only under `lock`.

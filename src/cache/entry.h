@@ -29,7 +29,7 @@
 
 namespace updraft {
 
-inline constexpr uint32_t kEntryFormatVersion = 3;
+inline constexpr uint32_t kEntryFormatVersion = 4;
 
 // The CPU features this process runs with, e.g. "avx,avx2,fma,sse4.2" (part of the key: the
 // plans and kernels chosen depend on them).

@@ -37,6 +37,17 @@ Value* Graph::add_input(const std::string& name, TensorType type) {
   return v;
 }
 
+Value* Graph::add_size_input(const std::string& name, const std::string& symbol) {
+  Dim d = Dim::sym(symbol);  // validates the name as a symbol
+  for (const Value* in : inputs_)
+    UPDRAFT_CHECK(in->binds != symbol, "ir",
+                  "size input '" + name + "' binds " + symbol + ", which input '" + in->name +
+                      "' binds already; pass each symbol once");
+  Value* v = add_input(name, {DType::i64, {}});
+  v->binds = d.str();
+  return v;
+}
+
 Value* Graph::add_constant(const std::string& name, Tensor value) {
   TensorType t{value.dtype(), shape_from(value.shape())};
   Value* v = new_value(name, std::move(t));

@@ -39,6 +39,9 @@ struct Value {
   int producer_index = 0;
   std::optional<Tensor> constant;  // set for constants (weights, folded values)
   bool is_input = false;
+  // A size input (Graph::add_size_input): a 0-d i64 input whose value binds this symbol, for a
+  // size no tensor input carries as a dim (a cache position, arange(n + 1)). Empty otherwise.
+  std::string binds;
   // For a constant bound from the caller's parameter number `source` (a frozen weight): the
   // compile cache stores the reference, not the values, and binds the new tensor on load.
   int source = -1;
@@ -86,6 +89,8 @@ class Graph {
   Graph& operator=(const Graph&) = delete;
 
   Value* add_input(const std::string& name, TensorType type);
+  // A size input: type i64[], its value at run time binds `symbol` (see Value::binds).
+  Value* add_size_input(const std::string& name, const std::string& symbol);
   Value* add_constant(const std::string& name, Tensor value);
   // Records that `results` (new constants) are what node `n` computes from its constant inputs.
   // Every pass that folds values into new constants records them this way.

@@ -339,7 +339,19 @@ class Parser {
     size_t tpos = pos_;
     TensorType t = type();
     if (t.shape.size() > static_cast<size_t>(kMaxDims)) fail_at(tpos, "rank exceeds the engine limit of 8");
-    define(name, where, g_->add_input(is_numeric(name) ? "" : std::string(name), std::move(t)));
+    std::string vname = is_numeric(name) ? "" : std::string(name);
+    if (eat("=")) {  // a size input: `%n: i64[] = s1`, its value binds s1
+      size_t spos = pos_;
+      std::string sym = ident("the symbol a size input binds", false);
+      if (t.dtype != DType::i64 || !t.shape.empty()) fail_at(tpos, "a size input has type i64[]");
+      try {
+        define(name, where, g_->add_size_input(vname, sym));
+      } catch (const Error& e) {
+        fail_at(spos, e.what());
+      }
+      return;
+    }
+    define(name, where, g_->add_input(vname, std::move(t)));
   }
 
   void parse_stmt() {

@@ -142,6 +142,7 @@ std::string print_graph(const Graph& g, const PrintOptions& opts) {
   for (size_t i = 0; i < g.inputs().size(); ++i) {
     const Value* v = g.inputs()[i];
     out += (i ? ", " : "") + names.ref(v) + ": " + v->type.str();
+    if (!v->binds.empty()) out += " = " + v->binds;  // a size input
   }
   out += ") {\n";
   for (const Value* v : consts)

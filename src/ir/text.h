@@ -14,7 +14,7 @@
 //
 // Grammar (comments run from "//" to the end of a line, outside brackets):
 //   graph  := 'graph' '(' [param {',' param}] ')' '{' {stmt} 'return' '(' [ref {',' ref}] ')' '}'
-//   param  := ref ':' type
+//   param  := ref ':' type ['=' symbol]                // `%n: i64[] = s1`: a size input, its value binds s1
 //   stmt   := ref '=' 'constant' type data
 //           | ref {',' ref} '=' op '(' [ref {',' ref}] ')' ['{' attr {',' attr} '}'] [':' type {',' type}]
 //   type   := dtype '[' [dim {',' dim}] ']'             // f32[2, s0, (s0*2)]

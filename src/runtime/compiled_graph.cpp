@@ -183,7 +183,10 @@ void CompiledGraph::run(const std::vector<TensorView>& inputs, const std::vector
   }
   if (!plan) {  // first call with these shapes: build (allocates, once)
     std::vector<std::vector<int64_t>> shapes;
-    for (const TensorView& v : inputs) shapes.push_back(v.shape());
+    const auto& gin = graph_->inputs();
+    for (size_t k = 0; k < inputs.size(); ++k)  // a size input's entry is its value (check_inputs: an i64 scalar)
+      shapes.push_back(gin[k]->binds.empty() ? inputs[k].shape()
+                                             : std::vector<int64_t>{*static_cast<const int64_t*>(inputs[k].data)});
     plan = plan_for(shapes);
   }
   execute_checked(*plan, inputs, outputs);

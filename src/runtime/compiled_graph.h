@@ -73,6 +73,9 @@ class CompiledGraph {
   ~CompiledGraph();
 
   // Concrete output shapes for these input shapes (builds and caches the plan if needed).
+  // Input signature: a tensor input's shape; a size input's (Graph::add_size_input) value, as
+  // {value}. At run() a size input is an i64 scalar view holding the value: each value it
+  // takes is a signature of its own, with its own plan, as each size of a tensor input is.
   std::vector<std::vector<int64_t>> prepare(const std::vector<std::vector<int64_t>>& input_shapes);
   // Runs the plan for the inputs' shapes. Inputs may be strided; outputs must be contiguous
   // with the shapes prepare() returned. Throws Error("runtime", ...) on a mismatch.

@@ -14,7 +14,16 @@ SymBindings bind_input_shapes(const Graph& g, const std::vector<std::vector<int6
   SymBindings b;
   // Plain symbols bind first, so an expression like (s0*2) in a later input can be checked.
   for (size_t i = 0; i < shapes.size(); ++i) {
-    const Shape& want = g.inputs()[i]->type.shape;
+    const Value* in = g.inputs()[i];
+    if (!in->binds.empty()) {  // a size input: its signature entry is {value}
+      UPDRAFT_CHECK(shapes[i].size() == 1, "interpret", "size input " + std::to_string(i) + " has no value");
+      auto [it, fresh] = b.emplace(in->binds, shapes[i][0]);
+      UPDRAFT_CHECK(fresh || it->second == shapes[i][0], "interpret",
+                    "symbol " + in->binds + " is " + std::to_string(it->second) + " in one input and " +
+                        std::to_string(shapes[i][0]) + " in input " + std::to_string(i));
+      continue;
+    }
+    const Shape& want = in->type.shape;
     UPDRAFT_CHECK(want.size() == shapes[i].size(), "interpret",
                   "input " + std::to_string(i) + " has rank " + std::to_string(shapes[i].size()) + ", the graph expects " +
                       shape_str(want));
@@ -30,6 +39,7 @@ SymBindings bind_input_shapes(const Graph& g, const std::vector<std::vector<int6
     }
   }
   for (size_t i = 0; i < shapes.size(); ++i) {
+    if (!g.inputs()[i]->binds.empty()) continue;
     const Shape& want = g.inputs()[i]->type.shape;
     for (size_t d = 0; d < want.size(); ++d) {
       int64_t expect = want[d].eval(b);  // throws naming an unbound symbol
@@ -57,6 +67,10 @@ std::vector<Tensor> interpret(const Graph& g, const std::vector<Tensor>& inputs,
   std::vector<std::vector<int64_t>> shapes;
   for (size_t i = 0; i < inputs.size(); ++i) {
     shapes.push_back(inputs[i].shape());
+    // A size input's signature is its value (checked to be an i64 scalar first).
+    if (i < g.inputs().size() && !g.inputs()[i]->binds.empty() && inputs[i].dtype() == DType::i64 &&
+        inputs[i].shape().empty())
+      shapes.back() = {*static_cast<const int64_t*>(inputs[i].data())};
     if (i < g.inputs().size())
       UPDRAFT_CHECK(inputs[i].dtype() == g.inputs()[i]->type.dtype, "interpret",
                     "input " + std::to_string(i) + " is " + dtype_name(inputs[i].dtype()) + ", the graph expects " +

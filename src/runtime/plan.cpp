@@ -54,6 +54,22 @@ SymBindings bind_symbols(const Graph& g, const std::vector<std::vector<int64_t>>
   SymBindings b;
   std::map<std::string, size_t> bound_by;  // symbol -> input that bound it
   for (size_t k = 0; k < ins.size(); ++k) {
+    if (!ins[k]->binds.empty()) {  // a size input: its signature entry is {value}
+      const std::string& name = ins[k]->binds;
+      UPDRAFT_CHECK(shapes[k].size() == 1, "runtime",
+                    "input " + std::to_string(k) + " is a size input (binds " + name +
+                        "); its entry in the input signature is {value}");
+      auto it = b.find(name);
+      if (it == b.end()) {
+        b[name] = shapes[k][0];
+        bound_by[name] = k;
+      } else if (it->second != shapes[k][0]) {
+        throw Error("runtime", "size input " + std::to_string(k) + " is " + std::to_string(shapes[k][0]) + " but " +
+                                   name + " is already " + std::to_string(it->second) + " from input " +
+                                   std::to_string(bound_by[name]));
+      }
+      continue;
+    }
     const Shape& want = ins[k]->type.shape;
     const auto& got = shapes[k];
     UPDRAFT_CHECK(got.size() == want.size(), "runtime",
@@ -77,6 +93,7 @@ SymBindings bind_symbols(const Graph& g, const std::vector<std::vector<int64_t>>
     }
   }
   for (size_t k = 0; k < ins.size(); ++k) {
+    if (!ins[k]->binds.empty()) continue;
     const Shape& want = ins[k]->type.shape;
     for (size_t d = 0; d < want.size(); ++d) {
       std::string name;
@@ -86,7 +103,7 @@ SymBindings bind_symbols(const Graph& g, const std::vector<std::vector<int64_t>>
       for (const std::string& s : syms)
         UPDRAFT_CHECK(b.count(s), "runtime",
                       "input " + std::to_string(k) + " dim " + std::to_string(d) + " is " + want[d].str() +
-                          " but no input dim is plainly " + s + ", so it cannot be bound");
+                          " but no input dim is plainly " + s + " and no size input binds it");
       int64_t expect = want[d].eval(b);
       UPDRAFT_CHECK(shapes[k][d] == expect, "runtime",
                     "input " + std::to_string(k) + " dim " + std::to_string(d) + " is " +
@@ -158,7 +175,12 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
   // Concrete shapes: inputs as given, constants as stored, node outputs re-inferred from
   // concrete inputs (the same shape functions the kernels are built against).
   std::vector<std::vector<int64_t>> shape(g.num_values());
-  for (size_t k = 0; k < g.inputs().size(); ++k) shape[g.inputs()[k]->id] = input_shapes[k];
+  // A size input's signature entry is its value; as a value it is an i64 scalar.
+  for (size_t k = 0; k < g.inputs().size(); ++k) {
+    const Value* in = g.inputs()[k];
+    shape[in->id] = in->binds.empty() ? input_shapes[k] : std::vector<int64_t>{};
+    p->size_input_.push_back(!in->binds.empty());
+  }
   for (const Value* c : cache->constants) shape[c->id] = c->constant->shape();
   const Liveness& lv = cache->liveness;
   // Symbolic attributes (reshape to [s0, s1, 12, 64], slice end s1) evaluated for this
@@ -394,6 +416,12 @@ bool Plan::matches(const std::vector<TensorView>& inputs) const {
   if (inputs.size() != input_shapes_.size()) return false;
   for (size_t k = 0; k < inputs.size(); ++k) {
     const auto& want = input_shapes_[k];
+    if (size_input_[k]) {  // the value, not the shape, selects the plan
+      if (inputs[k].ndim != 0 || inputs[k].dtype != DType::i64 || inputs[k].data == nullptr ||
+          *static_cast<const int64_t*>(inputs[k].data) != want[0])
+        return false;
+      continue;
+    }
     if (inputs[k].ndim != static_cast<int>(want.size())) return false;
     for (int d = 0; d < inputs[k].ndim; ++d)
       if (inputs[k].sizes[d] != want[d]) return false;

@@ -76,6 +76,7 @@ class Plan {
   // memory. Throws Error("runtime", ...) on shapes the graph cannot take. With a PlanCache
   // (one per compiled graph; CompiledGraph passes its own) the liveness is the cached one and
   // kernels come from its KernelCache, so shape-generic kernels are built once per compile.
+  // A size input's entry in input_shapes is {value} (CompiledGraph::prepare).
   static std::shared_ptr<Plan> build(const Graph& g, const std::vector<std::vector<int64_t>>& input_shapes,
                                      const CompileOptions& opts, PlanCache* cache = nullptr);
 
@@ -87,7 +88,8 @@ class Plan {
   const std::vector<Slot>& slots() const { return slots_; }
   int num_inplace() const { return num_inplace_; }
 
-  // True when these views have exactly this plan's input shapes (allocates nothing).
+  // True when these views have exactly this plan's input shapes, and each size input's view
+  // holds the value this plan was built for (allocates nothing).
   bool matches(const std::vector<TensorView>& inputs) const;
 
   // Pool of CallStates: acquire pops one (or makes one on first use), release pushes it back.
@@ -116,6 +118,7 @@ class Plan {
   std::vector<int> input_slot_;      // by input: its slot
   std::vector<int> output_slot_;     // by output: the slot of kind Output
   std::vector<int> pack_buffer_;     // by input: arena slot for a packed copy, or -1
+  std::vector<bool> size_input_;     // by input: a size input (its signature entry is {value})
   MemoryPlan memory_;
   int num_inplace_ = 0;
   size_t num_views_ = 0;

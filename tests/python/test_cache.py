@@ -301,14 +301,16 @@ DEFECTS = {
     "other format version": lambda raw: raw[:8] + struct.pack("<I", 99) + raw[12:],
     "format version 1": lambda raw: raw[:8] + struct.pack("<I", 1) + raw[12:],  # before stored folds
     "format version 2": lambda raw: raw[:8] + struct.pack("<I", 2) + raw[12:],  # XXH64 checksums
+    "format version 3": lambda raw: raw[:8] + struct.pack("<I", 3) + raw[12:],  # no size inputs
     "flipped folded value": lambda raw: _flip_in_field(raw, "d1"),
     "other engine version": _other_engine,
     "not an entry": lambda raw: b"#!/bin/sh\necho hello\n" * 10,
 }
 REASONS = {"flipped byte": "corrupt", "truncated": "truncated", "empty": "not an updraft cache entry",
            "other format version": "format version 99", "other engine version": "written by engine 0.0.1",
-           "format version 1": "format version 1, this engine reads version 3",
-           "format version 2": "format version 2, this engine reads version 3", "flipped folded value": "corrupt",
+           "format version 1": "format version 1, this engine reads version 4",
+           "format version 2": "format version 2, this engine reads version 4",
+           "format version 3": "format version 3, this engine reads version 4", "flipped folded value": "corrupt",
            "not an entry": "not an updraft cache entry"}
 
 

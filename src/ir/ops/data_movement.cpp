@@ -103,8 +103,13 @@ void infer_reshape(InferCtx& c) {
     if (in.coeff != known.coeff)
       c.fail(what() + ": " + std::to_string(in.coeff) + " elements vs " + std::to_string(known.coeff));
   } else if (known.factors.empty()) {
-    // A static target for a symbolic input only fits one binding.
-    c.fail(what() + ": the input size is symbolic; use -1 or symbolic sizes for the dims that vary");
+    // A static target for a symbolic input only fits one binding when the input's factors are
+    // sizes that vary (s0, s0+1). One that may be constant over every valid binding (a slice's
+    // max(s0-max(s0-1,0),0), which is 1 for s0 >= 1) is left to the plan's check, like any
+    // reshape that cannot be shown valid here.
+    bool varies = true;
+    for (const Dim& f : in.factors) varies = varies && (f.kind() == Dim::Kind::Sym || f.kind() == Dim::Kind::Add);
+    if (varies) c.fail(what() + ": the input size is symbolic; use -1 or symbolic sizes for the dims that vary");
   } else if (in.factors.size() == known.factors.size() && !in.same_as(known)) {
     // The same symbolic factors with a different constant is wrong for every binding.
     auto q = in.divide(known), r = known.divide(in);
