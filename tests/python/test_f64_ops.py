@@ -105,9 +105,15 @@ def test_binary_grid_and_broadcast(name):
     tol = MATH if name in ("pow", "atan2") else EXACT
     s = torch.tensor(SPECIAL, dtype=torch.float64)
     # Every pair of special values, tiled past the reference-kernel limit.
-    a = s[:, None].repeat(2, 1)
+    a = s[:, None].repeat(2, 1).expand(54, 27).contiguous()
     b = s[None, :]
-    check(fn, a.expand(54, 27).contiguous(), b)
+    if name in ("fmod", "remainder"):
+        # Where a / b overflows (1e300 % 1e-310), eager's vector fmod gives NaN or 0 depending on
+        # the neighbouring lanes; the engine gives the exact remainder (as test_edge_values.py
+        # notes for f32). Left out.
+        over = (a / b).isinf() & a.isfinite() & b.isfinite()
+        a = torch.where(over, torch.full_like(a, NAN), a)
+    check(fn, a, b)
     x = torch.randn(64, 48, dtype=torch.float64)
     y = torch.randn(48, dtype=torch.float64)
     check(fn, x, y, tol=tol)
@@ -167,8 +173,10 @@ def test_norm_modules():
                 p.uniform_(0.5, 1.5)
         bn.running_mean.uniform_(-1, 1)
         bn.running_var.uniform_(0.5, 2)
-    x = torch.randn(4, 33, 129, dtype=torch.float64) + 100  # a large common offset
-    check(ln, x, tol=NORM)
+    # A large common offset: the mean rounds at ~100 * eps on either side, which (x - mean)
+    # carries into the output as an absolute error of ~1e-13 (hence atol 1e-12 here).
+    x = torch.randn(4, 33, 129, dtype=torch.float64) + 100
+    check(ln, x, tol=(1e-12, 1e-12))
     check(rms, x, tol=NORM)
     check(bn, torch.randn(2, 8, 17, 19, dtype=torch.float64), tol=NORM)
 
@@ -179,18 +187,37 @@ _OURS = {"add", "sub", "mul", "div", "neg", "gelu", "tanh", "exp", "rsqrt", "sqr
          "relu", "silu", "cumsum", "argmax"}
 
 
+class _Block(torch.nn.Module):
+    """A pre-norm transformer block written out (nn.TransformerEncoderLayer's eval fast path
+    is one fused aten op the engine does not lower)."""
+
+    def __init__(self, d=64, heads=4, ff=256):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.fc1, self.fc2 = torch.nn.Linear(d, ff), torch.nn.Linear(ff, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d // self.heads), dim=-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
 def test_f64_transformer_block_runs_in_engine():
     """A float64 transformer block: no elementwise / reduction / norm op is left to PyTorch for
-    want of a fast f64 kernel (before, every one of them was: "engine op X has no fast CPU
-    kernel for f64")."""
-    layer = torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=256, activation="gelu",
-                                             batch_first=True, dropout=0.0).double().eval()
+    want of a fast f64 kernel (before, each was: "engine op X has no fast CPU kernel for f64")."""
+    block = _Block().double().eval()
     x = torch.randn(2, 48, 64, dtype=torch.float64)
-    rep = updraft.explain(layer, x)
+    rep = updraft.explain(block, x)
     reasons = [r for rs in rep.reasons.values() for r in rs]
     bad = [r for r in reasons if "no fast CPU kernel" in r and r.split()[2] in _OURS]
     assert not bad, str(rep)
-    assert rep.engine_ops, str(rep)
+    for op in ("layer_norm", "softmax", "gelu", "add"):
+        assert any(op in str(k) for k in rep.engine_ops), (op, str(rep))
     with torch.no_grad():
-        got = torch.compile(layer, backend="updraft")(x)
-    torch.testing.assert_close(got, layer(x), rtol=1e-10, atol=1e-12)
+        got = torch.compile(block, backend="updraft")(x)
+        want = block(x)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
