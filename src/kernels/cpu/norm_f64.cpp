@@ -26,16 +26,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 inline double nan_max(double acc, double v) { return (v > acc || v != v) ? v : acc; }
 
-double row_max(const double* x, int64_t n) {
-  double acc[8];
-  std::fill(acc, acc + 8, -kInf);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] = nan_max(acc[j], x[i + j]);
-  for (; i < n; ++i) acc[0] = nan_max(acc[0], x[i]);
-  for (int j = 1; j < 8; ++j) acc[0] = nan_max(acc[0], acc[j]);
-  return acc[0];
-}
+double row_max(const double* x, int64_t n) { return simd64::row_ext_nan(true, x, n); }
 
 // A row of all -inf gives NaN (-inf - -inf), as torch does.
 void softmax_row(const double* x, double* y, int64_t n, bool log) {

@@ -18,6 +18,7 @@
 #include "ir/op_table.h"
 #include "ir/ops/params.h"
 #include "kernels/cpu/reduce_common.h"
+#include "kernels/cpu/simd_f64.h"
 #include "kernels/cpu/strided_copy.h"
 #include "kernels/cpu/threads.h"
 #include "kernels/kernel.h"
@@ -40,23 +41,7 @@ double identity(RedOp op) {
 inline double nan_max(double acc, double v) { return (v > acc || v != v) ? v : acc; }
 inline double nan_min(double acc, double v) { return (v < acc || v != v) ? v : acc; }
 
-double row_ext(bool is_max, const double* x, int64_t n) {
-  double acc[8];
-  std::fill(acc, acc + 8, is_max ? -kInf : kInf);
-  int64_t i = 0;
-  if (is_max) {
-    for (; i + 8 <= n; i += 8)
-      for (int j = 0; j < 8; ++j) acc[j] = nan_max(acc[j], x[i + j]);
-    for (; i < n; ++i) acc[0] = nan_max(acc[0], x[i]);
-    for (int j = 1; j < 8; ++j) acc[0] = nan_max(acc[0], acc[j]);
-  } else {
-    for (; i + 8 <= n; i += 8)
-      for (int j = 0; j < 8; ++j) acc[j] = nan_min(acc[j], x[i + j]);
-    for (; i < n; ++i) acc[0] = nan_min(acc[0], x[i]);
-    for (int j = 1; j < 8; ++j) acc[0] = nan_min(acc[0], acc[j]);
-  }
-  return acc[0];
-}
+double row_ext(bool is_max, const double* x, int64_t n) { return simd64::row_ext_nan(is_max, x, n); }
 
 double reduce_row(RedOp op, const double* x, int64_t n, double correction) {
   switch (op) {

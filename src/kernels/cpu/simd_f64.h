@@ -75,6 +75,31 @@ inline __m256d exp4(__m256d x) {
   return y;
 }
 
+// The max (is_max) or min of x[0, n), NaN if any element is NaN; -inf / +inf when n == 0.
+// Written with intrinsics: GCC leaves the select-based scalar form unvectorised.
+inline double row_ext_nan(bool is_max, const double* x, int64_t n) {
+  const double id = is_max ? -INFINITY : INFINITY;
+  __m256d a0 = _mm256_set1_pd(id), a1 = a0, nan = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256d v0 = _mm256_loadu_pd(x + i), v1 = _mm256_loadu_pd(x + i + 4);
+    a0 = is_max ? _mm256_max_pd(a0, v0) : _mm256_min_pd(a0, v0);
+    a1 = is_max ? _mm256_max_pd(a1, v1) : _mm256_min_pd(a1, v1);
+    nan = _mm256_or_pd(nan, _mm256_cmp_pd(v0, v1, _CMP_UNORD_Q));
+  }
+  alignas(32) double t[8];
+  _mm256_store_pd(t, a0);
+  _mm256_store_pd(t + 4, a1);
+  double r = id;
+  bool any_nan = _mm256_movemask_pd(nan) != 0;
+  for (int j = 0; j < 8; ++j) r = is_max ? (t[j] > r ? t[j] : r) : (t[j] < r ? t[j] : r);
+  for (; i < n; ++i) {
+    any_nan |= x[i] != x[i];
+    r = is_max ? (x[i] > r ? x[i] : r) : (x[i] < r ? x[i] : r);
+  }
+  return any_nan ? NAN : r;
+}
+
 // y[i] = f(x[i]) for i < n, 4 lanes at a time; the ragged tail goes through the same vector
 // function on a zero-padded copy, so a result never depends on the element's position.
 template <typename F>
