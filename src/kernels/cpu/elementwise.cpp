@@ -1,7 +1,7 @@
 // CPU kernel registration for the elementwise family. Each factory picks the f32 or f64
 // program evaluator (elementwise_exec.cpp; f64 block ops in elementwise_f64.cpp), the
 // integer/bool loops (elementwise_int.cpp) or declines, in which case the runtime runs the
-// reference kernel and the plan dump says so (integer floor_divide/remainder/clamp).
+// reference kernel and the plan dump says so (integer clamp).
 #include "kernels/cpu/elementwise_internal.h"
 #include "ir/op_table.h"
 #include "kernels/elementwise_ops.h"
