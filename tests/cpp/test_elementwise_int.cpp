@@ -26,10 +26,13 @@ TEST(ElementwiseInt, ArithmeticAndComparesMatchRef) {
         EXPECT_TRUE(cpu_matches_ref(op, {a.view(), b.view()}, {}, kExact, kExact)) << op << " " << dtype_name(dt);
       for (const char* op : {"neg", "abs", "relu", "sign", "logical_not"})
         EXPECT_TRUE(cpu_matches_ref(op, {a.view()}, {}, kExact, kExact)) << op;
+      // Divisors of both signs (no zero): rounding toward -inf on every sign combination.
+      Tensor nz = random_tensor(dt, sb, 3, 1, 9), neg = random_tensor(dt, sb, 4, -9, -1);
+      for (const char* op : {"floor_divide", "remainder"}) {
+        EXPECT_TRUE(cpu_matches_ref(op, {a.view(), nz.view()}, {}, kExact, kExact)) << op;
+        EXPECT_TRUE(cpu_matches_ref(op, {a.view(), neg.view()}, {}, kExact, kExact)) << op;
+      }
       // Reference-only on cpu (declined by the fast path): still correct through the fallback.
-      Tensor nz = random_tensor(dt, sb, 3, 1, 9);
-      for (const char* op : {"floor_divide", "remainder"})
-        EXPECT_TRUE(cpu_matches_ref(op, {a.view(), nz.view()}, {}, kExact, kExact, /*expect_fast=*/false)) << op;
       EXPECT_TRUE(cpu_matches_ref("clamp", {a.view()}, {{"min", -10.0}, {"max", 20.0}}, kExact, kExact, false));
     }
   }
@@ -46,13 +49,29 @@ TEST(ElementwiseInt, IntegerSemantics) {
             (std::vector<int64_t>{-4, -4, 3, INT64_MAX}));
   auto add = one_node("add", {a.view(), b.view()});
   EXPECT_EQ(run_node(*add->node, {a.view(), b.view()}, Device::cpu)[0].ptr<int64_t>()[3], INT64_MIN);  // wraps
+  // INT64_MIN / -1 and % -1 wrap / give 0 (no overflow trap), as PyTorch's.
+  a.ptr<int64_t>()[2] = INT64_MIN;
+  b.ptr<int64_t>()[2] = -1;
+  auto rm = one_node("remainder", {a.view(), b.view()});
+  EXPECT_TRUE(cpu_matches_ref("floor_divide", {a.view(), b.view()}, {}, kExact, kExact));
+  EXPECT_TRUE(cpu_matches_ref("remainder", {a.view(), b.view()}, {}, kExact, kExact));
+  EXPECT_EQ(run_node(*fd->node, {a.view(), b.view()}, Device::cpu)[0].ptr<int64_t>()[2], INT64_MIN);
   b.ptr<int64_t>()[0] = 0;
-  try {
-    run_node(*fd->node, {a.view(), b.view()}, Device::ref);
-    ADD_FAILURE() << "division by zero must throw";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.component(), "floor_divide");
-  }
+  for (Device d : {Device::ref, Device::cpu})
+    for (auto* n : {fd.get(), rm.get()}) {
+      try {
+        run_node(*n->node, {a.view(), b.view()}, d);
+        ADD_FAILURE() << "division by zero must throw";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.component(), n->node->op_name());
+        EXPECT_NE(std::string(e.what()).find("division by zero"), std::string::npos);
+      }
+    }
+  // A zero in a broadcast divisor is found too, with 2 threads and a large dividend.
+  Tensor big = random_tensor(DType::i32, {300, 400}, 6, -1000, 1000), row = random_tensor(DType::i32, {400}, 7, 1, 9);
+  row.ptr<int32_t>()[399] = 0;
+  auto fb = one_node("floor_divide", {big.view(), row.view()});
+  EXPECT_THROW(run_node(*fb->node, {big.view(), row.view()}, Device::cpu, nullptr, 2), Error);
 }
 
 TEST(ElementwiseInt, BoolLogicAndWhere) {

@@ -151,8 +151,87 @@ TEST(NormCpu, BatchNormInference) {
                          {{"has_weight", Attr(false)}, {"has_bias", Attr(false)}}, kRtol, kAtol);
 }
 
-TEST(NormCpu, F64UsesTheReference) {
-  Tensor x = random_tensor(DType::f64, {3, 9}, 1);
+// ---- f64 (cpu/norm_f64.cpp) ----
+// Tolerance: the same formulas in double as the reference; the row sums are pairwise (the
+// reference's are running sums) and exp/log are the same C library calls, so results differ by
+// a few ulp: relative 1e-12, absolute 1e-14 for values near zero (outputs are O(1)).
+namespace {
+constexpr double kF64Rtol = 1e-12;
+constexpr double kF64Atol = 1e-14;
+
+// Inputs with a common offset of 1e4: the reference's running-sum mean errs by ~1e4 * eps * a
+// few tens, which (x - mean) turns into an absolute error of up to ~1e-11 in the output. A
+// one-pass variance (E[x^2] - mean^2) would err by ~1e8 * eps, ~1e-8: still caught.
+constexpr double kF64OffsetAtol = 1e-10;
+
+void expect_f64_matches_ref(const std::string& op, const std::vector<TensorView>& inputs, const Attrs& attrs,
+                            double atol = kF64Atol) {
+  OneNode n(op, inputs, attrs);
+  EXPECT_EQ(n.kernel_name(inputs, Device::cpu), "cpu_f64_" + op);
+  auto want = run_node(*n.node, inputs, Device::ref);
+  for (int threads : {1, 2}) {
+    auto got = run_node(*n.node, inputs, Device::cpu, nullptr, threads);
+    EXPECT_TRUE(all_close(got[0], want[0], kF64Rtol, atol)) << op << " threads " << threads;
+  }
+}
+}  // namespace
+
+TEST(NormCpuF64, Softmax) {
+  for (auto shape : std::vector<std::vector<int64_t>>{{7}, {1}, {3, 1}, {4, 33}, {2, 3, 17}, {3, 300, 5}, {2, 0, 4}, {64, 1000}})
+    for (int dim = -1; dim >= -static_cast<int>(shape.size()); --dim)
+      for (const std::string op : {"softmax", "log_softmax"}) {
+        Tensor x = random_tensor(DType::f64, shape, static_cast<uint32_t>(-dim), -8, 8);
+        SCOPED_TRACE(op + " dim " + std::to_string(dim) + " shape " + Attr(shape).str());
+        expect_f64_matches_ref(op, {x.view()}, {{"dim", Attr(dim)}});
+      }
+  Tensor x = random_tensor(DType::f64, {5, 40}, 3, -700, 700);  // would overflow exp without the max shift
+  x.ptr<double>()[7] = -std::numeric_limits<double>::infinity();  // masked position: probability 0
+  x.ptr<double>()[45] = 1e300;
+  for (int i = 120; i < 160; ++i) x.ptr<double>()[i] = -std::numeric_limits<double>::infinity();  // all masked: NaN
+  x.ptr<double>()[170] = NAN;
+  for (const std::string op : {"softmax", "log_softmax"})
+    for (int dim : {0, 1}) expect_f64_matches_ref(op, {x.view()}, {{"dim", Attr(dim)}});
   OneNode n("softmax", {x.view()}, {{"dim", Attr(1)}});
-  EXPECT_EQ(n.kernel_name({x.view()}, Device::cpu), "ref_softmax");
+  auto y = values_of(run_node(*n.node, {x.view()}, Device::cpu)[0]);
+  EXPECT_EQ(y[7], 0.0);
+  EXPECT_TRUE(std::isnan(y[120]));
+  EXPECT_TRUE(std::isnan(y[161]));
+  Tensor s = random_tensor(DType::f64, {3, 21, 13}, 4);
+  auto [v, store] = transposed_copy(s);
+  for (int dim : {0, 1, 2}) expect_f64_matches_ref("softmax", {v}, {{"dim", Attr(dim)}});
+}
+
+TEST(NormCpuF64, LayerNormRmsNormBatchNorm) {
+  struct Case { std::vector<int64_t> shape; int nd; };
+  for (const Case& c : {Case{{4, 768}, 1}, Case{{3, 5, 7}, 2}, Case{{2, 3, 1}, 1}, Case{{1, 13}, 1}, Case{{0, 8}, 1},
+                        Case{{256, 301}, 1}, Case{{9}, 1}}) {
+    Tensor x = random_tensor(DType::f64, c.shape, 1);
+    for (int64_t i = 0; i < x.numel(); ++i) x.ptr<double>()[i] += 1e4;  // a large common offset
+    std::vector<int64_t> pshape(c.shape.end() - c.nd, c.shape.end());
+    Tensor w = random_tensor(DType::f64, pshape, 2, 0.5, 1.5), b = random_tensor(DType::f64, pshape, 3);
+    SCOPED_TRACE("shape " + Attr(c.shape).str());
+    for (bool hw : {true, false})
+      for (bool hb : {true, false}) {
+        std::vector<TensorView> in = {x.view()};
+        if (hw) in.push_back(w.view());
+        if (hb) in.push_back(b.view());
+        expect_f64_matches_ref("layer_norm", in, ln_attrs(c.nd, hw, hb), kF64OffsetAtol);
+      }
+    Tensor xr = random_tensor(DType::f64, c.shape, 4);
+    expect_f64_matches_ref("rms_norm", {xr.view(), w.view()}, {{"normalized_ndim", Attr(c.nd)}});
+    expect_f64_matches_ref("rms_norm", {xr.view()}, {{"normalized_ndim", Attr(c.nd)}, {"has_weight", Attr(false)}});
+  }
+  auto [v, store] = transposed_copy(random_tensor(DType::f64, {2, 31, 17}, 11));
+  Tensor w17 = random_tensor(DType::f64, {17}, 12);
+  expect_f64_matches_ref("layer_norm", {v, w17.view(), w17.view()}, ln_attrs(1, true, true));
+  for (auto shape : std::vector<std::vector<int64_t>>{{2, 8, 5, 5}, {3, 4}, {2, 5, 17}, {0, 3, 2, 2}, {4, 16, 33, 33}}) {
+    int64_t ch = shape[1];
+    Tensor x = random_tensor(DType::f64, shape, 1);
+    Tensor mean = random_tensor(DType::f64, {ch}, 2), var = random_tensor(DType::f64, {ch}, 3, 0.1, 3.0);
+    Tensor w = random_tensor(DType::f64, {ch}, 4), b = random_tensor(DType::f64, {ch}, 5);
+    SCOPED_TRACE("shape " + Attr(shape).str());
+    expect_f64_matches_ref("batch_norm", {x.view(), mean.view(), var.view(), w.view(), b.view()}, {});
+    expect_f64_matches_ref("batch_norm", {x.view(), mean.view(), var.view()},
+                           {{"has_weight", Attr(false)}, {"has_bias", Attr(false)}});
+  }
 }

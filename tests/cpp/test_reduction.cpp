@@ -137,6 +137,10 @@ TEST(ReductionCpu, LargeRowsColumnsAndSplitRows) {
   expect_cpu_matches_ref("sum", {cols.view()}, reduce_attrs({0}, false), kRtol, kLargeAtol);
   expect_cpu_matches_ref("mean", {cols.view()}, reduce_attrs({0}, false), kRtol, kAtol);
   expect_cpu_matches_ref("amin", {cols.view()}, reduce_attrs({0}, false), kExact, kExact);
+  // More kept columns than one task's chunk (256): every chunk writes its own columns.
+  Tensor wide = random_tensor(DType::f32, {3, 300}, 5);
+  for (const std::string op : {"sum", "mean", "amax", "amin"})
+    expect_cpu_matches_ref(op, {wide.view()}, reduce_attrs({0}, false), kRtol, kAtol);
   Tensor one = random_tensor(DType::f32, {1, 200003}, 3);  // one huge row: split across threads
   expect_cpu_matches_ref("sum", {one.view()}, reduce_attrs({}, false), kRtol, kLargeAtol);
   expect_cpu_matches_ref("mean", {one.view()}, reduce_attrs({-1}, false), kRtol, kAtol);
@@ -195,6 +199,121 @@ TEST(ReductionCpu, OtherDtypesUseTheReference) {
     for (int c = 0; c < 6; ++c) s += x.ptr<int64_t>()[r * 6 + c];
     EXPECT_EQ(got.ptr<int64_t>()[r], s);
   }
-  Tensor d = random_tensor(DType::f64, {3, 8}, 6);
-  expect_cpu_matches_ref("amax", {d.view()}, reduce_attrs({0}, false), kExact, kExact, /*expect_fast=*/false);
+}
+
+// ---- f64 (cpu/reduction_f64.cpp) ----
+// Tolerance: the reference sums in one running double, the fast kernel pairwise; the two differ
+// by a few ulp of the sum of |x| (relative 1e-12 plus an absolute 1e-10 for sums over ~2e5
+// elements of magnitude <= 2, whose running sum errs by up to ~2e5 * 2 * 1.1e-16 * log).
+// amax/amin/argmax/argmin pick values: exact. cumsum is a running sum on both sides: exact.
+namespace {
+constexpr double kF64Rtol = 1e-12;
+constexpr double kF64Atol = 1e-10;
+
+void expect_f64_matches_ref(const std::string& op, const std::vector<TensorView>& inputs, const Attrs& attrs,
+                            double rtol, double atol) {
+  OneNode n(op, inputs, attrs);
+  EXPECT_EQ(n.kernel_name(inputs, Device::cpu), "cpu_f64_" + op);
+  auto want = run_node(*n.node, inputs, Device::ref);
+  for (int threads : {1, 2}) {
+    auto got = run_node(*n.node, inputs, Device::cpu, nullptr, threads);
+    EXPECT_TRUE(all_close(got[0], want[0], rtol, atol)) << op << " threads " << threads;
+  }
+}
+bool exact_op(const std::string& op) { return op == "amax" || op == "amin" || op == "argmax" || op == "argmin"; }
+}  // namespace
+
+TEST(ReductionCpuF64, MatchesRefOverShapesDimsKeepdim) {
+  const std::vector<std::vector<int64_t>> shapes = {{7}, {1}, {3, 5}, {2, 3, 17}, {4, 1, 33, 5}, {0, 5}, {5, 0}, {9, 1}, {3, 300}};
+  const std::vector<std::vector<int64_t>> dim_sets = {{}, {-1}, {0}, {1}, {0, 2}, {-1, -3}, {1, 3}};
+  uint32_t seed = 0;
+  for (const auto& shape : shapes) {
+    Tensor x = random_tensor(DType::f64, shape, ++seed);
+    int rank = static_cast<int>(shape.size());
+    for (const auto& dims : dim_sets) {
+      bool valid = true;
+      for (int64_t d : dims) valid &= d >= -rank && d < rank;
+      if (!valid) continue;
+      bool empty_reduce = false;
+      for (int d = 0; d < rank; ++d) {
+        bool reduced = dims.empty();
+        for (int64_t k : dims) reduced |= (k + rank) % rank == d;
+        empty_reduce |= reduced && shape[d] == 0;
+      }
+      for (bool keepdim : {false, true})
+        for (const std::string op : {"sum", "mean", "amax", "amin", "prod", "var"}) {
+          if ((op == "amax" || op == "amin") && empty_reduce) continue;
+          SCOPED_TRACE(op + " dims " + Attr(dims).str() + " shape " + Attr(shape).str());
+          double t = exact_op(op) ? 0.0 : kF64Rtol;
+          expect_f64_matches_ref(op, {x.view()}, reduce_attrs(dims, keepdim), t, t ? 1e-14 : 0.0);
+        }
+    }
+    for (int dim = 0; dim < rank; ++dim) {
+      SCOPED_TRACE("dim " + std::to_string(dim) + " shape " + Attr(shape).str());
+      expect_f64_matches_ref("cumsum", {x.view()}, {{"dim", Attr(dim)}}, 0.0, 0.0);
+      if (shape[dim] == 0) continue;
+      expect_f64_matches_ref("argmax", {x.view()}, {{"dim", Attr(dim)}}, 0.0, 0.0);
+      expect_f64_matches_ref("argmin", {x.view()}, {{"dim", Attr(dim)}, {"keepdim", Attr(true)}}, 0.0, 0.0);
+    }
+  }
+}
+
+TEST(ReductionCpuF64, StridedLargeAndSplitRows) {
+  Tensor x = random_tensor(DType::f64, {3, 19, 21}, 7);
+  auto [v, store] = transposed_copy(x);
+  for (const std::string op : {"sum", "mean", "amax", "amin", "var", "prod"})
+    for (const auto& dims : std::vector<std::vector<int64_t>>{{-1}, {1}, {0}, {}, {0, 2}})
+      expect_f64_matches_ref(op, {v}, reduce_attrs(dims, false), exact_op(op) ? 0.0 : kF64Rtol, exact_op(op) ? 0.0 : 1e-14);
+  for (int dim : {0, 1, -1}) {
+    expect_f64_matches_ref("argmax", {v}, {{"dim", Attr(dim)}}, 0.0, 0.0);
+    expect_f64_matches_ref("cumsum", {v}, {{"dim", Attr(dim)}}, 0.0, 0.0);
+  }
+  Tensor rows = random_tensor(DType::f64, {64, 3001}, 1);
+  expect_f64_matches_ref("sum", {rows.view()}, reduce_attrs({1}, false), kF64Rtol, kF64Atol);
+  expect_f64_matches_ref("var", {rows.view()}, reduce_attrs({1}, false), kF64Rtol, kF64Atol);
+  Tensor cols = random_tensor(DType::f64, {5000, 40}, 2);  // column path over many row blocks
+  expect_f64_matches_ref("sum", {cols.view()}, reduce_attrs({0}, false), kF64Rtol, kF64Atol);
+  expect_f64_matches_ref("amin", {cols.view()}, reduce_attrs({0}, false), 0.0, 0.0);
+  Tensor one = random_tensor(DType::f64, {1, 200003}, 3);  // one huge row: split across threads
+  for (const std::string op : {"sum", "mean", "amax", "var"})
+    expect_f64_matches_ref(op, {one.view()}, reduce_attrs({}, false), exact_op(op) ? 0.0 : kF64Rtol,
+                           exact_op(op) ? 0.0 : kF64Atol);
+}
+
+// Pairwise summation keeps a long sum accurate where a running sum drifts: 1e6 copies of 0.1
+// (not exact in binary) sum to 100000 within a few ulp.
+TEST(ReductionCpuF64, LongSumIsAccurate) {
+  Tensor x(DType::f64, {1000000});
+  std::fill(x.ptr<double>(), x.ptr<double>() + 1000000, 0.1);
+  OneNode n("sum", {x.view()}, reduce_attrs({}, false));
+  double got = run_node(*n.node, {x.view()}, Device::cpu)[0].ptr<double>()[0];
+  EXPECT_NEAR(got, 100000.0, 1e-9);
+}
+
+TEST(ReductionCpuF64, NaNAndInfLikeTorch) {
+  Tensor x = random_tensor(DType::f64, {4, 37}, 4);
+  x.ptr<double>()[40] = NAN;  // row 1, col 3
+  x.ptr<double>()[60] = NAN;  // row 1, col 23
+  x.ptr<double>()[80] = INFINITY;  // row 2
+  x.ptr<double>()[81] = -INFINITY;
+  x.ptr<double>()[120] = -INFINITY;  // row 3
+  for (const std::string op : {"amax", "amin", "sum", "mean", "var", "prod"}) {
+    OneNode n(op, {x.view()}, reduce_attrs({1}, false));
+    auto got = values_of(run_node(*n.node, {x.view()}, Device::cpu)[0]);
+    EXPECT_FALSE(std::isnan(got[0])) << op;
+    EXPECT_TRUE(std::isnan(got[1])) << op;
+    expect_f64_matches_ref(op, {x.view()}, reduce_attrs({1}, false), exact_op(op) ? 0.0 : kF64Rtol, 0.0);
+    expect_f64_matches_ref(op, {x.view()}, reduce_attrs({0}, false), exact_op(op) ? 0.0 : kF64Rtol, 0.0);
+  }
+  for (const std::string op : {"argmax", "argmin"}) {
+    OneNode n(op, {x.view()}, {{"dim", Attr(1)}});
+    EXPECT_EQ(values_of(run_node(*n.node, {x.view()}, Device::cpu)[0])[1], 3) << op << ": first NaN wins";
+    expect_f64_matches_ref(op, {x.view()}, {{"dim", Attr(-1)}}, 0.0, 0.0);
+    expect_f64_matches_ref(op, {x.view()}, {{"dim", Attr(0)}}, 0.0, 0.0);
+  }
+  expect_f64_matches_ref("cumsum", {x.view()}, {{"dim", Attr(1)}}, 0.0, 0.0);
+  Tensor ties(DType::f64, {2, 20});
+  for (int i = 0; i < 40; ++i) ties.ptr<double>()[i] = static_cast<double>(i % 5);  // max 4 at 4, 9, 14, 19
+  OneNode am("argmax", {ties.view()}, {{"dim", Attr(1)}});
+  EXPECT_EQ(values_of(run_node(*am.node, {ties.view()}, Device::cpu)[0]), (std::vector<double>{4, 4}));
 }

@@ -1,5 +1,5 @@
-// Broadcast planning and the blocked f32 program evaluator behind every f32 elementwise
-// kernel, single op or fused chain: each block of up to kBlock output elements is computed
+// Broadcast planning and the blocked program evaluator behind every f32 elementwise kernel,
+// single op or fused chain, and every f64 single-op kernel: each block of up to kBlock output elements is computed
 // through the whole program with intermediates in stack buffers, so memory is read and
 // written once per element no matter how long the chain is.
 #include <cstring>
@@ -57,10 +57,11 @@ BcastPlan make_bcast_plan(const TensorView& out, const TensorView* in, int nin, 
   return p;
 }
 
-std::unique_ptr<F32Program> F32Program::compile(const EwProgram& p, int num_inputs) {
+template <typename T>
+std::unique_ptr<BlockProgram<T>> BlockProgram<T>::compile(const EwProgram& p, int num_inputs) {
   if (num_inputs > kMaxInputs || p.num_inputs() > num_inputs) return nullptr;
-  auto prog = std::unique_ptr<F32Program>(new F32Program());
-  prog->out_dtype_ = p.out_dtype;
+  auto prog = std::unique_ptr<BlockProgram>(new BlockProgram());
+  prog->out_dtype_ = p.out_dtype == DType::boolean ? DType::boolean : kData;
   prog->input_slot_.assign(num_inputs, -1);
   int nslots = 0;
   std::vector<int> free_slots;
@@ -72,7 +73,7 @@ std::unique_ptr<F32Program> F32Program::compile(const EwProgram& p, int num_inpu
     }
     return nslots++;
   };
-  auto imm_slot = [&](float v) {
+  auto imm_slot = [&](T v) {
     for (auto& [s, x] : prog->imms_)
       if (std::memcmp(&x, &v, sizeof v) == 0) return s;  // bitwise: keeps -0.0 and NaN distinct
     int s = nslots++;
@@ -105,7 +106,7 @@ std::unique_ptr<F32Program> F32Program::compile(const EwProgram& p, int num_inpu
       } else if (a.kind == EwOperand::Kind::reg) {
         st.args[j] = reg_slot[a.index];
       } else {
-        st.args[j] = imm_slot(static_cast<float>(a.imm));
+        st.args[j] = imm_slot(static_cast<T>(a.imm));
       }
     }
     // Operands dying here free their slots first: block ops read lane i before writing it,
@@ -124,60 +125,62 @@ std::unique_ptr<F32Program> F32Program::compile(const EwProgram& p, int num_inpu
   return prog;
 }
 
-void F32Program::run(const TensorView* in, int nin, TensorView& out, const std::string& op) const {
+template <typename T>
+void BlockProgram<T>::run(const TensorView* in, int nin, TensorView& out, const std::string& op) const {
   UPDRAFT_CHECK(out.is_contiguous(), op, "the CPU kernel writes contiguous outputs only");
   UPDRAFT_CHECK(nin == static_cast<int>(input_slot_.size()), op, "got the wrong number of inputs");
   for (int k = 0; k < nin; ++k)
-    UPDRAFT_CHECK(in[k].dtype == DType::f32 || in[k].dtype == DType::boolean, op,
-                  std::string("input ") + std::to_string(k) + " is " + dtype_name(in[k].dtype) + ", expected f32 or bool");
+    UPDRAFT_CHECK(in[k].dtype == kData || in[k].dtype == DType::boolean, op,
+                  std::string("input ") + std::to_string(k) + " is " + dtype_name(in[k].dtype) + ", expected " +
+                      dtype_name(kData) + " or bool");
   const BcastPlan plan = make_bcast_plan(out, in, nin, op);
-  const F32Program& self = *this;
+  const BlockProgram& self = *this;
   // Per-thread state: a block-sized stack buffer per slot, immediates filled once.
   bcast_for(plan, kBlock, [&] {
     struct Body {
-      const F32Program& prog;
+      const BlockProgram& prog;
       const BcastPlan& plan;
       const TensorView* in;
       TensorView& out;
-      alignas(32) float buf[kMaxSlots][kBlock];
-      explicit Body(const F32Program& pr, const BcastPlan& pl, const TensorView* i, TensorView& o)
+      alignas(32) T buf[kMaxSlots][kBlock];
+      explicit Body(const BlockProgram& pr, const BcastPlan& pl, const TensorView* i, TensorView& o)
           : prog(pr), plan(pl), in(i), out(o) {
         for (auto [s, v] : prog.imms_) std::fill(buf[s], buf[s] + kBlock, v);
       }
       void operator()(const int64_t* off, int64_t n64) {
         const int n = static_cast<int>(n64);
-        const float* ptr[kMaxSlots];
+        const T* ptr[kMaxSlots];
         for (int s = 0; s < prog.nslots_; ++s) ptr[s] = buf[s];
         for (size_t k = 0; k < prog.input_slot_.size(); ++k) {
           int s = prog.input_slot_[k];
           if (s < 0) continue;
           int64_t stride = plan.inner_stride(static_cast<int>(k) + 1);
-          if (in[k].dtype == DType::f32) {
-            const float* base = in[k].ptr<float>() + off[k + 1];
+          if (in[k].dtype == kData) {
+            const T* base = in[k].ptr<T>() + off[k + 1];
             if (stride == 1) ptr[s] = base;  // read in place: no copy for the common case
             else if (stride == 0) std::fill(buf[s], buf[s] + n, *base);
             else for (int i = 0; i < n; ++i) buf[s][i] = base[i * stride];
           } else {
             const bool* base = in[k].ptr<bool>() + off[k + 1];
-            for (int i = 0; i < n; ++i) buf[s][i] = base[i * stride] ? 1.0f : 0.0f;
+            for (int i = 0; i < n; ++i) buf[s][i] = base[i * stride] ? T(1) : T(0);
           }
         }
-        const bool f32_out = prog.out_dtype_ == DType::f32;
-        float* out_f32 = f32_out ? out.ptr<float>() + off[0] : nullptr;
+        const bool data_out = prog.out_dtype_ == kData;
+        T* out_data = data_out ? out.ptr<T>() + off[0] : nullptr;
         const size_t last = prog.steps_.size() - 1;
         for (size_t i = 0; i <= last; ++i) {
           const Step& st = prog.steps_[i];
           // The last step writes straight to the output; every read of this block's inputs
           // has happened by then, so an output sharing input 0's buffer is safe.
-          float* dst = (i == last && f32_out) ? out_f32 : buf[st.dst];
+          T* dst = (i == last && data_out) ? out_data : buf[st.dst];
           run_block_op(st.op, ptr[st.args[0]], st.nargs > 1 ? ptr[st.args[1]] : nullptr,
                        st.nargs > 2 ? ptr[st.args[2]] : nullptr, dst, n);
           ptr[st.dst] = dst;
         }
-        if (!f32_out) {
+        if (!data_out) {
           bool* ob = out.ptr<bool>() + off[0];
-          const float* r = ptr[prog.steps_[last].dst];
-          for (int i = 0; i < n; ++i) ob[i] = r[i] != 0.0f;
+          const T* r = ptr[prog.steps_[last].dst];
+          for (int i = 0; i < n; ++i) ob[i] = r[i] != T(0);
         }
       }
     };
@@ -185,17 +188,21 @@ void F32Program::run(const TensorView* in, int nin, TensorView& out, const std::
   });
 }
 
+template class BlockProgram<float>;
+template class BlockProgram<double>;
+
 namespace {
 
-bool all_f32_data(const Node& n, bool is_where) {
+bool all_data(const Node& n, bool is_where, DType data) {
   for (size_t k = 0; k < n.inputs.size(); ++k) {
-    DType want = (is_where && k == 0) ? DType::boolean : DType::f32;
+    DType want = (is_where && k == 0) ? DType::boolean : data;
     if (n.inputs[k]->type.dtype != want) return false;
   }
   return true;
 }
 
-std::unique_ptr<Kernel> program_kernel(std::string name, std::string op, std::shared_ptr<const F32Program> prog,
+template <typename Prog>
+std::unique_ptr<Kernel> program_kernel(std::string name, std::string op, std::shared_ptr<const Prog> prog,
                                        int threads) {
   return make_generic_kernel(std::move(name), [prog, op, threads](const TensorView* in, TensorView* out) {
     cpu::ScopedThreads t(ew_threads(threads));
@@ -205,20 +212,31 @@ std::unique_ptr<Kernel> program_kernel(std::string name, std::string op, std::sh
 
 }  // namespace
 
-std::unique_ptr<Kernel> make_f32_kernel(const KernelContext& ctx) {
+namespace {
+
+// One elementwise node on T data as a one-instruction program; nullptr to decline.
+template <typename T>
+std::unique_ptr<Kernel> make_single_kernel(const KernelContext& ctx, const char* suffix) {
+  constexpr DType data = sizeof(T) == 4 ? DType::f32 : DType::f64;
   const Node& n = ctx.node;
   if (n.op_name() == "cast") return nullptr;
   EwInstr ins = ew_instr_for_node(n);
-  if (!ew_op_info(ins.op).in_program || !all_f32_data(n, ins.op == EwOp::where)) return nullptr;
+  if (!ew_op_info(ins.op).in_program || !all_data(n, ins.op == EwOp::where, data)) return nullptr;
   DType out = ctx.out_dtype(0);
-  if (out != DType::f32 && out != DType::boolean) return nullptr;
+  if (out != data && out != DType::boolean) return nullptr;
   EwProgram p;
-  p.out_dtype = out;
+  p.out_dtype = out == data ? DType::f32 : out;  // a program's "f32" means "the data type" here
   p.instrs.push_back(std::move(ins));
-  std::shared_ptr<const F32Program> prog = F32Program::compile(p, static_cast<int>(n.inputs.size()));
+  std::shared_ptr<const BlockProgram<T>> prog = BlockProgram<T>::compile(p, static_cast<int>(n.inputs.size()));
   if (!prog) return nullptr;
-  return program_kernel("cpu_f32_" + n.op_name() + "_avx2", n.op_name(), std::move(prog), ctx.num_threads);
+  return program_kernel(std::string("cpu_") + dtype_name(data) + "_" + n.op_name() + suffix, n.op_name(),
+                        std::move(prog), ctx.num_threads);
 }
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_f32_kernel(const KernelContext& ctx) { return make_single_kernel<float>(ctx, "_avx2"); }
+std::unique_ptr<Kernel> make_f64_kernel(const KernelContext& ctx) { return make_single_kernel<double>(ctx, ""); }
 
 std::unique_ptr<Kernel> make_fused_kernel(const KernelContext& ctx) {
   const Node& n = ctx.node;

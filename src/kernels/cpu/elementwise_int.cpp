@@ -1,8 +1,9 @@
 // Integer and bool elementwise kernels (i64, i32, bool; where also on f64) and cast between
 // f32/f64/i64/i32/bool. Typed loops over the broadcast plan; the contiguous and
 // scalar-operand cases are separate loops the compiler vectorises. Integer arithmetic wraps
-// (two's complement), as PyTorch's does. Ops that can fail (integer floor_divide and
-// remainder divide by zero) are left to the reference kernel, which reports the error.
+// (two's complement), as PyTorch's does. Integer floor_divide and remainder scan the divisor
+// for a zero first and raise the reference's error before any work (an exception must not
+// leave an OpenMP region).
 #include <limits>
 #include <type_traits>
 
@@ -100,6 +101,34 @@ bool is_arith(EwOp op) {
     default: return false;
   }
 }
+bool is_int_div(EwOp op) { return op == EwOp::floor_divide || op == EwOp::remainder; }
+
+// Whether any element of v (any strides) is zero.
+template <typename T> bool has_zero(const TensorView& v) {
+  const T* p = v.ptr<T>();
+  int64_t n = v.numel(), idx[kMaxDims] = {};
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t off = 0;
+    for (int d = 0; d < v.ndim; ++d) off += idx[d] * v.strides[d];
+    if (p[off] == 0) return true;
+    for (int d = v.ndim - 1; d >= 0 && ++idx[d] == v.sizes[d]; --d) idx[d] = 0;
+  }
+  return false;
+}
+
+// Python-style integer division (rounds toward -inf; the remainder takes the divisor's sign);
+// b == -1 is taken apart because INT_MIN / -1 overflows. b != 0 (checked by the caller).
+template <typename T> T int_floor_divide(T a, T b) {
+  if (b == -1) return wrap_sub<T>(0, a);
+  T q = static_cast<T>(a / b), m = static_cast<T>(a % b);
+  return (m != 0 && ((m < 0) != (b < 0))) ? static_cast<T>(q - 1) : q;
+}
+template <typename T> T int_remainder(T a, T b) {
+  if (b == -1) return 0;
+  T m = static_cast<T>(a % b);
+  return (m != 0 && ((m < 0) != (b < 0))) ? static_cast<T>(m + b) : m;
+}
+
 bool is_logic(EwOp op) {
   switch (op) {
     case EwOp::eq: case EwOp::ne: case EwOp::lt: case EwOp::le: case EwOp::gt: case EwOp::ge:
@@ -112,7 +141,7 @@ bool is_logic(EwOp op) {
 // Whether run_int has a loop for (op, data dtype).
 bool int_supported(EwOp op, DType dt) {
   bool i = dt == DType::i64 || dt == DType::i32;
-  if (is_arith(op)) return i;
+  if (is_arith(op) || is_int_div(op)) return i;
   if (is_logic(op)) return i || dt == DType::boolean;
   if (op == EwOp::where) return i || dt == DType::boolean || dt == DType::f64;
   return false;
@@ -133,6 +162,12 @@ void run_int(EwOp op, DType dt, const TensorView* in, TensorView& out, const std
         case EwOp::abs: loop1<T, T>(in, out, name, [](T a) { return a < 0 ? wrap_sub<T>(0, a) : a; }); break;
         case EwOp::relu: loop1<T, T>(in, out, name, [](T a) { return a < 0 ? T(0) : a; }); break;
         case EwOp::sign: loop1<T, T>(in, out, name, [](T a) { return static_cast<T>((a > 0) - (a < 0)); }); break;
+        case EwOp::floor_divide:
+        case EwOp::remainder:
+          if (out.numel() > 0 && has_zero<T>(in[1])) throw Error(name, "integer division by zero");
+          if (op == EwOp::floor_divide) loop2<T, T>(in, out, name, int_floor_divide<T>);
+          else loop2<T, T>(in, out, name, int_remainder<T>);
+          break;
         default: break;
       }
     }
@@ -154,7 +189,7 @@ void run_int(EwOp op, DType dt, const TensorView* in, TensorView& out, const std
       default: break;
     }
   };
-  if (is_arith(op)) with_int_type(dt, false, arith);
+  if (is_arith(op) || is_int_div(op)) with_int_type(dt, false, arith);
   else if (is_logic(op)) with_int_type(dt, true, logic);
   else if (op == EwOp::where && dt == DType::f64) where_loop<double>(in, out);
   else if (op == EwOp::where) with_int_type(dt, true, [&](auto tag) { where_loop<decltype(tag)>(in, out); });

@@ -3,8 +3,8 @@
 //   BcastPlan p = make_bcast_plan(out, in, nin, "add");   // collapse dims, 0-strides for broadcast
 //   bcast_for(p, 256, [&] { return [&](const int64_t* off, int64_t n) { ... }; });
 //
-// f32 ops (single ops and fused programs alike) run through F32Program: a one-pass, blocked
-// evaluator that holds each intermediate in a small stack buffer. Integer/bool ops and cast
+// f32 ops (single ops and fused programs alike) and f64 single ops run through BlockProgram: a
+// one-pass, blocked evaluator that holds each intermediate in a small stack buffer. Integer/bool ops and cast
 // have typed loops in elementwise_int.cpp.
 #pragma once
 #include <omp.h>
@@ -95,22 +95,26 @@ void bcast_for(const BcastPlan& p, int64_t chunk, MakeWorker make_worker) {
   }
 }
 
-// ---- f32 evaluation ----------------------------------------------------------------------
+// ---- f32 / f64 evaluation ----------------------------------------------------------------
 
 constexpr int kBlock = 128;    // elements per block; a block of every live value fits in L1
 constexpr int kMaxSlots = 64;  // inputs + immediates + live intermediates of one program
 
 // d[i] = op(a[i], b[i], c[i]) for i < n (n <= kBlock); unused operands may be null. d may
-// alias an operand. Defined in elementwise_f32_ops.cpp (AVX2/FMA).
+// alias an operand. The f32 form is in elementwise_f32_ops.cpp (AVX2/FMA), the f64 form in
+// elementwise_f64.cpp (per-element loops in double, the reference's formulas).
 void run_block_op(EwOp op, const float* a, const float* b, const float* c, float* d, int n);
+void run_block_op(EwOp op, const double* a, const double* b, const double* c, double* d, int n);
 
 // A program compiled to slots: every input, immediate and intermediate owns a block-sized
-// slot; intermediates reuse slots after their last use.
-class F32Program {
+// slot; intermediates reuse slots after their last use. T is the data type (float or double):
+// inputs are T or bool, every intermediate is computed in T, the output is T or bool.
+template <typename T>
+class BlockProgram {
  public:
   // Returns nullptr when the program needs more inputs or slots than the stack blocks hold;
   // the caller then declines and the reference kernel runs.
-  static std::unique_ptr<F32Program> compile(const EwProgram& p, int num_inputs);
+  static std::unique_ptr<BlockProgram> compile(const EwProgram& p, int num_inputs);
   void run(const TensorView* in, int nin, TensorView& out, const std::string& op) const;
   int num_inputs() const { return static_cast<int>(input_slot_.size()); }
 
@@ -121,15 +125,20 @@ class F32Program {
     int args[3];
     int dst;
   };
+  static constexpr DType kData = sizeof(T) == 4 ? DType::f32 : DType::f64;
   std::vector<Step> steps_;
-  std::vector<std::pair<int, float>> imms_;  // (slot, value), filled once per thread
-  std::vector<int> input_slot_;              // per input; -1 when the program never reads it
+  std::vector<std::pair<int, T>> imms_;  // (slot, value), filled once per thread
+  std::vector<int> input_slot_;          // per input; -1 when the program never reads it
   int nslots_ = 0;
-  DType out_dtype_ = DType::f32;
+  DType out_dtype_ = kData;
 };
+using F32Program = BlockProgram<float>;
+using F64Program = BlockProgram<double>;
 
 // Kernels for one elementwise node / a fused_elementwise node on f32 data; nullptr to decline.
 std::unique_ptr<Kernel> make_f32_kernel(const KernelContext& ctx);
+// The same for one elementwise node on f64 data (where: f64 branches).
+std::unique_ptr<Kernel> make_f64_kernel(const KernelContext& ctx);
 std::unique_ptr<Kernel> make_fused_kernel(const KernelContext& ctx);
 // Integer/bool ops (and cast between any supported dtypes); nullptr to decline.
 std::unique_ptr<Kernel> make_int_kernel(const KernelContext& ctx);

@@ -1,5 +1,5 @@
-// Fast f32 norms: softmax log_softmax layer_norm rms_norm batch_norm (inference). Other dtypes
-// decline to the reference kernel. Strided inputs are packed contiguous first (only graph
+// Fast f32 norms: softmax log_softmax layer_norm rms_norm batch_norm (inference). f64 inputs
+// go to the f64 forms (norm_f64.cpp); other dtypes decline to the reference kernel. Strided inputs are packed contiguous first (only graph
 // inputs can be strided).
 //
 // Numerics: softmax subtracts the row max before exp (no overflow); layer_norm computes the
@@ -79,7 +79,7 @@ void softmax_cols(const float* x, float* y, int64_t n, int64_t inner, int64_t w,
 
 KernelFactory softmax_factory(bool log, const std::string& name) {
   return [log, name](const KernelContext& ctx) -> std::unique_ptr<Kernel> {
-    if (!is_f32(ctx)) return nullptr;
+    if (!is_f32(ctx)) return make_f64_norm(ctx, name);
     int rank = static_cast<int>(ctx.in_shapes[0].size());
     int dim = wrap_dim(ctx.node.attr("dim").i(), rank, name);
     int threads = ctx.num_threads;
@@ -125,7 +125,7 @@ void affine_row(const float* x, float* y, int64_t n, float mean, float rstd, con
 
 KernelFactory row_norm_factory(bool center, const std::string& name) {
   return [center, name](const KernelContext& ctx) -> std::unique_ptr<Kernel> {
-    if (!is_f32(ctx)) return nullptr;
+    if (!is_f32(ctx)) return make_f64_norm(ctx, name);
     const Node& node = ctx.node;
     int nd = static_cast<int>(node.attr("normalized_ndim").i());
     double eps = node.attr("eps").f();
@@ -158,7 +158,7 @@ KernelFactory row_norm_factory(bool center, const std::string& name) {
 // Per channel, y = x * scale + shift with scale = w / sqrt(var + eps), shift = b - mean * scale.
 KernelFactory batch_norm_factory() {
   return [](const KernelContext& ctx) -> std::unique_ptr<Kernel> {
-    if (!is_f32(ctx)) return nullptr;
+    if (!is_f32(ctx)) return make_f64_norm(ctx, "batch_norm");
     const Node& node = ctx.node;
     double eps = node.attr("eps").f();
     bool hw = node.attr("has_weight").b(), hb = node.attr("has_bias").b();

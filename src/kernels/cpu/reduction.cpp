@@ -1,5 +1,5 @@
-// Fast f32 reductions: sum mean amax amin prod var argmax argmin cumsum. Other dtypes decline
-// (the reference kernel runs them).
+// Fast f32 reductions: sum mean amax amin prod var argmax argmin cumsum. f64 inputs go to the
+// f64 forms (reduction_f64.cpp); other dtypes decline (the reference kernel runs them).
 //
 // Every reduction becomes one of two contiguous shapes:
 //   [O, R]     reduce contiguous rows (the reduced dims are the trailing block);
@@ -82,7 +82,7 @@ void reduce_cols(RedOp op, const float* x, int64_t O, int64_t R, int64_t I, floa
       combine_span(op, total, block, w);
     }
     float scale = op == RedOp::mean ? 1.0f / static_cast<float>(R) : 1.0f;
-    for (int64_t i = 0; i < w; ++i) y[o * I + i] = op == RedOp::mean ? (R ? total[i] * scale : NAN) : total[i];
+    for (int64_t i = 0; i < w; ++i) y[o * I + i0 + i] = op == RedOp::mean ? (R ? total[i] * scale : NAN) : total[i];
   });
 }
 
@@ -153,7 +153,7 @@ void run_reduce(RedOp op, const std::vector<bool>& mask, double correction, cons
 
 KernelFactory reduce_factory(RedOp op, const std::string& name) {
   return [op, name](const KernelContext& ctx) -> std::unique_ptr<Kernel> {
-    if (!is_f32(ctx)) return nullptr;
+    if (!is_f32(ctx)) return make_f64_reduction(ctx, name);
     auto mask = reduce_mask(ctx.node.attr("dims").ints(), static_cast<int>(ctx.in_shapes[0].size()), name);
     double correction = op == RedOp::var ? ctx.node.attr("correction").f() : 0.0;
     int threads = ctx.num_threads;
@@ -184,7 +184,7 @@ int64_t arg_row(bool is_max, const float* x, int64_t n) {
 
 KernelFactory arg_factory(bool is_max, const std::string& name) {
   return [is_max, name](const KernelContext& ctx) -> std::unique_ptr<Kernel> {
-    if (!is_f32(ctx)) return nullptr;
+    if (!is_f32(ctx)) return make_f64_reduction(ctx, name);
     int rank = static_cast<int>(ctx.in_shapes[0].size());
     int dim = wrap_dim(ctx.node.attr("dim").i(), rank, name);
     int threads = ctx.num_threads;
@@ -209,7 +209,7 @@ KernelFactory arg_factory(bool is_max, const std::string& name) {
 // Prefix sums accumulate in double: a running f32 sum loses digits linearly in the length.
 KernelFactory cumsum_factory() {
   return [](const KernelContext& ctx) -> std::unique_ptr<Kernel> {
-    if (!is_f32(ctx)) return nullptr;
+    if (!is_f32(ctx)) return make_f64_reduction(ctx, "cumsum");
     int dim = wrap_dim(ctx.node.attr("dim").i(), static_cast<int>(ctx.in_shapes[0].size()), "cumsum");
     int threads = ctx.num_threads;
     return make_generic_kernel("cpu_f32_cumsum", [=](const TensorView* in, TensorView* out) {
