@@ -430,7 +430,9 @@ def partition_graph(gm: fx.GraphModule, config: CompilerConfig, report: GraphRep
     # By name: fuse_partitions re-creates the graph's nodes (stable_topological_sort).
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     frozen_names = {placeholders[i].name for i in frozen if i < len(placeholders)}
+    views_left = _leave_views_to_pytorch(proposed)
     kept, left = _keep_paying_partitions(gm, proposed, config, frozen_names, report)
+    left.update(views_left)
     in_engine = {n for p in kept for n in p.nodes}
     for n in gm.graph.nodes:
         if n.op != "call_function":
@@ -467,6 +469,25 @@ def partition_graph(gm: fx.GraphModule, config: CompilerConfig, report: GraphRep
         _views_to_reshapes(gm)
     report.partition_ms = (time.perf_counter() - t0) * 1e3
     return gm, engine_parts
+
+
+def _leave_views_to_pytorch(proposed: list) -> dict:
+    """Takes out of each partition the views (permute, transpose, expand, reshape...) whose users
+    all run in PyTorch: there a view is free, while an engine output is a copy (a frozen
+    weight's transpose feeding a PyTorch matmul was copied on every call). Returns the reason
+    for each node taken out."""
+    left = {}
+    for p in proposed:
+        changed = True
+        while changed:  # taking a view out may leave its own input view with no user inside
+            changed = False
+            for n in list(p.nodes):
+                if (n.target is not operator.getitem and not is_compute(n) and n.users
+                        and all(u not in p.nodes for u in n.users)):
+                    p.remove_node(n)
+                    left[n] = "a view whose users all run in PyTorch stays a free view there"
+                    changed = True
+    return left
 
 
 def _keep_paying_partitions(gm: fx.GraphModule, proposed: list, config: CompilerConfig,
