@@ -432,7 +432,6 @@ def partition_graph(gm: fx.GraphModule, config: CompilerConfig, report: GraphRep
     frozen_names = {placeholders[i].name for i in frozen if i < len(placeholders)}
     views_left = _leave_views_to_pytorch(proposed)
     kept, left = _keep_paying_partitions(gm, proposed, config, frozen_names, report)
-    left.update(views_left)
     in_engine = {n for p in kept for n in p.nodes}
     for n in gm.graph.nodes:
         if n.op != "call_function":
@@ -441,8 +440,10 @@ def partition_graph(gm: fx.GraphModule, config: CompilerConfig, report: GraphRep
             report.add_engine(op_name(n), is_compute(n))
         elif is_shape_arithmetic(n):
             report.add_shape_arithmetic()
+        elif n in views_left and n not in left:
+            report.add_free_view()
         else:
-            reason = support.reason(n) or left.get(n, "its partition was not kept")
+            reason = support.reason(n) or left.get(n) or views_left.get(n, "its partition was not kept")
             report.add_fallback(op_name(n), reason, is_compute(n))
     engine_parts: list[EnginePartition] = []
     if kept:

@@ -63,6 +63,9 @@ class GraphReport:
     note: str = ""  # why the whole graph runs eagerly, when it does
     # Size arithmetic on SymInts (operator.add, sym_size): runs in Python, counted apart.
     shape_ops: int = 0
+    # Views of engine outputs whose users all run in PyTorch, left there (free; see
+    # partition._leave_views_to_pytorch): not a fallback.
+    free_views: int = 0
     # Partitions the cost rule left to PyTorch, each with its estimate (partition_cost.py).
     cost_notes: list = dataclasses.field(default_factory=list)
     # Recompilation: "first compile", or what changed since this graph's previous compile
@@ -84,6 +87,9 @@ class GraphReport:
 
     def add_shape_arithmetic(self) -> None:
         self.shape_ops += 1
+
+    def add_free_view(self) -> None:
+        self.free_views += 1
 
     def move_to_fallback(self, ops: list, reason: str) -> None:
         """Ops counted in the engine that run in PyTorch after all (their partition failed)."""
@@ -209,6 +215,8 @@ class Report:
                 lines.append(f"    note: {g.note}")
             if g.shape_ops:
                 lines.append(f"    size arithmetic on SymInts in Python: {g.shape_ops} node(s) (not counted as ops)")
+            if g.free_views:
+                lines.append(f"    views taken in PyTorch, where they are free: {g.free_views}")
             for note in g.cost_notes:
                 lines.append(f"    cost rule: {note}")
             for kind, reason in g.compiles:

@@ -211,7 +211,9 @@ def test_f64_transformer_block_runs_in_engine():
     want of a fast f64 kernel (before, each was: "engine op X has no fast CPU kernel for f64")."""
     block = _Block().double().eval()
     x = torch.randn(2, 48, 64, dtype=torch.float64)
-    rep = updraft.explain(block, x)
+    # Kernels, not partitioning: without f64 linears in the engine the cost rule would leave
+    # the one-op partitions between them to PyTorch.
+    rep = updraft.explain(block, x, config=updraft.CompilerConfig(partition_cost=False))
     reasons = [r for rs in rep.reasons.values() for r in rs]
     bad = [r for r in reasons if "no fast CPU kernel" in r and r.split()[2] in _OURS]
     assert not bad, str(rep)

@@ -30,7 +30,10 @@ def _reference_only_case():
         g = _C.Graph()
         a = g.add_input("a", {torch.int64: "i64", torch.int32: "i32"}[dt], [4096])
         b = g.add_input("b", {torch.int64: "i64", torch.int32: "i32"}[dt], [4096])
-        out = g.add_node(op, [a, b])[0]
+        try:
+            out = g.add_node(op, [a, b])[0]
+        except _C.UpdraftError:  # the engine does not take this op at this dtype at all
+            continue
         if g.fast_kernel(out) is None:
             return op, dt, fn
     pytest.skip("every candidate op has a fast CPU kernel now; add one that has none")
