@@ -51,11 +51,7 @@ const MicroKernel& pick_micro();
 
 // Blocking. kc: one A panel (mr x kc) and one B panel (kc x nr) stay in L1; mc x kc of A in
 // L2; kc x nc of B in L2/L3.
-#ifndef UPDRAFT_F64_KC
 constexpr int64_t kKc = 256;
-#else
-constexpr int64_t kKc = UPDRAFT_F64_KC;
-#endif
 int64_t mc_for(const MicroKernel& uk);  // a multiple of mr
 constexpr int64_t kNcMax = 2048;
 
