@@ -70,7 +70,7 @@ def gemm(threads, reps):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", nargs="+", default=["bert", "convnext", "resnet50"])
+    p.add_argument("--models", nargs="*", default=["bert", "convnext", "resnet50"])
     p.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--gemm", action="store_true")

@@ -84,6 +84,27 @@ void pack_b(double* dst, Operand b, int64_t c0, int64_t clen, int64_t k0, int64_
   }
 }
 
+// The switch on the activation taken once per row, not per element.
+template <Act A>
+void activate_row_t(double* c, int n, double alpha, double beta) {
+  for (int j = 0; j < n; ++j) c[j] = activate(A, c[j], alpha, beta);
+}
+
+void activate_row(Act a, double* c, int n, double alpha, double beta) {
+  switch (a) {
+    case Act::none: return;
+    case Act::relu: return activate_row_t<Act::relu>(c, n, alpha, beta);
+    case Act::gelu: return activate_row_t<Act::gelu>(c, n, alpha, beta);
+    case Act::gelu_tanh: return activate_row_t<Act::gelu_tanh>(c, n, alpha, beta);
+    case Act::silu: return activate_row_t<Act::silu>(c, n, alpha, beta);
+    case Act::sigmoid: return activate_row_t<Act::sigmoid>(c, n, alpha, beta);
+    case Act::tanh: return activate_row_t<Act::tanh>(c, n, alpha, beta);
+    case Act::clamp: return activate_row_t<Act::clamp>(c, n, alpha, beta);
+    case Act::leaky_relu: return activate_row_t<Act::leaky_relu>(c, n, alpha, beta);
+    case Act::hardswish: return activate_row_t<Act::hardswish>(c, n, alpha, beta);
+  }
+}
+
 // act(C + bias + residual) over an m x n tile at (row r0, column c0) of the problem.
 void tile_epilogue(const Epilogue& ep, const double* res, double* c, int64_t ldc, int64_t r0, int64_t c0, int m,
                    int n) {
@@ -103,8 +124,7 @@ void tile_epilogue(const Epilogue& ep, const double* res, double* c, int64_t ldc
       const double* rp = res + r * ep.res_rs + c0 * ep.res_cs;
       for (int j = 0; j < n; ++j) ci[j] += rp[j * ep.res_cs];
     }
-    if (ep.act != Act::none)
-      for (int j = 0; j < n; ++j) ci[j] = activate(ep.act, ci[j], ep.alpha, ep.beta);
+    if (ep.act != Act::none) activate_row(ep.act, ci, n, ep.alpha, ep.beta);
   }
 }
 

@@ -11,6 +11,8 @@
 // own instruction set, and the linker must never merge an AVX-512 instantiation into the AVX2
 // path.
 #pragma once
+#include <immintrin.h>
+
 #include <cstdint>
 
 namespace updraft::cpu::f64 {
@@ -26,7 +28,12 @@ void micro(int64_t kc, const double* a, const double* b, double* c, int64_t ldc,
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[i][v] = V::zero();
+  // C's rows are needed at the end: start fetching them now.
+  for (int i = 0; i < m; ++i) _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
   for (int64_t k = 0; k < kc; ++k) {
+    // The panels a few steps ahead (A's from L2, B's from L2/L3).
+    _mm_prefetch(reinterpret_cast<const char*>(a + 8 * MR), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * NR), _MM_HINT_T0);
     typename V::reg bv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) bv[v] = V::load(b + v * V::lanes);
