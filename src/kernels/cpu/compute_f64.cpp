@@ -1,7 +1,7 @@
 // The f64 compute kernels' registration (f64_kernels.h). oneDNN 3.2 has no f64 on the CPU, so
-// an f64 conv2d / linear / matmul / sdpa runs on the engine's own GEMM; f64 pooling runs on the
-// reference kernels (a small share of a model's time). registry.cpp routes each op's nodes here
-// or to oneDNN by dtype.
+// an f64 conv2d / linear / matmul / sdpa runs on the engine's own GEMM, f64 layer_norm / rms_norm
+// on norm_f64.cpp; f64 pooling runs on the reference kernels (a small share of a model's time).
+// registry.cpp routes each op's nodes here or to oneDNN / the f32 kernels by dtype.
 #include "kernels/cpu/f64_kernels.h"
 #include "kernels/kernel.h"
 
@@ -12,6 +12,8 @@ void register_cpu_f64_compute_kernels(KernelRegistry& r) {
   r.add("linear", Device::cpu, cpu::f64::create_linear);
   r.add("matmul", Device::cpu, cpu::f64::create_matmul);
   r.add("sdpa", Device::cpu, cpu::f64::create_sdpa);
+  r.add("layer_norm", Device::cpu, [](const KernelContext& ctx) { return cpu::f64::create_row_norm(ctx, true); });
+  r.add("rms_norm", Device::cpu, [](const KernelContext& ctx) { return cpu::f64::create_row_norm(ctx, false); });
   // Declining sends the node to the reference kernel (KernelRegistry::create).
   for (const char* op : {"max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"})
     r.add(op, Device::cpu, [](const KernelContext&) -> std::unique_ptr<Kernel> { return nullptr; });

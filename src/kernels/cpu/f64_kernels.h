@@ -23,5 +23,7 @@ std::unique_ptr<Kernel> create_linear(const KernelContext& ctx);  // matmul_f64.
 std::unique_ptr<Kernel> create_matmul(const KernelContext& ctx);
 std::unique_ptr<Kernel> create_conv2d(const KernelContext& ctx);  // conv_f64.cpp
 std::unique_ptr<Kernel> create_sdpa(const KernelContext& ctx);    // sdpa_f64.cpp
+// layer_norm (center) and rms_norm, norm_f64.cpp
+std::unique_ptr<Kernel> create_row_norm(const KernelContext& ctx, bool center);
 
 }  // namespace updraft::cpu::f64
