@@ -107,6 +107,7 @@ void register_ref_data_movement_kernels(KernelRegistry& r);
 void register_cpu_data_movement_kernels(KernelRegistry& r);
 void register_ref_compute_kernels(KernelRegistry& r);     // conv, matmul, pooling, attention
 void register_onednn_compute_kernels(KernelRegistry& r);
+void register_cpu_f64_compute_kernels(KernelRegistry& r);  // kernels/cpu/compute_f64.cpp; f64 nodes
 
 // The channel block the conv kernels run fastest with on this CPU (16 with AVX-512, 8 with
 // AVX2, 0 otherwise); CompileOptions::channel_block = -1 resolves to it.

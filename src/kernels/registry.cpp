@@ -47,6 +47,18 @@ const KernelRegistry& KernelRegistry::get() {
     register_cpu_data_movement_kernels(*r);
     register_ref_compute_kernels(*r);
     register_onednn_compute_kernels(*r);
+    // f64 compute nodes go to the engine's own kernels (oneDNN 3.2 has no f64 on the CPU), the
+    // others to oneDNN: each op that has an f64 factory gets one that picks by input 0's dtype.
+    KernelRegistry f64;
+    register_cpu_f64_compute_kernels(f64);
+    for (auto& e : r->entries_) {
+      if (e.first.second != Device::cpu) continue;
+      const KernelFactory* f = f64.find(e.first.first, Device::cpu);
+      if (!f) continue;
+      e.second = [f64_factory = *f, other = std::move(e.second)](const KernelContext& ctx) {
+        return ctx.in_dtype(0) == DType::f64 ? f64_factory(ctx) : other(ctx);
+      };
+    }
     return r;
   }();
   return *reg;

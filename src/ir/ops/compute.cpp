@@ -2,7 +2,8 @@
 //
 // Shape functions work on symbolic Dims, so a graph with a symbolic batch or image size
 // infers once. Every op here runs f32 on the CPU (oneDNN or blocked kernels in
-// src/kernels/onednn/) and has a reference kernel in src/kernels/ref/compute.cpp.
+// src/kernels/onednn/) and f64 on the engine's own kernels (src/kernels/cpu/*_f64.cpp), and has
+// a reference kernel in src/kernels/ref/compute.cpp.
 //
 // conv2d, linear and matmul carry the epilogue attributes filled by the epilogue-fusion pass:
 // the result is activation(op(x, w) + bias + residual); bias and residual follow the main
@@ -259,8 +260,10 @@ OpDef compute_op(std::string name, int min_in, int max_in, std::vector<AttrSpec>
   d.min_inputs = min_in;
   d.max_inputs = max_in;
   d.attrs = std::move(attrs);
-  // The fast kernels are f32 only; the partitioner leaves other dtypes to PyTorch.
-  d.dtypes = {DType::f32};
+  // f32 runs on oneDNN, f64 on the engine's own GEMM (src/kernels/cpu/gemm_f64.h; oneDNN 3.2
+  // has no f64 on the CPU) or, for pooling, the reference kernels; the partitioner leaves
+  // other dtypes to PyTorch.
+  d.dtypes = {DType::f32, DType::f64};
   d.cls = OpClass::Compute;
   d.infer = std::move(infer);
   d.doc = std::move(doc);
