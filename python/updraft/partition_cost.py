@@ -29,10 +29,10 @@ aten = torch.ops.aten
 
 # Measured by benchmarks/partition_cost.py (median of interleaved runs, 1 thread; see
 # docs/BENCHMARKS.md "Partition cost rule"). Microseconds per call.
-EAGER_OP_US = 4.0      # one aten op run by the fallback GraphModule: Python line + dispatch
-CALL_US = 5.0          # one engine partition: forward(), fast-path lookup, plan run
+EAGER_OP_US = 6.5      # one aten op run by the fallback GraphModule: Python line + dispatch
+CALL_US = 6.5          # one engine partition: forward(), fast-path lookup, plan run
 OUTPUT_US = 0.8        # per partition output: torch.empty and its pointer
-BYTES_PER_US = 8000.0  # one core's copy bandwidth (8 GB/s): copies, fused intermediates, reorders
+BYTES_PER_US = 5400.0  # one core's copy bandwidth: copies, fused intermediates, reorders
 
 _CONVOLUTIONS = {aten.convolution.default, aten._convolution.default}
 
