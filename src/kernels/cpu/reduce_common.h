@@ -65,4 +65,22 @@ inline double row_sum_f64(const double* x, int64_t n) {
 // Norm kernels live in cpu/norm.cpp; register_cpu_reduction_kernels calls this.
 void register_cpu_norm_kernels(KernelRegistry& r);
 
+// Splits a contiguous input into [O, R, I] when the reduced dims form one block.
+inline bool as_block(const TensorView& x, const std::vector<bool>& mask, int64_t& O, int64_t& R, int64_t& I) {
+  O = R = I = 1;
+  int state = 0;  // 0: before the block, 1: inside, 2: after
+  for (int d = 0; d < x.ndim; ++d) {
+    if (x.sizes[d] == 1) continue;  // size-1 dims neither split nor join blocks
+    if (mask[d]) {
+      if (state == 2) return false;
+      state = 1;
+      R *= x.sizes[d];
+    } else {
+      if (state == 1) state = 2;
+      (state == 0 ? O : I) *= x.sizes[d];
+    }
+  }
+  return true;
+}
+
 }  // namespace updraft::cpu

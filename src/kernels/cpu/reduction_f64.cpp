@@ -118,24 +118,6 @@ void reduce_rows(RedOp op, const double* x, int64_t O, int64_t R, double* y, dou
   }
 }
 
-// Splits a contiguous input into [O, R, I] when the reduced dims form one block.
-bool as_block(const TensorView& x, const std::vector<bool>& mask, int64_t& O, int64_t& R, int64_t& I) {
-  O = R = I = 1;
-  int state = 0;  // 0: before the block, 1: inside, 2: after
-  for (int d = 0; d < x.ndim; ++d) {
-    if (x.sizes[d] == 1) continue;
-    if (mask[d]) {
-      if (state == 2) return false;
-      state = 1;
-      R *= x.sizes[d];
-    } else {
-      if (state == 1) state = 2;
-      (state == 0 ? O : I) *= x.sizes[d];
-    }
-  }
-  return true;
-}
-
 void run_reduce(RedOp op, const std::vector<bool>& mask, double correction, const TensorView& x, double* y,
                 int threads) {
   int64_t O, R, I;
