@@ -46,3 +46,17 @@ TEST(ProbeFastKernel, ComputeOpsAreNotProbed) {
 })");
   EXPECT_EQ(probe_fast_kernel(last_node(*g), 8).value_or(""), "linear:not probed");
 }
+
+TEST(ProbeFastKernel, PoolingIsProbed) {
+  // f32 max pooling runs on oneDNN; f64 pooling has only the reference loop.
+  auto f32 = parse_graph(R"(graph(%x: f32[1, 8, 16, 16]) {
+  %0 = max_pool2d(%x) {kernel=[3, 3], stride=[2, 2], padding=[1, 1]}
+  return (%0)
+})");
+  EXPECT_TRUE(probe_fast_kernel(last_node(*f32), 8).has_value());
+  auto f64 = parse_graph(R"(graph(%x: f64[1, 8, 16, 16]) {
+  %0 = max_pool2d(%x) {kernel=[3, 3], stride=[2, 2], padding=[1, 1]}
+  return (%0)
+})");
+  EXPECT_FALSE(probe_fast_kernel(last_node(*f64), 8).has_value());
+}

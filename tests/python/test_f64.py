@@ -1,6 +1,7 @@
 """float64 models and ops vs eager float64: the compute ops (linear, matmul, conv2d, sdpa) run on
 the engine's own f64 kernels (oneDNN 3.2 has no f64 on the CPU), so a float64 model compiles
-into one engine partition with no fallback compute op.
+into one engine partition with no fallback compute op (f64 pooling excepted: it has only the
+reference kernel, so a large pooling node stays in PyTorch).
 
 Tolerance: both sides accumulate in f64 and differ only in summation order (ATen's dgemm and
 ours block K differently), so a GEMM differs by a few ulps per K-term on values of order 1:
@@ -147,7 +148,10 @@ class _ConvNet(torch.nn.Module):
         return self.head(x)
 
 
-def test_convnet_runs_whole_in_engine():
+def test_convnet_runs_in_engine_but_its_f64_pooling():
+    """Every conv, norm and activation runs in the engine; f64 pooling has only the reference
+    kernel (2x slower than PyTorch on a ResNet stem), so a large pooling node stays in PyTorch
+    with the reason (the reference-kernel rule, docs/decisions.md)."""
     model = _ConvNet().double().eval()
     with torch.no_grad():
         model.bn.running_mean.uniform_(-0.5, 0.5)
@@ -155,4 +159,7 @@ def test_convnet_runs_whole_in_engine():
     x = torch.randn(2, 3, 32, 32, dtype=torch.float64)
     want, got, rep = _run(model, x)
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
-    _all_in_engine(rep)
+    pooled = {op for op in rep.fallback_ops if "pool" in op}
+    assert pooled and rep.num_fallback_compute == len(pooled), str(rep)
+    assert all("no fast CPU kernel for f64" in r for op in pooled for r in rep.reasons[op]), str(rep)
+    assert all(p.status == "ok" for p in rep.partitions) and rep.num_engine_compute >= 8, str(rep)
