@@ -48,7 +48,7 @@ def _tensors(val: Any) -> list:
     return [v for v in vals if isinstance(v, torch.Tensor)]
 
 
-def _numel_hint(t: torch.Tensor) -> float:
+def numel_hint(t: torch.Tensor) -> float:
     """Elements of `t` at its sizes' hints (inf when a size has none: data-dependent)."""
     n = 1
     for d in t.shape:
@@ -556,8 +556,8 @@ class Lowerer:
         # Small nodes may run on reference kernels (see REFERENCE_KERNEL_MAX_NUMEL); sizes by
         # their hints, so an arange over a dynamic sequence length counts as the small op it is.
         self._hot = self.check and max(
-            [_numel_hint(v) for v in _tensors(meta(node))] +
-            [_numel_hint(meta(i)) for i in node.all_input_nodes if isinstance(meta(i), torch.Tensor)],
+            [numel_hint(v) for v in _tensors(meta(node))] +
+            [numel_hint(meta(i)) for i in node.all_input_nodes if isinstance(meta(i), torch.Tensor)],
             default=0) >= REFERENCE_KERNEL_MAX_NUMEL
         out = fn(self, node, bind_args(node) if hasattr(node.target, "_schema") else {})
         out = self._conform(node, out)

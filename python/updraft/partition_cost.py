@@ -17,12 +17,12 @@ reaches a partition: `Lowerer.emit` leaves it to PyTorch), or revisit a partitio
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Iterable
 
 import torch
 from torch import fx
 
+from .lowerer import numel_hint
 from .lowering import is_compute, meta
 
 aten = torch.ops.aten
@@ -55,18 +55,7 @@ class Estimate:
 def _bytes(val: object) -> float:
     """Bytes of the tensors in `val` at their sizes' hints (inf when a size has none)."""
     vals = val if isinstance(val, (list, tuple)) else [val]
-    total = 0.0
-    for v in vals:
-        if not isinstance(v, torch.Tensor):
-            continue
-        n = 1
-        for d in v.shape:
-            h = d if isinstance(d, int) else d.node.hint
-            if h is None:
-                return math.inf
-            n *= int(h)
-        total += n * v.element_size()
-    return total
+    return sum(numel_hint(v) * v.element_size() for v in vals if isinstance(v, torch.Tensor))
 
 
 def _pointwise(n: fx.Node) -> bool:

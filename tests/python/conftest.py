@@ -26,3 +26,21 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "fuzz: the time-bounded differential fuzz (tests/python/test_diff_fuzz.py; "
                    "UPDRAFT_DIFF_FUZZ_SECONDS sets its budget)")
+
+
+@pytest.fixture
+def engine_compiles(monkeypatch):
+    """A list that grows by one per engine compile (C.compile call), Dynamo reset around it."""
+    from updraft import _C
+
+    calls = []
+    real = _C.compile
+
+    def spy(graph, options=None):
+        calls.append(1)
+        return real(graph, options if options is not None else {})
+
+    monkeypatch.setattr(_C, "compile", spy)
+    torch._dynamo.reset()
+    yield calls
+    torch._dynamo.reset()

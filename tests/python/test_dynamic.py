@@ -21,22 +21,6 @@ transformers = pytest.importorskip("transformers")
 TOL = dict(rtol=1e-4, atol=1e-4)
 
 
-@pytest.fixture
-def engine_compiles(monkeypatch):
-    """A list that grows by one per engine compile (C.compile call)."""
-    calls = []
-    real = _C.compile
-
-    def spy(graph, options=None):
-        calls.append(1)
-        return real(graph, options if options is not None else {})
-
-    monkeypatch.setattr(_C, "compile", spy)
-    torch._dynamo.reset()
-    yield calls
-    torch._dynamo.reset()
-
-
 def _small_bert(layers: int = 2):
     from transformers import BertConfig, BertModel
 

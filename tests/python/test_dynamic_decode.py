@@ -22,21 +22,6 @@ TOL = dict(rtol=1e-5, atol=1e-5)
 
 
 @pytest.fixture
-def engine_compiles(monkeypatch):
-    calls = []
-    real = _C.compile
-
-    def spy(graph, options=None):
-        calls.append(1)
-        return real(graph, options if options is not None else {})
-
-    monkeypatch.setattr(_C, "compile", spy)
-    torch._dynamo.reset()
-    yield calls
-    torch._dynamo.reset()
-
-
-@pytest.fixture
 def report():
     """One Report over every graph compiled in the test (recompiles included)."""
     rep = Report()
