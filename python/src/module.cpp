@@ -33,7 +33,7 @@ NB_MODULE(_C, m) {
         std::vector<TensorType> types;
         try {
           for (const auto& [dt, shape] : inputs) types.push_back({dtype_from_name(dt), py::shape_from_py(shape)});
-          return OpTable::get().check(op, types, py::attrs_from_py(attrs, op));
+          return check_op_support(op, types, py::attrs_from_py(attrs, op));
         } catch (const Error& e) {
           return std::string(e.what());
         }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <mutex>
 
-#include "kernels/kernel.h"
 
 namespace updraft {
 
@@ -123,9 +122,6 @@ std::optional<std::string> OpTable::check(const std::string& op, const std::vect
   } catch (const Error& e) {
     return std::string(e.what());
   }
-  const OpDef& d = at(op);
-  if (!d.alias && !KernelRegistry::get().has(op, Device::cpu))
-    return "op '" + op + "' has no CPU kernel yet";
   return std::nullopt;
 }
 

@@ -1,7 +1,9 @@
 // The one op table. Each op is declared once: name, arity, attributes (with defaults),
 // accepted dtypes, its class (used by fusion and the planner), aliasing facts, and a symbolic
-// shape function. The verifier, the partitioner (through check_op), the text parser, the
-// bindings and the kernel registry all read this table; nothing keeps a parallel list.
+// shape function. The verifier, the partitioner (through check_op_support, kernels/kernel.h),
+// the text parser, the bindings and the kernel registry all read this table; nothing keeps a
+// parallel list. The IR layer knows nothing of kernels: whether a CPU kernel exists is asked
+// one layer up.
 //
 // Ops are declared per family in src/ir/ops/*.cpp and listed in register_all_ops()
 // (src/ir/op_table.cpp). The op contract (names, inputs, attributes) is docs/ops.md.
@@ -89,8 +91,9 @@ class OpTable {
                                 const Attrs& attrs) const;
   // The same for an op already looked up (the parser and Graph::add_node hold its OpDef).
   static std::vector<TensorType> infer(const OpDef& def, const std::vector<TensorType>& inputs, const Attrs& attrs);
-  // The partitioner's question: can the engine run this op with these inputs on the CPU?
-  // nullopt means yes; otherwise the reason, in words a user can act on.
+  // Is this a well-formed use of an op the engine knows (name, arity, attributes, dtypes,
+  // shapes)? nullopt means yes; otherwise the reason, in words a user can act on. Whether a
+  // kernel runs it is the partitioner's further question (check_op_support, kernels/kernel.h).
   std::optional<std::string> check(const std::string& op, const std::vector<TensorType>& inputs,
                                    const Attrs& attrs) const;
 

@@ -113,6 +113,14 @@ void register_cpu_f64_compute_kernels(KernelRegistry& r);  // kernels/cpu/comput
 // AVX2, 0 otherwise); CompileOptions::channel_block = -1 resolves to it.
 int preferred_channel_block();
 
+// The partitioner's question: can the engine run `op` with these inputs on the CPU? The op
+// table's check (a known op, well-formed inputs and attributes), then: is there a CPU kernel
+// (view ops need none). nullopt means yes; otherwise the reason, in words a user can act on.
+// It lives here, above both the IR and the kernels, so that the IR layer does not include the
+// kernel registry.
+std::optional<std::string> check_op_support(const std::string& op, const std::vector<TensorType>& inputs,
+                                            const Attrs& attrs);
+
 // The fast (Device::cpu) kernel the runtime would build for node `n` with every symbol in its
 // shapes and attributes bound to `probe_size`, by name; nullopt when the CPU factory declines
 // (or there is none) and only the reference kernel would run it. conv2d, linear and matmul are

@@ -134,6 +134,14 @@ std::vector<Tensor> run_node(const Node& n, const std::vector<TensorView>& input
   return outs;
 }
 
+std::optional<std::string> check_op_support(const std::string& op, const std::vector<TensorType>& inputs,
+                                            const Attrs& attrs) {
+  const OpTable& table = OpTable::get();
+  if (auto reason = table.check(op, inputs, attrs)) return reason;
+  if (!table.at(op).alias && !KernelRegistry::get().has(op, Device::cpu)) return "op '" + op + "' has no CPU kernel yet";
+  return std::nullopt;
+}
+
 std::optional<std::string> probe_fast_kernel(const Node& n, int64_t probe_size) {
   // Pooling and attention are probed: their factories are cheap, and decline some dtypes and
   // shapes (f64 pooling: the reference loop, 2x slower than PyTorch on a ResNet stem).

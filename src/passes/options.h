@@ -1,0 +1,29 @@
+// The compiler's input options and its per-pass log: what run_pipeline takes and returns, and
+// what the runtime (runtime/compiled_graph.h) keeps for building plans. They live with the
+// passes because the pipeline is their first reader; the runtime includes this header, not the
+// other way round.
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace updraft {
+
+struct CompileOptions {
+  bool fold_constants = true;
+  bool fuse = true;           // conv+bn folding, epilogue fusion, elementwise fusion
+  int num_threads = 0;        // 0: all cores
+  int debug = 0;              // UPDRAFT_DEBUG: 1 pass summary, 2 IR after each pass + plans
+  size_t plan_cache_size = 16;
+  // Channel block of conv activations (passes/block_conv_layout.h): -1 the kernels' preference
+  // on this CPU (preferred_channel_block()), 0 plain NCHW, 8 or 16.
+  int channel_block = -1;
+};
+
+struct PassRecord {
+  std::string name;
+  bool changed = false;
+  double ms = 0;
+  std::string ir_after;  // filled when debug >= 2
+};
+
+}  // namespace updraft
