@@ -26,9 +26,14 @@ CompileOptions options_from(const nb::dict& d) {
     else if (key == "debug") o.debug = nb::cast<int>(v);
     else if (key == "plan_cache_size") o.plan_cache_size = nb::cast<size_t>(v);
     else if (key == "channel_block") o.channel_block = nb::cast<int>(v);
+    // The kernel knobs (kernels/kernel_options.h); updraft.CompilerConfig validated them.
+    else if (key == "prepack_weights") o.kernels.prepack_weights = nb::cast<bool>(v);
+    else if (key == "static_gemm") o.kernels.static_gemm = nb::cast<bool>(v);
+    else if (key == "cpu_isa") o.kernels.cpu_isa = cpu_isa_from_name(nb::cast<std::string>(v));
+    else if (key == "min_work_per_thread") o.kernels.min_work_per_thread = nb::cast<double>(v);
     else throw Error("bindings", "unknown compile option '" + key +
                                      "' (known: fold_constants, fuse, num_threads, debug, plan_cache_size, "
-                                     "channel_block)");
+                                     "channel_block, prepack_weights, static_gemm, cpu_isa, min_work_per_thread)");
   }
   return o;
 }

@@ -15,6 +15,42 @@ _DEBUG_ENV = "UPDRAFT_DEBUG"
 _CONV_LAYOUT_ENV = "UPDRAFT_CONV_LAYOUT"
 # conv_layout -> the engine's channel_block option (-1: the block this CPU's kernels prefer).
 _CONV_LAYOUTS = {"auto": -1, "nchw": 0}
+_CPU_ISAS = ("native", "avx2")  # the engine's CpuIsa names (src/kernels/kernel_options.h)
+_BOOL_TEXT = {"0": False, "1": True}
+
+# The kernel knobs (the engine's KernelOptions, src/kernels/kernel_options.h): CompilerConfig
+# field -> its environment variable. The environment is read here, and only here, for the
+# defaults; the values are checked in CompilerConfig.__post_init__ whichever way they came.
+KERNEL_KNOBS = {
+    "prepack_weights": "UPDRAFT_PREPACK_WEIGHTS",
+    "static_gemm": "UPDRAFT_STATIC_GEMM",
+    "cpu_isa": "UPDRAFT_CPU_ISA",
+    "min_work_per_thread": "UPDRAFT_MIN_WORK_PER_THREAD",
+}
+
+
+def _knob_from_env(field: str, default):
+    """The default of kernel knob `field`: its environment variable parsed to the field's type
+    (unset or empty: `default`). Text that does not parse raises, naming the variable."""
+    var = KERNEL_KNOBS[field]
+    raw = os.environ.get(var, "").strip()
+    if not raw:
+        return default
+    if isinstance(default, bool):
+        if raw not in _BOOL_TEXT:
+            raise ValueError(f"[updraft.config] {var}={raw!r} is not accepted for {field}; use 0 or 1")
+        return _BOOL_TEXT[raw]
+    if field == "min_work_per_thread":
+        try:
+            return float(raw)
+        except ValueError:
+            raise ValueError(f"[updraft.config] {var}={raw!r} is not a number; {field} takes a number > 0 "
+                             "(flops per thread)") from None
+    return raw
+
+
+def _knob(field: str, default):
+    return dataclasses.field(default_factory=lambda: _knob_from_env(field, default))
 
 
 def _debug_from_env() -> int:
@@ -58,6 +94,18 @@ class CompilerConfig:
         kernels, with reorders where a plain op reads them (src/passes/block_conv_layout.h);
         "nchw": plain NCHW everywhere (oneDNN's gemm-based convolution). Defaults to the
         environment variable UPDRAFT_CONV_LAYOUT, else "auto".
+    Kernel knobs (the engine's KernelOptions; each defaults to its environment variable, then
+    to the value shown):
+    prepack_weights (UPDRAFT_PREPACK_WEIGHTS=0/1, True): linear/matmul keep a prepacked copy of
+        constant weights; False reads them in place (less memory, some speed).
+    static_gemm (UPDRAFT_STATIC_GEMM=0/1, False): True turns off the runtime-M linear for a
+        symbolic batch (static primitives per shape), for comparing the two.
+    cpu_isa (UPDRAFT_CPU_ISA, "native"): "avx2" keeps the engine's own kernels (sdpa tiles, f64
+        gemm) off AVX-512 on a CPU that has it, for comparison; oneDNN is not affected.
+    min_work_per_thread (UPDRAFT_MIN_WORK_PER_THREAD, None: the engine's 2097152): flops (or
+        element operations) a kernel needs per thread before it uses a second one.
+    None of them changes an optimised graph, so none is in the compile-cache key: kernels are
+    chosen when a plan is built, under the config in force then, on a cache hit too.
     """
 
     freeze: bool = True
@@ -74,9 +122,14 @@ class CompilerConfig:
     recompile_limit: int = 8
     gears: tuple = ()
     conv_layout: str = dataclasses.field(default_factory=lambda: os.environ.get(_CONV_LAYOUT_ENV, "auto"))
+    prepack_weights: bool = _knob("prepack_weights", True)
+    static_gemm: bool = _knob("static_gemm", False)
+    cpu_isa: str = _knob("cpu_isa", "native")
+    min_work_per_thread: Optional[float] = _knob("min_work_per_thread", None)
 
     def __post_init__(self) -> None:
-        for name in ("freeze", "fold_constants", "fuse", "fallback", "partition_cost"):
+        for name in ("freeze", "fold_constants", "fuse", "fallback", "partition_cost", "prepack_weights",
+                     "static_gemm"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise TypeError(f"[updraft.config] {name} must be a bool, got {type(value).__name__} {value!r}")
@@ -90,6 +143,17 @@ class CompilerConfig:
         if self.conv_layout not in _CONV_LAYOUTS:
             raise ValueError(f"[updraft.config] conv_layout={self.conv_layout!r} is not one of "
                              f"{sorted(_CONV_LAYOUTS)} (also checked when it comes from {_CONV_LAYOUT_ENV})")
+        if self.cpu_isa not in _CPU_ISAS:
+            raise ValueError(f"[updraft.config] cpu_isa={self.cpu_isa!r} is not one of {list(_CPU_ISAS)} "
+                             f"(also checked when it comes from {KERNEL_KNOBS['cpu_isa']})")
+        work = self.min_work_per_thread
+        if work is not None:
+            if isinstance(work, bool) or not isinstance(work, (int, float)):
+                raise TypeError(f"[updraft.config] min_work_per_thread must be a number or None, got "
+                                f"{type(work).__name__} {work!r}")
+            if not (0 < work < float("inf")):
+                raise ValueError(f"[updraft.config] min_work_per_thread={work!r} must be a finite number > 0 "
+                                 f"(also checked when it comes from {KERNEL_KNOBS['min_work_per_thread']})")
         if self.debug > 2:
             raise ValueError(f"[updraft.config] debug={self.debug} is out of range; use 0, 1 or 2")
         if self.cache_dir is not None:
@@ -128,6 +192,11 @@ class CompilerConfig:
 
     def engine_options(self) -> dict:
         """The options dict that updraft._C.compile accepts."""
-        return {"fold_constants": self.fold_constants, "fuse": self.fuse,
+        opts = {"fold_constants": self.fold_constants, "fuse": self.fuse,
                 "num_threads": self.num_threads, "debug": self.debug,
-                "channel_block": _CONV_LAYOUTS[self.conv_layout]}
+                "channel_block": _CONV_LAYOUTS[self.conv_layout],
+                "prepack_weights": self.prepack_weights, "static_gemm": self.static_gemm,
+                "cpu_isa": self.cpu_isa}
+        if self.min_work_per_thread is not None:
+            opts["min_work_per_thread"] = float(self.min_work_per_thread)
+        return opts

@@ -22,6 +22,7 @@
 
 #include "core/tensor.h"
 #include "ir/graph.h"
+#include "kernels/kernel_options.h"
 
 namespace updraft {
 
@@ -38,6 +39,9 @@ struct KernelContext {
   // binding; null when the node has none. Kernels read attributes through attr(), which
   // prefers these, so a slice with end=s1 sees the concrete end.
   const Attrs* attrs = nullptr;
+  // The compile's kernel knobs (CompileOptions::kernels): the only settings a factory reads
+  // besides the node and its shapes.
+  KernelOptions options{};
 
   const Attr& attr(const std::string& name) const {
     if (attrs) {
@@ -46,6 +50,8 @@ struct KernelContext {
     }
     return node.attr(name);
   }
+  // What the per-kernel thread rule (cpu::threads_for_work) takes from the compile.
+  cpu::ThreadBudget thread_budget() const { return {num_threads, options.min_work_per_thread}; }
   DType in_dtype(int k) const { return node.inputs.at(k)->type.dtype; }
   DType out_dtype(int k) const { return node.outputs.at(k)->type.dtype; }
 };
@@ -134,8 +140,9 @@ std::optional<std::string> probe_fast_kernel(const Node& n, int64_t probe_size);
 // the interpreter and tests that compare a fast kernel with the reference. `bindings` gives
 // the symbols' values when the node has symbolic attributes (reshape to [s0, -1]).
 // `num_threads` > 0 caps the kernel's threads (OpenMP's count included) for this call; 0 keeps
-// the runtime's default.
+// the runtime's default. `options`: the kernel knobs (default: KernelOptions{}).
 std::vector<Tensor> run_node(const Node& n, const std::vector<TensorView>& inputs, Device d,
-                             const SymBindings* bindings = nullptr, int num_threads = 0);
+                             const SymBindings* bindings = nullptr, int num_threads = 0,
+                             const KernelOptions& options = {});
 
 }  // namespace updraft

@@ -94,8 +94,8 @@ namespace {
 // from those shapes (so symbolic graphs work too). `bound`: the node's attributes with symbols
 // evaluated, or null when it has none.
 KernelContext concrete_context(const Node& n, std::vector<std::vector<int64_t>> in_shapes, const Attrs* bound,
-                               int num_threads, std::vector<TensorType>* out_types) {
-  KernelContext ctx{n, std::move(in_shapes), {}, {}, num_threads, bound};
+                               int num_threads, const KernelOptions& options, std::vector<TensorType>* out_types) {
+  KernelContext ctx{n, std::move(in_shapes), {}, {}, num_threads, bound, options};
   std::vector<TensorType> in_types;
   for (size_t k = 0; k < n.inputs.size(); ++k) {
     ctx.const_inputs.push_back(n.inputs[k]->is_constant() ? &*n.inputs[k]->constant : nullptr);
@@ -108,7 +108,7 @@ KernelContext concrete_context(const Node& n, std::vector<std::vector<int64_t>> 
 }  // namespace
 
 std::vector<Tensor> run_node(const Node& n, const std::vector<TensorView>& inputs, Device d,
-                             const SymBindings* bindings, int num_threads) {
+                             const SymBindings* bindings, int num_threads, const KernelOptions& options) {
   UPDRAFT_CHECK(inputs.size() == n.inputs.size(), "kernels", "run_node: wrong number of inputs for " + n.op_name());
   const bool symbolic = attrs_symbolic(n.attrs);
   UPDRAFT_CHECK(!symbolic || bindings, "kernels",
@@ -120,7 +120,8 @@ std::vector<Tensor> run_node(const Node& n, const std::vector<TensorView>& input
   std::vector<std::vector<int64_t>> in_shapes;
   for (const TensorView& v : inputs) in_shapes.push_back(v.shape());
   std::vector<TensorType> out_types;
-  KernelContext ctx = concrete_context(n, std::move(in_shapes), symbolic ? &bound : nullptr, num_threads, &out_types);
+  KernelContext ctx = concrete_context(n, std::move(in_shapes), symbolic ? &bound : nullptr, num_threads, options,
+                                       &out_types);
   std::vector<Tensor> outs;
   std::vector<TensorView> out_views;
   for (const TensorType& t : out_types) {
@@ -167,7 +168,8 @@ std::optional<std::string> probe_fast_kernel(const Node& n, int64_t probe_size) 
     std::vector<std::vector<int64_t>> in_shapes;
     for (const Value* v : n.inputs) in_shapes.push_back(shape_eval(v->type.shape, b));
     std::vector<TensorType> out_types;
-    KernelContext ctx = concrete_context(n, std::move(in_shapes), symbolic ? &bound : nullptr, 0, &out_types);
+    KernelContext ctx = concrete_context(n, std::move(in_shapes), symbolic ? &bound : nullptr, 0, KernelOptions{},
+                                         &out_types);
     std::unique_ptr<Kernel> k = (*f)(ctx);
     if (!k) return std::nullopt;
     return k->name();

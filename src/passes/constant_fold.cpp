@@ -46,8 +46,10 @@ std::vector<Tensor> evaluate_constant_node(const Node& n, const std::vector<Tens
   // an OpenMP team's join on a machine whose other cores are busy can wait a scheduler time
   // slice per region (hundreds of ms over ResNet-50's batch-norm folds). One thread also makes
   // the folded bytes independent of the thread count, so a refit on another machine or with
-  // another CompilerConfig(num_threads) matches a cold compile bit for bit.
-  return run_node(n, inputs, Device::cpu, nullptr, /*num_threads=*/1);
+  // another CompilerConfig(num_threads) matches a cold compile bit for bit. The default kernel
+  // options for the same reason: no kernel knob (cpu_isa, say) changes a folded constant, so none
+  // needs to be in the compile-cache key.
+  return run_node(n, inputs, Device::cpu, nullptr, /*num_threads=*/1, KernelOptions{});
 }
 
 bool fold_constant_node(Graph& g, Node* n, bool always) {

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <string>
 
+#include "kernels/kernel_options.h"
+
 namespace updraft {
 
 struct CompileOptions {
@@ -17,6 +19,9 @@ struct CompileOptions {
   // Channel block of conv activations (passes/block_conv_layout.h): -1 the kernels' preference
   // on this CPU (preferred_channel_block()), 0 plain NCHW, 8 or 16.
   int channel_block = -1;
+  // Which kernels the plans build and how they thread (kernels/kernel_options.h). They change
+  // no pass's result: constant folding evaluates with the default KernelOptions.
+  KernelOptions kernels;
 };
 
 struct PassRecord {

@@ -307,7 +307,8 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
     fill(ctx_out, n->outputs);
     ctx_const.clear();
     for (const Value* v : n->inputs) ctx_const.push_back(v->is_constant() ? &*v->constant : nullptr);
-    KernelContext ctx{*n, std::move(ctx_in), std::move(ctx_out), std::move(ctx_const), opts.num_threads, bound(i)};
+    KernelContext ctx{*n, std::move(ctx_in), std::move(ctx_out), std::move(ctx_const), opts.num_threads, bound(i),
+                      opts.kernels};
     size_t s = 0;
     kernels[i] = cache->kernels.get(ctx, Device::cpu, &s);
     ctx_in = std::move(ctx.in_shapes);

@@ -62,8 +62,8 @@ inline std::unique_ptr<Built> build(const std::string& op, std::vector<Arg> args
   return b;
 }
 
-inline KernelContext context_of(const Built& b) {
-  KernelContext ctx{*b.node, {}, {}, {}, 0};
+inline KernelContext context_of(const Built& b, const KernelOptions& options = {}) {
+  KernelContext ctx{*b.node, {}, {}, {}, 0, nullptr, options};
   for (size_t k = 0; k < b.views.size(); ++k) {
     ctx.in_shapes.push_back(b.views[k].shape());
     ctx.const_inputs.push_back(b.node->inputs[k]->is_constant() ? &*b.node->inputs[k]->constant : nullptr);
@@ -79,11 +79,11 @@ struct Scratch {
   std::vector<char> buf;
 };
 
-inline std::unique_ptr<Kernel> make_kernel_for(const Built& b, Device d) {
+inline std::unique_ptr<Kernel> make_kernel_for(const Built& b, Device d, const KernelOptions& options = {}) {
   const KernelFactory* f = KernelRegistry::get().find(b.node->op_name(), d);
   EXPECT_NE(f, nullptr) << "no " << device_name(d) << " kernel for " << b.node->op_name();
   if (!f) return nullptr;
-  auto k = (*f)(context_of(b));
+  auto k = (*f)(context_of(b, options));
   EXPECT_NE(k, nullptr) << device_name(d) << " factory declined " << b.node->op_name();
   return k;
 }
@@ -99,9 +99,10 @@ inline Tensor run_kernel(const Kernel& k, const Built& b) {
 // Runs the op on the CPU kernel and the reference kernel and compares; returns the CPU
 // kernel's name (so tests can assert which implementation ran).
 inline std::string expect_matches_ref(const std::string& op, std::vector<Arg> args, Attrs attrs,
-                                      double rtol = kGemmRtol, double atol = kGemmAtol) {
+                                      double rtol = kGemmRtol, double atol = kGemmAtol,
+                                      const KernelOptions& options = {}) {
   auto b = build(op, std::move(args), std::move(attrs));
-  auto fast = make_kernel_for(*b, Device::cpu);
+  auto fast = make_kernel_for(*b, Device::cpu, options);
   auto ref = make_kernel_for(*b, Device::ref);
   if (!fast || !ref) return "";
   Tensor got = run_kernel(*fast, *b), want = run_kernel(*ref, *b);

@@ -1,5 +1,5 @@
 // sdpa: the tiled kernel (AVX-512 tiles where the CPU has them, and the AVX2 tiles forced with
-// UPDRAFT_CPU_ISA=avx2) against the reference: head shapes, causal with L != S,
+// KernelOptions::cpu_isa = avx2) against the reference: head shapes, causal with L != S,
 // bool and additive masks with broadcasting, broadcast batch dims, strided q/k/v, an explicit
 // scale, and one kernel from 4 threads.
 #include <gtest/gtest.h>
@@ -40,17 +40,17 @@ TEST(Attention, Shapes) {
   };
   const bool avx512 = __builtin_cpu_supports("avx512f");
   for (bool capped : {false, true}) {
-    if (capped) setenv("UPDRAFT_CPU_ISA", "avx2", 1);
+    KernelOptions options;
+    if (capped) options.cpu_isa = CpuIsa::avx2;
     for (const Case& c : cases) {
       for (bool causal : {false, true}) {
         SCOPED_TRACE(shape_str(shape_from(c.q)) + " " + shape_str(shape_from(c.k)) + (causal ? " causal" : "") +
-                     (capped ? " UPDRAFT_CPU_ISA=avx2" : ""));
+                     (capped ? " cpu_isa=avx2" : ""));
         std::string name = expect_matches_ref("sdpa", {input(rnd(c.q, 1)), input(rnd(c.k, 2)), input(rnd(c.v, 3))},
-                                              {{"is_causal", causal}}, kAttnTol, kAttnTol);
+                                              {{"is_causal", causal}}, kAttnTol, kAttnTol, options);
         EXPECT_EQ(name, avx512 && !capped ? "cpu_f32_sdpa_tiled_avx512" : "cpu_f32_sdpa_tiled_avx2");
       }
     }
-    if (capped) unsetenv("UPDRAFT_CPU_ISA");
   }
 }
 
@@ -104,13 +104,14 @@ TEST(Attention, AllMaskedRowsGiveZero) {
         fmask.ptr<float>()[(b * L + l) * L + s] = keep ? 0.f : -INFINITY;
       }
   for (bool capped : {false, true}) {
-    if (capped) setenv("UPDRAFT_CPU_ISA", "avx2", 1);
+    KernelOptions options;
+    if (capped) options.cpu_isa = CpuIsa::avx2;
     for (const Tensor* m : {&bmask, &fmask}) {
-      SCOPED_TRACE(std::string(m == &bmask ? "bool" : "float") + (capped ? " UPDRAFT_CPU_ISA=avx2" : ""));
+      SCOPED_TRACE(std::string(m == &bmask ? "bool" : "float") + (capped ? " cpu_isa=avx2" : ""));
       auto b = build("sdpa", {input(rnd({2, 2, L, 16}, 1)), input(rnd({2, 2, L, 16}, 2)), input(rnd({2, 2, L, 16}, 3)),
                               input(*m)},
                      {{"has_mask", true}});
-      auto fast = make_kernel_for(*b, Device::cpu);
+      auto fast = make_kernel_for(*b, Device::cpu, options);
       auto ref = make_kernel_for(*b, Device::ref);
       ASSERT_TRUE(fast && ref);
       Tensor got = run_kernel(*fast, *b), want = run_kernel(*ref, *b);
@@ -122,7 +123,6 @@ TEST(Attention, AllMaskedRowsGiveZero) {
             EXPECT_EQ(want.ptr<float>()[(h * L + l) * 16 + e], 0.f) << "ref, head " << h << " row " << l;
           }
     }
-    if (capped) unsetenv("UPDRAFT_CPU_ISA");
   }
 }
 

@@ -3,7 +3,7 @@
 // transposed operands, constant and non-constant weights, every epilogue), conv2d (groups,
 // depthwise, stride, padding, padding_end, dilation, weight scale, epilogues, strided x),
 // sdpa (masks, causal, all-masked rows, strided operands), each at 1 and 2 threads and on
-// both micro-kernels (AVX-512 where the CPU has it, and AVX2 via UPDRAFT_CPU_ISA=avx2); plus the
+// both micro-kernels (AVX-512 where the CPU has it, and AVX2 via KernelOptions::cpu_isa); plus the
 // passes on f64 graphs (block_conv_layout leaves them plain).
 //
 // Tolerance: both sides accumulate in f64 and differ only in the order of the K-sum (blocks of
@@ -48,11 +48,10 @@ std::string check(const std::string& op, std::vector<Arg> args, Attrs attrs, dou
   Tensor want = run_kernel(*ref, *b);
   std::string name;
   for (bool capped : {false, true}) {
-    if (capped) setenv("UPDRAFT_CPU_ISA", "avx2", 1);
     KernelContext ctx = context_of(*b);
     ctx.num_threads = threads;
+    if (capped) ctx.options.cpu_isa = CpuIsa::avx2;
     auto fast = (*KernelRegistry::get().find(op, Device::cpu))(ctx);
-    if (capped) unsetenv("UPDRAFT_CPU_ISA");
     EXPECT_NE(fast, nullptr) << "the cpu factory declined f64 " << op;
     if (!fast) return "";
     name = fast->name();

@@ -17,12 +17,12 @@ using namespace updraft::testing;
 namespace {
 
 TEST(KernelThreads, WorkRule) {
-  EXPECT_EQ(cpu::threads_for_work(0, 0), 1);
-  EXPECT_EQ(cpu::threads_for_work(2.0 * 512 * 512, 0), 1);  // a batch-1 Linear(512): one thread
-  EXPECT_EQ(cpu::threads_for_work(1e12, 3), 3);            // capped by the requested count
-  EXPECT_EQ(cpu::threads_for_work(1e12, 1), 1);
-  EXPECT_EQ(cpu::threads_for_work(1e12, 0), omp_get_max_threads());
-  EXPECT_EQ(cpu::threads_for_work(2.5 * cpu::kMinWorkPerThread, 8), 2);
+  EXPECT_EQ(cpu::threads_for_work(0, {0}), 1);
+  EXPECT_EQ(cpu::threads_for_work(2.0 * 512 * 512, {0}), 1);  // a batch-1 Linear(512): one thread
+  EXPECT_EQ(cpu::threads_for_work(1e12, {3}), 3);            // capped by the requested count
+  EXPECT_EQ(cpu::threads_for_work(1e12, {1}), 1);
+  EXPECT_EQ(cpu::threads_for_work(1e12, {0}), omp_get_max_threads());
+  EXPECT_EQ(cpu::threads_for_work(2.5 * cpu::kMinWorkPerThread, {8}), 2);
 }
 
 // A gemm's work is its flops or its streamed bytes (in flop units), whichever is larger: a
@@ -30,13 +30,13 @@ TEST(KernelThreads, WorkRule) {
 // batch-1 Linear(128) (64 KB) stays on one; compute-bound shapes follow the flops.
 TEST(KernelThreads, GemmRuleCountsStreamedBytes) {
   auto linear_threads = [](double M, double K, double N) {
-    return cpu::threads_for_gemm(2 * M * K * N, 4 * (M * K + K * N + M * N), 8);
+    return cpu::threads_for_gemm(2 * M * K * N, 4 * (M * K + K * N + M * N), {8});
   };
   EXPECT_EQ(linear_threads(1, 512, 512), 2);
   EXPECT_EQ(linear_threads(1, 128, 128), 1);
   EXPECT_EQ(linear_threads(1, 768, 3072), 8);  // 9.4 MB of weight (GPT-2 decode's MLP): all
   EXPECT_EQ(linear_threads(1024, 1024, 1024), 8);
-  EXPECT_EQ(cpu::threads_for_gemm(3 * cpu::kMinWorkPerThread, 0, 8), 3);  // bytes never lower it
+  EXPECT_EQ(cpu::threads_for_gemm(3 * cpu::kMinWorkPerThread, 0, {8}), 3);  // bytes never lower it
 }
 
 TEST(KernelThreads, ScopedThreadsRestores) {

@@ -1,5 +1,6 @@
 """UPDRAFT_PREPACK_WEIGHTS=0: linear/matmul read their constant weights in place (no packed
-copy), trading some speed for memory. Run in a subprocess: the engine reads the variable once.
+copy), trading some speed for memory. Run in a subprocess, as a user would set it (the variable
+is read when the CompilerConfig is built; test_kernel_knobs.py has the in-process checks).
 Tolerance: f32 linear, 1e-4 (as test_ops: oneDNN sums K in blocks)."""
 import os
 import subprocess

@@ -205,7 +205,7 @@ void ConvF64Kernel::run(const TensorView* in, TensorView* out, void* scratch) co
 std::unique_ptr<Kernel> ConvF64Kernel::create(const KernelContext& ctx) {
   if (ctx.attr("src_block").i() != 0 || ctx.attr("dst_block").i() != 0) return nullptr;  // plain NCHW only
   auto k = std::make_unique<ConvF64Kernel>();
-  k->uk_ = &pick_micro();
+  k->uk_ = &pick_micro(ctx.options);
   auto pair = [&](const char* name) {
     std::vector<int64_t> v = ctx.attr(name).ints();
     if (v.size() == 1) v.push_back(v[0]);
@@ -230,7 +230,7 @@ std::unique_ptr<Kernel> ConvF64Kernel::create(const KernelContext& ctx) {
                    ys[2] == xs[2] && ys[3] == xs[3];
   const double flops = 2.0 * ys[0] * k->O_ * OHW * k->CK_;
   k->threads_ = threads_for_gemm(flops, 8.0 * (static_cast<double>(xs[0]) * xs[1] * xs[2] * xs[3] + ys[0] * k->O_ * OHW),
-                                 ctx.num_threads);
+                                 ctx.thread_budget());
   // A 1x1 conv reads x in place unless x is a graph input, which may arrive with strided rows.
   const bool may_need_col = !k->one_by_one_ || ctx.node.inputs[0]->is_input;
   k->col_doubles_ = (k->direct_ || !may_need_col) ? 0 : round8(k->CK_ * OHW);

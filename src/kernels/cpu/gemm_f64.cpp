@@ -135,10 +135,8 @@ const MicroKernel& micro_avx2() {
   return k;
 }
 
-const MicroKernel& pick_micro() {
-  const char* cap = std::getenv("UPDRAFT_CPU_ISA");
-  const bool capped = cap != nullptr && std::string(cap) == "avx2";
-  return !capped && __builtin_cpu_supports("avx512f") ? micro_avx512() : micro_avx2();
+const MicroKernel& pick_micro(const KernelOptions& options) {
+  return use_avx512(options) ? micro_avx512() : micro_avx2();
 }
 
 int64_t mc_for(const MicroKernel& uk) { return uk.mr * (144 / uk.mr); }

@@ -33,6 +33,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kernel_options.h"
+
 namespace updraft::cpu::f64 {
 
 // One instruction set's micro-kernel. c[i * ldc + j] (+)= sum_k a[k * mr + i] * b[k * nr + j]
@@ -45,9 +47,9 @@ struct MicroKernel {
 };
 const MicroKernel& micro_avx2();    // gemm_f64.cpp
 const MicroKernel& micro_avx512();  // gemm_f64_avx512.cpp; call only where the CPU has AVX-512F
-// AVX-512 where the CPU has it, unless UPDRAFT_CPU_ISA=avx2 (read per kernel build, so a test
-// can compare both paths).
-const MicroKernel& pick_micro();
+// AVX-512 where the CPU has it, unless options.cpu_isa caps the engine's kernels at AVX2 (so a
+// test can compare both paths).
+const MicroKernel& pick_micro(const KernelOptions& options);
 
 // Blocking. kc: one A panel (mr x kc) and one B panel (kc x nr) stay in L1; mc x kc of A in
 // L2; kc x nc of B in L2/L3.

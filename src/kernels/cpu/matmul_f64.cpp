@@ -162,13 +162,13 @@ class GemmF64Kernel final : public Kernel {
 
 std::unique_ptr<Kernel> GemmF64Kernel::create(const KernelContext& ctx, bool linear) {
   auto k = std::make_unique<GemmF64Kernel>();
-  k->uk_ = &pick_micro();
+  k->uk_ = &pick_micro(ctx.options);
   k->linear_ = linear;
   k->ep_ = epilogue_attrs(ctx, 2, &k->ins_);
   const auto &xs = ctx.in_shapes[0], &ws = ctx.in_shapes[1];
   const int64_t K = linear ? ws[1] : xs.back();
   const int64_t c = numel(ctx.out_shapes[0]);
-  k->threads_ = threads_for_gemm(2.0 * c * K, 8.0 * (numel(xs) + numel(ws) + c), ctx.num_threads);
+  k->threads_ = threads_for_gemm(2.0 * c * K, 8.0 * (numel(xs) + numel(ws) + c), ctx.thread_budget());
   const Tensor* w = ctx.const_inputs[1];
   // Pack the constant once: linear's [N, K] weight as B = w^T, or matmul's 2-d b as it is.
   if (w && linear) k->b_packed_ = pack_whole(*k->uk_, false, ws[1], ws[0], {w->ptr<const double>(), 1, ws[1]});

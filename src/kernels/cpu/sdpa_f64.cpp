@@ -133,7 +133,7 @@ void SdpaF64Kernel::run(const TensorView* in, TensorView* out, void* scratch) co
 
 std::unique_ptr<Kernel> SdpaF64Kernel::create(const KernelContext& ctx) {
   auto k = std::make_unique<SdpaF64Kernel>();
-  k->uk_ = &pick_micro();
+  k->uk_ = &pick_micro(ctx.options);
   k->causal_ = ctx.attr("is_causal").b();
   k->has_mask_ = ctx.attr("has_mask").b();
   k->scale_ = ctx.attr("scale").f();
@@ -143,7 +143,7 @@ std::unique_ptr<Kernel> SdpaF64Kernel::create(const KernelContext& ctx) {
   double batches = 1;
   for (size_t d = 0; d + 2 < ys.size(); ++d) batches *= static_cast<double>(ys[d]);
   const double flops = 2.0 * batches * k->L_ * k->S_ * (qs.back() + vs.back());
-  k->threads_ = threads_for_work(flops, ctx.num_threads);
+  k->threads_ = threads_for_work(flops, ctx.thread_budget());
   k->name_ = std::string("cpu_f64_sdpa:") + k->uk_->isa + (k->threads_ == 1 ? ":1thread" : "");
   return k;
 }

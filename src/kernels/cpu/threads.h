@@ -1,7 +1,7 @@
 // How many OpenMP threads one kernel call uses, chosen from the call's work when the kernel is
 // built, and applied to the calling thread around both primitive creation and execution.
 //
-//   int n = cpu::threads_for_work(2.0 * M * N * K, ctx.num_threads);  // in the factory
+//   int n = cpu::threads_for_work(2.0 * M * N * K, ctx.thread_budget());  // in the factory
 //   { cpu::ScopedThreads t(n); /* create the oneDNN primitive */ }
 //   void run(...) const { cpu::ScopedThreads t(threads_); prim.execute(...); }
 //
@@ -19,20 +19,15 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/kernel_options.h"  // kMinWorkPerThread, ThreadBudget
+
 namespace updraft::cpu {
 
-// Work (flops, or element operations for memory-bound kernels) below which a second thread
-// does not pay for its fork/join: about 25 us of AVX2/AVX-512 f32 compute on one core.
-constexpr double kMinWorkPerThread = 2.0 * 1024 * 1024;
-
-// kMinWorkPerThread, or UPDRAFT_MIN_WORK_PER_THREAD when set to a positive number (read once;
-// a tuning knob for benchmarks on idle or shared machines, docs/BENCHMARKS.md).
-double min_work_per_thread();
-
-// 1 for small work, else up to `requested` threads (0: omp_get_max_threads()).
-inline int threads_for_work(double work, int requested) {
-  int max_threads = requested > 0 ? requested : omp_get_max_threads();
-  double n = work / min_work_per_thread();
+// 1 when `work` is below the budget's min_work, else up to budget.requested threads (0:
+// omp_get_max_threads()), one per min_work.
+inline int threads_for_work(double work, const ThreadBudget& budget) {
+  int max_threads = budget.requested > 0 ? budget.requested : omp_get_max_threads();
+  double n = work / budget.min_work;
   if (n < 2) return 1;
   return n >= max_threads ? max_threads : std::max(1, static_cast<int>(n));
 }
@@ -45,8 +40,8 @@ constexpr double kFlopsPerByte = 4.0;
 
 // For a gemm-like step: its time is set by its flops or by the bytes it must stream (the
 // weight, for a linear at small M), whichever is larger.
-inline int threads_for_gemm(double flops, double bytes, int requested) {
-  return threads_for_work(std::max(flops, bytes * kFlopsPerByte), requested);
+inline int threads_for_gemm(double flops, double bytes, const ThreadBudget& budget) {
+  return threads_for_work(std::max(flops, bytes * kFlopsPerByte), budget);
 }
 
 // Sets the calling thread's OpenMP thread count for a scope; restores it afterwards.

@@ -62,12 +62,10 @@ struct Avx2 {
   static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
 };
 
-// The tiles to use: AVX-512 where the CPU has it, unless UPDRAFT_CPU_ISA=avx2 caps the engine's
-// own kernels at the baseline (read per kernel build, so a test can compare both).
-const cpu::sdpa::Tiles& pick_tiles() {
-  const char* cap = std::getenv("UPDRAFT_CPU_ISA");
-  const bool capped = cap != nullptr && std::string(cap) == "avx2";
-  return !capped && __builtin_cpu_supports("avx512f") ? cpu::sdpa::tiles_avx512() : cpu::sdpa::tiles_avx2();
+// The tiles to use: AVX-512 where the CPU has it, unless options.cpu_isa caps the engine's own
+// kernels at AVX2.
+const cpu::sdpa::Tiles& pick_tiles(const KernelOptions& options) {
+  return use_avx512(options) ? cpu::sdpa::tiles_avx512() : cpu::sdpa::tiles_avx2();
 }
 
 class SdpaKernel final : public Kernel {
@@ -147,7 +145,7 @@ class SdpaKernel final : public Kernel {
   static std::unique_ptr<Kernel> create(const KernelContext& ctx) {
     if (has_empty_tensor(ctx)) return nullptr;
     auto k = std::make_unique<SdpaKernel>();
-    k->tiles_ = &pick_tiles();
+    k->tiles_ = &pick_tiles(ctx.options);
     const auto &qs = ctx.in_shapes[0], &ks = ctx.in_shapes[1];
     const int64_t E = qs.back(), S = ks[ks.size() - 2];
     k->causal_ = ctx.node.attr("is_causal").b();
@@ -157,7 +155,7 @@ class SdpaKernel final : public Kernel {
     k->scale_ = static_cast<float>(scale != 0 ? scale : 1.0 / std::sqrt(static_cast<double>(E)));
     // 4 flops per (query, key, feature): q k^T and p v.
     const int64_t L = qs[qs.size() - 2], batch = numel_of(ctx.out_shapes[0]) / std::max<int64_t>(1, L * ctx.out_shapes[0].back());
-    k->threads_ = cpu::threads_for_work(4.0 * static_cast<double>(batch) * L * S * E, ctx.num_threads);
+    k->threads_ = cpu::threads_for_work(4.0 * static_cast<double>(batch) * L * S * E, ctx.thread_budget());
     ScratchPlan plan;
     k->scores_ = plan.add(thread_bytes_for(S, E) * static_cast<size_t>(k->threads_));
     k->generic_ = true;

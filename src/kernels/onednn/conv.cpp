@@ -232,7 +232,7 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   int64_t O = ws[0];
   // 2 flops per multiply-add: every output element sums C/g * kh * kw products.
   const int max_threads = ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads();
-  k->threads_ = cpu::threads_for_work(2.0 * static_cast<double>(numel_of(ys)) * ws[1] * ws[2] * ws[3], ctx.num_threads);
+  k->threads_ = cpu::threads_for_work(2.0 * static_cast<double>(numel_of(ys)) * ws[1] * ws[2] * ws[3], ctx.thread_budget());
   std::optional<cpu::ScopedThreads> threads(std::in_place, k->threads_);  // primitives are created for the count they run with
 
   const dims src_dims(xs.begin(), xs.end()), dst_dims(ys.begin(), ys.end());

@@ -17,8 +17,9 @@ namespace {
 std::unique_ptr<Kernel> make_grouped_mm(const KernelContext& ctx) {
   if (ctx.in_dtype(0) != DType::f32) return nullptr;
   bool tw = ctx.node.attr("transposed_w").b();
-  int requested = ctx.num_threads;
-  return make_generic_kernel("onednn_grouped_mm", [tw, requested](const TensorView* in, TensorView* out) {
+  const cpu::ThreadBudget budget = ctx.thread_budget();
+  const int requested = budget.requested;
+  return make_generic_kernel("onednn_grouped_mm", [tw, requested, budget](const TensorView* in, TensorView* out) {
     UPDRAFT_CHECK(out[0].is_contiguous(), "grouped_mm", "the CPU kernel writes a contiguous output only");
     cpu::Packed xp(in[0], requested), wp(in[1], requested);
     const float* x = xp.ptr<float>();
@@ -29,7 +30,7 @@ std::unique_ptr<Kernel> make_grouped_mm(const KernelContext& ctx) {
     if (K == 0) return;
     for_each_group(in[2], S, [&](int64_t e, int64_t lo, int64_t hi) {
       int64_t M = hi - lo;
-      cpu::ScopedThreads threads(cpu::threads_for_gemm(2.0 * M * N * K, 4.0 * K * N, requested));
+      cpu::ScopedThreads threads(cpu::threads_for_gemm(2.0 * M * N * K, 4.0 * K * N, budget));
       const float* we = w + e * K * N;
       // Row-major: C[M, N] = A[M, K] B, B = w[e] [K, N] (ldb N) or w[e]^T stored [N, K] (ldb K).
       dnnl_status_t st = dnnl_sgemm('N', tw ? 'T' : 'N', M, N, K, 1.0f, x + lo * K, K, we, tw ? K : N, 0.0f,

@@ -30,7 +30,7 @@ class ChannelBlockKernel final : public Kernel {
     const int64_t from = ctx.attr("from_block").i(), to = ctx.attr("to_block").i();
     auto k = std::make_unique<ChannelBlockKernel>();
     // A reorder moves every byte once: threads only for large tensors (2 "work units" per element).
-    k->threads_ = cpu::threads_for_work(2.0 * static_cast<double>(numel_of(xs)), ctx.num_threads);
+    k->threads_ = cpu::threads_for_work(2.0 * static_cast<double>(numel_of(xs)), ctx.thread_budget());
     cpu::ScopedThreads threads(k->threads_);
     dims d(xs.begin(), xs.end());
     dnnl::memory::desc src(d, dt::f32, channel_block_tag(from)), dst(d, dt::f32, channel_block_tag(to));

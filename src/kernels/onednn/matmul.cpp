@@ -59,8 +59,8 @@ dims swapped_strides(const dims& d) {
 // Threads for C = A B with the given element counts (batch dims included) and inner size K:
 // its flops, or the f32 bytes it streams (A, B and C once each), as cpu::threads_for_gemm weighs
 // them. Plain numbers, no allocation: runtime-M kernels call it per call.
-int gemm_threads(double a_elems, double b_elems, double c_elems, double K, int requested) {
-  return cpu::threads_for_gemm(2.0 * c_elems * K, 4.0 * (a_elems + b_elems + c_elems), requested);
+int gemm_threads(double a_elems, double b_elems, double c_elems, double K, const cpu::ThreadBudget& budget) {
+  return cpu::threads_for_gemm(2.0 * c_elems * K, 4.0 * (a_elems + b_elems + c_elems), budget);
 }
 
 // One gemm operand. Variant 0: the input view is dense. Variant 1: the view's last two dims are
@@ -169,7 +169,7 @@ class GemmKernel final : public Kernel {
   size_t prim_scratch_ = 0, scratch_total_ = 0;
   bool runtime_m_ = false;
   int64_t K_ = 0, N_ = 0;  // runtime_m_ only
-  int requested_threads_ = 0;
+  cpu::ThreadBudget budget_;
 
   // Runtime M: memory objects need real dims, so this call's are made here (the ArgCache
   // holds fixed descriptors), and the thread count follows this call's work.
@@ -177,7 +177,7 @@ class GemmKernel final : public Kernel {
                      dnnl::stream& s) const {
     const int64_t M = in[0].numel() / K_;
     cpu::ScopedThreads threads(gemm_threads(static_cast<double>(M) * K_, static_cast<double>(K_) * N_, static_cast<double>(M) * N_,
-                                            static_cast<double>(K_), requested_threads_));
+                                            static_cast<double>(K_), budget_));
     dnnl::memory::desc a_md({M, K_}, dt::f32, dims{K_, 1}), c_md({M, N_}, dt::f32, dims{N_, 1});
     std::unordered_map<int, dnnl::memory> args;
     args[DNNL_ARG_SRC] = wrap(a_md, a);
@@ -200,13 +200,13 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
   k->runtime_m_ = runtime_m;
   k->K_ = a_dims.back();
   k->N_ = c_dims.back();
-  k->requested_threads_ = ctx.num_threads;
+  k->budget_ = ctx.thread_budget();
   // Runtime M: the thread count is picked per call from that call's M (run_runtime_m); the
   // primitive and the prepack get them all.
-  k->threads_ = runtime_m ? cpu::threads_for_work(1e30, ctx.num_threads)
+  k->threads_ = runtime_m ? cpu::threads_for_work(1e30, ctx.thread_budget())
                           : gemm_threads(static_cast<double>(numel_of(a_dims)), static_cast<double>(numel_of(b_dims)),
                                          static_cast<double>(numel_of(c_dims)), static_cast<double>(a_dims.back()),
-                                         ctx.num_threads);
+                                         ctx.thread_budget());
   cpu::ScopedThreads threads(k->threads_);
   k->ep_ = Epilogue::of(ctx.node, 2);
   // Scratch layout: [primitive scratchpad (max over variants) | staged operands, residual].
@@ -226,7 +226,7 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
   if (k->ep_.has_residual) k->res_.plan(ctx, k->ep_.residual_input, numel_of(ctx.out_shapes[0]), rest);
 
   dnnl::memory::desc b_any(b_dims, dt::f32, tag::any);
-  const bool prepack = weight_prepack_enabled();
+  const bool prepack = ctx.options.prepack_weights;
   // The constant weight as stored: dense [.., K, N], or for linear the [N, K] weight read
   // transposed.
   dnnl::memory::desc b_user(b_dims, dt::f32, b_flip ? swapped_strides(b_dims) : dense_strides(b_dims));
@@ -307,14 +307,10 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
 // A linear (or matmul by a constant 2-d matrix) whose M is symbolic in the graph, with a
 // constant weight and nothing that needs M-sized staging scratch (x and the residual are not
 // graph inputs, which may be strided).
-// UPDRAFT_STATIC_GEMM=1 turns the runtime-M kernel off (every plan then builds static
+// KernelOptions::static_gemm turns the runtime-M kernel off (every plan then builds static
 // primitives): for comparing the two on a given machine.
 bool runtime_m_fits(const KernelContext& ctx) {
-  static const bool disabled = [] {
-    const char* e = std::getenv("UPDRAFT_STATIC_GEMM");
-    return e && std::string(e) == "1";
-  }();
-  if (disabled) return false;
+  if (ctx.options.static_gemm) return false;
   const Node& n = ctx.node;
   const Value* x = n.inputs[0];
   if (!ctx.const_inputs[1] || x->is_input || x->type.shape.empty()) return false;

@@ -215,14 +215,6 @@ tag channel_block_tag(int64_t block) {
   }
 }
 
-bool weight_prepack_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("UPDRAFT_PREPACK_WEIGHTS");
-    return env == nullptr || std::string(env) != "0";
-  }();
-  return on;
-}
-
 int preferred_channel_block() {
   const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
   if (isa >= dnnl::cpu_isa::avx512_core) return 16;

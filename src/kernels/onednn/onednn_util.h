@@ -211,10 +211,6 @@ tag channel_block_tag(int64_t block);
 // AVX2, 0 (plain, no blocking) below that (updraft::preferred_channel_block, kernel.h).
 int preferred_channel_block();
 
-// False when UPDRAFT_PREPACK_WEIGHTS=0: linear/matmul read constant weights in place (no
-// packed copy: less memory, oneDNN's kernels on the plain layout). Read once.
-bool weight_prepack_enabled();
-
 // Per-file registration, called by register_onednn_compute_kernels (compute.cpp).
 void register_conv(KernelRegistry& r);       // conv2d
 void register_matmul(KernelRegistry& r);     // linear, matmul

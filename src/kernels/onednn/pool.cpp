@@ -74,7 +74,7 @@ class PoolKernel final : public Kernel {
     k->w_ = w;
     // One window's worth of element operations per output element.
     k->threads_ = cpu::threads_for_work(static_cast<double>(numel_of(ctx.out_shapes[0])) * w.k[0] * w.k[1],
-                                        ctx.num_threads);
+                                        ctx.thread_budget());
     cpu::ScopedThreads threads(k->threads_);
     dims src = nchw(ctx.in_shapes[0]), dst = nchw(ctx.out_shapes[0]);
     k->planes_ = src[0] * src[1], k->H_ = src[2], k->W_ = src[3], k->OH_ = dst[2], k->OW_ = dst[3];
@@ -185,7 +185,7 @@ class AdaptiveAvgKernel final : public Kernel {
     dims s = nchw(ctx.in_shapes[0]), d = nchw(ctx.out_shapes[0]);
     planes_ = s[0] * s[1], H_ = s[2], W_ = s[3], OH_ = d[2], OW_ = d[3];
     // Each output element reads about (H / OH + 1) * (W / OW + 1) inputs: count the input once.
-    threads_ = cpu::threads_for_work(static_cast<double>(planes_ * H_ * W_), ctx.num_threads);
+    threads_ = cpu::threads_for_work(static_cast<double>(planes_ * H_ * W_), ctx.thread_budget());
     ScratchPlan plan;
     x_.plan(ctx, 0, numel_of(ctx.in_shapes[0]), plan);
     scratch_total_ = plan.total();
