@@ -108,6 +108,7 @@ class Plan {
   std::vector<StepTime> step_times() const;  // one per step, in schedule order
 
  private:
+  struct Builder;  // build()'s phases (plan.cpp)
   Plan() = default;
   std::unique_ptr<CallState> make_state() const;
 
