@@ -3,13 +3,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <optional>
 
 #include "core/checked.h"
 #include "core/error.h"
 #include "ir/op_table.h"
 #include "plan/liveness.h"
+#include "runtime/bind_inputs.h"
 
 namespace updraft {
 
@@ -34,84 +34,6 @@ TensorView contiguous_like(void* data, DType dtype, int ndim, const int64_t* siz
     acc *= sizes[i] > 0 ? sizes[i] : 1;
   }
   return v;
-}
-
-bool is_bare_symbol(const Dim& d, std::string* name) {
-  if (d.is_static()) return false;
-  std::vector<std::string> syms;
-  d.collect_symbols(syms);
-  if (syms.size() != 1 || d.str() != syms[0]) return false;
-  *name = syms[0];
-  return true;
-}
-
-// Binds every symbol that appears bare as an input dim, then checks static dims and dims that
-// are expressions against the binding. Errors say which input/dim and what was expected.
-SymBindings bind_symbols(const Graph& g, const std::vector<std::vector<int64_t>>& shapes) {
-  const auto& ins = g.inputs();
-  UPDRAFT_CHECK(shapes.size() == ins.size(), "runtime",
-                "expected " + std::to_string(ins.size()) + " input shapes, got " + std::to_string(shapes.size()));
-  SymBindings b;
-  std::map<std::string, size_t> bound_by;  // symbol -> input that bound it
-  for (size_t k = 0; k < ins.size(); ++k) {
-    if (!ins[k]->binds.empty()) {  // a size input: its signature entry is {value}
-      const std::string& name = ins[k]->binds;
-      UPDRAFT_CHECK(shapes[k].size() == 1, "runtime",
-                    "input " + std::to_string(k) + " is a size input (binds " + name +
-                        "); its entry in the input signature is {value}");
-      auto it = b.find(name);
-      if (it == b.end()) {
-        b[name] = shapes[k][0];
-        bound_by[name] = k;
-      } else if (it->second != shapes[k][0]) {
-        throw Error("runtime", "size input " + std::to_string(k) + " is " + std::to_string(shapes[k][0]) + " but " +
-                                   name + " is already " + std::to_string(it->second) + " from input " +
-                                   std::to_string(bound_by[name]));
-      }
-      continue;
-    }
-    const Shape& want = ins[k]->type.shape;
-    const auto& got = shapes[k];
-    UPDRAFT_CHECK(got.size() == want.size(), "runtime",
-                  "input " + std::to_string(k) + " has rank " + std::to_string(got.size()) + ", expected " +
-                      std::to_string(want.size()) + " (" + ins[k]->type.str() + ")");
-    for (size_t d = 0; d < got.size(); ++d) {
-      UPDRAFT_CHECK(got[d] >= 0, "runtime",
-                    "input " + std::to_string(k) + " dim " + std::to_string(d) + " is negative (" +
-                        std::to_string(got[d]) + ")");
-      std::string name;
-      if (!is_bare_symbol(want[d], &name)) continue;
-      auto it = b.find(name);
-      if (it == b.end()) {
-        b[name] = got[d];
-        bound_by[name] = k;
-      } else if (it->second != got[d]) {
-        throw Error("runtime", "input " + std::to_string(k) + " dim " + std::to_string(d) + " is " +
-                                   std::to_string(got[d]) + " but " + name + " is already " +
-                                   std::to_string(it->second) + " from input " + std::to_string(bound_by[name]));
-      }
-    }
-  }
-  for (size_t k = 0; k < ins.size(); ++k) {
-    if (!ins[k]->binds.empty()) continue;
-    const Shape& want = ins[k]->type.shape;
-    for (size_t d = 0; d < want.size(); ++d) {
-      std::string name;
-      if (is_bare_symbol(want[d], &name)) continue;
-      std::vector<std::string> syms;
-      want[d].collect_symbols(syms);
-      for (const std::string& s : syms)
-        UPDRAFT_CHECK(b.count(s), "runtime",
-                      "input " + std::to_string(k) + " dim " + std::to_string(d) + " is " + want[d].str() +
-                          " but no input dim is plainly " + s + " and no size input binds it");
-      int64_t expect = want[d].eval(b);
-      UPDRAFT_CHECK(shapes[k][d] == expect, "runtime",
-                    "input " + std::to_string(k) + " dim " + std::to_string(d) + " is " +
-                        std::to_string(shapes[k][d]) + ", expected " + std::to_string(expect) +
-                        (want[d].is_static() ? "" : " (" + want[d].str() + ")"));
-    }
-  }
-  return b;
 }
 
 // Phase times of one Plan::build, printed at debug >= 1 (where a new shape's plan time goes).
@@ -201,7 +123,7 @@ struct Plan::Builder {
 
 void Plan::Builder::shapes() {
   p->input_shapes_ = input_shapes;
-  p->bindings_ = bind_symbols(g, input_shapes);
+  p->bindings_ = bind_input_shapes(g, input_shapes, "runtime");
 
   // Concrete shapes: inputs as given, constants as stored, node outputs re-inferred from
   // concrete inputs (the same shape functions the kernels are built against).
