@@ -2,12 +2,12 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <optional>
 
 #include "core/checked.h"
 #include "core/error.h"
 #include "ir/op_table.h"
+#include "kernels/cpu/strided_copy.h"
 #include "plan/liveness.h"
 #include "runtime/bind_inputs.h"
 
@@ -54,37 +54,6 @@ class PhaseTimer {
 
 }  // namespace
 
-void copy_to_contiguous(const TensorView& src, const TensorView& dst) {
-  const size_t es = dtype_size(src.dtype);
-  const int64_t n = src.numel();
-  if (n == 0) return;
-  if (src.is_contiguous()) {
-    std::memcpy(dst.data, src.data, static_cast<size_t>(n) * es);
-    return;
-  }
-  const int nd = src.ndim;
-  const int64_t inner = src.sizes[nd - 1], istride = src.strides[nd - 1];
-  const int64_t outer = n / inner;
-  int64_t idx[kMaxDims] = {};
-  const char* s = static_cast<const char*>(src.data);
-  char* d = static_cast<char*>(dst.data);
-  for (int64_t o = 0; o < outer; ++o) {
-    int64_t off = 0;
-    for (int k = 0; k < nd - 1; ++k) off += idx[k] * src.strides[k];
-    const char* row = s + off * static_cast<int64_t>(es);
-    if (istride == 1) {
-      std::memcpy(d, row, static_cast<size_t>(inner) * es);
-    } else {
-      for (int64_t i = 0; i < inner; ++i) std::memcpy(d + i * es, row + i * istride * static_cast<int64_t>(es), es);
-    }
-    d += inner * static_cast<int64_t>(es);
-    for (int k = nd - 2; k >= 0; --k) {  // odometer over the outer dims
-      if (++idx[k] < src.sizes[k]) break;
-      idx[k] = 0;
-    }
-  }
-}
-
 // Plan::build's five phases, in the order build() runs them; each is named as PhaseTimer
 // reports it. The builder carries what one phase hands the next (concrete shapes, buffer
 // requests, kernels) and fills the Plan as it goes.
@@ -123,6 +92,7 @@ struct Plan::Builder {
 
 void Plan::Builder::shapes() {
   p->input_shapes_ = input_shapes;
+  p->num_threads_ = opts.num_threads;
   p->bindings_ = bind_input_shapes(g, input_shapes, "runtime");
 
   // Concrete shapes: inputs as given, constants as stored, node outputs re-inferred from
@@ -449,7 +419,7 @@ void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const s
   // kernel (and every view of the input) sees contiguous memory.
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (pack_buffer_[k] >= 0 && !inputs[k].is_contiguous()) {
-      copy_to_contiguous(inputs[k], st.packed[k]);
+      cpu::copy_strided(inputs[k], st.packed[k], num_threads_);
       st.inputs[k] = st.packed[k];
     } else {
       st.inputs[k] = inputs[k];
@@ -475,7 +445,7 @@ void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const s
     } else {
       // An input returned as an output may still be strided: copy from the caller's view.
       const Slot& src = slots_[step.in_slots[0]];
-      copy_to_contiguous(src.kind == SlotKind::Input ? st.inputs[src.index] : v[0], v[1]);
+      cpu::copy_strided(src.kind == SlotKind::Input ? st.inputs[src.index] : v[0], v[1], num_threads_);
     }
   };
   if (!profiling_.load(std::memory_order_relaxed)) {

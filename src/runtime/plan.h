@@ -16,12 +16,24 @@
 // buffer. When an output is a graph input, a constant, a view, or repeats an earlier output,
 // a final copy step fills the caller's buffer instead; no output ever aliases other memory.
 //
-// Strided inputs: kernels are given contiguous views only. Every graph input that some node
-// reads has an arena buffer reserved (live from before the first step to the input's last
-// use, aliases included); when a call passes a non-contiguous view, a copy-in step packs it
-// there first and every reader (views included) sees the packed copy. Contiguous inputs are
-// read in place. An input that is only returned as an output is copied straight from the
-// strided view.
+// Who makes strided inputs contiguous (the one statement of the rule; other layers point here):
+// - The plan does, and it is the only layer that must. Every graph input that some node reads
+//   has an arena buffer reserved (live from before the first step to the input's last use,
+//   aliases included); when a call passes a non-contiguous view, a copy-in step packs it there
+//   with the kernels' cpu::copy_strided and every reader (views included) sees the packed copy.
+//   Contiguous inputs are read in place. An input that is only returned as an output is copied
+//   straight from the strided view. So a kernel run by a plan sees contiguous inputs only. The
+//   plan owns this because it alone knows which inputs are read and has an arena to pack into
+//   without a per-call allocation.
+// - Kernels may assume contiguous inputs under a plan. Their cpu::Packed (kernels/cpu/
+//   strided_copy.h) of an input costs nothing on contiguous memory; it is there for callers
+//   that run a kernel without a plan (run_node: constant folding, the interpreter; kernel
+//   tests with strided views). Views a kernel builds itself (a reduction's permute_view) are its
+//   own layout choice, not input handling.
+// - Python (updraft/partition.py) hands the engine contiguous tensors: the bound fast path
+//   takes contiguous inputs only, and the general path calls torch's .contiguous() on a strided
+//   input before it crosses. With the plan packing, that torch copy is not needed for
+//   correctness; it costs one torch allocation per strided call.
 #pragma once
 #include <atomic>
 #include <memory>
@@ -122,6 +134,7 @@ class Plan {
   std::vector<bool> size_input_;     // by input: a size input (its signature entry is {value})
   MemoryPlan memory_;
   int num_inplace_ = 0;
+  int num_threads_ = 0;  // CompileOptions::num_threads, for the plan's own copies as for its kernels
   size_t num_views_ = 0;
 
   mutable std::atomic<bool> profiling_{false};
@@ -129,8 +142,5 @@ class Plan {
   mutable std::mutex pool_mu_;
   mutable std::vector<std::unique_ptr<CallState>> pool_;
 };
-
-// Copies a (possibly strided) view into a contiguous view of the same shape and dtype.
-void copy_to_contiguous(const TensorView& src, const TensorView& dst);
 
 }  // namespace updraft

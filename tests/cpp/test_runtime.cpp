@@ -263,6 +263,64 @@ TEST(Runtime, StridedInputsArePackedBeforeKernelsAndViewsReadThem) {
   }
 }
 
+// The plan's copy-in and copy-out are cpu::copy_strided (plan.h: who makes strided inputs
+// contiguous): every element size, a broadcast row (stride 0), padded rows, and a transpose big
+// enough for the threaded copy. x is read by a view (packed, then copied out through the view
+// and as itself), y only returned (copied from its strided view). No kernel runs, so the
+// allocation count is the runtime's own: a steady-state strided call allocates nothing.
+TEST(Runtime, StridedInputsOfEveryLayoutAndElementSizeArriveExactly) {
+  auto dense = [](const TensorView& v) {  // the view's elements, row-major, by a plain loop
+    Tensor t(v.dtype, v.shape());
+    const size_t es = dtype_size(v.dtype);
+    for (int64_t i = 0; i < v.sizes[0]; ++i)
+      for (int64_t j = 0; j < v.sizes[1]; ++j)
+        std::memcpy(static_cast<char*>(t.data()) + (i * v.sizes[1] + j) * es,
+                    static_cast<const char*>(v.data) + (i * v.strides[0] + j * v.strides[1]) * es, es);
+    return t;
+  };
+  auto same_bytes = [](const Tensor& a, const Tensor& b) {
+    return a.shape() == b.shape() && a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+  };
+  for (DType dt : {DType::u8, DType::bf16, DType::f32, DType::i64}) {
+    for (const char* layout : {"broadcast", "padded", "transposed"}) {
+      const bool big = std::string(layout) == "transposed" && dt == DType::f32;
+      const int64_t rows = big ? 300 : 5, cols = big ? 400 : 7;
+      // Storage of distinct bytes, viewed with the layout's strides as a [rows, cols] tensor.
+      Tensor store(dt, {rows + 1, cols + 3});
+      for (size_t b = 0; b < store.nbytes(); ++b) static_cast<uint8_t*>(store.data())[b] = static_cast<uint8_t>(b * 7 + 1);
+      TensorView v = TensorView::contiguous(store.data(), dt, {rows, cols});
+      if (std::string(layout) == "broadcast") v.strides[0] = 0;
+      if (std::string(layout) == "padded") v.strides[0] = cols + 3;
+      if (std::string(layout) == "transposed") {
+        v.strides[0] = 1;
+        v.strides[1] = rows;
+      }
+      ASSERT_FALSE(v.is_contiguous());
+      auto g = std::make_unique<Graph>();
+      Value* x = g->add_input("x", {dt, {rows, cols}});
+      Value* y = g->add_input("y", {dt, {rows, cols}});
+      Value* r = g->add_node("reshape", {x}, {{"shape", Ints{rows * cols}}})->output();
+      g->set_outputs({x, r, y});
+      auto cg = CompiledGraph::compile(std::move(g), {});
+      const Tensor want = dense(v);
+      Tensor o0(dt, {rows, cols}), o1(dt, {rows * cols}), o2(dt, {rows, cols});
+      std::vector<TensorView> ins = {v, v}, outs = {o0.view(), o1.view(), o2.view()};
+      cg->prepare({{rows, cols}, {rows, cols}});
+      cg->run(ins, outs);
+      const std::string what = std::string(dtype_name(dt)) + " " + layout;
+      EXPECT_TRUE(same_bytes(o0, want)) << what;
+      EXPECT_TRUE(std::memcmp(o1.data(), want.data(), want.nbytes()) == 0) << what;
+      EXPECT_TRUE(same_bytes(o2, want)) << what;
+      if (big) continue;  // the threaded copy's pool may allocate; the small copies run inline
+      g_allocs = 0;
+      t_count_allocs = true;
+      for (int i = 0; i < 5; ++i) cg->run(ins, outs);
+      t_count_allocs = false;
+      EXPECT_EQ(g_allocs.load(), 0) << what;
+    }
+  }
+}
+
 TEST(Runtime, ManyThreadsShareOneCompiledGraph) {
   auto cg = CompiledGraph::compile(small_graph(), {});
   auto ref = small_graph();
