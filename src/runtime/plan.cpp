@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "ir/op_table.h"
 #include "kernels/cpu/strided_copy.h"
-#include "plan/liveness.h"
+#include "memory/liveness.h"
 #include "runtime/bind_inputs.h"
 
 namespace updraft {

@@ -44,7 +44,7 @@
 #include "ir/dim.h"
 #include "ir/graph.h"
 #include "kernels/kernel.h"
-#include "plan/memory_plan.h"
+#include "memory/memory_plan.h"
 #include "runtime/compiled_graph.h"
 #include "runtime/plan_cache.h"
 

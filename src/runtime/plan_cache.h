@@ -21,7 +21,7 @@
 
 #include "ir/graph.h"
 #include "kernels/kernel.h"
-#include "plan/liveness.h"
+#include "memory/liveness.h"
 
 namespace updraft {
 
