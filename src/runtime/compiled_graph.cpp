@@ -15,7 +15,7 @@
 #include "kernels/kernel.h"
 #include "passes/pipeline.h"
 #include "runtime/plan.h"
-#include "runtime/plan_cache.h"
+#include "runtime/cross_shape_cache.h"
 
 namespace updraft {
 
@@ -84,14 +84,14 @@ std::shared_ptr<Plan> CompiledGraph::plan_for(const std::vector<std::vector<int6
     }
   }
   // Built under the lock: a plan is built once per signature even when many threads miss.
-  // The PlanCache is made with the first plan, whichever way this CompiledGraph was made.
+  // The CrossShapeCache is made with the first plan, whichever way this CompiledGraph was made.
   // Shape-specific kernels: twice the plan LRU per node, so a signature whose plan was evicted
   // and comes back finds its kernels (shape-generic ones are shared by every plan anyway).
-  if (!plan_cache_)
-    plan_cache_ = std::make_unique<PlanCache>(*graph_, 2 * std::max<size_t>(opts_.plan_cache_size, 1));
+  if (!cross_shape_cache_)
+    cross_shape_cache_ = std::make_unique<CrossShapeCache>(*graph_, 2 * std::max<size_t>(opts_.plan_cache_size, 1));
   auto t0 = std::chrono::steady_clock::now();
   const double cpu0 = thread_cpu_ms();
-  std::shared_ptr<Plan> plan = Plan::build(*graph_, input_shapes, opts_, plan_cache_.get());
+  std::shared_ptr<Plan> plan = Plan::build(*graph_, input_shapes, opts_, cross_shape_cache_.get());
   last_plan_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   total_plan_ms_ += last_plan_ms_;
   last_plan_cpu_ms_ = thread_cpu_ms() - cpu0;
@@ -115,7 +115,7 @@ std::string CompiledGraph::plan_text(const std::vector<std::vector<int64_t>>& in
 
 PlanStats CompiledGraph::plan_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  KernelCache::Stats k = plan_cache_ ? plan_cache_->kernels.stats() : KernelCache::Stats{};
+  KernelCache::Stats k = cross_shape_cache_ ? cross_shape_cache_->kernels.stats() : KernelCache::Stats{};
   return {plans_built_, last_plan_ms_, total_plan_ms_, k.created, k.reused, last_plan_cpu_ms_, total_plan_cpu_ms_};
 }
 

@@ -46,7 +46,7 @@ struct StepTime {
   std::string op, kernel;  // "copy-out" / "strided_copy" for output copies
   int64_t calls = 0, total_ns = 0;
 };
-struct PlanCache;  // runtime/plan_cache.h
+struct CrossShapeCache;  // runtime/cross_shape_cache.h
 
 // Plans built over this CompiledGraph's life (evicted ones included): one per new input-shape
 // signature, or more when the LRU evicted a signature that came back.
@@ -54,7 +54,7 @@ struct PlanStats {
   size_t built = 0;
   double last_ms = 0;   // Plan::build of the most recent new signature
   double total_ms = 0;
-  // Kernels over all plans: made by a factory, or served from the KernelCache (plan_cache.h)
+  // Kernels over all plans: made by a factory, or served from the KernelCache (cross_shape_cache.h)
   // because they are shape-generic or were built for the same shapes before.
   size_t kernels_created = 0, kernels_reused = 0;
   // CPU time of the building thread, same scopes as last_ms/total_ms: on a loaded machine
@@ -116,7 +116,7 @@ class CompiledGraph {
   double compile_ms_ = 0;
   mutable std::mutex mu_;
   std::vector<std::pair<std::vector<std::vector<int64_t>>, std::shared_ptr<Plan>>> plans_;  // LRU, front = newest
-  std::unique_ptr<PlanCache> plan_cache_;  // liveness + kernels shared by this graph's plans; guarded by mu_
+  std::unique_ptr<CrossShapeCache> cross_shape_cache_;  // liveness + kernels its plans share; guarded by mu_
   size_t plans_built_ = 0;  // guarded by mu_, like the timings
   bool profiling_ = false;  // guarded by mu_
   double last_plan_ms_ = 0, total_plan_ms_ = 0, last_plan_cpu_ms_ = 0, total_plan_cpu_ms_ = 0;

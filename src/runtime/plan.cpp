@@ -59,7 +59,7 @@ class PhaseTimer {
 // requests, kernels) and fills the Plan as it goes.
 struct Plan::Builder {
   Builder(const Graph& g, const std::vector<std::vector<int64_t>>& input_shapes, const CompileOptions& opts,
-          PlanCache& cache)
+          CrossShapeCache& cache)
       : g(g), input_shapes(input_shapes), opts(opts), cache(cache), lv(cache.liveness), p(new Plan()) {}
 
   void shapes();           // binds symbols, then every value's concrete shape
@@ -71,7 +71,7 @@ struct Plan::Builder {
   const Graph& g;
   const std::vector<std::vector<int64_t>>& input_shapes;
   const CompileOptions& opts;
-  PlanCache& cache;
+  CrossShapeCache& cache;
   const Liveness& lv;
   std::shared_ptr<Plan> p;
 
@@ -107,7 +107,7 @@ void Plan::Builder::shapes() {
   for (const Value* c : cache.constants) shape[c->id] = c->constant->shape();
   // Symbolic attributes (reshape to [s0, s1, 12, 64], slice end s1) evaluated for this
   // binding: the shape functions below and the kernels see concrete sizes only.
-  // A node whose first twin (PlanCache::twin) has the same attributes shares its binding.
+  // A node whose first twin (CrossShapeCache::twin) has the same attributes shares its binding.
   bound_attrs.resize(lv.at_end);
   for (int i = 0; i < lv.at_end; ++i) {
     if (!cache.symbolic_attrs[static_cast<size_t>(i)] || cache.twin[static_cast<size_t>(i)] != i) continue;
@@ -332,9 +332,9 @@ void Plan::Builder::slots_and_steps() {
 }
 
 std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<int64_t>>& input_shapes,
-                                  const CompileOptions& opts, PlanCache* cache) {
+                                  const CompileOptions& opts, CrossShapeCache* cache) {
   PhaseTimer timer;
-  std::optional<PlanCache> own;
+  std::optional<CrossShapeCache> own;
   if (!cache) cache = &own.emplace(g, 1);
   Builder b(g, input_shapes, opts, *cache);
   b.shapes();

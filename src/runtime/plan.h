@@ -46,7 +46,7 @@
 #include "kernels/kernel.h"
 #include "memory/memory_plan.h"
 #include "runtime/compiled_graph.h"
-#include "runtime/plan_cache.h"
+#include "runtime/cross_shape_cache.h"
 
 namespace updraft {
 
@@ -66,7 +66,7 @@ struct Step {
   enum class Kind : uint8_t { Kernel, CopyOut } kind = Kind::Kernel;
   int time = 0;  // the liveness step (graph node index; output copies at the end) used by the memory plan
   const Node* node = nullptr;            // Kernel only
-  std::shared_ptr<const Kernel> kernel;  // Kernel only; may be shared with other plans (PlanCache)
+  std::shared_ptr<const Kernel> kernel;  // Kernel only; may be shared with other plans (CrossShapeCache)
   std::vector<int> in_slots, out_slots;
   size_t scratch_offset = 0;  // in the arena; the kernel's scratch lives only during this step
   size_t scratch_bytes = 0;
@@ -85,12 +85,12 @@ struct CallState {
 class Plan {
  public:
   // Binds symbols from the input shapes, infers concrete shapes, creates kernels, plans
-  // memory. Throws Error("runtime", ...) on shapes the graph cannot take. With a PlanCache
+  // memory. Throws Error("runtime", ...) on shapes the graph cannot take. With a CrossShapeCache
   // (one per compiled graph; CompiledGraph passes its own) the liveness is the cached one and
   // kernels come from its KernelCache, so shape-generic kernels are built once per compile.
   // A size input's entry in input_shapes is {value} (CompiledGraph::prepare).
   static std::shared_ptr<Plan> build(const Graph& g, const std::vector<std::vector<int64_t>>& input_shapes,
-                                     const CompileOptions& opts, PlanCache* cache = nullptr);
+                                     const CompileOptions& opts, CrossShapeCache* cache = nullptr);
 
   const std::vector<std::vector<int64_t>>& input_shapes() const { return input_shapes_; }
   const std::vector<std::vector<int64_t>>& output_shapes() const { return output_shapes_; }

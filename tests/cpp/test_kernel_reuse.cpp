@@ -1,4 +1,4 @@
-// Kernel reuse across shape signatures (runtime/plan_cache.h): a transformer layer with a
+// Kernel reuse across shape signatures (runtime/cross_shape_cache.h): a transformer layer with a
 // dynamic batch s0 and sequence s1 compiled once and run at many shapes (sizes 0 and 1
 // included), every output checked against the reference interpreter; shape-generic kernels
 // (runtime-M linear, sdpa, the CPU elementwise/norm kernels) are built once and shared by every
@@ -19,7 +19,7 @@
 #include "runtime/compiled_graph.h"
 #include "runtime/interpreter.h"
 #include "runtime/plan.h"
-#include "runtime/plan_cache.h"
+#include "runtime/cross_shape_cache.h"
 #include "test_util.h"
 
 using namespace updraft;
@@ -196,7 +196,7 @@ TEST(KernelReuse, PlanBuildWithoutCacheStillWorks) {
   CompileOptions opts;
   auto p = Plan::build(*g, {{2, 3, 32}, {2, 1, 1, 3}}, opts);
   EXPECT_EQ(p->output_shapes(), (std::vector<std::vector<int64_t>>{{2, 3, 32}, {2, 3, 8}, {2, 3, 16}}));
-  PlanCache cache(*g, 4);
+  CrossShapeCache cache(*g, 4);
   auto a = Plan::build(*g, {{2, 3, 32}, {2, 1, 1, 3}}, opts, &cache);
   auto b = Plan::build(*g, {{1, 9, 32}, {1, 1, 1, 9}}, opts, &cache);
   EXPECT_EQ(kernel_named(*a, "sdpa"), kernel_named(*b, "sdpa"));
@@ -245,10 +245,10 @@ TEST(KernelReuse, ConcurrentCallsAtManyShapesShareKernels) {
 }
 
 TEST(KernelReuse, TwinNodesShareShapeWorkAndAgreeWithTheirOwnInference) {
-  // PlanCache::twin: a node with the op, attributes and input types of an earlier node takes
+  // CrossShapeCache::twin: a node with the op, attributes and input types of an earlier node takes
   // that node's concrete output shapes (and bound attributes) in every plan.
   auto g = parse_graph(kLayer);
-  PlanCache cache(*g, 4);
+  CrossShapeCache cache(*g, 4);
   const Liveness& lv = cache.liveness;
   auto index_of = [&](const std::string& out_name) {
     for (int i = 0; i < lv.at_end; ++i)
