@@ -12,7 +12,7 @@
 //   asks the registry for a new one. A kernel is shared (shared_ptr) by every plan using it;
 //   eviction from the cache never frees a kernel a plan still holds.
 //
-// Thread-safe: a mutex guards the kernel lists (CompiledGraph also builds under its own lock).
+// Thread-safe: a mutex guards the kernel lists (Executable also builds under its own lock).
 #pragma once
 #include <cstddef>
 #include <memory>

@@ -45,7 +45,7 @@
 #include "ir/graph.h"
 #include "kernels/kernel.h"
 #include "memory/memory_plan.h"
-#include "runtime/compiled_graph.h"
+#include "runtime/executable.h"
 #include "runtime/cross_shape_cache.h"
 
 namespace updraft {
@@ -86,9 +86,9 @@ class Plan {
  public:
   // Binds symbols from the input shapes, infers concrete shapes, creates kernels, plans
   // memory. Throws Error("runtime", ...) on shapes the graph cannot take. With a CrossShapeCache
-  // (one per compiled graph; CompiledGraph passes its own) the liveness is the cached one and
+  // (one per compiled graph; Executable passes its own) the liveness is the cached one and
   // kernels come from its KernelCache, so shape-generic kernels are built once per compile.
-  // A size input's entry in input_shapes is {value} (CompiledGraph::prepare).
+  // A size input's entry in input_shapes is {value} (Executable::prepare).
   static std::shared_ptr<Plan> build(const Graph& g, const std::vector<std::vector<int64_t>>& input_shapes,
                                      const CompileOptions& opts, CrossShapeCache* cache = nullptr);
 
@@ -108,7 +108,7 @@ class Plan {
   std::unique_ptr<CallState> acquire() const;
   void release(std::unique_ptr<CallState> state) const;
   // Runs the schedule. Inputs/outputs must already be validated against this plan
-  // (CompiledGraph::run does that): count, dtype, shapes, contiguous outputs.
+  // (Executable::run does that): count, dtype, shapes, contiguous outputs.
   void execute(CallState& st, const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs) const;
 
   std::string str() const;  // bindings, schedule (step, op, kernel, slots), memory plan

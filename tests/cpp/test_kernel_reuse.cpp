@@ -16,7 +16,7 @@
 
 #include "core/error.h"
 #include "ir/text.h"
-#include "runtime/compiled_graph.h"
+#include "runtime/executable.h"
 #include "runtime/interpreter.h"
 #include "runtime/plan.h"
 #include "runtime/cross_shape_cache.h"
@@ -98,7 +98,7 @@ std::vector<std::vector<int64_t>> shapes_of(const std::vector<Tensor>& ts) {
 }
 
 // Runs the compiled graph on `in` and checks both outputs against the reference interpreter.
-void run_and_check(CompiledGraph& cg, const Graph& ref_graph, const std::vector<Tensor>& in, const std::string& what) {
+void run_and_check(Executable& cg, const Graph& ref_graph, const std::vector<Tensor>& in, const std::string& what) {
   auto out_shapes = cg.prepare(shapes_of(in));
   std::vector<Tensor> outs;
   std::vector<TensorView> out_views;
@@ -130,7 +130,7 @@ KernelContext context_of(const Plan& p, const Step& st) {
 }  // namespace
 
 TEST(KernelReuse, TransformerLayerAtManyShapesMatchesReference) {
-  auto cg = CompiledGraph::compile(parse_graph(kLayer), CompileOptions{});
+  auto cg = Executable::compile(parse_graph(kLayer), CompileOptions{});
   auto ref = parse_graph(kLayer);
   const std::vector<Case> cases = {{2, 5}, {1, 1}, {3, 17}, {2, 64}, {1, 33}, {0, 7}, {2, 5}, {4, 2}, {1, 128}};
   for (Case c : cases) run_and_check(*cg, *ref, inputs_for(c), "s0=" + std::to_string(c.b) + " s1=" + std::to_string(c.s));
@@ -138,7 +138,7 @@ TEST(KernelReuse, TransformerLayerAtManyShapesMatchesReference) {
 }
 
 TEST(KernelReuse, GenericKernelsAreBuiltOncePerCompile) {
-  auto cg = CompiledGraph::compile(parse_graph(kLayer), CompileOptions{});
+  auto cg = Executable::compile(parse_graph(kLayer), CompileOptions{});
   auto first = cg->plan({{2, 5, 32}, {2, 1, 1, 5}});
   ASSERT_NE(kernel_named(*first, ":runtime_m"), nullptr) << first->str();
   ASSERT_NE(kernel_named(*first, "onednn_f32_matmul:"), nullptr) << first->str();
@@ -178,7 +178,7 @@ TEST(KernelReuse, ShapeSpecificKernelsAreReusedForTheirOwnShapes) {
   // kernels built for a shape are found again in the KernelCache.
   CompileOptions opts;
   opts.plan_cache_size = 1;
-  auto cg = CompiledGraph::compile(parse_graph(kLayer), opts);
+  auto cg = Executable::compile(parse_graph(kLayer), opts);
   auto ref = parse_graph(kLayer);
   run_and_check(*cg, *ref, inputs_for({2, 5}), "first");
   size_t after_first = cg->plan_stats().kernels_created;
@@ -204,7 +204,7 @@ TEST(KernelReuse, PlanBuildWithoutCacheStillWorks) {
 }
 
 TEST(KernelReuse, ConcurrentCallsAtManyShapesShareKernels) {
-  auto cg = CompiledGraph::compile(parse_graph(kLayer), CompileOptions{.num_threads = 1});
+  auto cg = Executable::compile(parse_graph(kLayer), CompileOptions{.num_threads = 1});
   auto ref = parse_graph(kLayer);
   const std::vector<Case> cases = {{2, 5}, {1, 1}, {3, 17}, {2, 30}, {1, 33}, {4, 2}, {2, 12}, {3, 3}};
   std::vector<std::vector<Tensor>> ins;
