@@ -1,5 +1,6 @@
-// Plan: everything needed to run one graph for one concrete input-shape signature, decided
-// once and immutable afterwards, so any number of threads may execute it at once.
+// Plan, the execution plan: everything needed to run one graph for one concrete input-shape
+// signature, decided once and immutable afterwards, so any number of threads may execute it at
+// once. (Its memory plan is memory/memory_plan.h; what plans share is cross_shape_cache.h.)
 //
 //   auto plan = Plan::build(graph, {{4, 64}}, opts);   // binds s0 = 4, plans memory
 //   auto state = plan->acquire();                       // a pooled arena + prebuilt views
