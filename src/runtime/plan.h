@@ -17,7 +17,7 @@
 // buffer. When an output is a graph input, a constant, a view, or repeats an earlier output,
 // a final copy step fills the caller's buffer instead; no output ever aliases other memory.
 //
-// Who makes strided inputs contiguous (the one statement of the rule; other layers point here):
+// Who makes strided inputs contiguous (the one statement of the rule):
 // - The plan does, and it is the only layer that must. Every graph input that some node reads
 //   has an arena buffer reserved (live from before the first step to the input's last use,
 //   aliases included); when a call passes a non-contiguous view, a copy-in step packs it there
@@ -27,10 +27,10 @@
 //   plan owns this because it alone knows which inputs are read and has an arena to pack into
 //   without a per-call allocation.
 // - Kernels may assume contiguous inputs under a plan. Their cpu::Packed (kernels/cpu/
-//   strided_copy.h) of an input costs nothing on contiguous memory; it is there for callers
-//   that run a kernel without a plan (run_node: constant folding, the interpreter; kernel
-//   tests with strided views). Views a kernel builds itself (a reduction's permute_view) are its
-//   own layout choice, not input handling.
+//   strided_copy.h) of an input costs nothing on contiguous memory; it is there for kernels
+//   run without a plan (run_node, whose engine callers pass contiguous tensors; kernel tests
+//   that pass strided views). Views a kernel builds itself (a reduction's permute_view) are
+//   its own layout choice, not input handling.
 // - Python (updraft/partition.py) hands the engine contiguous tensors: the bound fast path
 //   takes contiguous inputs only, and the general path calls torch's .contiguous() on a strided
 //   input before it crosses. With the plan packing, that torch copy is not needed for
