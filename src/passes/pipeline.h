@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "ir/graph.h"
-#include "runtime/compiled_graph.h"
+#include "runtime/executable.h"
 
 namespace updraft {
 
