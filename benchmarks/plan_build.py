@@ -5,7 +5,7 @@
 Compiles BertModel(BertConfig()) (random weights) with dynamic=True, calls it once per
 sequence length (20 lengths, 8 to 512), and reads the report's plan_ms after each call: its
 increase is the Plan::build time of that new shape signature (wall clock). Where the engine
-has it, the CompiledGraph's total_plan_cpu_ms gives the same per shape as the building
+has it, the Executable's total_plan_cpu_ms gives the same per shape as the building
 thread's CPU time, which waiting for a core on a busy machine does not inflate. Also checks each output against
 eager (max abs diff) and times the compiled model at seq 128 (median of --steady-iters calls).
 Times are wall clock on whatever else the machine runs: quote them with that caveat.
@@ -37,7 +37,7 @@ def main() -> None:
     graphs = []
     real = _C.compile
 
-    def spy(graph, options=None):  # keeps the CompiledGraph for its plan statistics
+    def spy(graph, options=None):  # keeps the Executable for its plan statistics
         graphs.append(real(graph, options if options is not None else {}))
         return graphs[-1]
 

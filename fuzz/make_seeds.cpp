@@ -7,7 +7,7 @@
 #include <fstream>
 #include <string>
 
-#include "runtime/compiled_graph.h"
+#include "runtime/executable.h"
 #include "targets.h"
 
 using namespace updraft;
@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   }
   const std::string dir = argv[1];
   write(dir + "/entry/seed_model.entry", fuzz::fresh_seed_entry());
-  auto cg = CompiledGraph::compile(fuzz::seed_model(), CompileOptions{});
+  auto cg = Executable::compile(fuzz::seed_model(), CompileOptions{});
   PrintOptions po;
   po.max_literal_numel = -1;
   write(dir + "/text_ir/seed_model_optimized.ir", print_graph(cg->graph(), po));

@@ -17,7 +17,7 @@
 #include "core/hash.h"
 #include "ir/dim.h"
 #include "ir/text.h"
-#include "runtime/compiled_graph.h"
+#include "runtime/executable.h"
 
 namespace updraft::fuzz {
 
@@ -67,7 +67,7 @@ inline const std::vector<std::optional<Tensor>>& seed_params() {
 
 // A real entry of the seed model: compiled with the full pass pipeline and saved.
 inline std::string fresh_seed_entry() {
-  auto cg = CompiledGraph::compile(seed_model(), CompileOptions{});
+  auto cg = Executable::compile(seed_model(), CompileOptions{});
   return save_entry(cg->graph(), {kSeedKey, "fuzz seed model", "", ""});
 }
 

@@ -1,4 +1,4 @@
-// Per-step dispatch overhead of the runtime: CompiledGraph::run on a chain of N trivial ops
+// Per-step dispatch overhead of the runtime: Executable::run on a chain of N trivial ops
 // (relu on a 1-element tensor), compiled with fusion off so each op stays its own step.
 //
 //   cmake -S . -B build/bench -DUPDRAFT_BUILD_BENCHMARKS=ON && cmake --build build/bench -t dispatch_overhead
@@ -17,13 +17,13 @@
 #include <vector>
 
 #include "ir/graph.h"
-#include "runtime/compiled_graph.h"
+#include "runtime/executable.h"
 
 using namespace updraft;
 
 namespace {
 
-std::shared_ptr<CompiledGraph> relu_chain(int n, int64_t numel) {
+std::shared_ptr<Executable> relu_chain(int n, int64_t numel) {
   auto g = std::make_unique<Graph>();
   Value* v = g->add_input("x", {DType::f32, {Dim(numel)}});
   for (int i = 0; i < n; ++i) v = g->add_node("relu", {v})->output();
@@ -32,12 +32,12 @@ std::shared_ptr<CompiledGraph> relu_chain(int n, int64_t numel) {
   o.fuse = false;         // keep N separate kernel steps
   o.fold_constants = false;
   o.num_threads = 1;      // a 1-element op never forks; no thread-pool noise
-  return CompiledGraph::compile(std::move(g), o);
+  return Executable::compile(std::move(g), o);
 }
 
 constexpr int64_t kWidth = 8;  // linear chain: [1, 8] x [8, 8]^T per step
 
-std::shared_ptr<CompiledGraph> linear_chain(int n) {
+std::shared_ptr<Executable> linear_chain(int n) {
   auto g = std::make_unique<Graph>();
   Value* v = g->add_input("x", {DType::f32, {Dim(1), Dim(kWidth)}});
   for (int i = 0; i < n; ++i) {
@@ -53,11 +53,11 @@ std::shared_ptr<CompiledGraph> linear_chain(int n) {
   o.fuse = false;
   o.fold_constants = false;
   o.num_threads = 1;
-  return CompiledGraph::compile(std::move(g), o);
+  return Executable::compile(std::move(g), o);
 }
 
 struct Call {
-  std::shared_ptr<CompiledGraph> cg;
+  std::shared_ptr<Executable> cg;
   std::vector<float> in, out;
   std::vector<TensorView> ins, outs;
   // relu chain on 1 element, or (linear) a linear chain on [1, kWidth].

@@ -7,7 +7,7 @@
 //
 //   cmake -S . -B build/bench -DUPDRAFT_BUILD_BENCHMARKS=ON && cmake --build build/bench -t plan_build
 //   build/bench/plan_build                       # Google Benchmark flags work too
-//   valgrind --tool=callgrind --cache-sim=yes --toggle-collect='updraft::CompiledGraph::prepare*' \
+//   valgrind --tool=callgrind --cache-sim=yes --toggle-collect='updraft::Executable::prepare*' \
 //       build/bench/plan_build --benchmark_filter=Fixed     # instructions and simulated misses
 //
 // Each iteration builds the plan of a sequence length not seen for a while (the compiled
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "ir/text.h"
-#include "runtime/compiled_graph.h"
+#include "runtime/executable.h"
 
 using namespace updraft;
 
@@ -65,7 +65,7 @@ std::string layer(int i, const std::string& in) {
   return t;
 }
 
-std::shared_ptr<CompiledGraph> bert_like() {
+std::shared_ptr<Executable> bert_like() {
   std::string t = "graph(%x: f32[s0, s1, 64], %m: f32[s0, s1]) {\n";
   t += "  %pos = constant f32[64] random(seed=1)\n";
   t += "  %h = add(%x, %pos)\n";
@@ -81,7 +81,7 @@ std::shared_ptr<CompiledGraph> bert_like() {
   t += "  return (" + in + ")\n}\n";
   CompileOptions o;
   o.num_threads = 1;
-  return CompiledGraph::compile(parse_graph(t), o);
+  return Executable::compile(parse_graph(t), o);
 }
 
 void run(benchmark::State& state, bool flush) {

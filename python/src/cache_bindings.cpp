@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/version.h"
-#include "runtime/compiled_graph.h"
+#include "runtime/executable.h"
 
 namespace updraft::py {
 
@@ -164,7 +164,7 @@ void bind_cache(nb::module_& m) {
   m.attr("ENTRY_FORMAT_VERSION") = kEntryFormatVersion;
   m.def(
       "save_entry",
-      [](const CompiledGraph& cg, const std::string& key, const std::string& note, size_t max_folded_bytes) {
+      [](const Executable& cg, const std::string& key, const std::string& note, size_t max_folded_bytes) {
         SaveOptions opts;
         opts.max_folded_bytes = max_folded_bytes;
         std::string bytes;
@@ -203,13 +203,13 @@ void bind_cache(nb::module_& m) {
     CompileOptions opts = options_from(options);
     const std::vector<std::optional<Tensor>>& sources = params.sources;
     LoadInfo info;
-    std::shared_ptr<CompiledGraph> cg;
+    std::shared_ptr<Executable> cg;
     {
       nb::gil_scoped_release release;
       auto t0 = std::chrono::steady_clock::now();
       std::unique_ptr<Graph> g = loader(sources, &info);
       double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      cg = CompiledGraph::from_optimized(std::move(g), opts, ms);
+      cg = Executable::from_optimized(std::move(g), opts, ms);
     }
     return std::make_pair(cg, info_dict(info));
   };
@@ -221,7 +221,7 @@ void bind_cache(nb::module_& m) {
                     params, options);
       },
       nb::arg("data"), nb::arg("key"), nb::arg("params"), nb::arg("options") = nb::dict(),
-      "(CompiledGraph, info) from a cache entry; params: the caller's parameters (entry_params). info: folded (constants), mapped (stored folds used), verify_ms (checksum_ms and fingerprint_ms, on two threads for a large entry), replay_ms. "
+      "(Executable, info) from a cache entry; params: the caller's parameters (entry_params). info: folded (constants), mapped (stored folds used), verify_ms (checksum_ms and fingerprint_ms, on two threads for a large entry), replay_ms. "
       "Raises UpdraftError('[cache] ...') on a corrupt, truncated or mismatched entry.");
   m.def(
       "load_entry_file",

@@ -9,7 +9,7 @@
 #include "core/tensor.h"
 #include "ir/attr.h"
 #include "ir/dim.h"
-#include "runtime/compiled_graph.h"
+#include "runtime/executable.h"
 
 namespace updraft::py {
 

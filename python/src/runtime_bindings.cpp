@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "graph_handle.h"
 #include "ir/text.h"
-#include "runtime/compiled_graph.h"
+#include "runtime/executable.h"
 #include "runtime/plan.h"
 
 namespace updraft::py {
@@ -50,16 +50,16 @@ static std::vector<TensorView> views_of(const std::vector<AnyArray>& arrays) {
 // what DLPack would have said: each input is a contiguous CPU tensor with this plan's input
 // shape and the graph's input dtype, each output a contiguous CPU tensor of output_shapes /
 // the graph's output dtypes. Shapes, dtypes and strides of the views are taken from the plan,
-// and CompiledGraph::run_plan still validates them.
+// and Executable::run_plan still validates them.
 struct PlannedCall {
-  std::shared_ptr<CompiledGraph> cg;
+  std::shared_ptr<Executable> cg;
   std::shared_ptr<const Plan> plan;
   std::vector<TensorView> ins, outs;  // templates: everything but the data pointers
   // Size inputs read their value from the plan's signature (the plan lives as long as this
   // call), so the caller passes any pointer for them (0 from Python).
   std::vector<size_t> size_inputs;
 
-  PlannedCall(std::shared_ptr<CompiledGraph> g, const std::vector<std::vector<int64_t>>& shapes) : cg(std::move(g)) {
+  PlannedCall(std::shared_ptr<Executable> g, const std::vector<std::vector<int64_t>>& shapes) : cg(std::move(g)) {
     {
       nb::gil_scoped_release release;  // a first call with these shapes builds the plan
       plan = cg->plan(shapes);
@@ -108,8 +108,8 @@ void bind_runtime(nb::module_& m) {
            "Runs the plan on raw data pointers (see runtime_bindings.cpp for the contract).")
       .def_prop_ro("output_shapes", [](const PlannedCall& p) { return p.plan->output_shapes(); });
 
-  using CG = CompiledGraph;
-  nb::class_<CG>(m, "CompiledGraph")
+  using CG = Executable;
+  nb::class_<CG>(m, "Executable")
       .def("prepare", &CG::prepare, nb::arg("input_shapes"), nb::call_guard<nb::gil_scoped_release>(),
            "Output shapes for these input shapes; builds and caches the plan.")
       .def("run",
@@ -122,7 +122,7 @@ void bind_runtime(nb::module_& m) {
            },
            nb::arg("inputs"), nb::arg("outputs"))
       .def("planned",
-           [](std::shared_ptr<CompiledGraph> cg, const std::vector<std::vector<int64_t>>& shapes) {
+           [](std::shared_ptr<Executable> cg, const std::vector<std::vector<int64_t>>& shapes) {
              return PlannedCall(std::move(cg), shapes);
            },
            nb::arg("input_shapes"),
@@ -161,7 +161,7 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("plans_built", [](const CG& cg) { return cg.plan_stats().built; },
                    "Plans built so far (one per new input-shape signature; evicted ones count).")
       .def_prop_ro("last_plan_ms", [](const CG& cg) { return cg.plan_stats().last_ms; },
-                   "Milliseconds the most recent plan build took (CompiledGraph::prepare on a new shape).")
+                   "Milliseconds the most recent plan build took (Executable::prepare on a new shape).")
       .def_prop_ro("total_plan_ms", [](const CG& cg) { return cg.plan_stats().total_ms; })
       .def_prop_ro("total_plan_cpu_ms", [](const CG& cg) { return cg.plan_stats().total_cpu_ms; },
                    "CPU milliseconds of the building thread over all plan builds (excludes waiting for a core).")
@@ -180,7 +180,7 @@ void bind_runtime(nb::module_& m) {
         return CG::compile(std::move(g), opts);
       },
       nb::arg("graph"), nb::arg("options") = nb::dict(),
-      "Runs the pass pipeline on `graph` (which is consumed) and returns a CompiledGraph.");
+      "Runs the pass pipeline on `graph` (which is consumed) and returns an Executable.");
 }
 
 }  // namespace updraft::py

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "ir/op_table.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/threads.h"
 #include "kernels/kernel.h"
 
@@ -47,6 +48,7 @@ const KernelRegistry& KernelRegistry::get() {
     register_cpu_data_movement_kernels(*r);
     register_ref_compute_kernels(*r);
     register_onednn_compute_kernels(*r);
+    register_cpu_attention_kernels(*r);
     // f64 compute nodes go to the engine's own kernels (oneDNN 3.2 has no f64 on the CPU), the
     // others to oneDNN: each op that has an f64 factory gets one that picks by input 0's dtype.
     KernelRegistry f64;

@@ -1,5 +1,5 @@
 // The compiler's input options and its per-pass log: what run_pipeline takes and returns, and
-// what the runtime (runtime/compiled_graph.h) keeps for building plans. They live with the
+// what the runtime (runtime/executable.h) keeps for building plans. They live with the
 // passes because the pipeline is their first reader; the runtime includes this header, not the
 // other way round.
 #pragma once

@@ -5,51 +5,9 @@
 
 #include "core/error.h"
 #include "ir/op_table.h"
+#include "runtime/bind_inputs.h"
 
 namespace updraft {
-
-SymBindings bind_input_shapes(const Graph& g, const std::vector<std::vector<int64_t>>& shapes) {
-  UPDRAFT_CHECK(shapes.size() == g.inputs().size(), "interpret",
-                "the graph takes " + std::to_string(g.inputs().size()) + " inputs, got " + std::to_string(shapes.size()));
-  SymBindings b;
-  // Plain symbols bind first, so an expression like (s0*2) in a later input can be checked.
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    const Value* in = g.inputs()[i];
-    if (!in->binds.empty()) {  // a size input: its signature entry is {value}
-      UPDRAFT_CHECK(shapes[i].size() == 1, "interpret", "size input " + std::to_string(i) + " has no value");
-      auto [it, fresh] = b.emplace(in->binds, shapes[i][0]);
-      UPDRAFT_CHECK(fresh || it->second == shapes[i][0], "interpret",
-                    "symbol " + in->binds + " is " + std::to_string(it->second) + " in one input and " +
-                        std::to_string(shapes[i][0]) + " in input " + std::to_string(i));
-      continue;
-    }
-    const Shape& want = in->type.shape;
-    UPDRAFT_CHECK(want.size() == shapes[i].size(), "interpret",
-                  "input " + std::to_string(i) + " has rank " + std::to_string(shapes[i].size()) + ", the graph expects " +
-                      shape_str(want));
-    for (size_t d = 0; d < want.size(); ++d) {
-      std::vector<std::string> syms;
-      want[d].collect_symbols(syms);
-      if (syms.size() == 1 && want[d] == Dim::sym(syms[0])) {
-        auto [it, fresh] = b.emplace(syms[0], shapes[i][d]);
-        UPDRAFT_CHECK(fresh || it->second == shapes[i][d], "interpret",
-                      "symbol " + syms[0] + " is " + std::to_string(it->second) + " in one input and " +
-                          std::to_string(shapes[i][d]) + " in input " + std::to_string(i));
-      }
-    }
-  }
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    if (!g.inputs()[i]->binds.empty()) continue;
-    const Shape& want = g.inputs()[i]->type.shape;
-    for (size_t d = 0; d < want.size(); ++d) {
-      int64_t expect = want[d].eval(b);  // throws naming an unbound symbol
-      UPDRAFT_CHECK(expect == shapes[i][d], "interpret",
-                    "input " + std::to_string(i) + " dim " + std::to_string(d) + " is " + std::to_string(shapes[i][d]) +
-                        ", the graph expects " + want[d].str() + " = " + std::to_string(expect));
-    }
-  }
-  return b;
-}
 
 // A View op's output is its input's bytes under a new shape; the interpreter copies them
 // rather than alias, since it has no planner to keep the input alive.
@@ -76,7 +34,7 @@ std::vector<Tensor> interpret(const Graph& g, const std::vector<Tensor>& inputs,
                     "input " + std::to_string(i) + " is " + dtype_name(inputs[i].dtype()) + ", the graph expects " +
                         dtype_name(g.inputs()[i]->type.dtype));
   }
-  const SymBindings bindings = bind_input_shapes(g, shapes);
+  const SymBindings bindings = bind_input_shapes(g, shapes, "interpret");
 
   std::unordered_map<const Value*, Tensor> env;
   for (size_t i = 0; i < inputs.size(); ++i) env[g.inputs()[i]] = inputs[i];

@@ -7,8 +7,8 @@
 //   fuse_epilogue(*g);
 //   std::vector<Tensor> after = interpret(*g, {x}, Device::ref);
 //
-// Symbolic graphs work: symbols are bound from the inputs' shapes (a dim written as a plain
-// symbol binds it; static dims and expressions are checked against the binding).
+// Symbolic graphs work: symbols are bound from the inputs' shapes by bind_input_shapes
+// (runtime/bind_inputs.h), the same function and checks as the execution plan's.
 #pragma once
 #include <vector>
 
@@ -21,8 +21,5 @@ namespace updraft {
 // Returns one tensor per graph output. Throws Error("interpret", ...) when the inputs do not
 // match the graph's input types; kernel errors propagate unchanged.
 std::vector<Tensor> interpret(const Graph& g, const std::vector<Tensor>& inputs, Device d);
-
-// The symbol bindings `inputs` imply for `g` (same checks as interpret).
-SymBindings bind_input_shapes(const Graph& g, const std::vector<std::vector<int64_t>>& input_shapes);
 
 }  // namespace updraft

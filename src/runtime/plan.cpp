@@ -2,14 +2,14 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <map>
 #include <optional>
 
 #include "core/checked.h"
 #include "core/error.h"
 #include "ir/op_table.h"
-#include "plan/liveness.h"
+#include "kernels/cpu/strided_copy.h"
+#include "memory/liveness.h"
+#include "runtime/bind_inputs.h"
 
 namespace updraft {
 
@@ -36,84 +36,6 @@ TensorView contiguous_like(void* data, DType dtype, int ndim, const int64_t* siz
   return v;
 }
 
-bool is_bare_symbol(const Dim& d, std::string* name) {
-  if (d.is_static()) return false;
-  std::vector<std::string> syms;
-  d.collect_symbols(syms);
-  if (syms.size() != 1 || d.str() != syms[0]) return false;
-  *name = syms[0];
-  return true;
-}
-
-// Binds every symbol that appears bare as an input dim, then checks static dims and dims that
-// are expressions against the binding. Errors say which input/dim and what was expected.
-SymBindings bind_symbols(const Graph& g, const std::vector<std::vector<int64_t>>& shapes) {
-  const auto& ins = g.inputs();
-  UPDRAFT_CHECK(shapes.size() == ins.size(), "runtime",
-                "expected " + std::to_string(ins.size()) + " input shapes, got " + std::to_string(shapes.size()));
-  SymBindings b;
-  std::map<std::string, size_t> bound_by;  // symbol -> input that bound it
-  for (size_t k = 0; k < ins.size(); ++k) {
-    if (!ins[k]->binds.empty()) {  // a size input: its signature entry is {value}
-      const std::string& name = ins[k]->binds;
-      UPDRAFT_CHECK(shapes[k].size() == 1, "runtime",
-                    "input " + std::to_string(k) + " is a size input (binds " + name +
-                        "); its entry in the input signature is {value}");
-      auto it = b.find(name);
-      if (it == b.end()) {
-        b[name] = shapes[k][0];
-        bound_by[name] = k;
-      } else if (it->second != shapes[k][0]) {
-        throw Error("runtime", "size input " + std::to_string(k) + " is " + std::to_string(shapes[k][0]) + " but " +
-                                   name + " is already " + std::to_string(it->second) + " from input " +
-                                   std::to_string(bound_by[name]));
-      }
-      continue;
-    }
-    const Shape& want = ins[k]->type.shape;
-    const auto& got = shapes[k];
-    UPDRAFT_CHECK(got.size() == want.size(), "runtime",
-                  "input " + std::to_string(k) + " has rank " + std::to_string(got.size()) + ", expected " +
-                      std::to_string(want.size()) + " (" + ins[k]->type.str() + ")");
-    for (size_t d = 0; d < got.size(); ++d) {
-      UPDRAFT_CHECK(got[d] >= 0, "runtime",
-                    "input " + std::to_string(k) + " dim " + std::to_string(d) + " is negative (" +
-                        std::to_string(got[d]) + ")");
-      std::string name;
-      if (!is_bare_symbol(want[d], &name)) continue;
-      auto it = b.find(name);
-      if (it == b.end()) {
-        b[name] = got[d];
-        bound_by[name] = k;
-      } else if (it->second != got[d]) {
-        throw Error("runtime", "input " + std::to_string(k) + " dim " + std::to_string(d) + " is " +
-                                   std::to_string(got[d]) + " but " + name + " is already " +
-                                   std::to_string(it->second) + " from input " + std::to_string(bound_by[name]));
-      }
-    }
-  }
-  for (size_t k = 0; k < ins.size(); ++k) {
-    if (!ins[k]->binds.empty()) continue;
-    const Shape& want = ins[k]->type.shape;
-    for (size_t d = 0; d < want.size(); ++d) {
-      std::string name;
-      if (is_bare_symbol(want[d], &name)) continue;
-      std::vector<std::string> syms;
-      want[d].collect_symbols(syms);
-      for (const std::string& s : syms)
-        UPDRAFT_CHECK(b.count(s), "runtime",
-                      "input " + std::to_string(k) + " dim " + std::to_string(d) + " is " + want[d].str() +
-                          " but no input dim is plainly " + s + " and no size input binds it");
-      int64_t expect = want[d].eval(b);
-      UPDRAFT_CHECK(shapes[k][d] == expect, "runtime",
-                    "input " + std::to_string(k) + " dim " + std::to_string(d) + " is " +
-                        std::to_string(shapes[k][d]) + ", expected " + std::to_string(expect) +
-                        (want[d].is_static() ? "" : " (" + want[d].str() + ")"));
-    }
-  }
-  return b;
-}
-
 // Phase times of one Plan::build, printed at debug >= 1 (where a new shape's plan time goes).
 class PhaseTimer {
  public:
@@ -132,63 +54,63 @@ class PhaseTimer {
 
 }  // namespace
 
-void copy_to_contiguous(const TensorView& src, const TensorView& dst) {
-  const size_t es = dtype_size(src.dtype);
-  const int64_t n = src.numel();
-  if (n == 0) return;
-  if (src.is_contiguous()) {
-    std::memcpy(dst.data, src.data, static_cast<size_t>(n) * es);
-    return;
-  }
-  const int nd = src.ndim;
-  const int64_t inner = src.sizes[nd - 1], istride = src.strides[nd - 1];
-  const int64_t outer = n / inner;
-  int64_t idx[kMaxDims] = {};
-  const char* s = static_cast<const char*>(src.data);
-  char* d = static_cast<char*>(dst.data);
-  for (int64_t o = 0; o < outer; ++o) {
-    int64_t off = 0;
-    for (int k = 0; k < nd - 1; ++k) off += idx[k] * src.strides[k];
-    const char* row = s + off * static_cast<int64_t>(es);
-    if (istride == 1) {
-      std::memcpy(d, row, static_cast<size_t>(inner) * es);
-    } else {
-      for (int64_t i = 0; i < inner; ++i) std::memcpy(d + i * es, row + i * istride * static_cast<int64_t>(es), es);
-    }
-    d += inner * static_cast<int64_t>(es);
-    for (int k = nd - 2; k >= 0; --k) {  // odometer over the outer dims
-      if (++idx[k] < src.sizes[k]) break;
-      idx[k] = 0;
-    }
-  }
-}
+// Plan::build's five phases, in the order build() runs them; each is named as PhaseTimer
+// reports it. The builder carries what one phase hands the next (concrete shapes, buffer
+// requests, kernels) and fills the Plan as it goes.
+struct Plan::Builder {
+  Builder(const Graph& g, const std::vector<std::vector<int64_t>>& input_shapes, const CompileOptions& opts,
+          CrossShapeCache& cache)
+      : g(g), input_shapes(input_shapes), opts(opts), cache(cache), lv(cache.liveness), p(new Plan()) {}
 
-std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<int64_t>>& input_shapes,
-                                  const CompileOptions& opts, PlanCache* cache) {
-  std::optional<PlanCache> own;
-  PhaseTimer timer;
-  if (!cache) cache = &own.emplace(g, 1);
-  std::shared_ptr<Plan> p(new Plan());
+  void shapes();           // binds symbols, then every value's concrete shape
+  void buffers();          // byte counts, arena buffers for values and packed inputs
+  void kernels();          // a kernel per node (from the cache) and its scratch request
+  void memory_plan();      // offsets of every requested buffer in the arena
+  void slots_and_steps();  // the slot table and the schedule
+
+  const Graph& g;
+  const std::vector<std::vector<int64_t>>& input_shapes;
+  const CompileOptions& opts;
+  CrossShapeCache& cache;
+  const Liveness& lv;
+  std::shared_ptr<Plan> p;
+
+  std::vector<std::vector<int64_t>> shape;          // by value id: its concrete shape
+  std::vector<std::optional<Attrs>> bound_attrs;    // by order index: symbolic attributes bound
+  BufferAssignment assign;
+  std::vector<BufferRequest> requests;
+  std::vector<int> pack_request;                    // by input: its pack buffer's request, or -1
+  std::vector<std::shared_ptr<const Kernel>> node_kernels;  // by order index (null for views)
+  std::vector<int> scratch_request;                 // by order index: its scratch request, or -1
+
+  // Node i's bound attributes (its first twin's), or null when they hold no symbols.
+  const Attrs* bound(int i) const {
+    const std::optional<Attrs>& b = bound_attrs[cache.twin[static_cast<size_t>(i)]];
+    return b ? &*b : nullptr;
+  }
+};
+
+void Plan::Builder::shapes() {
   p->input_shapes_ = input_shapes;
-  p->bindings_ = bind_symbols(g, input_shapes);
+  p->num_threads_ = opts.num_threads;
+  p->bindings_ = bind_input_shapes(g, input_shapes, "runtime");
 
   // Concrete shapes: inputs as given, constants as stored, node outputs re-inferred from
   // concrete inputs (the same shape functions the kernels are built against).
-  std::vector<std::vector<int64_t>> shape(g.num_values());
+  shape.resize(g.num_values());
   // A size input's signature entry is its value; as a value it is an i64 scalar.
   for (size_t k = 0; k < g.inputs().size(); ++k) {
     const Value* in = g.inputs()[k];
     shape[in->id] = in->binds.empty() ? input_shapes[k] : std::vector<int64_t>{};
     p->size_input_.push_back(!in->binds.empty());
   }
-  for (const Value* c : cache->constants) shape[c->id] = c->constant->shape();
-  const Liveness& lv = cache->liveness;
+  for (const Value* c : cache.constants) shape[c->id] = c->constant->shape();
   // Symbolic attributes (reshape to [s0, s1, 12, 64], slice end s1) evaluated for this
   // binding: the shape functions below and the kernels see concrete sizes only.
-  // A node whose first twin (PlanCache::twin) has the same attributes shares its binding.
-  std::vector<std::optional<Attrs>> bound_attrs(lv.at_end);
+  // A node whose first twin (CrossShapeCache::twin) has the same attributes shares its binding.
+  bound_attrs.resize(lv.at_end);
   for (int i = 0; i < lv.at_end; ++i) {
-    if (!cache->symbolic_attrs[static_cast<size_t>(i)] || cache->twin[static_cast<size_t>(i)] != i) continue;
+    if (!cache.symbolic_attrs[static_cast<size_t>(i)] || cache.twin[static_cast<size_t>(i)] != i) continue;
     const Node* n = lv.order[i];
     try {
       bound_attrs[i] = bind_attrs(n->attrs, p->bindings_);
@@ -197,14 +119,10 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
                                  "; its symbols must appear as plain input dims");
     }
   }
-  auto bound = [&](int i) -> const Attrs* {
-    const std::optional<Attrs>& b = bound_attrs[cache->twin[static_cast<size_t>(i)]];
-    return b ? &*b : nullptr;
-  };
   std::vector<TensorType> in_types;
   for (int i = 0; i < lv.at_end; ++i) {
     const Node* n = lv.order[i];
-    const int t = cache->twin[static_cast<size_t>(i)];
+    const int t = cache.twin[static_cast<size_t>(i)];
     if (t != i) {  // same op, attributes and input types as node t: same shapes if same inputs
       const Node* tn = lv.order[t];
       bool same = true;
@@ -248,7 +166,9 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
       shape[out->id] = shape_values(out_types[k].shape);
     }
   }
-  timer.mark("shapes");
+}
+
+void Plan::Builder::buffers() {
   // Byte counts are checked, every value's (views too: their copies and strides are computed
   // from the shape) and their sum, which bounds every arena offset: an expand to 2^62
   // elements wrapped to a few bytes and its kernel wrote past them.
@@ -267,9 +187,9 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
     if (lv.values[id].live()) bytes[id] = b;
   }
 
-  BufferAssignment assign = assign_buffers(g, lv, bytes);
+  assign = assign_buffers(g, lv, bytes);
   p->num_inplace_ = static_cast<int>(assign.inplace_steps.size());
-  std::vector<BufferRequest> requests = assign.requests;
+  requests = assign.requests;
 
   // Pack buffers for graph inputs that some node reads (see the header: strided inputs).
   std::vector<bool> read_by_node(g.num_values(), false);
@@ -279,7 +199,7 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
   for (const Node* n : lv.order)
     for (const Value* v : n->inputs)
       if (lv.of(v).root != v->id) read_by_node[lv.of(v).root] = true;
-  std::vector<int> pack_request(g.inputs().size(), -1);
+  pack_request.assign(g.inputs().size(), -1);
   for (size_t k = 0; k < g.inputs().size(); ++k) {
     const Value* in = g.inputs()[k];
     if (!read_by_node[in->id]) continue;
@@ -287,11 +207,12 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
     requests.push_back({"packed input " + std::to_string(k), bytes[in->id], Liveness::kBeforeFirst,
                         lv.buffer_last(in->id)});
   }
+}
 
-  timer.mark("buffers");
+void Plan::Builder::kernels() {
   // Kernels (View nodes run none), and their scratch, live only during their own step.
-  std::vector<std::shared_ptr<const Kernel>> kernels(lv.at_end);
-  std::vector<int> scratch_request(lv.at_end, -1);
+  node_kernels.resize(lv.at_end);
+  scratch_request.assign(lv.at_end, -1);
   // The contexts' shape lists move from node to node, so their vectors are reused rather than
   // allocated per node.
   std::vector<std::vector<int64_t>> ctx_in, ctx_out;
@@ -310,7 +231,7 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
     KernelContext ctx{*n, std::move(ctx_in), std::move(ctx_out), std::move(ctx_const), opts.num_threads, bound(i),
                       opts.kernels};
     size_t s = 0;
-    kernels[i] = cache->kernels.get(ctx, Device::cpu, &s);
+    node_kernels[i] = cache.kernels.get(ctx, Device::cpu, &s);
     ctx_in = std::move(ctx.in_shapes);
     ctx_out = std::move(ctx.out_shapes);
     ctx_const = std::move(ctx.const_inputs);
@@ -319,12 +240,15 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
       requests.push_back({"scratch step " + std::to_string(i) + " (" + n->op_name() + ")", s, i, i});
     }
   }
-  timer.mark("kernels");
+}
+
+void Plan::Builder::memory_plan() {
   p->memory_ = plan_memory(requests);
   std::string why;
   UPDRAFT_CHECK(plan_is_valid(p->memory_, &why), "plan", "internal error, memory plan overlaps: " + why);
+}
 
-  timer.mark("memory plan");
+void Plan::Builder::slots_and_steps() {
   // Slots. Every alias points at an earlier slot, so one forward pass resolves pointers.
   auto add_slot = [&](Slot s) {
     p->slots_.push_back(std::move(s));
@@ -337,7 +261,7 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
     p->input_slot_.push_back(slot_of[in->id]);
     p->pack_buffer_.push_back(pack_request[k] < 0 ? -1 : static_cast<int>(p->memory_.buffers[pack_request[k]].offset));
   }
-  for (const Value* c : cache->constants) {
+  for (const Value* c : cache.constants) {
     if (lv.of(c).last == ValueLife::kNever || lv.of(c).last < 0) continue;  // unread constant
     slot_of[c->id] = add_slot({SlotKind::Constant, -1, 0, c->constant->data(), c->type.dtype, shape[c->id], c});
   }
@@ -378,12 +302,12 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
   // Steps: kernels in graph order, then copies for outputs not written in place.
   size_t nviews = 0;
   for (int i = 0; i < lv.at_end; ++i) {
-    if (!kernels[i]) continue;
+    if (!node_kernels[i]) continue;
     const Node* n = lv.order[i];
     Step st;
     st.time = i;
     st.node = n;
-    st.kernel = std::move(kernels[i]);
+    st.kernel = std::move(node_kernels[i]);
     for (const Value* v : n->inputs) st.in_slots.push_back(slot_of[v->id]);
     for (const Value* v : n->outputs) st.out_slots.push_back(slot_of[v->id]);
     if (scratch_request[i] >= 0) {
@@ -406,13 +330,29 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
     p->steps_.push_back(std::move(st));
   }
   p->num_views_ = nviews;
+}
+
+std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<int64_t>>& input_shapes,
+                                  const CompileOptions& opts, CrossShapeCache* cache) {
+  PhaseTimer timer;
+  std::optional<CrossShapeCache> own;
+  if (!cache) cache = &own.emplace(g, 1);
+  Builder b(g, input_shapes, opts, *cache);
+  b.shapes();
+  timer.mark("shapes");
+  b.buffers();
+  timer.mark("buffers");
+  b.kernels();
+  timer.mark("kernels");
+  b.memory_plan();
+  timer.mark("memory plan");
+  b.slots_and_steps();
   if (opts.debug >= 1) {
     timer.mark("slots+steps");
     std::fprintf(stderr, "[updraft] plan build: %s\n", timer.str().c_str());
   }
-  return p;
+  return std::move(b.p);
 }
-
 bool Plan::matches(const std::vector<TensorView>& inputs) const {
   if (inputs.size() != input_shapes_.size()) return false;
   for (size_t k = 0; k < inputs.size(); ++k) {
@@ -480,7 +420,7 @@ void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const s
   // kernel (and every view of the input) sees contiguous memory.
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (pack_buffer_[k] >= 0 && !inputs[k].is_contiguous()) {
-      copy_to_contiguous(inputs[k], st.packed[k]);
+      cpu::copy_strided(inputs[k], st.packed[k], num_threads_);
       st.inputs[k] = st.packed[k];
     } else {
       st.inputs[k] = inputs[k];
@@ -506,7 +446,7 @@ void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const s
     } else {
       // An input returned as an output may still be strided: copy from the caller's view.
       const Slot& src = slots_[step.in_slots[0]];
-      copy_to_contiguous(src.kind == SlotKind::Input ? st.inputs[src.index] : v[0], v[1]);
+      cpu::copy_strided(src.kind == SlotKind::Input ? st.inputs[src.index] : v[0], v[1], num_threads_);
     }
   };
   if (!profiling_.load(std::memory_order_relaxed)) {

@@ -1,5 +1,6 @@
-// Plan: everything needed to run one graph for one concrete input-shape signature, decided
-// once and immutable afterwards, so any number of threads may execute it at once.
+// Plan, the execution plan: everything needed to run one graph for one concrete input-shape
+// signature, decided once and immutable afterwards, so any number of threads may execute it at
+// once. (Its memory plan is memory/memory_plan.h; what plans share is cross_shape_cache.h.)
 //
 //   auto plan = Plan::build(graph, {{4, 64}}, opts);   // binds s0 = 4, plans memory
 //   auto state = plan->acquire();                       // a pooled arena + prebuilt views
@@ -16,12 +17,24 @@
 // buffer. When an output is a graph input, a constant, a view, or repeats an earlier output,
 // a final copy step fills the caller's buffer instead; no output ever aliases other memory.
 //
-// Strided inputs: kernels are given contiguous views only. Every graph input that some node
-// reads has an arena buffer reserved (live from before the first step to the input's last
-// use, aliases included); when a call passes a non-contiguous view, a copy-in step packs it
-// there first and every reader (views included) sees the packed copy. Contiguous inputs are
-// read in place. An input that is only returned as an output is copied straight from the
-// strided view.
+// Who makes strided inputs contiguous (the one statement of the rule):
+// - The plan does, and it is the only layer that must. Every graph input that some node reads
+//   has an arena buffer reserved (live from before the first step to the input's last use,
+//   aliases included); when a call passes a non-contiguous view, a copy-in step packs it there
+//   with the kernels' cpu::copy_strided and every reader (views included) sees the packed copy.
+//   Contiguous inputs are read in place. An input that is only returned as an output is copied
+//   straight from the strided view. So a kernel run by a plan sees contiguous inputs only. The
+//   plan owns this because it alone knows which inputs are read and has an arena to pack into
+//   without a per-call allocation.
+// - Kernels may assume contiguous inputs under a plan. Their cpu::Packed (kernels/cpu/
+//   strided_copy.h) of an input costs nothing on contiguous memory; it is there for kernels
+//   run without a plan (run_node, whose engine callers pass contiguous tensors; kernel tests
+//   that pass strided views). Views a kernel builds itself (a reduction's permute_view) are
+//   its own layout choice, not input handling.
+// - Python (updraft/partition.py) hands the engine contiguous tensors: the bound fast path
+//   takes contiguous inputs only, and the general path calls torch's .contiguous() on a strided
+//   input before it crosses. With the plan packing, that torch copy is not needed for
+//   correctness; it costs one torch allocation per strided call.
 #pragma once
 #include <atomic>
 #include <memory>
@@ -32,9 +45,9 @@
 #include "ir/dim.h"
 #include "ir/graph.h"
 #include "kernels/kernel.h"
-#include "plan/memory_plan.h"
-#include "runtime/compiled_graph.h"
-#include "runtime/plan_cache.h"
+#include "memory/memory_plan.h"
+#include "runtime/executable.h"
+#include "runtime/cross_shape_cache.h"
 
 namespace updraft {
 
@@ -54,7 +67,7 @@ struct Step {
   enum class Kind : uint8_t { Kernel, CopyOut } kind = Kind::Kernel;
   int time = 0;  // the liveness step (graph node index; output copies at the end) used by the memory plan
   const Node* node = nullptr;            // Kernel only
-  std::shared_ptr<const Kernel> kernel;  // Kernel only; may be shared with other plans (PlanCache)
+  std::shared_ptr<const Kernel> kernel;  // Kernel only; may be shared with other plans (CrossShapeCache)
   std::vector<int> in_slots, out_slots;
   size_t scratch_offset = 0;  // in the arena; the kernel's scratch lives only during this step
   size_t scratch_bytes = 0;
@@ -73,12 +86,12 @@ struct CallState {
 class Plan {
  public:
   // Binds symbols from the input shapes, infers concrete shapes, creates kernels, plans
-  // memory. Throws Error("runtime", ...) on shapes the graph cannot take. With a PlanCache
-  // (one per compiled graph; CompiledGraph passes its own) the liveness is the cached one and
+  // memory. Throws Error("runtime", ...) on shapes the graph cannot take. With a CrossShapeCache
+  // (one per compiled graph; Executable passes its own) the liveness is the cached one and
   // kernels come from its KernelCache, so shape-generic kernels are built once per compile.
-  // A size input's entry in input_shapes is {value} (CompiledGraph::prepare).
+  // A size input's entry in input_shapes is {value} (Executable::prepare).
   static std::shared_ptr<Plan> build(const Graph& g, const std::vector<std::vector<int64_t>>& input_shapes,
-                                     const CompileOptions& opts, PlanCache* cache = nullptr);
+                                     const CompileOptions& opts, CrossShapeCache* cache = nullptr);
 
   const std::vector<std::vector<int64_t>>& input_shapes() const { return input_shapes_; }
   const std::vector<std::vector<int64_t>>& output_shapes() const { return output_shapes_; }
@@ -96,7 +109,7 @@ class Plan {
   std::unique_ptr<CallState> acquire() const;
   void release(std::unique_ptr<CallState> state) const;
   // Runs the schedule. Inputs/outputs must already be validated against this plan
-  // (CompiledGraph::run does that): count, dtype, shapes, contiguous outputs.
+  // (Executable::run does that): count, dtype, shapes, contiguous outputs.
   void execute(CallState& st, const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs) const;
 
   std::string str() const;  // bindings, schedule (step, op, kernel, slots), memory plan
@@ -108,6 +121,7 @@ class Plan {
   std::vector<StepTime> step_times() const;  // one per step, in schedule order
 
  private:
+  struct Builder;  // build()'s phases (plan.cpp)
   Plan() = default;
   std::unique_ptr<CallState> make_state() const;
 
@@ -121,6 +135,7 @@ class Plan {
   std::vector<bool> size_input_;     // by input: a size input (its signature entry is {value})
   MemoryPlan memory_;
   int num_inplace_ = 0;
+  int num_threads_ = 0;  // CompileOptions::num_threads, for the plan's own copies as for its kernels
   size_t num_views_ = 0;
 
   mutable std::atomic<bool> profiling_{false};
@@ -128,8 +143,5 @@ class Plan {
   mutable std::mutex pool_mu_;
   mutable std::vector<std::unique_ptr<CallState>> pool_;
 };
-
-// Copies a (possibly strided) view into a contiguous view of the same shape and dtype.
-void copy_to_contiguous(const TensorView& src, const TensorView& dst);
 
 }  // namespace updraft

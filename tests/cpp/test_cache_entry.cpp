@@ -17,7 +17,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "ir/text.h"
-#include "runtime/compiled_graph.h"
+#include "runtime/executable.h"
 #include "test_util.h"
 
 using namespace updraft;
@@ -78,7 +78,7 @@ std::vector<std::optional<Tensor>> new_checkpoint(const std::vector<std::optiona
   return p;
 }
 
-Tensor run(CompiledGraph& cg, const Tensor& x) {
+Tensor run(Executable& cg, const Tensor& x) {
   std::vector<std::vector<int64_t>> out = cg.prepare({x.shape()});
   Tensor y(DType::f32, out[0]);
   cg.run({x.view()}, {y.view()});
@@ -86,7 +86,7 @@ Tensor run(CompiledGraph& cg, const Tensor& x) {
 }
 
 std::string saved(const std::string& key = "k1") {
-  auto cg = CompiledGraph::compile(model(), CompileOptions{});
+  auto cg = Executable::compile(model(), CompileOptions{});
   return save_entry(cg->graph(), {key, "test model", "", ""});
 }
 
@@ -105,10 +105,10 @@ void expect_cache_error(const std::function<void()>& f, const std::string& what)
 TEST(CacheEntry, RoundTripRunsBitIdenticalWithoutPasses) {
   auto g = model();
   auto params = params_of(*g);
-  auto cold = CompiledGraph::compile(std::move(g), CompileOptions{});
+  auto cold = Executable::compile(std::move(g), CompileOptions{});
   // The passes folded: batch_norm into the conv, the permute and the bias reshape.
   std::string bytes = save_entry(cold->graph(), {"k1", "test model", "", ""});
-  auto warm = CompiledGraph::from_optimized(load_entry(bytes, "k1", params), CompileOptions{}, 0.0);
+  auto warm = Executable::from_optimized(load_entry(bytes, "k1", params), CompileOptions{}, 0.0);
   EXPECT_EQ(print_graph(warm->graph()), print_graph(cold->graph()));
   for (int64_t batch : {1, 3}) {
     Tensor x = random_tensor(DType::f32, {batch, 3, 8, 8}, 11);
@@ -123,10 +123,10 @@ TEST(CacheEntry, RoundTripRunsBitIdenticalWithoutPasses) {
 TEST(CacheEntry, SameParametersMapTheStoredFolds) {
   auto g = model();
   auto params = params_of(*g);
-  auto cold = CompiledGraph::compile(std::move(g), CompileOptions{});
+  auto cold = Executable::compile(std::move(g), CompileOptions{});
   std::string bytes = save_entry(cold->graph(), {"k1", "", "", ""});
   LoadInfo info;
-  auto warm = CompiledGraph::from_optimized(load_entry(bytes, "k1", params, &info), CompileOptions{}, 0.0);
+  auto warm = Executable::from_optimized(load_entry(bytes, "k1", params, &info), CompileOptions{}, 0.0);
   EXPECT_TRUE(info.mapped);
   EXPECT_EQ(info.folded, 4u);  // conv weight and bias, the permuted linear weight, the reshaped bias
   EXPECT_EQ(info.replay_ms, 0.0);
@@ -137,13 +137,13 @@ TEST(CacheEntry, SameParametersMapTheStoredFolds) {
 TEST(CacheEntry, FoldsOverTheSizeBoundAreOnlyRecipes) {
   auto g = model();
   auto params = params_of(*g);
-  auto cold = CompiledGraph::compile(std::move(g), CompileOptions{});
+  auto cold = Executable::compile(std::move(g), CompileOptions{});
   SaveOptions opts;
   opts.max_folded_bytes = 0;
   std::string small = save_entry(cold->graph(), {"k1", "", "", ""}, opts);
   EXPECT_LT(small.size(), save_entry(cold->graph(), {"k1", "", "", ""}).size());
   LoadInfo info;
-  auto warm = CompiledGraph::from_optimized(load_entry(small, "k1", params, &info), CompileOptions{}, 0.0);
+  auto warm = Executable::from_optimized(load_entry(small, "k1", params, &info), CompileOptions{}, 0.0);
   EXPECT_FALSE(info.mapped);
   EXPECT_EQ(info.folded, 4u);
   Tensor x = random_tensor(DType::f32, {2, 3, 8, 8}, 14);
@@ -153,7 +153,7 @@ TEST(CacheEntry, FoldsOverTheSizeBoundAreOnlyRecipes) {
 TEST(CacheEntry, LoadFromAMappedFile) {
   auto g = model();
   auto params = params_of(*g);
-  auto cold = CompiledGraph::compile(std::move(g), CompileOptions{});
+  auto cold = Executable::compile(std::move(g), CompileOptions{});
   std::string path = ::testing::TempDir() + "updraft_entry_test.updraft";
   {
     std::string bytes = save_entry(cold->graph(), {"k1", "", "", ""});
@@ -161,7 +161,7 @@ TEST(CacheEntry, LoadFromAMappedFile) {
     ::chmod(path.c_str(), 0600);
   }
   LoadInfo info;
-  auto warm = CompiledGraph::from_optimized(load_entry_file(path, "k1", params, &info), CompileOptions{}, 0.0);
+  auto warm = Executable::from_optimized(load_entry_file(path, "k1", params, &info), CompileOptions{}, 0.0);
   std::remove(path.c_str());  // the loaded entry outlives the name, as after an eviction
   EXPECT_TRUE(info.mapped);
   Tensor x = random_tensor(DType::f32, {3, 3, 8, 8}, 15);
@@ -173,15 +173,15 @@ TEST(CacheEntry, NewCheckpointIsRefitAndFoldsAreRecomputed) {
   std::string bytes = saved();
   auto fresh = new_checkpoint(params_of(*model()), 100);
   LoadInfo info;
-  auto warm = CompiledGraph::from_optimized(load_entry(bytes, "k1", fresh, &info), CompileOptions{}, 0.0);
+  auto warm = Executable::from_optimized(load_entry(bytes, "k1", fresh, &info), CompileOptions{}, 0.0);
   EXPECT_FALSE(info.mapped);  // other fingerprints: the stored folds are not used
   EXPECT_EQ(info.folded, 4u);
-  auto cold = CompiledGraph::compile(model(fresh), CompileOptions{});  // what a full compile gives
+  auto cold = Executable::compile(model(fresh), CompileOptions{});  // what a full compile gives
   Tensor x = random_tensor(DType::f32, {2, 3, 8, 8}, 12);
   Tensor a = run(*warm, x), b = run(*cold, x);
   EXPECT_TRUE(same_bits(a, b));
   // And it is not what the old weights give.
-  auto old = CompiledGraph::compile(model(), CompileOptions{});
+  auto old = Executable::compile(model(), CompileOptions{});
   EXPECT_FALSE(same_bits(a, run(*old, x)));
 }
 
@@ -190,7 +190,7 @@ TEST(CacheEntry, EntriesStoreNoParameterValues) {
   // max_folded_bytes = 0 not even those: then no parameter's bytes are in the entry.
   auto g = model();
   auto params = params_of(*g);
-  auto cg = CompiledGraph::compile(std::move(g), CompileOptions{});
+  auto cg = Executable::compile(std::move(g), CompileOptions{});
   SaveOptions opts;
   opts.max_folded_bytes = 0;
   std::string bytes = save_entry(cg->graph(), {"k1", "", "", ""}, opts);
@@ -312,7 +312,7 @@ std::string write_temp(const std::string& name, const std::string& bytes) {
 TEST(CacheEntry, LargeMappedEntryIsVerifiedInParallelAndCorruptionIsFound) {
   auto g = large_model();
   auto params = large_params(*g);
-  auto cold = CompiledGraph::compile(std::move(g), CompileOptions{});
+  auto cold = Executable::compile(std::move(g), CompileOptions{});
   std::string bytes = save_entry(cold->graph(), {"big", "", "", ""});
   ASSERT_GT(bytes.size(), size_t{9} << 20);  // the folded weight is stored
   Tensor x = random_tensor(DType::f32, {4, 1536}, 21);
@@ -320,7 +320,7 @@ TEST(CacheEntry, LargeMappedEntryIsVerifiedInParallelAndCorruptionIsFound) {
 
   std::string path = write_temp("updraft_large_entry.updraft", bytes);
   LoadInfo info;
-  auto warm = CompiledGraph::from_optimized(load_entry_file(path, "big", params, &info), CompileOptions{}, 0.0);
+  auto warm = Executable::from_optimized(load_entry_file(path, "big", params, &info), CompileOptions{}, 0.0);
   EXPECT_TRUE(info.mapped);
   EXPECT_TRUE(same_bits(run(*warm, x), want));
 
@@ -345,11 +345,11 @@ TEST(CacheEntry, LargeMappedEntryIsVerifiedInParallelAndCorruptionIsFound) {
   static_cast<float*>(w.data())[12345] += 1.0f;
   changed[0] = w;
   LoadInfo info2;
-  auto refit = CompiledGraph::from_optimized(load_entry_file(path, "big", changed, &info2), CompileOptions{}, 0.0);
+  auto refit = Executable::from_optimized(load_entry_file(path, "big", changed, &info2), CompileOptions{}, 0.0);
   EXPECT_FALSE(info2.mapped);
   auto g2 = large_model();
   for (Value* c : g2->constants()) c->constant = *changed[static_cast<size_t>(c->source)];
-  auto fresh = CompiledGraph::compile(std::move(g2), CompileOptions{});
+  auto fresh = Executable::compile(std::move(g2), CompileOptions{});
   Tensor got = run(*refit, x);
   EXPECT_TRUE(same_bits(got, run(*fresh, x)));
   EXPECT_FALSE(same_bits(got, want));
@@ -362,11 +362,11 @@ TEST(CacheEntry, LargeMappedEntryIsVerifiedInParallelAndCorruptionIsFound) {
 TEST(CacheEntry, LoadedFileEntryIsPrivateToTheProcess) {
   auto g = model();
   auto params = params_of(*g);
-  auto cold = CompiledGraph::compile(std::move(g), CompileOptions{});
+  auto cold = Executable::compile(std::move(g), CompileOptions{});
   std::string bytes = save_entry(cold->graph(), {"k1", "", "", ""});
   std::string path = write_temp("updraft_private_entry.updraft", bytes);
   LoadInfo info;
-  auto warm = CompiledGraph::from_optimized(load_entry_file(path, "k1", params, &info), CompileOptions{}, 0.0);
+  auto warm = Executable::from_optimized(load_entry_file(path, "k1", params, &info), CompileOptions{}, 0.0);
   ASSERT_TRUE(info.mapped);  // the stored folds are used: their bytes are the entry's
   Tensor x = random_tensor(DType::f32, {2, 3, 8, 8}, 31);
   Tensor want = run(*cold, x);

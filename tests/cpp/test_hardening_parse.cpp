@@ -18,7 +18,7 @@
 #include "core/version.h"
 #include "ir/dim.h"
 #include "ir/text.h"
-#include "runtime/compiled_graph.h"
+#include "runtime/executable.h"
 #include "test_util.h"
 
 using namespace updraft;
@@ -224,7 +224,7 @@ TEST(HardeningParse, PlanWithOverflowingByteCountIsAnError) {
   auto g = parse_graph(
       "graph(%x: f32[1]) {\n  %0 = expand(%x) {shape=[4611686018427387905]}\n"
       "  %1 = sum(%0) {dims=[0]}\n  return (%1)\n}");
-  auto cg = CompiledGraph::compile(std::move(g), CompileOptions{});
+  auto cg = Executable::compile(std::move(g), CompileOptions{});
   expect_error(
       [&] {
         auto outs = cg->prepare({{1}});
@@ -236,6 +236,6 @@ TEST(HardeningParse, PlanWithOverflowingByteCountIsAnError) {
   auto g2 = parse_graph(
       "graph(%x: f32[1]) {\n  %0 = expand(%x) {shape=[2305843009213693952]}\n"
       "  %1 = sum(%0) {dims=[0]}\n  return (%1)\n}");
-  auto cg2 = CompiledGraph::compile(std::move(g2), CompileOptions{});
+  auto cg2 = Executable::compile(std::move(g2), CompileOptions{});
   expect_error([&] { cg2->prepare({{1}}); }, "plan", "overflows");
 }

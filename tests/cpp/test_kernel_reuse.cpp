@@ -1,4 +1,4 @@
-// Kernel reuse across shape signatures (runtime/plan_cache.h): a transformer layer with a
+// Kernel reuse across shape signatures (runtime/cross_shape_cache.h): a transformer layer with a
 // dynamic batch s0 and sequence s1 compiled once and run at many shapes (sizes 0 and 1
 // included), every output checked against the reference interpreter; shape-generic kernels
 // (runtime-M linear, sdpa, the CPU elementwise/norm kernels) are built once and shared by every
@@ -16,10 +16,10 @@
 
 #include "core/error.h"
 #include "ir/text.h"
-#include "runtime/compiled_graph.h"
+#include "runtime/executable.h"
 #include "runtime/interpreter.h"
 #include "runtime/plan.h"
-#include "runtime/plan_cache.h"
+#include "runtime/cross_shape_cache.h"
 #include "test_util.h"
 
 using namespace updraft;
@@ -98,7 +98,7 @@ std::vector<std::vector<int64_t>> shapes_of(const std::vector<Tensor>& ts) {
 }
 
 // Runs the compiled graph on `in` and checks both outputs against the reference interpreter.
-void run_and_check(CompiledGraph& cg, const Graph& ref_graph, const std::vector<Tensor>& in, const std::string& what) {
+void run_and_check(Executable& cg, const Graph& ref_graph, const std::vector<Tensor>& in, const std::string& what) {
   auto out_shapes = cg.prepare(shapes_of(in));
   std::vector<Tensor> outs;
   std::vector<TensorView> out_views;
@@ -130,7 +130,7 @@ KernelContext context_of(const Plan& p, const Step& st) {
 }  // namespace
 
 TEST(KernelReuse, TransformerLayerAtManyShapesMatchesReference) {
-  auto cg = CompiledGraph::compile(parse_graph(kLayer), CompileOptions{});
+  auto cg = Executable::compile(parse_graph(kLayer), CompileOptions{});
   auto ref = parse_graph(kLayer);
   const std::vector<Case> cases = {{2, 5}, {1, 1}, {3, 17}, {2, 64}, {1, 33}, {0, 7}, {2, 5}, {4, 2}, {1, 128}};
   for (Case c : cases) run_and_check(*cg, *ref, inputs_for(c), "s0=" + std::to_string(c.b) + " s1=" + std::to_string(c.s));
@@ -138,7 +138,7 @@ TEST(KernelReuse, TransformerLayerAtManyShapesMatchesReference) {
 }
 
 TEST(KernelReuse, GenericKernelsAreBuiltOncePerCompile) {
-  auto cg = CompiledGraph::compile(parse_graph(kLayer), CompileOptions{});
+  auto cg = Executable::compile(parse_graph(kLayer), CompileOptions{});
   auto first = cg->plan({{2, 5, 32}, {2, 1, 1, 5}});
   ASSERT_NE(kernel_named(*first, ":runtime_m"), nullptr) << first->str();
   ASSERT_NE(kernel_named(*first, "onednn_f32_matmul:"), nullptr) << first->str();
@@ -178,7 +178,7 @@ TEST(KernelReuse, ShapeSpecificKernelsAreReusedForTheirOwnShapes) {
   // kernels built for a shape are found again in the KernelCache.
   CompileOptions opts;
   opts.plan_cache_size = 1;
-  auto cg = CompiledGraph::compile(parse_graph(kLayer), opts);
+  auto cg = Executable::compile(parse_graph(kLayer), opts);
   auto ref = parse_graph(kLayer);
   run_and_check(*cg, *ref, inputs_for({2, 5}), "first");
   size_t after_first = cg->plan_stats().kernels_created;
@@ -196,7 +196,7 @@ TEST(KernelReuse, PlanBuildWithoutCacheStillWorks) {
   CompileOptions opts;
   auto p = Plan::build(*g, {{2, 3, 32}, {2, 1, 1, 3}}, opts);
   EXPECT_EQ(p->output_shapes(), (std::vector<std::vector<int64_t>>{{2, 3, 32}, {2, 3, 8}, {2, 3, 16}}));
-  PlanCache cache(*g, 4);
+  CrossShapeCache cache(*g, 4);
   auto a = Plan::build(*g, {{2, 3, 32}, {2, 1, 1, 3}}, opts, &cache);
   auto b = Plan::build(*g, {{1, 9, 32}, {1, 1, 1, 9}}, opts, &cache);
   EXPECT_EQ(kernel_named(*a, "sdpa"), kernel_named(*b, "sdpa"));
@@ -204,7 +204,7 @@ TEST(KernelReuse, PlanBuildWithoutCacheStillWorks) {
 }
 
 TEST(KernelReuse, ConcurrentCallsAtManyShapesShareKernels) {
-  auto cg = CompiledGraph::compile(parse_graph(kLayer), CompileOptions{.num_threads = 1});
+  auto cg = Executable::compile(parse_graph(kLayer), CompileOptions{.num_threads = 1});
   auto ref = parse_graph(kLayer);
   const std::vector<Case> cases = {{2, 5}, {1, 1}, {3, 17}, {2, 30}, {1, 33}, {4, 2}, {2, 12}, {3, 3}};
   std::vector<std::vector<Tensor>> ins;
@@ -245,10 +245,10 @@ TEST(KernelReuse, ConcurrentCallsAtManyShapesShareKernels) {
 }
 
 TEST(KernelReuse, TwinNodesShareShapeWorkAndAgreeWithTheirOwnInference) {
-  // PlanCache::twin: a node with the op, attributes and input types of an earlier node takes
+  // CrossShapeCache::twin: a node with the op, attributes and input types of an earlier node takes
   // that node's concrete output shapes (and bound attributes) in every plan.
   auto g = parse_graph(kLayer);
-  PlanCache cache(*g, 4);
+  CrossShapeCache cache(*g, 4);
   const Liveness& lv = cache.liveness;
   auto index_of = [&](const std::string& out_name) {
     for (int i = 0; i < lv.at_end; ++i)

@@ -8,8 +8,8 @@
 #include "core/error.h"
 #include "ir/graph.h"
 #include "ir/op_table.h"
-#include "plan/liveness.h"
-#include "plan/memory_plan.h"
+#include "memory/liveness.h"
+#include "memory/memory_plan.h"
 
 using namespace updraft;
 

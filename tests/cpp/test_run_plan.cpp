@@ -1,10 +1,10 @@
-// CompiledGraph::plan + run_plan, the lookup-free path the Python bindings use per call:
+// Executable::plan + run_plan, the lookup-free path the Python bindings use per call:
 // same results as run(), the same validation, and a held plan outlives LRU eviction.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
 #include "ir/graph.h"
-#include "runtime/compiled_graph.h"
+#include "runtime/executable.h"
 #include "runtime/plan.h"
 #include "test_util.h"
 
@@ -14,14 +14,14 @@ using updraft::testing::random_tensor;
 
 namespace {
 
-std::shared_ptr<CompiledGraph> relu_add(size_t cache = 16) {
+std::shared_ptr<Executable> relu_add(size_t cache = 16) {
   auto g = std::make_unique<Graph>();
   Value* x = g->add_input("x", {DType::f32, {Dim::sym("s0"), 5}});
   Value* y = g->add_input("y", {DType::f32, {Dim::sym("s0"), 5}});
   g->set_outputs({g->add_node("relu", {g->add_node("add", {x, y})->output()})->output()});
   CompileOptions o;
   o.plan_cache_size = cache;
-  return CompiledGraph::compile(std::move(g), o);
+  return Executable::compile(std::move(g), o);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// CompiledGraph end to end: compile + run small graphs and compare with the reference
+// Executable end to end: compile + run small graphs and compare with the reference
 // kernels run node by node; outputs that are inputs/constants/views/duplicates; symbolic
 // shapes and the plan cache; input validation; strided inputs; concurrency; no steady-state
 // allocation.
@@ -15,7 +15,7 @@
 #include "ir/graph.h"
 #include "ir/op_table.h"
 #include "kernels/kernel.h"
-#include "runtime/compiled_graph.h"
+#include "runtime/executable.h"
 #include "runtime/plan.h"
 #include "test_util.h"
 
@@ -73,7 +73,7 @@ std::vector<Tensor> reference(const Graph& g, const std::vector<Tensor>& inputs)
 }
 
 // Compiles, runs with fresh output tensors (pre-filled with garbage), returns the outputs.
-std::vector<Tensor> run_compiled(CompiledGraph& cg, const std::vector<TensorView>& inputs) {
+std::vector<Tensor> run_compiled(Executable& cg, const std::vector<TensorView>& inputs) {
   std::vector<std::vector<int64_t>> shapes;
   for (const TensorView& v : inputs) shapes.push_back(v.shape());
   auto out_shapes = cg.prepare(shapes);
@@ -101,7 +101,7 @@ void expect_matches_reference(const Builder& build, const std::vector<Tensor>& i
                               double tol = 1e-5) {
   auto ref_graph = build();
   auto want = reference(*ref_graph, inputs);
-  auto cg = CompiledGraph::compile(build(), opts);
+  auto cg = Executable::compile(build(), opts);
   auto got = run_compiled(*cg, views_of(inputs));
   ASSERT_EQ(got.size(), want.size());
   for (size_t k = 0; k < got.size(); ++k)
@@ -148,7 +148,7 @@ TEST(Runtime, SmallGraphMatchesReference) {
 }
 
 TEST(Runtime, CompileRecordsPassesAndTime) {
-  auto cg = CompiledGraph::compile(small_graph(), {});
+  auto cg = Executable::compile(small_graph(), {});
   EXPECT_FALSE(cg->pass_log().empty());
   EXPECT_GE(cg->compile_ms(), 0.0);
   EXPECT_EQ(cg->output_dtypes(), (std::vector<DType>{DType::f32, DType::f32}));
@@ -169,7 +169,7 @@ TEST(Runtime, OutputsThatAreInputsConstantsViewsAndDuplicatesAreCopies) {
   Tensor x = random_tensor(DType::f32, {2, 3}, 3);
   expect_matches_reference(build, {x});
 
-  auto cg = CompiledGraph::compile(build(), {});
+  auto cg = Executable::compile(build(), {});
   auto outs = run_compiled(*cg, {x.view()});
   // Every output has its own memory: none aliases the input, the constant or another output.
   EXPECT_NE(outs[0].data(), x.data());
@@ -193,7 +193,7 @@ TEST(Runtime, SymbolicShapesBuildOnePlanPerSignatureWithinTheCacheBound) {
   };
   CompileOptions opts;
   opts.plan_cache_size = 2;
-  auto cg = CompiledGraph::compile(build(), opts);
+  auto cg = Executable::compile(build(), opts);
   auto ref = build();
   EXPECT_EQ(cg->prepare({{2, 4}, {2, 4}}), (std::vector<std::vector<int64_t>>{{2, 4}}));
   for (int64_t n : {2, 7, 2, 0, 9, 2}) {
@@ -215,7 +215,7 @@ TEST(Runtime, BadInputsAreRuntimeErrorsWithIndexAndExpectation) {
     g->set_outputs({g->add_node("add", {x, y})->output()});
     return g;
   };
-  auto cg = CompiledGraph::compile(build(), {});
+  auto cg = Executable::compile(build(), {});
   Tensor a = random_tensor(DType::f32, {4, 4}, 1), b = random_tensor(DType::f32, {7, 4}, 2);
   Tensor d = random_tensor(DType::f64, {4, 4}, 3), r3 = random_tensor(DType::f32, {4, 4, 1}, 4);
   Tensor w = random_tensor(DType::f32, {4, 5}, 5);
@@ -256,15 +256,73 @@ TEST(Runtime, StridedInputsArePackedBeforeKernelsAndViewsReadThem) {
   ASSERT_FALSE(strided.is_contiguous());
   auto ref = build();
   auto want = reference(*ref, {x});
-  auto cg = CompiledGraph::compile(build(), {});
+  auto cg = Executable::compile(build(), {});
   for (int rep = 0; rep < 2; ++rep) {  // strided then contiguous on the same plan (and arena)
     auto got = run_compiled(*cg, {rep == 0 ? strided : x.view()});
     for (size_t k = 0; k < got.size(); ++k) EXPECT_TRUE(all_close(got[k], want[k], 0, 0)) << "rep " << rep << " out " << k;
   }
 }
 
-TEST(Runtime, ManyThreadsShareOneCompiledGraph) {
-  auto cg = CompiledGraph::compile(small_graph(), {});
+// The plan's copy-in and copy-out are cpu::copy_strided (plan.h: who makes strided inputs
+// contiguous): every element size, a broadcast row (stride 0), padded rows, and a transpose big
+// enough for the threaded copy. x is read by a view (packed, then copied out through the view
+// and as itself), y only returned (copied from its strided view). No kernel runs, so the
+// allocation count is the runtime's own: a steady-state strided call allocates nothing.
+TEST(Runtime, StridedInputsOfEveryLayoutAndElementSizeArriveExactly) {
+  auto dense = [](const TensorView& v) {  // the view's elements, row-major, by a plain loop
+    Tensor t(v.dtype, v.shape());
+    const size_t es = dtype_size(v.dtype);
+    for (int64_t i = 0; i < v.sizes[0]; ++i)
+      for (int64_t j = 0; j < v.sizes[1]; ++j)
+        std::memcpy(static_cast<char*>(t.data()) + (i * v.sizes[1] + j) * es,
+                    static_cast<const char*>(v.data) + (i * v.strides[0] + j * v.strides[1]) * es, es);
+    return t;
+  };
+  auto same_bytes = [](const Tensor& a, const Tensor& b) {
+    return a.shape() == b.shape() && a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+  };
+  for (DType dt : {DType::u8, DType::bf16, DType::f32, DType::i64}) {
+    for (const char* layout : {"broadcast", "padded", "transposed"}) {
+      const bool big = std::string(layout) == "transposed" && dt == DType::f32;
+      const int64_t rows = big ? 300 : 5, cols = big ? 400 : 7;
+      // Storage of distinct bytes, viewed with the layout's strides as a [rows, cols] tensor.
+      Tensor store(dt, {rows + 1, cols + 3});
+      for (size_t b = 0; b < store.nbytes(); ++b) static_cast<uint8_t*>(store.data())[b] = static_cast<uint8_t>(b * 7 + 1);
+      TensorView v = TensorView::contiguous(store.data(), dt, {rows, cols});
+      if (std::string(layout) == "broadcast") v.strides[0] = 0;
+      if (std::string(layout) == "padded") v.strides[0] = cols + 3;
+      if (std::string(layout) == "transposed") {
+        v.strides[0] = 1;
+        v.strides[1] = rows;
+      }
+      ASSERT_FALSE(v.is_contiguous());
+      auto g = std::make_unique<Graph>();
+      Value* x = g->add_input("x", {dt, {rows, cols}});
+      Value* y = g->add_input("y", {dt, {rows, cols}});
+      Value* r = g->add_node("reshape", {x}, {{"shape", Ints{rows * cols}}})->output();
+      g->set_outputs({x, r, y});
+      auto cg = Executable::compile(std::move(g), {});
+      const Tensor want = dense(v);
+      Tensor o0(dt, {rows, cols}), o1(dt, {rows * cols}), o2(dt, {rows, cols});
+      std::vector<TensorView> ins = {v, v}, outs = {o0.view(), o1.view(), o2.view()};
+      cg->prepare({{rows, cols}, {rows, cols}});
+      cg->run(ins, outs);
+      const std::string what = std::string(dtype_name(dt)) + " " + layout;
+      EXPECT_TRUE(same_bytes(o0, want)) << what;
+      EXPECT_TRUE(std::memcmp(o1.data(), want.data(), want.nbytes()) == 0) << what;
+      EXPECT_TRUE(same_bytes(o2, want)) << what;
+      if (big) continue;  // the threaded copy's pool may allocate; the small copies run inline
+      g_allocs = 0;
+      t_count_allocs = true;
+      for (int i = 0; i < 5; ++i) cg->run(ins, outs);
+      t_count_allocs = false;
+      EXPECT_EQ(g_allocs.load(), 0) << what;
+    }
+  }
+}
+
+TEST(Runtime, ManyThreadsShareOneExecutable) {
+  auto cg = Executable::compile(small_graph(), {});
   auto ref = small_graph();
   struct Case {
     std::vector<Tensor> in, want;
@@ -299,7 +357,7 @@ TEST(Runtime, SteadyStateCallDoesNotAllocate) {
   Value* x = g->add_input("x", f32({4, 6}));
   Value* v = g->add_node("reshape", {x}, {{"shape", Ints{24}}})->output();
   g->set_outputs({v, x});
-  auto cg = CompiledGraph::compile(std::move(g), {});
+  auto cg = Executable::compile(std::move(g), {});
   Tensor in = random_tensor(DType::f32, {4, 6}, 5), o0(DType::f32, {24}), o1(DType::f32, {4, 6});
   std::vector<TensorView> ins = {in.view()}, outs = {o0.view(), o1.view()};
   cg->run(ins, outs);  // first call builds the plan and the pooled arena
@@ -355,7 +413,7 @@ TEST(Runtime, RandomGraphsOfChainsViewsAndReusedValuesMatchReference) {
 }
 
 TEST(Runtime, PlanTextShowsScheduleKernelsAndMemory) {
-  auto cg = CompiledGraph::compile(small_graph(), {});
+  auto cg = Executable::compile(small_graph(), {});
   std::string t = cg->plan_text({{3, 5}, {3, 5}});
   EXPECT_NE(t.find("steps ("), std::string::npos) << t;
   EXPECT_NE(t.find("arena"), std::string::npos) << t;

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "ir/text.h"
-#include "runtime/compiled_graph.h"
+#include "runtime/executable.h"
 #include "runtime/interpreter.h"
 #include "test_util.h"
 
@@ -69,7 +69,7 @@ TEST(SizeInput, ParseErrors) {
 }
 
 TEST(SizeInput, OneCompileServesEveryValue) {
-  auto cg = CompiledGraph::compile(parse_graph(kGraph), CompileOptions{});
+  auto cg = Executable::compile(parse_graph(kGraph), CompileOptions{});
   Tensor x = updraft::testing::random_tensor(DType::f32, {3, 4}, 7);
   float colsum[4] = {0, 0, 0, 0};
   for (int i = 0; i < 3; ++i)
@@ -101,7 +101,7 @@ TEST(SizeInput, OneCompileServesEveryValue) {
 }
 
 TEST(SizeInput, ConflictWithATensorDimIsAnError) {
-  auto cg = CompiledGraph::compile(parse_graph(R"(graph(%x: f32[s1], %n: i64[] = s1) {
+  auto cg = Executable::compile(parse_graph(R"(graph(%x: f32[s1], %n: i64[] = s1) {
   %nf = cast(%n) {dtype="f32"}
   %o = add(%x, %nf)
   return (%o)
@@ -117,7 +117,7 @@ TEST(SizeInput, InterpreterBindsByValue) {
   auto outs = interpret(*g, {x, scalar_i64(5)}, Device::ref);
   ASSERT_EQ(outs.size(), 1u);
   EXPECT_EQ(outs[0].shape(), (std::vector<int64_t>{6, 4}));
-  auto cg = CompiledGraph::compile(parse_graph(kGraph), CompileOptions{});
+  auto cg = Executable::compile(parse_graph(kGraph), CompileOptions{});
   Tensor out(DType::f32, {6, 4});
   Tensor n = scalar_i64(5);
   cg->run({x.view(), n.view()}, {out.view()});

@@ -6,7 +6,7 @@
 #include "core/error.h"
 #include "ir/op_table.h"
 #include "ir/text.h"
-#include "runtime/compiled_graph.h"
+#include "runtime/executable.h"
 #include "test_util.h"
 
 using namespace updraft;
@@ -133,7 +133,7 @@ TEST(SymbolicAttrs, SliceWithSymbolicEnd) {
 }
 
 TEST(SymbolicAttrs, OneCompileServesEveryShape) {
-  auto cg = CompiledGraph::compile(parse_graph(kGraph), CompileOptions{});
+  auto cg = Executable::compile(parse_graph(kGraph), CompileOptions{});
   auto ref_graph = parse_graph(kGraph);
   const Tensor& c = *ref_graph->constants().at(0)->constant;
   const float* cp = c.ptr<float>();
@@ -173,7 +173,7 @@ TEST(SymbolicAttrs, UnprovableReshapeIsCheckedPerBinding) {
   %1 = copy(%0)
   return (%1)
 })");
-  auto cg = CompiledGraph::compile(std::move(g), CompileOptions{});
+  auto cg = Executable::compile(std::move(g), CompileOptions{});
   EXPECT_EQ(cg->prepare({{2, 3, 48}, {6}}), (std::vector<std::vector<int64_t>>{{6, 48}}));
   try {
     cg->prepare({{2, 3, 48}, {5}});

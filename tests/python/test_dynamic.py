@@ -134,7 +134,7 @@ def test_dynamic_factories_and_slices_match_eager(engine_compiles):
 
 
 def test_new_shapes_reuse_the_compiles_kernels(monkeypatch):
-    """Plans for new shapes share the kernels of earlier ones (runtime/plan_cache.h). Every
+    """Plans for new shapes share the kernels of earlier ones (runtime/cross_shape_cache.h). Every
     linear (a runtime-M oneDNN matmul), attention, norm and elementwise kernel is built once;
     only the two kernels whose attributes hold a symbol are made again, once per new value:
     the slice of the position-id table to [:, :s1] (per new length) and the expand of the

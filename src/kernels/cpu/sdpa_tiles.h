@@ -1,4 +1,4 @@
-// The register tiles of the sdpa kernel (src/kernels/onednn/attention.cpp), written once over a
+// The register tiles of the sdpa kernel (src/kernels/cpu/attention.cpp), written once over a
 // vector type so that the AVX2 build (attention.cpp, 8 lanes) and the AVX-512 build
 // (attention_avx512.cpp, compiled with -mavx512f, 16 lanes) share them.
 //

@@ -37,13 +37,20 @@
 
 #include "kernels/cpu/sdpa_tiles.h"
 #include "kernels/cpu/simd_f32.h"
-#include "kernels/onednn/onednn_util.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/threads.h"
+#include "kernels/kernel.h"
+#include "kernels/onednn/onednn_util.h"  // DenseInput, ScratchPlan: shared with the oneDNN kernels
 
-namespace updraft::onednn {
+namespace updraft::cpu {
 
 namespace {
 
 namespace simd = cpu::simd;  // hsum, row_max, exp_shift_sum
+using onednn::at_offset;
+using onednn::DenseInput;
+using onednn::has_empty_tensor;
+using onednn::ScratchPlan;
 
 constexpr const char* kOp = "sdpa";
 
@@ -221,9 +228,11 @@ class SdpaKernel final : public Kernel {
 
 }  // namespace
 
-void register_attention(KernelRegistry& r) { r.add("sdpa", Device::cpu, SdpaKernel::create); }
+}  // namespace updraft::cpu
 
-}  // namespace updraft::onednn
+namespace updraft {
+void register_cpu_attention_kernels(KernelRegistry& r) { r.add("sdpa", Device::cpu, cpu::SdpaKernel::create); }
+}  // namespace updraft
 
 namespace updraft::cpu::sdpa {
 
@@ -238,7 +247,6 @@ float softmax_row_avx2(float* sc, int64_t n) {
 
 // 4 rows x 16 keys (8 accumulators) for scores; 4 rows x 16 columns for p v.
 const Tiles& tiles_avx2() {
-  using onednn::Avx2;
   static const Tiles t{"avx2",           4, scores_tile<Avx2, 4>, scores_tile<Avx2, 1>, pv_tile<Avx2, 4>,
                        pv_tile<Avx2, 1>, softmax_row_avx2};
   return t;

@@ -1,13 +1,14 @@
-// CompiledGraph: the result of compiling one engine graph, ready to run many times.
+// Executable: the result of compiling one engine graph, ready to run many times (the C++
+// engine's; python/updraft/backend.py's compiled-module class is another thing, one level up).
 //
-//   auto cg = CompiledGraph::compile(std::move(graph), CompileOptions{});
+//   auto cg = Executable::compile(std::move(graph), CompileOptions{});
 //   auto out_shapes = cg->prepare({{1, 3, 224, 224}});   // builds + caches the plan
 //   cg->run({input_view}, {output_view});                 // thread-safe
 //
 // compile() runs the pass pipeline once. A Plan (flat list of kernel calls with resolved
 // buffer slots and a memory plan) is built per concrete input-shape signature on first use
 // and cached (bounded LRU). Each concurrent run() takes its own arena from a pool, so one
-// CompiledGraph may be called from many threads at once. Inputs are read in place
+// Executable may be called from many threads at once. Inputs are read in place
 // (zero-copy); outputs are written into caller-owned memory (torch tensors, from Python).
 #pragma once
 #include <memory>
@@ -23,21 +24,21 @@ namespace updraft {
 
 class Plan;        // runtime/plan.h
 
-// One plan step's accumulated time while profiling is on (CompiledGraph::set_profiling).
+// One plan step's accumulated time while profiling is on (Executable::set_profiling).
 struct StepTime {
   int step = 0;
   std::string op, kernel;  // "copy-out" / "strided_copy" for output copies
   int64_t calls = 0, total_ns = 0;
 };
-struct PlanCache;  // runtime/plan_cache.h
+struct CrossShapeCache;  // runtime/cross_shape_cache.h
 
-// Plans built over this CompiledGraph's life (evicted ones included): one per new input-shape
+// Plans built over this Executable's life (evicted ones included): one per new input-shape
 // signature, or more when the LRU evicted a signature that came back.
 struct PlanStats {
   size_t built = 0;
   double last_ms = 0;   // Plan::build of the most recent new signature
   double total_ms = 0;
-  // Kernels over all plans: made by a factory, or served from the KernelCache (plan_cache.h)
+  // Kernels over all plans: made by a factory, or served from the KernelCache (cross_shape_cache.h)
   // because they are shape-generic or were built for the same shapes before.
   size_t kernels_created = 0, kernels_reused = 0;
   // CPU time of the building thread, same scopes as last_ms/total_ms: on a loaded machine
@@ -46,14 +47,14 @@ struct PlanStats {
   double last_cpu_ms = 0, total_cpu_ms = 0;
 };
 
-class CompiledGraph {
+class Executable {
  public:
-  static std::shared_ptr<CompiledGraph> compile(std::unique_ptr<Graph> graph, const CompileOptions& opts);
+  static std::shared_ptr<Executable> compile(std::unique_ptr<Graph> graph, const CompileOptions& opts);
   // A graph that is already optimised (a compile-cache entry, cache/entry.h): no passes run.
   // compile_ms() reports `load_ms`, and the pass log holds one record, "cache_load".
-  static std::shared_ptr<CompiledGraph> from_optimized(std::unique_ptr<Graph> graph, const CompileOptions& opts,
+  static std::shared_ptr<Executable> from_optimized(std::unique_ptr<Graph> graph, const CompileOptions& opts,
                                                        double load_ms);
-  ~CompiledGraph();
+  ~Executable();
 
   // Concrete output shapes for these input shapes (builds and caches the plan if needed).
   // Input signature: a tensor input's shape; a size input's (Graph::add_size_input) value, as
@@ -86,7 +87,7 @@ class CompiledGraph {
   PlanStats plan_stats() const;
 
  private:
-  CompiledGraph() = default;
+  Executable() = default;
   std::shared_ptr<Plan> plan_for(const std::vector<std::vector<int64_t>>& input_shapes);
   void check_inputs(const std::vector<TensorView>& inputs) const;  // count, dtype, rank, data
   // Checks the outputs against the plan (count, dtype, shape, contiguity) and executes it.
@@ -99,7 +100,7 @@ class CompiledGraph {
   double compile_ms_ = 0;
   mutable std::mutex mu_;
   std::vector<std::pair<std::vector<std::vector<int64_t>>, std::shared_ptr<Plan>>> plans_;  // LRU, front = newest
-  std::unique_ptr<PlanCache> plan_cache_;  // liveness + kernels shared by this graph's plans; guarded by mu_
+  std::unique_ptr<CrossShapeCache> cross_shape_cache_;  // liveness + kernels its plans share; guarded by mu_
   size_t plans_built_ = 0;  // guarded by mu_, like the timings
   bool profiling_ = false;  // guarded by mu_
   double last_plan_ms_ = 0, total_plan_ms_ = 0, last_plan_cpu_ms_ = 0, total_plan_cpu_ms_ = 0;

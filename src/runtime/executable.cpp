@@ -1,10 +1,10 @@
-// CompiledGraph: compile once (pass pipeline), then per input-shape signature a cached Plan,
+// Executable: compile once (pass pipeline), then per input-shape signature a cached Plan,
 // then many concurrent run() calls, each on its own pooled arena.
 //
 // Locking: mu_ guards the LRU of plans (lookup, reorder, build, evict). A Plan is immutable
 // once built, so execution runs outside the lock; an evicted plan stays alive while a caller
 // still holds its shared_ptr. Each Plan guards its own pool of CallStates.
-#include "runtime/compiled_graph.h"
+#include "runtime/executable.h"
 
 #include <algorithm>
 #include <chrono>
@@ -15,7 +15,7 @@
 #include "kernels/kernel.h"
 #include "passes/pipeline.h"
 #include "runtime/plan.h"
-#include "runtime/plan_cache.h"
+#include "runtime/cross_shape_cache.h"
 
 namespace updraft {
 
@@ -35,13 +35,13 @@ std::string dims_str(const int64_t* s, int n) {
 
 }  // namespace
 
-std::shared_ptr<CompiledGraph> CompiledGraph::compile(std::unique_ptr<Graph> graph, const CompileOptions& opts) {
+std::shared_ptr<Executable> Executable::compile(std::unique_ptr<Graph> graph, const CompileOptions& opts) {
   UPDRAFT_CHECK(graph != nullptr, "runtime", "compile() was given no graph");
   UPDRAFT_CHECK(opts.channel_block == -1 || opts.channel_block == 0 || opts.channel_block == 8 ||
                     opts.channel_block == 16,
                 "runtime", "channel_block is " + std::to_string(opts.channel_block) +
                                "; use -1 (this CPU's preference), 0 (plain NCHW), 8 or 16");
-  std::shared_ptr<CompiledGraph> cg(new CompiledGraph());
+  std::shared_ptr<Executable> cg(new Executable());
   cg->opts_ = opts;
   if (cg->opts_.channel_block < 0) cg->opts_.channel_block = preferred_channel_block();
   auto t0 = std::chrono::steady_clock::now();
@@ -57,10 +57,10 @@ std::shared_ptr<CompiledGraph> CompiledGraph::compile(std::unique_ptr<Graph> gra
   return cg;
 }
 
-std::shared_ptr<CompiledGraph> CompiledGraph::from_optimized(std::unique_ptr<Graph> graph, const CompileOptions& opts,
+std::shared_ptr<Executable> Executable::from_optimized(std::unique_ptr<Graph> graph, const CompileOptions& opts,
                                                              double load_ms) {
   UPDRAFT_CHECK(graph != nullptr, "runtime", "from_optimized() was given no graph");
-  std::shared_ptr<CompiledGraph> cg(new CompiledGraph());
+  std::shared_ptr<Executable> cg(new Executable());
   cg->opts_ = opts;
   cg->graph_ = std::move(graph);
   cg->compile_ms_ = load_ms;
@@ -71,9 +71,9 @@ std::shared_ptr<CompiledGraph> CompiledGraph::from_optimized(std::unique_ptr<Gra
   return cg;
 }
 
-CompiledGraph::~CompiledGraph() = default;
+Executable::~Executable() = default;
 
-std::shared_ptr<Plan> CompiledGraph::plan_for(const std::vector<std::vector<int64_t>>& input_shapes) {
+std::shared_ptr<Plan> Executable::plan_for(const std::vector<std::vector<int64_t>>& input_shapes) {
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < plans_.size(); ++i) {
     if (plans_[i].first == input_shapes) {
@@ -84,14 +84,14 @@ std::shared_ptr<Plan> CompiledGraph::plan_for(const std::vector<std::vector<int6
     }
   }
   // Built under the lock: a plan is built once per signature even when many threads miss.
-  // The PlanCache is made with the first plan, whichever way this CompiledGraph was made.
+  // The CrossShapeCache is made with the first plan, whichever way this Executable was made.
   // Shape-specific kernels: twice the plan LRU per node, so a signature whose plan was evicted
   // and comes back finds its kernels (shape-generic ones are shared by every plan anyway).
-  if (!plan_cache_)
-    plan_cache_ = std::make_unique<PlanCache>(*graph_, 2 * std::max<size_t>(opts_.plan_cache_size, 1));
+  if (!cross_shape_cache_)
+    cross_shape_cache_ = std::make_unique<CrossShapeCache>(*graph_, 2 * std::max<size_t>(opts_.plan_cache_size, 1));
   auto t0 = std::chrono::steady_clock::now();
   const double cpu0 = thread_cpu_ms();
-  std::shared_ptr<Plan> plan = Plan::build(*graph_, input_shapes, opts_, plan_cache_.get());
+  std::shared_ptr<Plan> plan = Plan::build(*graph_, input_shapes, opts_, cross_shape_cache_.get());
   last_plan_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   total_plan_ms_ += last_plan_ms_;
   last_plan_cpu_ms_ = thread_cpu_ms() - cpu0;
@@ -105,27 +105,27 @@ std::shared_ptr<Plan> CompiledGraph::plan_for(const std::vector<std::vector<int6
   return plan;
 }
 
-std::vector<std::vector<int64_t>> CompiledGraph::prepare(const std::vector<std::vector<int64_t>>& input_shapes) {
+std::vector<std::vector<int64_t>> Executable::prepare(const std::vector<std::vector<int64_t>>& input_shapes) {
   return plan_for(input_shapes)->output_shapes();
 }
 
-std::string CompiledGraph::plan_text(const std::vector<std::vector<int64_t>>& input_shapes) {
+std::string Executable::plan_text(const std::vector<std::vector<int64_t>>& input_shapes) {
   return plan_for(input_shapes)->str();
 }
 
-PlanStats CompiledGraph::plan_stats() const {
+PlanStats Executable::plan_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  KernelCache::Stats k = plan_cache_ ? plan_cache_->kernels.stats() : KernelCache::Stats{};
+  KernelCache::Stats k = cross_shape_cache_ ? cross_shape_cache_->kernels.stats() : KernelCache::Stats{};
   return {plans_built_, last_plan_ms_, total_plan_ms_, k.created, k.reused, last_plan_cpu_ms_, total_plan_cpu_ms_};
 }
 
-void CompiledGraph::set_profiling(bool on) {
+void Executable::set_profiling(bool on) {
   std::lock_guard<std::mutex> lock(mu_);
   profiling_ = on;
   for (auto& [shapes, plan] : plans_) plan->set_profiling(on);
 }
 
-std::vector<std::pair<std::vector<std::vector<int64_t>>, std::vector<StepTime>>> CompiledGraph::step_times()
+std::vector<std::pair<std::vector<std::vector<int64_t>>, std::vector<StepTime>>> Executable::step_times()
     const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::pair<std::vector<std::vector<int64_t>>, std::vector<StepTime>>> r;
@@ -133,22 +133,22 @@ std::vector<std::pair<std::vector<std::vector<int64_t>>, std::vector<StepTime>>>
   return r;
 }
 
-size_t CompiledGraph::num_plans() const {
+size_t Executable::num_plans() const {
   std::lock_guard<std::mutex> lock(mu_);
   return plans_.size();
 }
 
-std::vector<DType> CompiledGraph::output_dtypes() const {
+std::vector<DType> Executable::output_dtypes() const {
   std::vector<DType> r;
   for (const Value* v : graph_->outputs()) r.push_back(v->type.dtype);
   return r;
 }
 
-std::shared_ptr<const Plan> CompiledGraph::plan(const std::vector<std::vector<int64_t>>& input_shapes) {
+std::shared_ptr<const Plan> Executable::plan(const std::vector<std::vector<int64_t>>& input_shapes) {
   return plan_for(input_shapes);
 }
 
-void CompiledGraph::check_inputs(const std::vector<TensorView>& inputs) const {
+void Executable::check_inputs(const std::vector<TensorView>& inputs) const {
   // Validate what the graph alone decides (count, dtype, rank) before looking for a plan;
   // sizes are checked by the plan lookup (a cached plan matches exactly) or its build.
   const auto& gin = graph_->inputs();
@@ -167,7 +167,7 @@ void CompiledGraph::check_inputs(const std::vector<TensorView>& inputs) const {
   }
 }
 
-void CompiledGraph::run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs) {
+void Executable::run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs) {
   check_inputs(inputs);
   std::shared_ptr<Plan> plan;
   {
@@ -192,7 +192,7 @@ void CompiledGraph::run(const std::vector<TensorView>& inputs, const std::vector
   execute_checked(*plan, inputs, outputs);
 }
 
-void CompiledGraph::run_plan(const Plan& plan, const std::vector<TensorView>& inputs,
+void Executable::run_plan(const Plan& plan, const std::vector<TensorView>& inputs,
                              const std::vector<TensorView>& outputs) {
   check_inputs(inputs);
   if (!plan.matches(inputs)) {
@@ -203,7 +203,7 @@ void CompiledGraph::run_plan(const Plan& plan, const std::vector<TensorView>& in
   execute_checked(plan, inputs, outputs);
 }
 
-void CompiledGraph::execute_checked(const Plan& plan_ref, const std::vector<TensorView>& inputs,
+void Executable::execute_checked(const Plan& plan_ref, const std::vector<TensorView>& inputs,
                                     const std::vector<TensorView>& outputs) {
   const Plan* plan = &plan_ref;
   const auto& want = plan->output_shapes();

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "ir/graph.h"
-#include "plan/liveness.h"
+#include "memory/liveness.h"
 
 namespace updraft {
 

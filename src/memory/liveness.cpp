@@ -1,4 +1,4 @@
-#include "plan/liveness.h"
+#include "memory/liveness.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "plan/memory_plan.h"
+#include "memory/memory_plan.h"
 
 #include <algorithm>
 #include <cstdio>

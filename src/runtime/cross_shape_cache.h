@@ -1,6 +1,7 @@
-// PlanCache: what the plans of one compiled graph share across shape signatures.
+// CrossShapeCache: what the plans of one compiled graph share across shape signatures (the
+// cache of plans themselves, one per signature, is the compiled graph's LRU).
 //
-//   PlanCache cache(graph, 16);                       // once per compile
+//   CrossShapeCache cache(graph, 16);                 // once per compile
 //   auto p1 = Plan::build(graph, {{2, 16}}, opts, &cache);
 //   auto p2 = Plan::build(graph, {{3, 40}}, opts, &cache);  // reuses p1's generic kernels
 //
@@ -11,7 +12,7 @@
 //   asks the registry for a new one. A kernel is shared (shared_ptr) by every plan using it;
 //   eviction from the cache never frees a kernel a plan still holds.
 //
-// Thread-safe: a mutex guards the kernel lists (CompiledGraph also builds under its own lock).
+// Thread-safe: a mutex guards the kernel lists (Executable also builds under its own lock).
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -21,7 +22,7 @@
 
 #include "ir/graph.h"
 #include "kernels/kernel.h"
-#include "plan/liveness.h"
+#include "memory/liveness.h"
 
 namespace updraft {
 
@@ -52,8 +53,8 @@ class KernelCache {
   Stats stats_;
 };
 
-struct PlanCache {
-  PlanCache(const Graph& g, size_t kernels_per_node);
+struct CrossShapeCache {
+  CrossShapeCache(const Graph& g, size_t kernels_per_node);
   Liveness liveness;
   KernelCache kernels;
   // Per node in liveness order: whether its attributes hold symbols (reshape to [s0, 12, 64]),

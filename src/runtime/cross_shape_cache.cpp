@@ -1,4 +1,4 @@
-#include "runtime/plan_cache.h"
+#include "runtime/cross_shape_cache.h"
 
 #include <algorithm>
 #include <string>
@@ -45,7 +45,7 @@ std::shared_ptr<const Kernel> KernelCache::get(const KernelContext& ctx, Device 
   return k;
 }
 
-PlanCache::PlanCache(const Graph& g, size_t kernels_per_node)
+CrossShapeCache::CrossShapeCache(const Graph& g, size_t kernels_per_node)
     : liveness(compute_liveness(g)), kernels(kernels_per_node) {
   for (const Value* c : g.constants()) constants.push_back(c);
   const size_t n = static_cast<size_t>(liveness.at_end);
