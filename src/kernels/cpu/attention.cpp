@@ -15,7 +15,7 @@
 // Vectorisation: the AVX2 + FMA tiles here (the engine's baseline; 4-row score tiles, 16-column
 // p v tiles, simd_f32.h's exp, < 2 ulp), or the AVX-512 ones of attention_avx512.cpp (8-row
 // score tiles, 64-column p v tiles, the same exp on 16 lanes), picked when the kernel is built
-// (pick_tiles: the CPU's AVX-512F, unless UPDRAFT_CPU_ISA=avx2).
+// (pick_tiles: the CPU's AVX-512F, unless KernelOptions::cpu_isa is avx2).
 //
 // Shape-generic: run() reads L, S and the batch dims from the views, and the per-thread
 // scratch is sized by this call's S (scratch_bytes_for), so one kernel serves every plan of a

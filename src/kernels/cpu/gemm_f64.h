@@ -16,7 +16,7 @@
 //
 // Micro-kernels: AVX2 + FMA (6 x 8, 12 accumulators; the engine's baseline) and AVX-512
 // (12 x 16, 24 accumulators, gemm_f64_avx512.cpp), picked when a kernel is built: the CPU's
-// AVX-512F unless UPDRAFT_CPU_ISA=avx2 caps the engine's own kernels at the baseline (as the
+// AVX-512F unless KernelOptions::cpu_isa (avx2) caps the engine's own kernels at the baseline (as the
 // f32 attention tiles do). Accumulation is in f64 throughout; a tile is summed over K in
 // order of kc blocks, so results differ from a plain dot product by reassociation only.
 //
