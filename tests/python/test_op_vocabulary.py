@@ -4,6 +4,7 @@ An engine op added with an aten twin (copysign, logit, erfinv...) is picked up b
 here with no Python edit, and tested end to end by `test_same_name_op_runs_in_engine`."""
 import math
 import os
+import subprocess
 import sys
 
 import pytest
@@ -136,3 +137,28 @@ def test_native_ops_are_derived_from_the_engine():
             assert op._schema.name.split("::")[-1] in names and not is_composite(op), op
     # A composite with an engine twin stays decomposed (AOTAutograd would decompose it anyway).
     assert aten.matmul.default not in native
+
+
+def test_ops_doc_is_current():
+    script = os.path.join(ROOT, "tools", "gen_ops_doc.py")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(updraft.__file__)))
+    r = subprocess.run([sys.executable, script, "--check"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_ops_doc_check_names_the_command(tmp_path, monkeypatch, capsys):
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    try:
+        import gen_ops_doc
+    finally:
+        sys.path.pop(0)
+    with open(gen_ops_doc.DOC, encoding="utf-8") as f:
+        text = f.read()
+    stale = tmp_path / "ops.md"
+    stale.write_text(text.replace("| atan2 |", "| atan2_old |"), encoding="utf-8")
+    monkeypatch.setattr(gen_ops_doc, "DOC", str(stale))
+    assert gen_ops_doc.main(["--check"]) == 1
+    assert "run: python tools/gen_ops_doc.py" in capsys.readouterr().out
+    assert gen_ops_doc.main([]) == 0 and stale.read_text(encoding="utf-8") == text  # regenerated
+    with pytest.raises(SystemExit, match="no op-table block for class Elementwise"):
+        gen_ops_doc.render(text.replace("<!-- op-table: Elementwise -->", "<!-- x -->"), INFO)
