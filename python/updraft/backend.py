@@ -56,6 +56,7 @@ def native_ops() -> list:
                and op._schema.name.split("::")[-1] in engine and op in LOWERINGS and not is_composite(op)]
     return sorted(set(derived) | set(EXTRA_NATIVE_OPS), key=str)
 
+
 _TRAINING_NOTE = ("training graph (inputs require grad): runs in PyTorch; the engine has no "
                   "backward ops yet")
 
