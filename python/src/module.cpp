@@ -21,6 +21,88 @@ void bind_runtime(nb::module_& m);
 void bind_cache(nb::module_& m);
 }  // namespace updraft::py
 
+namespace {
+
+// The names Python sees for the op table's enums. A switch without a default, so adding an
+// enumerator is a compiler warning here instead of a silent "?" in op_info().
+const char* class_name(OpClass c) {
+  switch (c) {
+    case OpClass::Elementwise: return "Elementwise";
+    case OpClass::Reduction: return "Reduction";
+    case OpClass::Norm: return "Norm";
+    case OpClass::View: return "View";
+    case OpClass::DataMovement: return "DataMovement";
+    case OpClass::Compute: return "Compute";
+    case OpClass::Fused: return "Fused";
+  }
+  return "?";
+}
+
+// The attribute kinds as docs/ops.md writes them.
+const char* kind_text(Attr::Kind k) {
+  switch (k) {
+    case Attr::Kind::Int: return "int";
+    case Attr::Kind::Float: return "float";
+    case Attr::Kind::Bool: return "bool";
+    case Attr::Kind::Str: return "str";
+    case Attr::Kind::Ints: return "ints";
+    case Attr::Kind::Floats: return "floats";
+    case Attr::Kind::Dims: return "dims";
+    case Attr::Kind::Sym: return "sym";
+  }
+  return "?";
+}
+
+nb::object attr_to_py(const Attr& a) {
+  switch (a.kind()) {
+    case Attr::Kind::Int: return nb::int_(a.i());
+    case Attr::Kind::Float: return nb::float_(a.f());
+    case Attr::Kind::Bool: return nb::bool_(a.b());
+    case Attr::Kind::Str: return nb::str(a.s().c_str());
+    case Attr::Kind::Ints: return nb::cast(a.ints());
+    case Attr::Kind::Floats: return nb::cast(a.floats());
+    case Attr::Kind::Dims: return py::shape_to_py(a.dims());
+    case Attr::Kind::Sym: return nb::str(a.dim().str().c_str());
+  }
+  return nb::none();
+}
+
+// One dict per OpTable row, in table order: what the front end derives its same-name
+// lowerings and docs/ops.md's tables from.
+nb::list op_info() {
+  nb::list out;
+  const OpTable& table = OpTable::get();
+  for (const std::string& name : table.names()) {
+    const OpDef& d = table.at(name);
+    nb::list attrs;
+    for (const AttrSpec& s : d.attrs) {
+      nb::dict a;
+      a["name"] = s.name;
+      a["kind"] = kind_text(s.kind);
+      a["required"] = !s.default_value.has_value();
+      a["default"] = s.default_value ? attr_to_py(*s.default_value) : nb::none();
+      attrs.append(a);
+    }
+    nb::list dtypes;
+    for (DType t : d.dtypes) dtypes.append(dtype_name(t));
+    nb::dict info;
+    info["name"] = d.name;
+    info["class"] = class_name(d.cls);
+    info["min_inputs"] = d.min_inputs;
+    info["max_inputs"] = d.max_inputs;
+    info["num_outputs"] = d.num_outputs;
+    info["attrs"] = attrs;
+    info["dtypes"] = dtypes;
+    info["inplace"] = d.inplace;
+    info["alias"] = d.alias;
+    info["doc"] = d.doc;
+    out.append(info);
+  }
+  return out;
+}
+
+}  // namespace
+
 NB_MODULE(_C, m) {
   m.doc() = "updraft engine bindings (C++ graph engine, CPU, oneDNN)";
   static nb::exception<Error> exc(m, "UpdraftError", PyExc_RuntimeError);
@@ -40,6 +122,11 @@ NB_MODULE(_C, m) {
       },
       nb::arg("op"), nb::arg("inputs"), nb::arg("attrs"),
       "None if the engine can run `op` on inputs [(dtype, shape)] with `attrs`; otherwise the reason.");
+  m.def("op_info", &op_info,
+        "Every op in the engine's op table, in table order, as a dict: name, class (Elementwise, "
+        "Reduction, Norm, View, DataMovement, Compute, Fused), min_inputs, max_inputs (-1: variadic), "
+        "num_outputs (-1: variable), attrs [{name, kind, required, default}], dtypes (input 0's; "
+        "empty: any), inplace, alias, doc.");
   m.def("op_doc", [](const std::string& op) { return OpTable::get().at(op).doc; });
   m.def("preferred_channel_block", [] { return preferred_channel_block(); },
         "The channel block the conv kernels prefer on this CPU (16: AVX-512, 8: AVX2, 0: none).");

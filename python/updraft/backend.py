@@ -24,17 +24,38 @@ from .report import GraphReport, report_for_new_graph
 
 aten = torch.ops.aten
 
-# Ops the core-aten table would decompose but the engine runs as one op (docs/ops.md).
-# convolution, addmm/mm/bmm, native_layer_norm, _softmax/_log_softmax, gelu and the pooling ops
-# are not in core_aten_decompositions(), so they reach the lowering as they are.
-NATIVE_OPS = (
-    aten.silu.default,
-    aten.hardswish.default,
-    aten.hardsigmoid.default,
-    aten._scaled_dot_product_flash_attention_for_cpu.default,
+# Ops the core-aten table would decompose but the engine runs as one op (docs/ops.md). Those
+# lowered onto the engine op of their own name are derived (`native_ops`); these are the ones
+# the name does not show. convolution, addmm/mm/bmm, native_layer_norm, _softmax/_log_softmax,
+# gelu and the pooling ops are not in core_aten_decompositions(), so they reach the lowering as
+# they are.
+EXTRA_NATIVE_OPS = (
+    aten._scaled_dot_product_flash_attention_for_cpu.default,  # the engine's sdpa (another name)
+    # A composite: kept, it becomes _adaptive_avg_pool2d (the engine's adaptive_avg_pool2d);
+    # the table would write it as index arithmetic.
     aten.adaptive_avg_pool2d.default,
     aten.roll.default,  # slices + concat in the engine (the decomposition is index arithmetic)
 )
+
+
+def native_ops() -> list:
+    """The ops kept out of the decompositions: EXTRA_NATIVE_OPS, and every core-aten op with a
+    lowering onto the engine op of its own name (from the engine's op table, so a new engine op
+    with an aten twin is kept whole with no edit here). Composite (CompositeImplicitAutograd)
+    ops are left in the table: AOTAutograd decomposes them anyway, by their C++ composite
+    instead of the table's rule, so popping them would only change which decomposition runs."""
+    from torch._decomp import core_aten_decompositions
+
+    from .lowerer import load_c
+    from .lowering import LOWERINGS
+    from .lowering_elementwise import is_composite
+
+    engine = set(load_c().op_names())
+    derived = [op for op in core_aten_decompositions()
+               if isinstance(op, torch._ops.OpOverload) and op.namespace == "aten"
+               and op._schema.name.split("::")[-1] in engine and op in LOWERINGS and not is_composite(op)]
+    return sorted(set(derived) | set(EXTRA_NATIVE_OPS), key=str)
+
 
 _TRAINING_NOTE = ("training graph (inputs require grad): runs in PyTorch; the engine has no "
                   "backward ops yet")
@@ -44,7 +65,7 @@ def decompositions() -> dict:
     from torch._decomp import core_aten_decompositions
 
     table = dict(core_aten_decompositions())
-    for op in NATIVE_OPS:
+    for op in native_ops():
         table.pop(op, None)
     return table
 

@@ -1,65 +1,26 @@
-"""Lowerings of elementwise ops: unary, binary, comparisons, logical ops, where."""
+"""Lowerings of elementwise ops.
+
+An aten op whose name is an engine Elementwise op (aten.atan2 -> atan2) is lowered by one
+generic rule built from the engine's own op table (`_C.op_info()`, see `same_name_lowerings`):
+its leading tensor/number arguments become the engine op's inputs, cast to the dtype PyTorch's
+type promotion gives, and its other arguments go to the engine attribute of the same name. A
+new engine op with an aten twin is therefore lowered with no edit here.
+
+The rules written out below are the ops that are not "same name, same arguments": different
+names or argument names (hardtanh, rsub, trunc, round.decimals, div with rounding_mode), an
+argument the engine op has no attribute for but can express (add/sub's alpha, pow with a
+constant exponent, clamp with tensor bounds), and where, whose operands promote differently
+(a bool condition and two promoted branches). They are registered first and win.
+"""
 from __future__ import annotations
+
+from typing import Any, Callable
 
 import torch
 from torch import fx
 
 from .lowerer import (LOWERINGS, Lowerer, Unsupported, aten, meta, out_dtype, register,
                       result_dtype)
-
-
-# -- unary elementwise, same name in the engine
-_UNARY = {
-    aten.neg.default: "neg", aten.abs.default: "abs", aten.relu.default: "relu",
-    aten.sigmoid.default: "sigmoid", aten.tanh.default: "tanh", aten.exp.default: "exp",
-    aten.log.default: "log", aten.sqrt.default: "sqrt", aten.rsqrt.default: "rsqrt",
-    aten.erf.default: "erf", aten.silu.default: "silu", aten.reciprocal.default: "reciprocal",
-    aten.sin.default: "sin", aten.cos.default: "cos", aten.floor.default: "floor",
-    aten.ceil.default: "ceil", aten.round.default: "round", aten.sign.default: "sign",
-    aten.hardswish.default: "hardswish", aten.hardsigmoid.default: "hardsigmoid",
-    aten.acos.default: "acos", aten.acosh.default: "acosh", aten.asin.default: "asin",
-    aten.asinh.default: "asinh", aten.atan.default: "atan", aten.atanh.default: "atanh",
-    aten.cosh.default: "cosh", aten.sinh.default: "sinh", aten.tan.default: "tan",
-    aten.log1p.default: "log1p", aten.expm1.default: "expm1", aten.log2.default: "log2",
-    aten.log10.default: "log10", aten.exp2.default: "exp2",
-}
-
-
-def _unary(lw: Lowerer, node: fx.Node, a: dict) -> int:
-    x = lw.operand(node.args[0], out_dtype(node))
-    return lw.emit1(_UNARY[node.target], [x])
-
-
-for _target in _UNARY:
-    LOWERINGS[_target] = _unary
-
-
-@register(aten.logical_not.default)
-def _logical_not(lw, node, a):
-    return lw.emit1("logical_not", [lw.operand(a["self"], torch.bool)])
-
-
-@register(aten.isnan.default)
-def _isnan(lw, node, a):
-    return lw.emit1("isnan", [lw.value(a["self"])])
-
-
-@register(aten.gelu.default)
-def _gelu(lw, node, a):
-    return lw.emit1("gelu", [lw.operand(a["self"], out_dtype(node))], approximate=a["approximate"])
-
-
-@register(aten.leaky_relu.default)
-def _leaky_relu(lw, node, a):
-    return lw.emit1("leaky_relu", [lw.operand(a["self"], out_dtype(node))],
-                    negative_slope=float(a["negative_slope"]))
-
-
-@register(aten.elu.default)
-def _elu(lw, node, a):
-    if a["scale"] != 1 or a["input_scale"] != 1:
-        raise Unsupported("elu with scale or input_scale != 1")
-    return lw.emit1("elu", [lw.operand(a["self"], out_dtype(node))], alpha=float(a["alpha"]))
 
 
 @register(aten.clamp.default, aten.hardtanh.default)
@@ -106,32 +67,13 @@ def _pow_scalar(lw, node, a):
     return lw.emit1("pow_scalar", [x], exponent=float(e))
 
 
-@register(aten.pow.Tensor_Tensor, aten.pow.Scalar)
-def _pow(lw, node, a):
+# -- add and sub take alpha (other * alpha), which the engine ops have no attribute for
+@register(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar)
+def _add_sub(lw: Lowerer, node: fx.Node, a: dict) -> int:
+    op = "add" if node.target in (aten.add.Tensor, aten.add.Scalar) else "sub"
     dt = out_dtype(node)
-    return lw.emit1("pow", [lw.operand(a["self"], dt), lw.operand(a["exponent"], dt)])
-
-
-# -- binary elementwise
-_BINARY = {
-    aten.add.Tensor: "add", aten.add.Scalar: "add", aten.sub.Tensor: "sub", aten.sub.Scalar: "sub",
-    aten.mul.Tensor: "mul", aten.mul.Scalar: "mul", aten.div.Tensor: "div", aten.div.Scalar: "div",
-    aten.maximum.default: "maximum", aten.minimum.default: "minimum",
-    aten.remainder.Tensor: "remainder", aten.remainder.Scalar: "remainder",
-    aten.floor_divide.default: "floor_divide",
-    aten.atan2.default: "atan2", aten.fmod.Tensor: "fmod", aten.fmod.Scalar: "fmod",
-    aten.bitwise_and.Tensor: "bitwise_and", aten.bitwise_and.Scalar: "bitwise_and",
-    aten.bitwise_or.Tensor: "bitwise_or", aten.bitwise_or.Scalar: "bitwise_or",
-}
-
-
-def _binary(lw: Lowerer, node: fx.Node, a: dict) -> int:
-    op = _BINARY[node.target]
-    dt = out_dtype(node)
-    lhs, rhs = node.args[0], node.args[1]
-    x = lw.operand(lhs, dt)
-    alpha = a.get("alpha", 1)
-    if alpha is not None and alpha != 1:
+    x, rhs, alpha = lw.operand(a["self"], dt), a["other"], a["alpha"]
+    if alpha != 1:
         if isinstance(rhs, fx.Node):
             y = lw.emit1("mul", [lw.operand(rhs, dt), lw.scalar(alpha, dt)])
         else:
@@ -139,10 +81,6 @@ def _binary(lw: Lowerer, node: fx.Node, a: dict) -> int:
     else:
         y = lw.operand(rhs, dt)
     return lw.emit1(op, [x, y])
-
-
-for _target in _BINARY:
-    LOWERINGS[_target] = _binary
 
 
 @register(aten.rsub.Tensor, aten.rsub.Scalar)
@@ -166,28 +104,6 @@ def _div_mode(lw, node, a):
     if not dt.is_floating_point:
         raise Unsupported(f"div with rounding_mode='trunc' on {dt}")
     return _trunc(lw, lw.emit1("div", [x, y]))  # ATen: trunc(a / b)
-
-
-_COMPARE = {
-    aten.eq.Tensor: "eq", aten.eq.Scalar: "eq", aten.ne.Tensor: "ne", aten.ne.Scalar: "ne",
-    aten.lt.Tensor: "lt", aten.lt.Scalar: "lt", aten.le.Tensor: "le", aten.le.Scalar: "le",
-    aten.gt.Tensor: "gt", aten.gt.Scalar: "gt", aten.ge.Tensor: "ge", aten.ge.Scalar: "ge",
-}
-
-
-def _compare(lw: Lowerer, node: fx.Node, a: dict) -> int:
-    dt = result_dtype(node.args[0], node.args[1])
-    return lw.emit1(_COMPARE[node.target], [lw.operand(node.args[0], dt), lw.operand(node.args[1], dt)])
-
-
-for _target in _COMPARE:
-    LOWERINGS[_target] = _compare
-
-
-@register(aten.logical_and.default, aten.logical_or.default)
-def _logical(lw, node, a):
-    op = "logical_and" if node.target is aten.logical_and.default else "logical_or"
-    return lw.emit1(op, [lw.operand(a["self"], torch.bool), lw.operand(a["other"], torch.bool)])
 
 
 @register(aten.where.self)
@@ -240,3 +156,132 @@ def _round_decimals(lw, node, a):
     if d > 0:
         return lw.emit1("div", [lw.emit1("round", [lw.emit1("mul", [x, p])]), p])
     return lw.emit1("mul", [lw.emit1("round", [lw.emit1("div", [x, p])]), p])
+
+
+# ---------------------------------------------------------------------------------------------
+# Same-name ops, derived from the engine's op table
+
+
+def _is_operand_type(arg: Any) -> bool:
+    return isinstance(arg.type, (torch.TensorType, torch.NumberType))
+
+
+def _attr_value(op: str, name: str, kind: str, v: Any) -> Any:
+    """An aten argument as the engine attribute of kind `kind`, or Unsupported."""
+    if isinstance(v, (fx.Node, torch.SymInt, torch.SymFloat, torch.SymBool)):
+        raise Unsupported(f"{op} with a dynamic {name} ({v}); the engine attribute must be a constant")
+    if kind == "float" and isinstance(v, (int, float)):
+        return float(v)
+    if kind == "int" and isinstance(v, int):
+        return int(v)
+    if kind == "bool" and isinstance(v, bool):
+        return v
+    if kind == "str" and isinstance(v, str):
+        return v
+    raise Unsupported(f"{op}: argument {name}={v!r} does not fit the engine's {kind} attribute")
+
+
+def same_name_lowering(info: dict, overload: Any) -> Callable | None:
+    """The lowering of aten `overload` onto the engine Elementwise op `info` (an op_info()
+    row) of the same name, or None when the overload does not fit that op's signature.
+
+    Operands: the leading positional Tensor or number arguments (at most max_inputs) that are
+    not named like an engine attribute. Every other argument goes to the engine attribute of
+    its name; one the engine has no attribute for must be at its default (else Unsupported).
+    Operand dtype: bool when the engine op takes only bool (logical_and); for a bool result
+    (compares, isnan) the operands' promoted dtype; otherwise the result's dtype (int inputs of
+    a float op are cast up, as torch does).
+    """
+    schema = overload._schema
+    if len(schema.returns) != 1 or not isinstance(schema.returns[0].type, torch.TensorType):
+        return None
+    if any(arg.alias_info is not None and arg.alias_info.is_write for arg in schema.arguments):
+        return None  # out= and in-place forms: functionalisation removes them before the backend
+    op = info["name"]
+    specs = {spec["name"]: spec for spec in info["attrs"]}
+    operands: list[str] = []
+    for arg in schema.arguments:
+        if arg.kwarg_only or not _is_operand_type(arg) or arg.name in specs:
+            break
+        if info["max_inputs"] >= 0 and len(operands) == info["max_inputs"]:
+            break
+        operands.append(arg.name)
+    if len(operands) < info["min_inputs"] or not any(
+            isinstance(arg.type, torch.TensorType) for arg in schema.arguments if arg.name in operands):
+        return None
+    rest = [arg for arg in schema.arguments if arg.name not in operands]
+    bool_operands = info["dtypes"] == ["bool"]
+
+    def lower(lw: Lowerer, node: fx.Node, a: dict) -> int:
+        attrs = {}
+        for arg in rest:
+            v = a[arg.name]
+            spec = specs.get(arg.name)
+            if spec is None:
+                if arg.has_default_value() and v == arg.default_value:
+                    continue
+                raise Unsupported(f"aten.{op} with {arg.name}={v!r}: the engine's {op} has no "
+                                  f"{arg.name} attribute")
+            if v is None:
+                continue  # aten's "not given": the engine attribute's default
+            attrs[arg.name] = _attr_value(op, arg.name, spec["kind"], v)
+        if bool_operands:
+            dt = torch.bool
+        elif out_dtype(node) == torch.bool:
+            dt = result_dtype(*[a[n] for n in operands])
+        else:
+            dt = out_dtype(node)
+        return lw.emit1(op, [lw.operand(a[n], dt) for n in operands], **attrs)
+
+    lower.__name__ = f"same_name_{op}"
+    return lower
+
+
+def is_composite(op: Any) -> bool:
+    """A CompositeImplicitAutograd op: AOTAutograd always decomposes it, so no backend graph
+    holds it."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
+
+
+def aten_overloads(name: str) -> list:
+    """The overloads of aten.<name> a backend graph can hold: none for a name aten lacks, and
+    no composite ones."""
+    try:
+        packet = getattr(aten, name)
+    except (AttributeError, RuntimeError):
+        return []
+    out = []
+    for overload in packet.overloads():
+        try:
+            op = getattr(packet, overload)
+            if not is_composite(op):
+                out.append(op)
+        except (AttributeError, RuntimeError):  # TorchScript-only overloads (aten::add.int)
+            continue
+    return out
+
+
+def same_name_lowerings(infos: list[dict]) -> dict:
+    """aten overload -> lowering for every engine Elementwise op (of `infos`, op_info() rows)
+    with an aten op of the same name."""
+    table = {}
+    for info in infos:
+        if info["class"] != "Elementwise":
+            continue
+        for overload in aten_overloads(info["name"]):
+            fn = same_name_lowering(info, overload)
+            if fn is not None:
+                table[overload] = fn
+    return table
+
+
+def _register_same_name() -> None:
+    try:
+        from . import _C
+    except ImportError:
+        return  # without the extension nothing can be lowered (the Lowerer needs _C.Graph)
+    for overload, fn in same_name_lowerings(_C.op_info()).items():
+        LOWERINGS.setdefault(overload, fn)  # the rules written above win
+
+
+_register_same_name()
