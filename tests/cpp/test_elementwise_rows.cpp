@@ -1,0 +1,118 @@
+// The elementwise rows (src/ir/elementwise_ops.def) and what is derived from them: the op table,
+// the epilogue activations (one formula for a fused activation and the node), the fast kernels'
+// coverage (an op without a fast functor has no fast kernel).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "ir/elementwise_program.h"
+#include "ir/graph.h"
+#include "ir/op_table.h"
+#include "ir/ops/params.h"
+#include "kernels/elementwise_ops.h"
+#include "kernels/kernel.h"
+
+using namespace updraft;
+
+namespace {
+
+Tensor filled(DType dt, const std::vector<int64_t>& shape, const std::vector<double>& v) {
+  Tensor t(dt, shape);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dt == DType::f32) t.ptr<float>()[i] = static_cast<float>(v[i]);
+    else t.ptr<double>()[i] = v[i];
+  }
+  return t;
+}
+double at(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::f32 ? t.ptr<float>()[i] : t.ptr<double>()[i];
+}
+
+// y = act(x @ I) through a linear with an epilogue, on device d: the epilogue's activation of x.
+std::vector<double> linear_act(DType dt, const std::vector<double>& xs, const std::string& act, double alpha,
+                               double beta, Device d) {
+  const int64_t n = static_cast<int64_t>(xs.size());
+  Graph g;
+  Value* x = g.add_input("x", {dt, {Dim(n), Dim(1)}});
+  Value* w = g.add_constant("w", filled(dt, {1, 1}, {1.0}));
+  Node* lin = g.add_node("linear", {x, w},
+                         {{"activation", Attr(act)}, {"act_alpha", Attr(alpha)}, {"act_beta", Attr(beta)}});
+  Tensor xt = filled(dt, {n, 1}, xs);
+  std::vector<Tensor> out = run_node(*lin, {xt.view(), w->constant->view()}, d);
+  std::vector<double> r;
+  for (int64_t i = 0; i < n; ++i) r.push_back(at(out[0], i));
+  return r;
+}
+
+// The node form of an activation on device d.
+std::vector<double> node_act(DType dt, const std::vector<double>& xs, const std::string& op, Attrs attrs, Device d) {
+  const int64_t n = static_cast<int64_t>(xs.size());
+  Graph g;
+  Value* x = g.add_input("x", {dt, {Dim(n)}});
+  Node* node = g.add_node(op, {x}, std::move(attrs));
+  Tensor xt = filled(dt, {n}, xs);
+  std::vector<Tensor> out = run_node(*node, {xt.view()}, d);
+  std::vector<double> r;
+  for (int64_t i = 0; i < n; ++i) r.push_back(at(out[0], i));
+  return r;
+}
+
+bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b)); }
+
+}  // namespace
+
+TEST(ElementwiseRows, OpTableRowsComeFromTheRows) {
+  for (const EwNodeInfo& row : kEwNodeOps) {
+    SCOPED_TRACE(row.name);
+    const OpDef* d = OpTable::get().find(row.name);
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(d->cls, OpClass::Elementwise);
+    EXPECT_EQ(d->doc, row.doc);
+    EXPECT_EQ(d->min_inputs, ew_op_info(row.op).arity - row.attrs.num_imms());
+    EXPECT_FALSE(d->dtypes.empty());
+  }
+  for (int i = 0; i < static_cast<int>(EwOp::count_); ++i) {
+    EwOp op = static_cast<EwOp>(i);
+    EXPECT_EQ(ew_op_from_name(ew_op_info(op).name), op);
+  }
+}
+
+// The fused epilogue's GELU is the gelu node's formula (erfc form): in the negative tail the
+// erf form 0.5 x (1 + erf(x / sqrt 2)) cancels to 0, where x Phi(x) is tiny but not zero.
+TEST(ElementwiseRows, EpilogueGeluIsTheNodeGeluInTheNegativeTail) {
+  const std::vector<double> xs = {-10.0, -8.5, -6.0, -1.0, 0.0, 2.0};
+  for (DType dt : {DType::f32, DType::f64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    std::vector<double> node = node_act(dt, xs, "gelu", {}, Device::ref);
+    EXPECT_LT(node[0], 0.0);  // -10 Phi(-10) ~ -7.6e-23
+    std::vector<double> ref = linear_act(dt, xs, "gelu", 0, 0, Device::ref);
+    for (size_t i = 0; i < xs.size(); ++i) EXPECT_TRUE(same_bits(ref[i], node[i])) << xs[i] << ": " << ref[i] << " vs " << node[i];
+    if (dt == DType::f64) {  // the f64 GEMM's epilogue evaluates the same formula
+      std::vector<double> fast = linear_act(dt, xs, "gelu", 0, 0, Device::cpu);
+      for (size_t i = 0; i < xs.size(); ++i) EXPECT_TRUE(same_bits(fast[i], node[i])) << xs[i];
+    }
+  }
+}
+
+// Every row marked as an epilogue activation is accepted by the compute ops and computes the
+// row's formula with act_alpha / act_beta as its immediates (reference and f64 GEMM alike).
+TEST(ElementwiseRows, EveryEpilogueRowRunsAsAnActivation) {
+  const std::vector<double> xs = {-3.5, -1.0, -0.25, 0.0, 0.5, 2.0, 7.0};
+  int count = 0;
+  for (int i = 0; i < static_cast<int>(EwOp::count_); ++i) {
+    EwOp op = static_cast<EwOp>(i);
+    if (ew_op_info(op).epi == EwEpi::no) continue;
+    ++count;
+    SCOPED_TRACE(ew_op_info(op).name);
+    const double alpha = 0.3, beta = 1.5;  // clamp: [0.3, 1.5]; leaky_relu: slope 0.3
+    for (Device d : {Device::ref, Device::cpu}) {
+      std::vector<double> got = linear_act(DType::f64, xs, ew_op_info(op).name, alpha, beta, d);
+      for (size_t k = 0; k < xs.size(); ++k)
+        EXPECT_TRUE(same_bits(got[k], ew_ref<double>(op, xs[k], alpha, beta))) << xs[k] << " on " << device_name(d);
+    }
+  }
+  EXPECT_GE(count, 9);
+  EXPECT_THROW(Epilogue::activation("exp"), Error);  // a row without epi is not an activation
+  EXPECT_FALSE(Epilogue::activation("none").has_value());
+}
