@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "ir/elementwise_program.h"
 #include "ir/graph.h"
@@ -45,17 +46,35 @@ std::vector<double> linear_act(DType dt, const std::vector<double>& xs, const st
   return r;
 }
 
-// The node form of an activation on device d.
-std::vector<double> node_act(DType dt, const std::vector<double>& xs, const std::string& op, Attrs attrs, Device d) {
-  const int64_t n = static_cast<int64_t>(xs.size());
+// One elementwise node over inputs of n elements each (1-d), on device d.
+std::vector<double> node_run(DType dt, const std::vector<std::vector<double>>& ins, const std::string& op, Attrs attrs,
+                             Device d) {
+  const int64_t n = static_cast<int64_t>(ins[0].size());
   Graph g;
-  Value* x = g.add_input("x", {dt, {Dim(n)}});
-  Node* node = g.add_node(op, {x}, std::move(attrs));
-  Tensor xt = filled(dt, {n}, xs);
-  std::vector<Tensor> out = run_node(*node, {xt.view()}, d);
+  std::vector<Value*> vals;
+  std::vector<Tensor> ts;
+  std::vector<TensorView> views;
+  for (size_t k = 0; k < ins.size(); ++k) {
+    vals.push_back(g.add_input("x" + std::to_string(k), {dt, {Dim(n)}}));
+    ts.push_back(filled(dt, {n}, ins[k]));
+  }
+  for (const Tensor& t : ts) views.push_back(t.view());
+  Node* node = g.add_node(op, vals, std::move(attrs));
+  std::vector<Tensor> out = run_node(*node, views, d);
   std::vector<double> r;
   for (int64_t i = 0; i < n; ++i) r.push_back(at(out[0], i));
   return r;
+}
+std::vector<double> node_act(DType dt, const std::vector<double>& xs, const std::string& op, Attrs attrs, Device d) {
+  return node_run(dt, {xs}, op, std::move(attrs), d);
+}
+
+// The fast kernel the CPU factory builds for `op` on dt inputs of 1000 elements, or nullopt.
+std::optional<std::string> fast_kernel(const std::string& op, DType dt, int nin, Attrs attrs = {}) {
+  Graph g;
+  std::vector<Value*> vals;
+  for (int k = 0; k < nin; ++k) vals.push_back(g.add_input("x" + std::to_string(k), {dt, {Dim(1000)}}));
+  return probe_fast_kernel(*g.add_node(op, vals, std::move(attrs)), 8);
 }
 
 bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b)); }
@@ -115,4 +134,24 @@ TEST(ElementwiseRows, EveryEpilogueRowRunsAsAnActivation) {
   EXPECT_GE(count, 9);
   EXPECT_THROW(Epilogue::activation("exp"), Error);  // a row without epi is not an activation
   EXPECT_FALSE(Epilogue::activation("none").has_value());
+}
+
+TEST(ElementwiseRows, Copysign) {
+  const double inf = INFINITY, nan = NAN;
+  const std::vector<double> a = {1.5, -2.0, 0.0, -0.0, inf, -inf, nan, 3.0, -0.0, 7.0};
+  const std::vector<double> b = {-1.0, 3.0, -0.0, 2.0, -1.0, 0.0, -1.0, -nan, -5.0, nan};
+  for (DType dt : {DType::f32, DType::f64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    ASSERT_TRUE(fast_kernel("copysign", dt, 2).has_value());
+    for (Device d : {Device::ref, Device::cpu}) {
+      std::vector<double> got = node_run(dt, {a, b}, "copysign", {}, d);
+      for (size_t i = 0; i < a.size(); ++i) {
+        double want = std::copysign(a[i], b[i]);
+        EXPECT_EQ(std::signbit(got[i]), std::signbit(want)) << a[i] << ", " << b[i] << " on " << device_name(d);
+        EXPECT_TRUE(same_bits(std::fabs(got[i]), std::fabs(want))) << a[i] << ", " << b[i];
+      }
+    }
+  }
+  EwProgram p = parse_ew_program("f32: copysign $0 $1; mul %0 #2", "test");
+  EXPECT_EQ(p.instrs[0].op, EwOp::copysign);
 }
