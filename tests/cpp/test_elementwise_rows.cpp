@@ -155,3 +155,33 @@ TEST(ElementwiseRows, Copysign) {
   EwProgram p = parse_ew_program("f32: copysign $0 $1; mul %0 #2", "test");
   EXPECT_EQ(p.instrs[0].op, EwOp::copysign);
 }
+
+// logit(x, eps): eps < 0 (the default, torch's eps=None) does not clamp.
+TEST(ElementwiseRows, Logit) {
+  const double inf = INFINITY, nan = NAN;
+  const std::vector<double> xs = {0.25, 0.5, 0.9, 1e-3, 0.0, 1.0, -0.5, 1.5, nan, 0.999};
+  auto logit = [](double z) { return std::log(z / (1.0 - z)); };
+  for (DType dt : {DType::f32, DType::f64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    // f32: the fast kernel rounds 1 - eps and x / (1 - x) to f32, as PyTorch does
+    const double tol = dt == DType::f32 ? 2e-6 : 1e-15;
+    ASSERT_TRUE(fast_kernel("logit", dt, 1).has_value());
+    for (Device d : {Device::ref, Device::cpu}) {
+      std::vector<double> none = node_act(dt, xs, "logit", {}, d);
+      std::vector<double> eps = node_act(dt, xs, "logit", {{"eps", Attr(0.01)}}, d);
+      for (size_t i = 0; i < xs.size(); ++i) {
+        SCOPED_TRACE(std::to_string(xs[i]) + " on " + device_name(d));
+        double x = dt == DType::f32 ? static_cast<float>(xs[i]) : xs[i];
+        const double lo = dt == DType::f32 ? static_cast<float>(0.01) : 0.01;  // eps at the data type
+        double want = logit(x), want_eps = logit(std::min(std::max(x, lo), 1.0 - lo));
+        if (std::isnan(x)) want_eps = nan;
+        for (auto [g, w] : {std::pair{none[i], want}, std::pair{eps[i], want_eps}}) {
+          if (std::isnan(w) || std::isinf(w)) EXPECT_TRUE(same_bits(g, w)) << g << " vs " << w;
+          else EXPECT_NEAR(g, w, tol * std::fabs(w)) << g << " vs " << w;
+        }
+      }
+      EXPECT_EQ(none[4], -inf);
+      EXPECT_EQ(none[5], inf);
+    }
+  }
+}

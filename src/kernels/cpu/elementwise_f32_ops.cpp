@@ -187,6 +187,11 @@ F32_LIB1(log10, std::log10(x))
 F32_LIB1(exp2, std::exp2(x))
 F32_VEC2(leaky_relu, _mm256_blendv_ps(_mm256_mul_ps(x, y), x, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ)))
 F32_VEC2(elu, _mm256_blendv_ps(_mm256_mul_ps(y, simd::expm1_256(x)), x, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ)))
+// In f32 step for step as PyTorch's CPU kernel (clamp, x / (1 - x), log).
+F32_LIB2(logit, std::log([&] {
+           const float z = y < 0 ? x : (x < y ? y : (x > 1.0f - y ? 1.0f - y : x));
+           return z / (1.0f - z);
+         }()))
 F32_VEC2(add, _mm256_add_ps(x, y))
 F32_VEC2(sub, _mm256_sub_ps(x, y))
 F32_VEC2(mul, _mm256_mul_ps(x, y))

@@ -163,6 +163,10 @@ template <> struct F64Fn<EwOp::elu> : Block {  // expm1 over the block first (ve
     for (int i = 0; i < n; ++i) d[i] = a[i] > 0 ? a[i] : b[i] * t[i];
   }
 };
+F64_MAP2(logit, std::log([&] {
+           const double z = y < 0 ? x : (x < y ? y : (x > 1.0 - y ? 1.0 - y : x));
+           return z / (1.0 - z);
+         }()))
 F64_MAP2(add, x + y)
 F64_MAP2(sub, x - y)
 F64_MAP2(mul, x * y)
