@@ -185,3 +185,32 @@ TEST(ElementwiseRows, Logit) {
     }
   }
 }
+
+// erfinv against torch.erfinv (float64 values printed by torch 2.13) across (-1, 1) and at its
+// ends; no fast kernel
+// (no functor), so the probe says no and only the reference runs it.
+TEST(ElementwiseRows, ErfinvHasOnlyTheReference) {
+  const double inf = INFINITY;
+  struct Case {
+    double x, want;
+  };
+  const std::vector<Case> cases = {
+      {0.5, 0.4769362762044699},     {-0.9, -1.1630871536766743},    {0.999, 2.3267537655135246},
+      {1e-10, 8.862269254527581e-11}, {0.1, 0.08885599049425769},     {1 - 1e-15, 5.675915739744713},
+      {-0.99999, -3.123413274341571}, {0.75, 0.8134198475976185},
+  };
+  for (const Case& c : cases) {
+    std::vector<double> got = node_act(DType::f64, {c.x}, "erfinv", {}, Device::ref);
+    EXPECT_NEAR(got[0], c.want, 9e-16 * std::fabs(c.want)) << c.x;  // 4 ulp
+  }
+  std::vector<double> ends = node_act(DType::f64, {1.0, -1.0, 1.5, -2.0, NAN, -0.0}, "erfinv", {}, Device::cpu);
+  EXPECT_EQ(ends[0], inf);
+  EXPECT_EQ(ends[1], -inf);
+  EXPECT_TRUE(std::isnan(ends[2]) && std::isnan(ends[3]) && std::isnan(ends[4]));
+  EXPECT_TRUE(same_bits(ends[5], -0.0));
+  std::vector<double> f32 = node_act(DType::f32, {0.5, -0.9}, "erfinv", {}, Device::ref);
+  EXPECT_EQ(f32[0], static_cast<float>(0.4769362762044699));
+  EXPECT_EQ(f32[1], static_cast<float>(-1.1630871536766743));
+  for (DType dt : {DType::f32, DType::f64}) EXPECT_FALSE(fast_kernel("erfinv", dt, 1).has_value()) << dtype_name(dt);
+  EXPECT_THROW(parse_ew_program("f32: erfinv $0", "test"), Error);  // node only: not a program op
+}
