@@ -1,5 +1,6 @@
-// Elementwise programs: the scalar-op vocabulary shared by the elementwise op declarations,
-// their kernels (ref and cpu) and the elementwise-fusion pass.
+// Elementwise programs: the scalar-op vocabulary (one row per op in ir/elementwise_ops.def)
+// shared by the elementwise op declarations, their kernels (ref and cpu), the epilogue
+// activations and the elementwise-fusion pass.
 //
 // A program is a straight-line list of instructions over broadcast inputs ($k), earlier
 // results (%k) and scalar immediates (#v); the last instruction is the result. The text form
