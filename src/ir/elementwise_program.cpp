@@ -10,44 +10,6 @@
 namespace updraft {
 namespace {
 
-// Indexed by EwOp; the order must match the enum.
-const EwOpInfo kInfo[] = {
-    {"neg", 1, false, true},          {"abs", 1, false, true},
-    {"relu", 1, false, true},         {"sigmoid", 1, false, true},
-    {"tanh", 1, false, true},         {"exp", 1, false, true},
-    {"log", 1, false, true},          {"sqrt", 1, false, true},
-    {"rsqrt", 1, false, true},        {"erf", 1, false, true},
-    {"silu", 1, false, true},         {"reciprocal", 1, false, true},
-    {"sin", 1, false, true},          {"cos", 1, false, true},
-    {"floor", 1, false, true},        {"ceil", 1, false, true},
-    {"round", 1, false, true},        {"sign", 1, false, true},
-    {"hardswish", 1, false, true},    {"hardsigmoid", 1, false, true},
-    {"gelu", 1, false, true},         {"gelu_tanh", 1, false, true},
-    {"logical_not", 1, true, true},   {"isnan", 1, true, true},
-    {"acos", 1, false, true},         {"acosh", 1, false, true},
-    {"asin", 1, false, true},         {"asinh", 1, false, true},
-    {"atan", 1, false, true},         {"atanh", 1, false, true},
-    {"cosh", 1, false, true},         {"sinh", 1, false, true},
-    {"tan", 1, false, true},          {"log1p", 1, false, true},
-    {"expm1", 1, false, true},        {"log2", 1, false, true},
-    {"log10", 1, false, true},        {"exp2", 1, false, true},
-    {"leaky_relu", 2, false, true},   {"elu", 2, false, true},
-    {"add", 2, false, true},          {"sub", 2, false, true},
-    {"mul", 2, false, true},          {"div", 2, false, true},
-    {"maximum", 2, false, true},      {"minimum", 2, false, true},
-    {"pow", 2, false, true},          {"remainder", 2, false, true},
-    {"floor_divide", 2, false, true}, {"atan2", 2, false, true},
-    {"fmod", 2, false, true},         {"eq", 2, true, true},
-    {"ne", 2, true, true},            {"lt", 2, true, true},
-    {"le", 2, true, true},            {"gt", 2, true, true},
-    {"ge", 2, true, true},            {"logical_and", 2, true, true},
-    {"logical_or", 2, true, true},    {"bitwise_and", 2, false, false},
-    {"bitwise_or", 2, false, false},  {"clamp", 3, false, true},
-    {"where", 3, false, true},        {"cast", 1, false, false},
-};
-static_assert(sizeof(kInfo) / sizeof(kInfo[0]) == static_cast<size_t>(EwOp::count_),
-              "kInfo must list every EwOp in enum order");
-
 std::string trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t\n");
   if (b == std::string::npos) return "";
@@ -57,12 +19,29 @@ std::string trim(const std::string& s) {
 
 }  // namespace
 
-const EwOpInfo& ew_op_info(EwOp op) { return kInfo[static_cast<int>(op)]; }
-
 std::optional<EwOp> ew_op_from_name(const std::string& name) {
   for (int i = 0; i < static_cast<int>(EwOp::count_); ++i)
-    if (name == kInfo[i].name) return static_cast<EwOp>(i);
+    if (name == ew_detail::kOps[i].name) return static_cast<EwOp>(i);
   return std::nullopt;
+}
+
+const EwNodeInfo* ew_node_info(const std::string& name) {
+  for (const EwNodeInfo& n : kEwNodeOps)
+    if (name == n.name) return &n;
+  return nullptr;
+}
+
+std::optional<EwOp> ew_activation_from_name(const std::string& name) {
+  auto op = ew_op_from_name(name);
+  if (op && ew_op_info(*op).epi != EwEpi::no) return op;
+  return std::nullopt;
+}
+
+std::string ew_activation_names() {
+  std::string s;
+  for (const EwOpInfo& i : ew_detail::kOps)
+    if (i.epi != EwEpi::no) s += (s.empty() ? "" : ", ") + std::string(i.name);
+  return s;
 }
 
 std::string EwProgram::str() const {
@@ -147,29 +126,17 @@ EwProgram parse_ew_program(const std::string& text, const std::string& component
 
 EwInstr ew_instr_for_node(const Node& n) {
   const std::string& name = n.op_name();
+  const EwNodeInfo* row = ew_node_info(name);
+  UPDRAFT_CHECK(row && row->op != EwOp::cast, name, "has no scalar elementwise form");
   EwInstr ins;
+  ins.op = row->op;
+  // The one string attribute that picks another program op: gelu's tanh form.
+  if (row->op == EwOp::gelu && n.attr("approximate").s() == "tanh") ins.op = EwOp::gelu_tanh;
   int nin = static_cast<int>(n.inputs.size());
   for (int k = 0; k < nin; ++k) ins.args.push_back(EwOperand::in(k));
-  if (name == "gelu") {
-    const std::string& approx = n.attr("approximate").s();
-    ins.op = approx == "tanh" ? EwOp::gelu_tanh : EwOp::gelu;
-  } else if (name == "pow_scalar") {
-    ins.op = EwOp::pow;
-    ins.args.push_back(EwOperand::value(n.attr("exponent").f()));
-  } else if (name == "leaky_relu") {
-    ins.op = EwOp::leaky_relu;
-    ins.args.push_back(EwOperand::value(n.attr("negative_slope").f()));
-  } else if (name == "elu") {
-    ins.op = EwOp::elu;
-    ins.args.push_back(EwOperand::value(n.attr("alpha").f()));
-  } else if (name == "clamp") {
-    ins.op = EwOp::clamp;
-    ins.args.push_back(EwOperand::value(n.attr("min").f()));
-    ins.args.push_back(EwOperand::value(n.attr("max").f()));
-  } else {
-    auto op = ew_op_from_name(name);
-    UPDRAFT_CHECK(op && *op != EwOp::cast && *op != EwOp::gelu_tanh, name, "has no scalar elementwise form");
-    ins.op = *op;
+  for (int i = 0; i < row->attrs.size; ++i) {
+    const EwAttr& a = row->attrs.at[i];
+    if (a.kind == EwAttr::imm || a.kind == EwAttr::required_imm) ins.args.push_back(EwOperand::value(n.attr(a.name).f()));
   }
   UPDRAFT_CHECK(static_cast<int>(ins.args.size()) == ew_op_info(ins.op).arity, name,
                 "takes " + std::to_string(ew_op_info(ins.op).arity) + " operands");

@@ -1,5 +1,6 @@
-// Elementwise programs: the scalar-op vocabulary shared by the elementwise op declarations,
-// their kernels (ref and cpu) and the elementwise-fusion pass.
+// Elementwise programs: the scalar-op vocabulary (one row per op in ir/elementwise_ops.def)
+// shared by the elementwise op declarations, their kernels (ref and cpu), the epilogue
+// activations and the elementwise-fusion pass.
 //
 // A program is a straight-line list of instructions over broadcast inputs ($k), earlier
 // results (%k) and scalar immediates (#v); the last instruction is the result. The text form
@@ -13,6 +14,8 @@
 // so every kernel evaluates op semantics from one place.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,33 +25,109 @@
 
 namespace updraft {
 
-// Scalar ops. Operand order follows the node's inputs; attributes become trailing operands
-// (usually immediates): leaky_relu(x, slope), elu(x, alpha), clamp(x, lo, hi), pow(x, e).
+// The number every elementwise row's attribute defaults use for "unbounded" (clamp).
+inline constexpr double kEwInf = std::numeric_limits<double>::infinity();
+
+// Scalar ops, one per row of ir/elementwise_ops.def (in row order). Operand order follows the
+// node's inputs; attributes become trailing operands (usually immediates): leaky_relu(x, slope),
+// elu(x, alpha), clamp(x, lo, hi), pow(x, e).
 enum class EwOp : uint8_t {
-  // unary
-  neg, abs, relu, sigmoid, tanh, exp, log, sqrt, rsqrt, erf, silu, reciprocal, sin, cos,
-  floor, ceil, round, sign, hardswish, hardsigmoid, gelu, gelu_tanh, logical_not, isnan,
-  acos, acosh, asin, asinh, atan, atanh, cosh, sinh, tan, log1p, expm1, log2, log10, exp2,
-  // unary with a parameter operand
-  leaky_relu, elu,
-  // binary
-  add, sub, mul, div, maximum, minimum, pow, remainder, floor_divide, atan2, fmod,
-  eq, ne, lt, le, gt, ge, logical_and, logical_or, bitwise_and, bitwise_or,
-  // ternary
-  clamp, where,
-  // node-only (never in a program): dtype conversion
-  cast,
+#define UPDRAFT_EW_OP(name, ...) name,
+#include "ir/elementwise_ops.def"
   count_
 };
 
+enum class EwForm : uint8_t { any, node, program };  // a node op and/or a program op
+enum class EwResult : uint8_t { same, truth, branch, converted };  // the output dtype (see the .def)
+enum class EwDtypes : uint8_t { floats, signed_, all, ints, bools, cond };
+enum class EwEpi : uint8_t { no, engine, dnnl };  // as an epilogue activation (see the .def)
+
+// A node attribute of an elementwise op. imm / required_imm are float attributes that become
+// trailing immediate operands, in order; str / required_str are interpreted by the node code.
+struct EwAttr {
+  enum Kind : uint8_t { imm, required_imm, str, required_str };
+  const char* name = nullptr;
+  Kind kind = imm;
+  double def = 0;              // imm
+  const char* sdef = nullptr;  // str
+};
+struct EwAttrList {
+  EwAttr at[2] = {};
+  int size = 0;
+  constexpr int num_imms() const {
+    int n = 0;
+    for (int i = 0; i < size; ++i) n += at[i].kind == EwAttr::imm || at[i].kind == EwAttr::required_imm;
+    return n;
+  }
+};
+constexpr EwAttrList ew_attrs(std::initializer_list<EwAttr> l) {
+  EwAttrList r;
+  for (const EwAttr& a : l) r.at[r.size++] = a;
+  return r;
+}
+#define EW_IMM(n, d) ::updraft::EwAttr{#n, ::updraft::EwAttr::imm, d, nullptr}
+#define EW_REQ(n) ::updraft::EwAttr{#n, ::updraft::EwAttr::required_imm, 0.0, nullptr}
+#define EW_STR(n, d) ::updraft::EwAttr{#n, ::updraft::EwAttr::str, 0.0, d}
+#define EW_STR_REQ(n) ::updraft::EwAttr{#n, ::updraft::EwAttr::required_str, 0.0, nullptr}
+
 struct EwOpInfo {
-  const char* name;   // program spelling
+  const char* name;   // program spelling (and node op name unless form is program)
   int arity;          // operands in a program
   bool bool_result;   // compares, isnan, logical ops: the result is a truth value
   bool in_program;    // may appear in a fused_elementwise program (f32 evaluation)
+  EwForm form;
+  EwResult result;
+  EwDtypes dtypes;
+  EwAttrList attrs;
+  EwEpi epi;          // how it runs as a fused epilogue activation (EwEpi::no: it cannot)
+  const char* doc;
 };
-const EwOpInfo& ew_op_info(EwOp op);
+
+namespace ew_detail {
+#define UPDRAFT_EW_ARGS(...) __VA_ARGS__
+#define UPDRAFT_EW_EPI_no_epi ::updraft::EwEpi::no
+#define UPDRAFT_EW_EPI_engine_epi ::updraft::EwEpi::engine
+#define UPDRAFT_EW_EPI_dnnl_epi(...) ::updraft::EwEpi::dnnl
+inline constexpr EwOpInfo kOps[] = {
+#define UPDRAFT_EW_OP(name, arity, form, result, dtypes, attrs, epi, doc, ...)                          \
+  {#name, arity, EwResult::result == EwResult::truth, EwForm::form != EwForm::node, EwForm::form,      \
+   EwResult::result, EwDtypes::dtypes, ew_attrs({UPDRAFT_EW_ARGS attrs}), UPDRAFT_EW_EPI_##epi, doc},
+#include "ir/elementwise_ops.def"
+};
+static_assert(sizeof(kOps) / sizeof(kOps[0]) == static_cast<size_t>(EwOp::count_));
+}  // namespace ew_detail
+
+constexpr const EwOpInfo& ew_op_info(EwOp op) { return ew_detail::kOps[static_cast<int>(op)]; }
 std::optional<EwOp> ew_op_from_name(const std::string& name);  // program spelling
+
+// A node op of the elementwise family: one per row of form any/node, and one per
+// UPDRAFT_EW_NODE row (pow_scalar). It computes `op` with its imm attributes as trailing
+// operands; cast is in the list too, with its own kernels.
+struct EwNodeInfo {
+  const char* name;
+  EwOp op;
+  EwDtypes dtypes;
+  EwAttrList attrs;
+  const char* doc;
+};
+namespace ew_detail {
+#define UPDRAFT_EW_NODE_ROW_any(name, dtypes, attrs, doc) {#name, EwOp::name, EwDtypes::dtypes, ew_attrs({UPDRAFT_EW_ARGS attrs}), doc},
+#define UPDRAFT_EW_NODE_ROW_node UPDRAFT_EW_NODE_ROW_any
+#define UPDRAFT_EW_NODE_ROW_program(...)
+inline constexpr EwNodeInfo kNodes[] = {
+#define UPDRAFT_EW_OP(name, arity, form, result, dtypes, attrs, epi, doc, ...) \
+  UPDRAFT_EW_NODE_ROW_##form(name, dtypes, attrs, doc)
+#define UPDRAFT_EW_NODE(name, op, dtypes, attrs, doc) {#name, EwOp::op, EwDtypes::dtypes, ew_attrs({UPDRAFT_EW_ARGS attrs}), doc},
+#include "ir/elementwise_ops.def"
+};
+}  // namespace ew_detail
+inline constexpr const auto& kEwNodeOps = ew_detail::kNodes;
+// The node row named `name`, or null when it is not an elementwise node op.
+const EwNodeInfo* ew_node_info(const std::string& name);
+// The epilogue activation named `name` (an op whose row has epi != no), or nullopt.
+std::optional<EwOp> ew_activation_from_name(const std::string& name);
+// The activation names, comma separated (for error messages).
+std::string ew_activation_names();
 
 struct EwOperand {
   enum class Kind : uint8_t { input, reg, imm };

@@ -21,14 +21,9 @@
 //            | "#" number              an immediate (printed with %.17g; inf/nan allowed)
 //
 // Instructions are evaluated in order in f32; the last one is the node's result. Ops are the
-// elementwise op names (docs/ops.md) with attributes as trailing operands:
-//   unary:   neg abs relu sigmoid tanh exp log sqrt rsqrt erf silu reciprocal sin cos floor ceil
-//            round sign hardswish hardsigmoid gelu gelu_tanh logical_not isnan acos acosh asin
-//            asinh atan atanh cosh sinh tan log1p expm1 log2 log10 exp2
-//   x, p:    leaky_relu (p = negative_slope), elu (p = alpha)
-//   binary:  add sub mul div maximum minimum pow remainder floor_divide atan2 fmod eq ne lt le gt ge
-//            logical_and logical_or      (pow_scalar x e is "pow x #e")
-//   ternary: clamp x lo hi, where cond a b
+// program ops of src/ir/elementwise_ops.def (every row of form any/program, with its arity),
+// with attributes as trailing operands in the row's order, e.g. "leaky_relu x #slope",
+// "clamp x #lo #hi"; pow_scalar x e is "pow x #e", gelu approximate="tanh" is "gelu_tanh x".
 // Truth values (compares, isnan, logical_*) are 1.0/0.0 inside a program.
 // Example: x * sigmoid(x) + b * 0.5  ->  "f32: sigmoid $0; mul $0 %0; mul $1 #0.5; add %1 %2"
 #include "passes/fuse_elementwise.h"

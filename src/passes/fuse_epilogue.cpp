@@ -15,21 +15,14 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "ir/elementwise_program.h"
 #include "ir/op_table.h"
+#include "ir/ops/params.h"
 #include "passes/constant_fold.h"
 
 namespace updraft {
 
 namespace {
-
-struct Epilogue {
-  bool has_bias = false;
-  bool has_residual = false;
-  std::string activation = "none";
-  double alpha = 0, beta = 0;
-  Value* bias = nullptr;
-  Value* residual = nullptr;
-};
 
 // The single node consuming v, when v has exactly one use and is not a graph output.
 Node* sole_user(const Graph& g, const Value* v) {
@@ -64,25 +57,26 @@ bool is_bias_shaped(const std::string& op, const Value* c, const TensorType& out
   return crank >= rank - ch_dim;  // the constant reaches the channel position
 }
 
-// The activation `n` applies, in epilogue terms, or false when it has no epilogue form.
+// The activation `n` applies, in epilogue terms, or false when it has no epilogue form: an
+// elementwise node whose op's row allows it (ir/elementwise_ops.def), reading x and immediates
+// only (its attributes), which become act_alpha / act_beta.
 bool activation_of(const Node* n, Epilogue& e) {
-  const std::string& op = n->op_name();
-  if (op == "relu" || op == "silu" || op == "sigmoid" || op == "tanh" || op == "hardswish") {
-    e.activation = op;
-  } else if (op == "gelu") {
+  const EwNodeInfo* row = ew_node_info(n->op_name());
+  if (!row || row->op == EwOp::cast || n->inputs.size() != 1) return false;
+  if (row->op == EwOp::gelu) {  // only the two forms oneDNN and the kernels know
     const std::string& approx = n->attr("approximate").s();
     if (approx != "none" && approx != "tanh") return false;
-    e.activation = approx == "tanh" ? "gelu_tanh" : "gelu";
-  } else if (op == "clamp") {
-    e.activation = "clamp";
-    e.alpha = n->attr("min").f();
-    e.beta = n->attr("max").f();
-  } else if (op == "leaky_relu") {
-    e.activation = "leaky_relu";
-    e.alpha = n->attr("negative_slope").f();
-  } else {
-    return false;
   }
+  EwInstr ins = ew_instr_for_node(*n);
+  if (ew_op_info(ins.op).epi == EwEpi::no || ins.args.size() > 3) return false;
+  double params[2] = {0, 0};
+  for (size_t k = 1; k < ins.args.size(); ++k) {
+    if (ins.args[k].kind != EwOperand::Kind::imm) return false;
+    params[k - 1] = ins.args[k].imm;
+  }
+  e.act = ins.op;
+  e.alpha = params[0];
+  e.beta = params[1];
   return true;
 }
 
@@ -111,6 +105,8 @@ bool keeps_last_dim(const TensorType& from, const TensorType& to) {
 bool fuse_one(Graph& g, Node* n, std::unordered_set<const Node*>& removed) {
   if (n->outputs.size() != 1 || n->attr("activation").s() != "none") return false;
   Epilogue e;
+  Value* bias = nullptr;      // the absorbed bias constant, if any
+  Value* residual = nullptr;  // the absorbed residual, if any
   e.has_bias = n->attr("has_bias").b();
   e.has_residual = n->attr("has_residual").b();
   const TensorType out_t = n->output()->type;
@@ -121,7 +117,7 @@ bool fuse_one(Graph& g, Node* n, std::unordered_set<const Node*>& removed) {
     Value* c = add_partner(u, y);
     if (c && is_bias_shaped(n->op_name(), c, out_t) && u->output()->type == out_t) {
       e.has_bias = true;
-      e.bias = c;
+      bias = c;
       chain.push_back(u);
       y = u->output();
       u = sole_user(g, y);
@@ -149,7 +145,7 @@ bool fuse_one(Graph& g, Node* n, std::unordered_set<const Node*>& removed) {
     Value* r = add_partner(u, y);
     if (r && r != y && r->type == chain_t && u->output()->type == chain_t) {
       e.has_residual = true;
-      e.residual = r;
+      residual = r;
       chain.push_back(u);
       y = u->output();
       u = sole_user(g, y);
@@ -157,16 +153,16 @@ bool fuse_one(Graph& g, Node* n, std::unordered_set<const Node*>& removed) {
   }
   if (u && u->inputs.size() == 1 && u->output()->type == chain_t && activation_of(u, e)) chain.push_back(u);
   if (chain.empty()) return false;
-  if (view) chain.insert(chain.begin() + (e.bias ? 1 : 0), view);
+  if (view) chain.insert(chain.begin() + (bias ? 1 : 0), view);
 
   std::vector<Value*> inputs = n->inputs;  // main inputs plus any bias/residual already fused
   Attrs attrs = n->attrs;
-  if (e.bias) {  // only taken when n had no bias or residual, so order stays bias, residual
-    inputs.push_back(flat_bias(g, e.bias, n));
+  if (bias) {  // only taken when n had no bias or residual, so order stays bias, residual
+    inputs.push_back(flat_bias(g, bias, n));
     attrs["has_bias"] = Attr(true);
   }
-  if (e.residual) {
-    Value* r = e.residual;
+  if (residual) {
+    Value* r = residual;
     if (view) {  // the residual in the op's own shape: a view of it, before the chain ends
       g.set_insert_point(chain.back());
       r = g.add_node("reshape", {r}, {{"shape", Attr::from_dims(out_t.shape)}})->output();
@@ -175,8 +171,8 @@ bool fuse_one(Graph& g, Node* n, std::unordered_set<const Node*>& removed) {
     inputs.push_back(r);
     attrs["has_residual"] = Attr(true);
   }
-  if (e.activation != "none") attrs["activation"] = Attr(e.activation);
-  if (e.activation == "clamp" || e.activation == "leaky_relu") {  // the only ones with parameters
+  if (e.act) attrs["activation"] = Attr(ew_op_info(*e.act).name);
+  if (e.num_act_params() > 0) {
     attrs["act_alpha"] = Attr(e.alpha);
     attrs["act_beta"] = Attr(e.beta);
   }

@@ -23,14 +23,6 @@ namespace updraft {
 
 namespace {
 
-// Activations an epilogue may carry; kernels map each one (src/kernels/onednn/onednn_util.cpp).
-bool known_activation(const std::string& a) {
-  for (const char* k : {"none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "clamp",
-                        "leaky_relu", "hardswish"})
-    if (a == k) return true;
-  return false;
-}
-
 std::vector<AttrSpec> epilogue_attrs() {
   return {{"has_bias", Attr::Kind::Bool, Attr(false)},
           {"has_residual", Attr::Kind::Bool, Attr(false)},
@@ -73,10 +65,9 @@ void check_epilogue(InferCtx& c, int num_main, const Dim& bias_size, const Shape
     const Shape& r = c.in(k).shape;
     if (r != out_shape) c.fail("residual is " + shape_str(r) + ", expected the output shape " + shape_str(out_shape));
   }
+  // Activations are the elementwise rows marked as epilogue ones (ir/elementwise_ops.def).
   const std::string& act = c.attr_str("activation");
-  if (!known_activation(act))
-    c.fail("activation '" + act + "' is unknown; use one of none, relu, gelu, gelu_tanh, silu, sigmoid, tanh, "
-           "clamp, leaky_relu, hardswish");
+  if (!Epilogue::known_activation(act)) c.fail(Epilogue::unknown_activation(act));
 }
 
 // Reads a 2-element spatial attribute; a single value applies to both dims (as in PyTorch).

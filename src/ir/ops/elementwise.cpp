@@ -1,7 +1,8 @@
-// Elementwise ops (docs/ops.md, "Elementwise") and fused_elementwise ("Fused").
-// Shapes broadcast numpy-style over symbolic Dims; binary ops require equal input dtypes (the
-// front end inserts casts for PyTorch's type promotion). `dtypes` lists input 0's dtypes the
-// kernels run; compares and predicates produce bool.
+// Elementwise ops (docs/ops.md, "Elementwise") and fused_elementwise ("Fused"). The op table
+// rows come from ir/elementwise_ops.def (name, arity, dtypes, attributes, doc); here are their
+// shape functions. Shapes broadcast numpy-style over symbolic Dims; binary ops require equal
+// input dtypes (the front end inserts casts for PyTorch's type promotion). `dtypes` lists input
+// 0's dtypes the kernels run; compares and predicates produce bool.
 #include <limits>
 
 #include "ir/elementwise_program.h"
@@ -11,49 +12,33 @@ namespace updraft {
 namespace {
 
 using DT = DType;
-const std::vector<DType> kFloat = {DT::f32, DT::f64};
-const std::vector<DType> kSigned = {DT::f32, DT::f64, DT::i64, DT::i32};
 const std::vector<DType> kAll = {DT::f32, DT::f64, DT::i64, DT::i32, DT::boolean};
-const std::vector<DType> kInts = {DT::i64, DT::i32, DT::boolean};
 
-OpDef make(const std::string& name, int arity, std::vector<DType> dtypes, const std::string& doc,
-           std::vector<AttrSpec> attrs = {}) {
-  OpDef d;
-  d.name = name;
-  d.min_inputs = d.max_inputs = arity;
-  d.dtypes = std::move(dtypes);
-  d.cls = OpClass::Elementwise;
-  d.attrs = std::move(attrs);
-  d.doc = doc;
-  return d;
+std::vector<DType> dtypes_of(EwDtypes set) {
+  switch (set) {
+    case EwDtypes::floats: return {DT::f32, DT::f64};
+    case EwDtypes::signed_: return {DT::f32, DT::f64, DT::i64, DT::i32};
+    case EwDtypes::all: return kAll;
+    case EwDtypes::ints: return {DT::i64, DT::i32, DT::boolean};
+    case EwDtypes::bools: return {DT::boolean};
+    case EwDtypes::cond: return {DT::boolean};  // input 0 is where's condition
+  }
+  return {};
 }
 
-// Same shape; output dtype is input 0's (inplace-capable) or bool (not inplace).
-void add_unary(OpTable& t, const std::string& name, std::vector<DType> dtypes, const std::string& doc,
-               std::vector<AttrSpec> attrs = {}, bool bool_out = false) {
-  OpDef d = make(name, 1, std::move(dtypes), doc, std::move(attrs));
-  d.inplace = !bool_out;
-  d.infer = [bool_out](InferCtx& c) {
-    c.set_output(0, {bool_out ? DType::boolean : c.in(0).dtype, c.in(0).shape});
-  };
-  t.add(std::move(d));
-}
-
-// Broadcast shapes; both inputs must share a dtype.
-void add_binary(OpTable& t, const std::string& name, std::vector<DType> dtypes, const std::string& doc,
-                bool bool_out = false) {
-  OpDef d = make(name, 2, std::move(dtypes), doc);
-  d.inplace = !bool_out;
-  std::string op = name;
-  d.infer = [bool_out, op](InferCtx& c) {
-    const TensorType& a = c.in(0);
-    const TensorType& b = c.in(1);
-    if (a.dtype != b.dtype)
-      c.fail(std::string("inputs are ") + dtype_name(a.dtype) + " and " + dtype_name(b.dtype) +
-             "; cast them to one dtype first");
-    c.set_output(0, {bool_out ? DType::boolean : a.dtype, broadcast_shapes(a.shape, b.shape, op)});
-  };
-  t.add(std::move(d));
+// Same shape (unary) or broadcast shapes of two inputs sharing a dtype; the output is input 0's
+// dtype or bool.
+void infer_pointwise(InferCtx& c, bool bool_out, const std::string& op) {
+  const TensorType& a = c.in(0);
+  if (c.num_inputs() == 1) {
+    c.set_output(0, {bool_out ? DType::boolean : a.dtype, a.shape});
+    return;
+  }
+  const TensorType& b = c.in(1);
+  if (a.dtype != b.dtype)
+    c.fail(std::string("inputs are ") + dtype_name(a.dtype) + " and " + dtype_name(b.dtype) +
+           "; cast them to one dtype first");
+  c.set_output(0, {bool_out ? DType::boolean : a.dtype, broadcast_shapes(a.shape, b.shape, op)});
 }
 
 void infer_where(InferCtx& c) {
@@ -102,78 +87,32 @@ void infer_fused(InferCtx& c) {
 }  // namespace
 
 void register_elementwise_ops(OpTable& t) {
-  const double inf = std::numeric_limits<double>::infinity();
-  add_unary(t, "neg", kSigned, "-x");
-  add_unary(t, "abs", kSigned, "|x|");
-  add_unary(t, "relu", kSigned, "max(x, 0); NaN stays NaN");
-  add_unary(t, "sigmoid", kFloat, "1 / (1 + exp(-x))");
-  add_unary(t, "tanh", kFloat, "tanh(x)");
-  add_unary(t, "exp", kFloat, "e^x");
-  add_unary(t, "log", kFloat, "natural log");
-  add_unary(t, "sqrt", kFloat, "square root");
-  add_unary(t, "rsqrt", kFloat, "1 / sqrt(x)");
-  add_unary(t, "erf", kFloat, "error function");
-  add_unary(t, "silu", kFloat, "x * sigmoid(x)");
-  add_unary(t, "reciprocal", kFloat, "1 / x");
-  add_unary(t, "sin", kFloat, "sine");
-  add_unary(t, "cos", kFloat, "cosine");
-  add_unary(t, "acos", kFloat, "arc cosine (NaN outside [-1, 1])");
-  add_unary(t, "acosh", kFloat, "inverse hyperbolic cosine (NaN below 1)");
-  add_unary(t, "asin", kFloat, "arc sine (NaN outside [-1, 1])");
-  add_unary(t, "asinh", kFloat, "inverse hyperbolic sine");
-  add_unary(t, "atan", kFloat, "arc tangent");
-  add_unary(t, "atanh", kFloat, "inverse hyperbolic tangent (+-inf at +-1, NaN outside)");
-  add_unary(t, "cosh", kFloat, "hyperbolic cosine");
-  add_unary(t, "sinh", kFloat, "hyperbolic sine");
-  add_unary(t, "tan", kFloat, "tangent");
-  add_unary(t, "log1p", kFloat, "log(1 + x), accurate near 0");
-  add_unary(t, "expm1", kFloat, "e^x - 1, accurate near 0");
-  add_unary(t, "log2", kFloat, "base-2 log");
-  add_unary(t, "log10", kFloat, "base-10 log");
-  add_unary(t, "exp2", kFloat, "2^x");
-  add_unary(t, "floor", kFloat, "round toward -inf");
-  add_unary(t, "ceil", kFloat, "round toward +inf");
-  add_unary(t, "round", kFloat, "round half to even");
-  add_unary(t, "sign", kSigned, "-1, 0 or 1 (0 for NaN)");
-  add_unary(t, "hardswish", kFloat, "x * clamp(x + 3, 0, 6) / 6");
-  add_unary(t, "hardsigmoid", kFloat, "clamp(x + 3, 0, 6) / 6");
-  add_unary(t, "gelu", kFloat, "x * Phi(x); approximate=\"tanh\" uses the tanh form",
-            {{"approximate", Attr::Kind::Str, Attr("none")}});
-  add_unary(t, "leaky_relu", kFloat, "x > 0 ? x : x * negative_slope",
-            {{"negative_slope", Attr::Kind::Float, Attr(0.01)}});
-  add_unary(t, "elu", kFloat, "x > 0 ? x : alpha * (exp(x) - 1)", {{"alpha", Attr::Kind::Float, Attr(1.0)}});
-  add_unary(t, "clamp", kSigned, "min(max(x, min), max); NaN stays NaN",
-            {{"min", Attr::Kind::Float, Attr(-inf)}, {"max", Attr::Kind::Float, Attr(inf)}});
-  add_unary(t, "pow_scalar", kFloat, "x ** exponent", {{"exponent", Attr::Kind::Float, std::nullopt}});
-  add_unary(t, "logical_not", kAll, "x == 0", {}, /*bool_out=*/true);
-  add_unary(t, "isnan", kFloat, "x != x", {}, /*bool_out=*/true);
-  {
-    OpDef d = make("cast", 1, kAll, "convert to dtype (floats to ints truncate toward zero)",
-                   {{"dtype", Attr::Kind::Str, std::nullopt}});
-    d.infer = infer_cast;  // not inplace: the output dtype usually differs
-    t.add(std::move(d));
-  }
-
-  add_binary(t, "add", kSigned, "a + b");
-  add_binary(t, "sub", kSigned, "a - b");
-  add_binary(t, "mul", kSigned, "a * b");
-  add_binary(t, "div", kFloat, "a / b (true division)");
-  add_binary(t, "maximum", kSigned, "max(a, b); NaN propagates");
-  add_binary(t, "minimum", kSigned, "min(a, b); NaN propagates");
-  add_binary(t, "pow", kFloat, "a ** b");
-  add_binary(t, "remainder", kSigned, "a - b * floor(a / b) (sign of b, like Python %)");
-  add_binary(t, "floor_divide", kSigned, "floor(a / b)");
-  add_binary(t, "atan2", kFloat, "angle of (b, a) in [-pi, pi], signed zeros as C atan2");
-  add_binary(t, "fmod", kFloat, "a - b * trunc(a / b) (sign of a, like C fmod)");
-  for (const char* name : {"eq", "ne", "lt", "le", "gt", "ge"})
-    add_binary(t, name, kAll, std::string("compare a ") + name + " b", /*bool_out=*/true);
-  add_binary(t, "logical_and", {DT::boolean}, "a && b");
-  add_binary(t, "logical_or", {DT::boolean}, "a || b");
-  add_binary(t, "bitwise_and", kInts, "a & b");
-  add_binary(t, "bitwise_or", kInts, "a | b");
-  {
-    OpDef d = make("where", 3, {DT::boolean}, "cond ? a : b, broadcast over all three");
-    d.infer = infer_where;  // not inplace: input 0 is the bool condition
+  for (const EwNodeInfo& row : kEwNodeOps) {
+    const EwOpInfo& info = ew_op_info(row.op);
+    OpDef d;
+    d.name = row.name;
+    d.min_inputs = d.max_inputs = info.arity - row.attrs.num_imms();
+    d.dtypes = dtypes_of(row.dtypes);
+    d.cls = OpClass::Elementwise;
+    d.doc = row.doc;
+    for (int i = 0; i < row.attrs.size; ++i) {
+      const EwAttr& a = row.attrs.at[i];
+      switch (a.kind) {
+        case EwAttr::imm: d.attrs.push_back({a.name, Attr::Kind::Float, Attr(a.def)}); break;
+        case EwAttr::required_imm: d.attrs.push_back({a.name, Attr::Kind::Float, std::nullopt}); break;
+        case EwAttr::str: d.attrs.push_back({a.name, Attr::Kind::Str, Attr(a.sdef)}); break;
+        case EwAttr::required_str: d.attrs.push_back({a.name, Attr::Kind::Str, std::nullopt}); break;
+      }
+    }
+    switch (info.result) {
+      case EwResult::same:  // the output may reuse input 0's buffer
+        d.inplace = true;
+        d.infer = [op = d.name](InferCtx& c) { infer_pointwise(c, false, op); };
+        break;
+      case EwResult::truth: d.infer = [op = d.name](InferCtx& c) { infer_pointwise(c, true, op); }; break;
+      case EwResult::branch: d.infer = infer_where; break;  // not inplace: input 0 is the bool condition
+      case EwResult::converted: d.infer = infer_cast; break;  // not inplace: the dtype usually differs
+    }
     t.add(std::move(d));
   }
 }

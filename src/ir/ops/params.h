@@ -1,16 +1,20 @@
 // Attribute interpretation shared by the shape functions (src/ir/ops/{reduction,norm,
-// data_movement}.cpp) and the kernels that run those ops (src/kernels/{ref,cpu}/...), so the
-// two can never disagree on what `dims`, `start`/`end` or `pads` mean.
+// data_movement,compute}.cpp), the passes and the kernels that run those ops
+// (src/kernels/{ref,cpu,onednn}/...), so they can never disagree on what `dims`,
+// `start`/`end`, `pads` or an epilogue mean.
 //
 //   auto mask = reduce_mask(node.attr("dims").ints(), rank, "sum");  // which dims reduce
 //   SliceRange r = slice_range(size, start, end, step);              // PyTorch clamping
+//   Epilogue ep = Epilogue::of(node, 2);                              // conv2d/linear/matmul
 #pragma once
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "ir/elementwise_program.h"
 #include "ir/op_table.h"
 
 namespace updraft {
@@ -79,5 +83,41 @@ inline void check_channel_block(InferCtx& c, const Shape& x, int64_t block, cons
   if (!x[1].is_static() || x[1].value() % block != 0)
     c.fail("x has " + x[1].str() + " channels, not a multiple of " + std::string(what) + "=" + std::to_string(block));
 }
+
+// The epilogue of conv2d / linear / matmul (docs/ops.md, "Compute"): act(op + bias + residual).
+// The activation is an elementwise op whose row allows it (ir/elementwise_ops.def, epi != no),
+// with act_alpha / act_beta as its immediate operands (clamp: min, max; leaky_relu: the slope);
+// kernels evaluate it with that op's formula.
+struct Epilogue {
+  bool has_bias = false, has_residual = false;
+  std::optional<EwOp> act;     // nullopt: activation "none"
+  double alpha = 0, beta = 0;  // act_alpha, act_beta
+  int bias_input = -1, residual_input = -1;  // input indices, -1 when absent
+
+  static bool known_activation(const std::string& name) { return name == "none" || ew_activation_from_name(name); }
+  static std::string unknown_activation(const std::string& name) {
+    return "activation '" + name + "' is unknown; use one of none, " + ew_activation_names();
+  }
+  // The activation attribute's op: nullopt for "none"; throws for a name that is not one.
+  static std::optional<EwOp> activation(const std::string& name) {
+    UPDRAFT_CHECK(known_activation(name), "epilogue", unknown_activation(name));
+    return name == "none" ? std::nullopt : ew_activation_from_name(name);
+  }
+  // From a node's attributes; `num_main` inputs precede the bias and the residual.
+  static Epilogue of(const Node& n, int num_main) {
+    Epilogue e;
+    e.has_bias = n.attr("has_bias").b();
+    e.has_residual = n.attr("has_residual").b();
+    e.act = activation(n.attr("activation").s());
+    e.alpha = n.attr("act_alpha").f();
+    e.beta = n.attr("act_beta").f();
+    int k = num_main;
+    if (e.has_bias) e.bias_input = k++;
+    if (e.has_residual) e.residual_input = k;
+    return e;
+  }
+  // The activation's operands after x: its immediates, alpha then beta.
+  int num_act_params() const { return act ? ew_op_info(*act).arity - 1 : 0; }
+};
 
 }  // namespace updraft

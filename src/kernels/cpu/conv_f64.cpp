@@ -49,7 +49,7 @@ class ConvF64Kernel final : public Kernel {
   int64_t sh_ = 1, sw_ = 1, ph_ = 0, pw_ = 0, dh_ = 1, dw_ = 1;
   bool scaled_ = false, direct_ = false, one_by_one_ = false;
   int64_t col_doubles_ = 0;  // per thread
-  Epilogue ep_;
+  TileEpilogue ep_;
   EpilogueInputs ins_;
   std::vector<PackedMatrix> w_packed_;  // per group, when the weight (and scale) are constants
   std::optional<Tensor> w_keep_;        // the scaled constant weight, for the direct path
@@ -120,7 +120,7 @@ void ConvF64Kernel::run(const TensorView* in, TensorView* out, void* scratch) co
   const int64_t N = x.sizes[0], H = x.sizes[2], W = x.sizes[3], OH = y.sizes[2], OW = y.sizes[3], OHW = OH * OW;
   const int64_t xs[3] = {x.strides[1], x.strides[2], x.strides[3]};
   double* yp = y.ptr<double>();
-  Epilogue ep = ep_;
+  TileEpilogue ep = ep_;
   ep.bias_per_row = true;  // GEMM rows are output channels
   if (ins_.bias >= 0) ep.bias = in[ins_.bias].ptr<const double>(), ep.bias_stride = in[ins_.bias].strides[0];
   std::optional<Packed> res_copy, w_copy;
@@ -158,7 +158,7 @@ void ConvF64Kernel::run(const TensorView* in, TensorView* out, void* scratch) co
           double v = plane[j];
           if (ep.bias) v += b;
           if (r) v += r[j];
-          plane[j] = activate(ep.act, v, ep.alpha, ep.beta);
+          plane[j] = activate(ep.attrs, v);
         }
       }
     });

@@ -14,8 +14,7 @@ void register_cpu_elementwise_kernels(KernelRegistry& r) {
     if (auto k = cpu_ew::make_f64_kernel(ctx)) return k;
     return cpu_ew::make_int_kernel(ctx);
   };
-  for (const char* op : kElementwiseNodeOps)
-    r.add(op, Device::cpu, factory);
+  for (const char* op : ew_kernel_node_ops()) r.add(op, Device::cpu, factory);
   r.add("cast", Device::cpu, cpu_ew::make_cast_kernel);
   r.add("fused_elementwise", Device::cpu, cpu_ew::make_fused_kernel);
 }

@@ -96,6 +96,7 @@ std::unique_ptr<BlockProgram<T>> BlockProgram<T>::compile(const EwProgram& p, in
       else if (e == -0.5) ins = {EwOp::rsqrt, {ins.args[0]}};
       else if (e == -1.0) ins = {EwOp::reciprocal, {ins.args[0]}};
     }
+    if (!has_block_op(ins.op, T{})) return nullptr;  // no fast functor for T: the reference runs it
     Step st{ins.op, static_cast<int>(ins.args.size()), {0, 0, 0}, 0};
     for (int j = 0; j < st.nargs; ++j) {
       const EwOperand& a = ins.args[j];

@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/elementwise_internal.h"
 #include "kernels/cpu/simd_f32.h"
+#include "kernels/elementwise_ops.h"
 
 namespace updraft::cpu_ew {
 namespace {
@@ -75,129 +76,151 @@ template <typename F> void scalar2(const float* a, const float* b, float* d, int
   for (int i = 0; i < n; ++i) d[i] = f(a[i], b[i]);
 }
 
-// Python-style floor division and remainder, step for step as PyTorch computes them in f32.
-float py_floor_divide(float a, float b) {
-  if (b == 0) return a / b;
-  float mod = std::fmod(a, b);
-  float div = (a - mod) / b;
-  if (mod != 0 && (b < 0) != (mod < 0)) div -= 1;
-  if (div == 0) return std::copysign(0.0f, a / b);
-  float fl = std::floor(div);
-  if (div - fl > 0.5f) fl += 1;
-  return fl;
-}
-float py_remainder(float a, float b) {
-  float mod = std::fmod(a, b);
-  if (mod != 0 && (b < 0) != (mod < 0)) mod += b;
-  return mod;
-}
+// The block forms: Vec1/Vec2/Vec3 run D::f over __m256 lanes (map1..3), Lib1/Lib2 run D::f per
+// element (C library calls). D is the op's specialisation (CRTP).
+template <typename D> struct Vec1 {
+  static constexpr bool kHas = true;
+  static void run(const float* a, const float*, const float*, float* d, int n) {
+    map1(a, d, n, [](__m256 x) { return D::f(x); });
+  }
+};
+template <typename D> struct Vec2 {
+  static constexpr bool kHas = true;
+  static void run(const float* a, const float* b, const float*, float* d, int n) {
+    map2(a, b, d, n, [](__m256 x, __m256 y) { return D::f(x, y); });
+  }
+};
+template <typename D> struct Vec3 {
+  static constexpr bool kHas = true;
+  static void run(const float* a, const float* b, const float* c, float* d, int n) {
+    map3(a, b, c, d, n, [](__m256 x, __m256 y, __m256 z) { return D::f(x, y, z); });
+  }
+};
+template <typename D> struct Lib1 {
+  static constexpr bool kHas = true;
+  static void run(const float* a, const float*, const float*, float* d, int n) {
+    scalar1(a, d, n, [](float x) { return D::f(x); });
+  }
+};
+template <typename D> struct Lib2 {
+  static constexpr bool kHas = true;
+  static void run(const float* a, const float* b, const float*, float* d, int n) {
+    scalar2(a, b, d, n, [](float x, float y) { return D::f(x, y); });
+  }
+};
 
 }  // namespace
 
-void run_block_op(EwOp op, const float* a, const float* b, const float* c, float* d, int n) {
-  const __m256 zero = _mm256_setzero_ps(), one = splat(1.0f), three = splat(3.0f), six = splat(6.0f);
-  const __m256 signbit = splat(-0.0f);
-  switch (op) {
-    case EwOp::neg: return map1(a, d, n, [&](__m256 x) { return _mm256_xor_ps(x, signbit); });
-    case EwOp::abs: return map1(a, d, n, [&](__m256 x) { return _mm256_andnot_ps(signbit, x); });
-    case EwOp::relu: return map1(a, d, n, [&](__m256 x) { return _mm256_max_ps(zero, x); });  // NaN -> x
-    case EwOp::sigmoid: return map1(a, d, n, [&](__m256 x) { return div_one_plus_exp_neg(one, x); });
-    case EwOp::tanh: return map1(a, d, n, simd::tanh256);
-    case EwOp::exp: return map1(a, d, n, simd::exp256);
-    case EwOp::log: return scalar1(a, d, n, [](float x) { return std::log(x); });
-    case EwOp::sqrt: return map1(a, d, n, [](__m256 x) { return _mm256_sqrt_ps(x); });
-    case EwOp::rsqrt: return map1(a, d, n, [&](__m256 x) { return _mm256_div_ps(one, _mm256_sqrt_ps(x)); });
-    case EwOp::erf: return map1(a, d, n, simd::erf256);
-    case EwOp::silu: return map1(a, d, n, [&](__m256 x) { return div_one_plus_exp_neg(x, x); });
-    case EwOp::reciprocal: return map1(a, d, n, [&](__m256 x) { return _mm256_div_ps(one, x); });
-    case EwOp::sin: return scalar1(a, d, n, [](float x) { return std::sin(x); });
-    case EwOp::cos: return scalar1(a, d, n, [](float x) { return std::cos(x); });
-    case EwOp::floor: return map1(a, d, n, [](__m256 x) { return _mm256_floor_ps(x); });
-    case EwOp::ceil: return map1(a, d, n, [](__m256 x) { return _mm256_ceil_ps(x); });
-    case EwOp::round:
-      return map1(a, d, n, [](__m256 x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); });
-    case EwOp::sign:
-      return map1(a, d, n, [&](__m256 x) {
-        return _mm256_sub_ps(bool01(_mm256_cmp_ps(x, zero, _CMP_GT_OQ)), bool01(_mm256_cmp_ps(x, zero, _CMP_LT_OQ)));
-      });
-    case EwOp::hardswish:  // x * min(max(x + 3, 0), 6) / 6, NaN propagating like PyTorch's
-      return map1(a, d, n, [&](__m256 x) {
-        __m256 t = _mm256_min_ps(six, _mm256_max_ps(zero, _mm256_add_ps(x, three)));
-        return _mm256_div_ps(_mm256_mul_ps(x, t), six);
-      });
-    case EwOp::hardsigmoid:
-      return map1(a, d, n, [&](__m256 x) {
-        return _mm256_div_ps(_mm256_min_ps(six, _mm256_max_ps(zero, _mm256_add_ps(x, three))), six);
-      });
-    // x * Phi(x) = 0.5 x erfc(-x / sqrt 2): erfc keeps the negative tail accurate.
-    case EwOp::gelu: return map1(a, d, n, simd::gelu_erf256);
-    // 0.5 x (1 + tanh u) == x / (1 + e^{-2u}), which has no cancellation for x << 0.
-    case EwOp::gelu_tanh:
-      return map1(a, d, n, [&](__m256 x) {
-        __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
-        __m256 u = _mm256_mul_ps(splat(0.7978845608028654f), _mm256_fmadd_ps(splat(0.044715f), x3, x));
-        return div_one_plus_exp_neg(x, _mm256_add_ps(u, u));
-      });
-    // Inverse trig/hyperbolic, log/exp variants: C library per element (< 1 ulp; a vector
-    // polynomial would need its own range reduction per function for rare ops).
-    case EwOp::acos: return scalar1(a, d, n, [](float x) { return std::acos(x); });
-    case EwOp::acosh: return scalar1(a, d, n, [](float x) { return std::acosh(x); });
-    case EwOp::asin: return scalar1(a, d, n, [](float x) { return std::asin(x); });
-    case EwOp::asinh: return scalar1(a, d, n, [](float x) { return std::asinh(x); });
-    case EwOp::atan: return scalar1(a, d, n, [](float x) { return std::atan(x); });
-    case EwOp::atanh: return scalar1(a, d, n, [](float x) { return std::atanh(x); });
-    case EwOp::cosh: return scalar1(a, d, n, [](float x) { return std::cosh(x); });
-    case EwOp::sinh: return scalar1(a, d, n, [](float x) { return std::sinh(x); });
-    case EwOp::tan: return scalar1(a, d, n, [](float x) { return std::tan(x); });
-    case EwOp::log1p: return scalar1(a, d, n, [](float x) { return std::log1p(x); });
-    case EwOp::expm1: return scalar1(a, d, n, [](float x) { return std::expm1(x); });
-    case EwOp::log2: return scalar1(a, d, n, [](float x) { return std::log2(x); });
-    case EwOp::log10: return scalar1(a, d, n, [](float x) { return std::log10(x); });
-    case EwOp::exp2: return scalar1(a, d, n, [](float x) { return std::exp2(x); });
-    case EwOp::logical_not: return map1(a, d, n, [&](__m256 x) { return bool01(_mm256_cmp_ps(x, zero, _CMP_EQ_OQ)); });
-    case EwOp::isnan: return map1(a, d, n, [&](__m256 x) { return bool01(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)); });
-    case EwOp::leaky_relu:
-      return map2(a, b, d, n, [&](__m256 x, __m256 s) {
-        return _mm256_blendv_ps(_mm256_mul_ps(x, s), x, _mm256_cmp_ps(x, zero, _CMP_GT_OQ));
-      });
-    case EwOp::elu:
-      return map2(a, b, d, n, [&](__m256 x, __m256 alpha) {
-        return _mm256_blendv_ps(_mm256_mul_ps(alpha, simd::expm1_256(x)), x, _mm256_cmp_ps(x, zero, _CMP_GT_OQ));
-      });
-    case EwOp::add: return map2(a, b, d, n, [](__m256 x, __m256 y) { return _mm256_add_ps(x, y); });
-    case EwOp::sub: return map2(a, b, d, n, [](__m256 x, __m256 y) { return _mm256_sub_ps(x, y); });
-    case EwOp::mul: return map2(a, b, d, n, [](__m256 x, __m256 y) { return _mm256_mul_ps(x, y); });
-    case EwOp::div: return map2(a, b, d, n, [](__m256 x, __m256 y) { return _mm256_div_ps(x, y); });
-    case EwOp::maximum: return map2(a, b, d, n, max_nan);
-    case EwOp::minimum: return map2(a, b, d, n, min_nan);
-    case EwOp::pow: return scalar2(a, b, d, n, [](float x, float y) { return std::pow(x, y); });
-    case EwOp::remainder: return scalar2(a, b, d, n, py_remainder);
-    case EwOp::floor_divide: return scalar2(a, b, d, n, py_floor_divide);
-    case EwOp::atan2: return scalar2(a, b, d, n, [](float y, float x) { return std::atan2(y, x); });
-    case EwOp::fmod: return scalar2(a, b, d, n, [](float x, float y) { return std::fmod(x, y); });
-    case EwOp::eq: return map2(a, b, d, n, [](__m256 x, __m256 y) { return bool01(_mm256_cmp_ps(x, y, _CMP_EQ_OQ)); });
-    case EwOp::ne: return map2(a, b, d, n, [](__m256 x, __m256 y) { return bool01(_mm256_cmp_ps(x, y, _CMP_NEQ_UQ)); });
-    case EwOp::lt: return map2(a, b, d, n, [](__m256 x, __m256 y) { return bool01(_mm256_cmp_ps(x, y, _CMP_LT_OQ)); });
-    case EwOp::le: return map2(a, b, d, n, [](__m256 x, __m256 y) { return bool01(_mm256_cmp_ps(x, y, _CMP_LE_OQ)); });
-    case EwOp::gt: return map2(a, b, d, n, [](__m256 x, __m256 y) { return bool01(_mm256_cmp_ps(x, y, _CMP_GT_OQ)); });
-    case EwOp::ge: return map2(a, b, d, n, [](__m256 x, __m256 y) { return bool01(_mm256_cmp_ps(x, y, _CMP_GE_OQ)); });
-    case EwOp::logical_and:
-      return map2(a, b, d, n, [&](__m256 x, __m256 y) {
-        return bool01(_mm256_and_ps(_mm256_cmp_ps(x, zero, _CMP_NEQ_UQ), _mm256_cmp_ps(y, zero, _CMP_NEQ_UQ)));
-      });
-    case EwOp::logical_or:
-      return map2(a, b, d, n, [&](__m256 x, __m256 y) {
-        return bool01(_mm256_or_ps(_mm256_cmp_ps(x, zero, _CMP_NEQ_UQ), _mm256_cmp_ps(y, zero, _CMP_NEQ_UQ)));
-      });
-    case EwOp::clamp:  // maxps/minps return their second operand on NaN, so x's NaN survives
-      return map3(a, b, c, d, n, [](__m256 x, __m256 lo, __m256 hi) { return _mm256_min_ps(hi, _mm256_max_ps(lo, x)); });
-    case EwOp::where:
-      return map3(a, b, c, d, n, [&](__m256 cond, __m256 x, __m256 y) {
-        return _mm256_blendv_ps(y, x, _mm256_cmp_ps(cond, zero, _CMP_NEQ_UQ));
-      });
-    default: break;
+// The f32 functor of each op; an op with none has no f32 fast kernel (the reference runs it).
+template <EwOp Op> struct F32Fn {
+  static constexpr bool kHas = false;
+};
+
+#define F32_VEC1(OP, ...) \
+  template <> struct F32Fn<EwOp::OP> : Vec1<F32Fn<EwOp::OP>> { static __m256 f(__m256 x) { return __VA_ARGS__; } };
+#define F32_VEC2(OP, ...)                                        \
+  template <> struct F32Fn<EwOp::OP> : Vec2<F32Fn<EwOp::OP>> { \
+    static __m256 f(__m256 x, __m256 y) { return __VA_ARGS__; } \
+  };
+#define F32_VEC3(OP, ...)                                                  \
+  template <> struct F32Fn<EwOp::OP> : Vec3<F32Fn<EwOp::OP>> {           \
+    static __m256 f(__m256 x, __m256 y, __m256 z) { return __VA_ARGS__; } \
+  };
+#define F32_LIB1(OP, ...) \
+  template <> struct F32Fn<EwOp::OP> : Lib1<F32Fn<EwOp::OP>> { static float f(float x) { return __VA_ARGS__; } };
+#define F32_LIB2(OP, ...) \
+  template <> struct F32Fn<EwOp::OP> : Lib2<F32Fn<EwOp::OP>> { static float f(float x, float y) { return __VA_ARGS__; } };
+
+F32_VEC1(neg, _mm256_xor_ps(x, splat(-0.0f)))
+F32_VEC1(abs, _mm256_andnot_ps(splat(-0.0f), x))
+F32_VEC1(relu, _mm256_max_ps(_mm256_setzero_ps(), x))  // NaN -> x
+F32_VEC1(sigmoid, div_one_plus_exp_neg(splat(1.0f), x))
+F32_VEC1(tanh, simd::tanh256(x))
+F32_VEC1(exp, simd::exp256(x))
+F32_LIB1(log, std::log(x))
+F32_VEC1(sqrt, _mm256_sqrt_ps(x))
+F32_VEC1(rsqrt, _mm256_div_ps(splat(1.0f), _mm256_sqrt_ps(x)))
+F32_VEC1(erf, simd::erf256(x))
+F32_VEC1(silu, div_one_plus_exp_neg(x, x))
+F32_VEC1(reciprocal, _mm256_div_ps(splat(1.0f), x))
+F32_LIB1(sin, std::sin(x))
+F32_LIB1(cos, std::cos(x))
+F32_VEC1(floor, _mm256_floor_ps(x))
+F32_VEC1(ceil, _mm256_ceil_ps(x))
+F32_VEC1(round, _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+F32_VEC1(sign, _mm256_sub_ps(bool01(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ)),
+                             bool01(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ))))
+// x * min(max(x + 3, 0), 6) / 6, NaN propagating like PyTorch's
+F32_VEC1(hardswish, _mm256_div_ps(_mm256_mul_ps(x, _mm256_min_ps(splat(6.0f), _mm256_max_ps(_mm256_setzero_ps(),
+                                                                                           _mm256_add_ps(x, splat(3.0f))))),
+                                  splat(6.0f)))
+F32_VEC1(hardsigmoid,
+         _mm256_div_ps(_mm256_min_ps(splat(6.0f), _mm256_max_ps(_mm256_setzero_ps(), _mm256_add_ps(x, splat(3.0f)))),
+                       splat(6.0f)))
+// x * Phi(x) = 0.5 x erfc(-x / sqrt 2): erfc keeps the negative tail accurate.
+F32_VEC1(gelu, simd::gelu_erf256(x))
+// 0.5 x (1 + tanh u) == x / (1 + e^{-2u}), which has no cancellation for x << 0.
+template <> struct F32Fn<EwOp::gelu_tanh> : Vec1<F32Fn<EwOp::gelu_tanh>> {
+  static __m256 f(__m256 x) {
+    __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+    __m256 u = _mm256_mul_ps(splat(0.7978845608028654f), _mm256_fmadd_ps(splat(0.044715f), x3, x));
+    return div_one_plus_exp_neg(x, _mm256_add_ps(u, u));
   }
-  throw Error("kernels", std::string("cpu f32 elementwise: op '") + ew_op_info(op).name + "' has no f32 block kernel");
+};
+F32_VEC1(logical_not, bool01(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_EQ_OQ)))
+F32_VEC1(isnan, bool01(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)))
+// Inverse trig/hyperbolic, log/exp variants: C library per element (< 1 ulp; a vector
+// polynomial would need its own range reduction per function for rare ops).
+F32_LIB1(acos, std::acos(x))
+F32_LIB1(acosh, std::acosh(x))
+F32_LIB1(asin, std::asin(x))
+F32_LIB1(asinh, std::asinh(x))
+F32_LIB1(atan, std::atan(x))
+F32_LIB1(atanh, std::atanh(x))
+F32_LIB1(cosh, std::cosh(x))
+F32_LIB1(sinh, std::sinh(x))
+F32_LIB1(tan, std::tan(x))
+F32_LIB1(log1p, std::log1p(x))
+F32_LIB1(expm1, std::expm1(x))
+F32_LIB1(log2, std::log2(x))
+F32_LIB1(log10, std::log10(x))
+F32_LIB1(exp2, std::exp2(x))
+F32_VEC2(leaky_relu, _mm256_blendv_ps(_mm256_mul_ps(x, y), x, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ)))
+F32_VEC2(elu, _mm256_blendv_ps(_mm256_mul_ps(y, simd::expm1_256(x)), x, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ)))
+// In f32 step for step as PyTorch's CPU kernel (clamp, x / (1 - x), log).
+F32_LIB2(logit, std::log([&] {
+           const float z = y < 0 ? x : (x < y ? y : (x > 1.0f - y ? 1.0f - y : x));
+           return z / (1.0f - z);
+         }()))
+F32_VEC2(add, _mm256_add_ps(x, y))
+F32_VEC2(sub, _mm256_sub_ps(x, y))
+F32_VEC2(mul, _mm256_mul_ps(x, y))
+F32_VEC2(div, _mm256_div_ps(x, y))
+F32_VEC2(maximum, max_nan(x, y))
+F32_VEC2(minimum, min_nan(x, y))
+F32_LIB2(pow, std::pow(x, y))
+F32_LIB2(remainder, ew_py_remainder(x, y))
+F32_LIB2(floor_divide, ew_py_floor_divide(x, y))
+F32_LIB2(atan2, std::atan2(x, y))
+F32_LIB2(fmod, std::fmod(x, y))
+F32_VEC2(copysign, _mm256_or_ps(_mm256_andnot_ps(splat(-0.0f), x), _mm256_and_ps(splat(-0.0f), y)))
+F32_VEC2(eq, bool01(_mm256_cmp_ps(x, y, _CMP_EQ_OQ)))
+F32_VEC2(ne, bool01(_mm256_cmp_ps(x, y, _CMP_NEQ_UQ)))
+F32_VEC2(lt, bool01(_mm256_cmp_ps(x, y, _CMP_LT_OQ)))
+F32_VEC2(le, bool01(_mm256_cmp_ps(x, y, _CMP_LE_OQ)))
+F32_VEC2(gt, bool01(_mm256_cmp_ps(x, y, _CMP_GT_OQ)))
+F32_VEC2(ge, bool01(_mm256_cmp_ps(x, y, _CMP_GE_OQ)))
+F32_VEC2(logical_and, bool01(_mm256_and_ps(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NEQ_UQ),
+                                           _mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_NEQ_UQ))))
+F32_VEC2(logical_or, bool01(_mm256_or_ps(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NEQ_UQ),
+                                         _mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_NEQ_UQ))))
+// maxps/minps return their second operand on NaN, so x's NaN survives
+F32_VEC3(clamp, _mm256_min_ps(z, _mm256_max_ps(y, x)))
+F32_VEC3(where, _mm256_blendv_ps(z, y, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NEQ_UQ)))
+
+void run_block_op(EwOp op, const float* a, const float* b, const float* c, float* d, int n) {
+  dispatch_block_op<F32Fn>(op, a, b, c, d, n);
 }
+bool has_block_op(EwOp op, float) { return dispatch_has<F32Fn>(op); }
 
 }  // namespace updraft::cpu_ew

@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/elementwise_internal.h"
 #include "kernels/cpu/simd_f64.h"
+#include "kernels/elementwise_ops.h"
 
 namespace updraft::cpu_ew {
 namespace {
@@ -36,119 +37,163 @@ inline __m256d neg(__m256d x) { return _mm256_xor_pd(x, _mm256_set1_pd(-0.0)); }
 
 inline double b01(bool v) { return v ? 1.0 : 0.0; }
 
-// Python-style floor division and remainder, step for step as PyTorch computes them.
-double py_floor_divide(double a, double b) {
-  if (b == 0) return a / b;
-  double mod = std::fmod(a, b);
-  double div = (a - mod) / b;
-  if (mod != 0 && (b < 0) != (mod < 0)) div -= 1;
-  if (div == 0) return std::copysign(0.0, a / b);
-  double fl = std::floor(div);
-  if (div - fl > 0.5) fl += 1;
-  return fl;
-}
-double py_remainder(double a, double b) {
-  double mod = std::fmod(a, b);
-  if (mod != 0 && (b < 0) != (mod < 0)) mod += b;
-  return mod;
-}
+// The block forms: Map1..3 run D::f per element on doubles (loops the vectoriser turns into
+// 4-lane code), Vec1/Vec2 run D::f over __m256d lanes (glibc's vector math), Block runs
+// D::block over the whole block. D is the op's specialisation (CRTP).
+template <typename D> struct Map1 {
+  static constexpr bool kHas = true;
+  static void run(const double* a, const double*, const double*, double* d, int n) {
+    map1(a, d, n, [](double x) { return D::f(x); });
+  }
+};
+template <typename D> struct Map2 {
+  static constexpr bool kHas = true;
+  static void run(const double* a, const double* b, const double*, double* d, int n) {
+    map2(a, b, d, n, [](double x, double y) { return D::f(x, y); });
+  }
+};
+template <typename D> struct Map3 {
+  static constexpr bool kHas = true;
+  static void run(const double* a, const double* b, const double* c, double* d, int n) {
+    map3(a, b, c, d, n, [](double x, double y, double z) { return D::f(x, y, z); });
+  }
+};
+template <typename D> struct Vec1 {
+  static constexpr bool kHas = true;
+  static void run(const double* a, const double*, const double*, double* d, int n) {
+    vec1(a, d, n, [](__m256d x) { return D::f(x); });
+  }
+};
+template <typename D> struct Vec2 {
+  static constexpr bool kHas = true;
+  static void run(const double* a, const double* b, const double*, double* d, int n) {
+    simd64::apply2([](__m256d x, __m256d y) { return D::f(x, y); }, a, b, d, n);
+  }
+};
+struct Block {
+  static constexpr bool kHas = true;
+};
 
 }  // namespace
 
-void run_block_op(EwOp op, const double* a, const double* b, const double* c, double* d, int n) {
-  switch (op) {
-    case EwOp::neg: return map1(a, d, n, [](double x) { return -x; });
-    case EwOp::abs: return map1(a, d, n, [](double x) { return std::fabs(x); });
-    case EwOp::relu: return map1(a, d, n, [](double x) { return x < 0 ? 0.0 : x; });  // NaN -> x
-    case EwOp::sigmoid: return vec1(a, d, n, [](__m256d x) { return _mm256_div_pd(one(), _mm256_add_pd(one(), simd64::exp4(neg(x)))); });
-    case EwOp::tanh: return vec1(a, d, n, _ZGVdN4v_tanh);
-    case EwOp::exp: return vec1(a, d, n, simd64::exp4);
-    case EwOp::log: return vec1(a, d, n, _ZGVdN4v_log);
-    case EwOp::sqrt: return map1(a, d, n, [](double x) { return std::sqrt(x); });
-    case EwOp::rsqrt: return map1(a, d, n, [](double x) { return 1.0 / std::sqrt(x); });
-    case EwOp::erf: return vec1(a, d, n, _ZGVdN4v_erf);
-    case EwOp::silu: return vec1(a, d, n, [](__m256d x) { return _mm256_div_pd(x, _mm256_add_pd(one(), simd64::exp4(neg(x)))); });
-    case EwOp::reciprocal: return map1(a, d, n, [](double x) { return 1.0 / x; });
-    case EwOp::sin: return vec1(a, d, n, _ZGVdN4v_sin);
-    case EwOp::cos: return vec1(a, d, n, _ZGVdN4v_cos);
-    case EwOp::floor: return map1(a, d, n, [](double x) { return std::floor(x); });
-    case EwOp::ceil: return map1(a, d, n, [](double x) { return std::ceil(x); });
-    case EwOp::round: return map1(a, d, n, [](double x) { return std::nearbyint(x); });  // half to even
-    case EwOp::sign: return map1(a, d, n, [](double x) { return b01(x > 0) - b01(x < 0); });
-    case EwOp::hardswish:
-      return map1(a, d, n, [](double x) { return x * std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0; });
-    case EwOp::hardsigmoid:
-      return map1(a, d, n, [](double x) { return std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0; });
-    // x * Phi(x) = 0.5 x erfc(-x / sqrt 2): erfc keeps the negative tail accurate.
-    // x >= -1: 0.5 x (1 + erf(x / sqrt 2)) on the vector erf (1 + erf >= 0.31 there: no
-    // cancellation). Below (and NaN): 0.5 x erfc(-x / sqrt 2) per element, as the reference:
-    // libmvec's erfc loses up to 1e-6 relative in the tail, the C library's does not.
-    case EwOp::gelu: {
-      double t[kBlock];
-      vec1(a, t, n, [](__m256d x) {
-        __m256d e = _ZGVdN4v_erf(_mm256_mul_pd(x, splat(M_SQRT1_2)));
-        return _mm256_mul_pd(_mm256_mul_pd(splat(0.5), x), _mm256_add_pd(one(), e));
-      });
-      for (int i = 0; i < n; ++i) d[i] = a[i] >= -1.0 ? t[i] : 0.5 * a[i] * std::erfc(-a[i] * M_SQRT1_2);
-      return;
-    }
-    case EwOp::gelu_tanh:
-      return vec1(a, d, n, [](__m256d x) {
-        __m256d x3 = _mm256_mul_pd(_mm256_mul_pd(_mm256_mul_pd(splat(0.044715), x), x), x);
-        __m256d u = _mm256_mul_pd(splat(std::sqrt(2.0 / M_PI)), _mm256_add_pd(x, x3));
-        return _mm256_mul_pd(_mm256_mul_pd(splat(0.5), x), _mm256_add_pd(one(), _ZGVdN4v_tanh(u)));
-      });
-    case EwOp::acos: return vec1(a, d, n, _ZGVdN4v_acos);
-    case EwOp::acosh: return vec1(a, d, n, _ZGVdN4v_acosh);
-    case EwOp::asin: return vec1(a, d, n, _ZGVdN4v_asin);
-    case EwOp::asinh: return vec1(a, d, n, _ZGVdN4v_asinh);
-    case EwOp::atan: return vec1(a, d, n, _ZGVdN4v_atan);
-    case EwOp::atanh: return vec1(a, d, n, _ZGVdN4v_atanh);
-    case EwOp::cosh: return vec1(a, d, n, _ZGVdN4v_cosh);
-    case EwOp::sinh: return vec1(a, d, n, _ZGVdN4v_sinh);
-    case EwOp::tan: return vec1(a, d, n, _ZGVdN4v_tan);
-    case EwOp::log1p: return vec1(a, d, n, _ZGVdN4v_log1p);
-    case EwOp::expm1: return vec1(a, d, n, _ZGVdN4v_expm1);
-    case EwOp::log2: return vec1(a, d, n, _ZGVdN4v_log2);
-    case EwOp::log10: return vec1(a, d, n, _ZGVdN4v_log10);
-    case EwOp::exp2: return vec1(a, d, n, _ZGVdN4v_exp2);
-    case EwOp::logical_not: return map1(a, d, n, [](double x) { return b01(x == 0.0); });
-    case EwOp::isnan: return map1(a, d, n, [](double x) { return b01(x != x); });
-    case EwOp::leaky_relu: return map2(a, b, d, n, [](double x, double s) { return x > 0 ? x : x * s; });
-    case EwOp::elu: {  // expm1 over the block first (vector), then the select; d may alias a or b
-      double t[kBlock];
-      simd64::apply(_ZGVdN4v_expm1, a, t, n);
-      for (int i = 0; i < n; ++i) d[i] = a[i] > 0 ? a[i] : b[i] * t[i];
-      return;
-    }
-    case EwOp::add: return map2(a, b, d, n, [](double x, double y) { return x + y; });
-    case EwOp::sub: return map2(a, b, d, n, [](double x, double y) { return x - y; });
-    case EwOp::mul: return map2(a, b, d, n, [](double x, double y) { return x * y; });
-    case EwOp::div: return map2(a, b, d, n, [](double x, double y) { return x / y; });
-    // NaN in either operand gives NaN (x + y carries it), as PyTorch's maximum/minimum.
-    case EwOp::maximum:
-      return map2(a, b, d, n, [](double x, double y) { return (x != x || y != y) ? x + y : std::max(x, y); });
-    case EwOp::minimum:
-      return map2(a, b, d, n, [](double x, double y) { return (x != x || y != y) ? x + y : std::min(x, y); });
-    case EwOp::pow: return simd64::apply2(_ZGVdN4vv_pow, a, b, d, n);
-    case EwOp::remainder: return map2(a, b, d, n, py_remainder);
-    case EwOp::floor_divide: return map2(a, b, d, n, py_floor_divide);
-    case EwOp::atan2: return simd64::apply2(_ZGVdN4vv_atan2, a, b, d, n);
-    case EwOp::fmod: return map2(a, b, d, n, [](double x, double y) { return std::fmod(x, y); });
-    case EwOp::eq: return map2(a, b, d, n, [](double x, double y) { return b01(x == y); });
-    case EwOp::ne: return map2(a, b, d, n, [](double x, double y) { return b01(x != y); });
-    case EwOp::lt: return map2(a, b, d, n, [](double x, double y) { return b01(x < y); });
-    case EwOp::le: return map2(a, b, d, n, [](double x, double y) { return b01(x <= y); });
-    case EwOp::gt: return map2(a, b, d, n, [](double x, double y) { return b01(x > y); });
-    case EwOp::ge: return map2(a, b, d, n, [](double x, double y) { return b01(x >= y); });
-    case EwOp::logical_and: return map2(a, b, d, n, [](double x, double y) { return b01((x != 0) & (y != 0)); });
-    case EwOp::logical_or: return map2(a, b, d, n, [](double x, double y) { return b01((x != 0) | (y != 0)); });
-    case EwOp::clamp:  // a NaN x stays NaN
-      return map3(a, b, c, d, n, [](double x, double lo, double hi) { return x != x ? x : std::min(std::max(x, lo), hi); });
-    case EwOp::where: return map3(a, b, c, d, n, [](double m, double x, double y) { return m != 0 ? x : y; });
-    default: break;
+// The f64 functor of each op; an op with none has no f64 fast kernel (the reference runs it).
+template <EwOp Op> struct F64Fn {
+  static constexpr bool kHas = false;
+};
+
+#define F64_MAP1(OP, ...) \
+  template <> struct F64Fn<EwOp::OP> : Map1<F64Fn<EwOp::OP>> { static double f(double x) { return __VA_ARGS__; } };
+#define F64_MAP2(OP, ...)                                         \
+  template <> struct F64Fn<EwOp::OP> : Map2<F64Fn<EwOp::OP>> {  \
+    static double f(double x, double y) { return __VA_ARGS__; } \
+  };
+#define F64_MAP3(OP, ...)                                                   \
+  template <> struct F64Fn<EwOp::OP> : Map3<F64Fn<EwOp::OP>> {            \
+    static double f(double x, double y, double z) { return __VA_ARGS__; } \
+  };
+#define F64_VEC1(OP, ...) \
+  template <> struct F64Fn<EwOp::OP> : Vec1<F64Fn<EwOp::OP>> { static __m256d f(__m256d x) { return __VA_ARGS__; } };
+#define F64_VEC2(OP, ...)                                           \
+  template <> struct F64Fn<EwOp::OP> : Vec2<F64Fn<EwOp::OP>> {    \
+    static __m256d f(__m256d x, __m256d y) { return __VA_ARGS__; } \
+  };
+
+F64_MAP1(neg, -x)
+F64_MAP1(abs, std::fabs(x))
+F64_MAP1(relu, x < 0 ? 0.0 : x)  // NaN -> x
+F64_VEC1(sigmoid, _mm256_div_pd(one(), _mm256_add_pd(one(), simd64::exp4(neg(x)))))
+F64_VEC1(tanh, _ZGVdN4v_tanh(x))
+F64_VEC1(exp, simd64::exp4(x))
+F64_VEC1(log, _ZGVdN4v_log(x))
+F64_MAP1(sqrt, std::sqrt(x))
+F64_MAP1(rsqrt, 1.0 / std::sqrt(x))
+F64_VEC1(erf, _ZGVdN4v_erf(x))
+F64_VEC1(silu, _mm256_div_pd(x, _mm256_add_pd(one(), simd64::exp4(neg(x)))))
+F64_MAP1(reciprocal, 1.0 / x)
+F64_VEC1(sin, _ZGVdN4v_sin(x))
+F64_VEC1(cos, _ZGVdN4v_cos(x))
+F64_MAP1(floor, std::floor(x))
+F64_MAP1(ceil, std::ceil(x))
+F64_MAP1(round, std::nearbyint(x))  // half to even
+F64_MAP1(sign, b01(x > 0) - b01(x < 0))
+F64_MAP1(hardswish, x * std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0)
+F64_MAP1(hardsigmoid, std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0)
+// x * Phi(x) = 0.5 x erfc(-x / sqrt 2): erfc keeps the negative tail accurate.
+// x >= -1: 0.5 x (1 + erf(x / sqrt 2)) on the vector erf (1 + erf >= 0.31 there: no
+// cancellation). Below (and NaN): 0.5 x erfc(-x / sqrt 2) per element, as the reference:
+// libmvec's erfc loses up to 1e-6 relative in the tail, the C library's does not.
+template <> struct F64Fn<EwOp::gelu> : Block {
+  static void run(const double* a, const double*, const double*, double* d, int n) {
+    double t[kBlock];
+    vec1(a, t, n, [](__m256d x) {
+      __m256d e = _ZGVdN4v_erf(_mm256_mul_pd(x, splat(M_SQRT1_2)));
+      return _mm256_mul_pd(_mm256_mul_pd(splat(0.5), x), _mm256_add_pd(one(), e));
+    });
+    for (int i = 0; i < n; ++i) d[i] = a[i] >= -1.0 ? t[i] : 0.5 * a[i] * std::erfc(-a[i] * M_SQRT1_2);
   }
-  throw Error("kernels", std::string("cpu f64 elementwise: op '") + ew_op_info(op).name + "' has no f64 block kernel");
+};
+template <> struct F64Fn<EwOp::gelu_tanh> : Vec1<F64Fn<EwOp::gelu_tanh>> {
+  static __m256d f(__m256d x) {
+    __m256d x3 = _mm256_mul_pd(_mm256_mul_pd(_mm256_mul_pd(splat(0.044715), x), x), x);
+    __m256d u = _mm256_mul_pd(splat(std::sqrt(2.0 / M_PI)), _mm256_add_pd(x, x3));
+    return _mm256_mul_pd(_mm256_mul_pd(splat(0.5), x), _mm256_add_pd(one(), _ZGVdN4v_tanh(u)));
+  }
+};
+F64_VEC1(acos, _ZGVdN4v_acos(x))
+F64_VEC1(acosh, _ZGVdN4v_acosh(x))
+F64_VEC1(asin, _ZGVdN4v_asin(x))
+F64_VEC1(asinh, _ZGVdN4v_asinh(x))
+F64_VEC1(atan, _ZGVdN4v_atan(x))
+F64_VEC1(atanh, _ZGVdN4v_atanh(x))
+F64_VEC1(cosh, _ZGVdN4v_cosh(x))
+F64_VEC1(sinh, _ZGVdN4v_sinh(x))
+F64_VEC1(tan, _ZGVdN4v_tan(x))
+F64_VEC1(log1p, _ZGVdN4v_log1p(x))
+F64_VEC1(expm1, _ZGVdN4v_expm1(x))
+F64_VEC1(log2, _ZGVdN4v_log2(x))
+F64_VEC1(log10, _ZGVdN4v_log10(x))
+F64_VEC1(exp2, _ZGVdN4v_exp2(x))
+F64_MAP1(logical_not, b01(x == 0.0))
+F64_MAP1(isnan, b01(x != x))
+F64_MAP2(leaky_relu, x > 0 ? x : x * y)
+template <> struct F64Fn<EwOp::elu> : Block {  // expm1 over the block first (vector), then the select; d may alias a or b
+  static void run(const double* a, const double* b, const double*, double* d, int n) {
+    double t[kBlock];
+    simd64::apply(_ZGVdN4v_expm1, a, t, n);
+    for (int i = 0; i < n; ++i) d[i] = a[i] > 0 ? a[i] : b[i] * t[i];
+  }
+};
+F64_MAP2(logit, std::log([&] {
+           const double z = y < 0 ? x : (x < y ? y : (x > 1.0 - y ? 1.0 - y : x));
+           return z / (1.0 - z);
+         }()))
+F64_MAP2(add, x + y)
+F64_MAP2(sub, x - y)
+F64_MAP2(mul, x * y)
+F64_MAP2(div, x / y)
+// NaN in either operand gives NaN (x + y carries it), as PyTorch's maximum/minimum.
+F64_MAP2(maximum, (x != x || y != y) ? x + y : std::max(x, y))
+F64_MAP2(minimum, (x != x || y != y) ? x + y : std::min(x, y))
+F64_VEC2(pow, _ZGVdN4vv_pow(x, y))
+F64_MAP2(remainder, ew_py_remainder(x, y))
+F64_MAP2(floor_divide, ew_py_floor_divide(x, y))
+F64_VEC2(atan2, _ZGVdN4vv_atan2(x, y))
+F64_MAP2(fmod, std::fmod(x, y))
+F64_MAP2(copysign, std::copysign(x, y))
+F64_MAP2(eq, b01(x == y))
+F64_MAP2(ne, b01(x != y))
+F64_MAP2(lt, b01(x < y))
+F64_MAP2(le, b01(x <= y))
+F64_MAP2(gt, b01(x > y))
+F64_MAP2(ge, b01(x >= y))
+F64_MAP2(logical_and, b01((x != 0) & (y != 0)))
+F64_MAP2(logical_or, b01((x != 0) | (y != 0)))
+F64_MAP3(clamp, x != x ? x : std::min(std::max(x, y), z))  // a NaN x stays NaN
+F64_MAP3(where, x != 0 ? y : z)
+
+void run_block_op(EwOp op, const double* a, const double* b, const double* c, double* d, int n) {
+  dispatch_block_op<F64Fn>(op, a, b, c, d, n);
 }
+bool has_block_op(EwOp op, double) { return dispatch_has<F64Fn>(op); }
 
 }  // namespace updraft::cpu_ew

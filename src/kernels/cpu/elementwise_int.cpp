@@ -94,15 +94,6 @@ template <typename T> T wrap_add(T a, T b) { using U = std::make_unsigned_t<T>; 
 template <typename T> T wrap_sub(T a, T b) { using U = std::make_unsigned_t<T>; return static_cast<T>(U(a) - U(b)); }
 template <typename T> T wrap_mul(T a, T b) { using U = std::make_unsigned_t<T>; return static_cast<T>(U(a) * U(b)); }
 
-bool is_arith(EwOp op) {
-  switch (op) {
-    case EwOp::add: case EwOp::sub: case EwOp::mul: case EwOp::maximum: case EwOp::minimum:
-    case EwOp::neg: case EwOp::abs: case EwOp::relu: case EwOp::sign: return true;
-    default: return false;
-  }
-}
-bool is_int_div(EwOp op) { return op == EwOp::floor_divide || op == EwOp::remainder; }
-
 // Whether any element of v (any strides) is zero.
 template <typename T> bool has_zero(const TensorView& v) {
   const T* p = v.ptr<T>();
@@ -129,70 +120,100 @@ template <typename T> T int_remainder(T a, T b) {
   return (m != 0 && ((m < 0) != (b < 0))) ? static_cast<T>(m + b) : m;
 }
 
-bool is_logic(EwOp op) {
-  switch (op) {
-    case EwOp::eq: case EwOp::ne: case EwOp::lt: case EwOp::le: case EwOp::gt: case EwOp::ge:
-    case EwOp::bitwise_and: case EwOp::bitwise_or: case EwOp::logical_and: case EwOp::logical_or:
-    case EwOp::logical_not: return true;
-    default: return false;
+// The integer functor of each op: f<T>(a[, b]) on i64/i32 (and bool when kBool), the result
+// bool for truth-valued ops; kDivides: a zero divisor raises the reference's error before any
+// work. An op with none has no integer fast kernel (the reference runs it: integer clamp).
+template <EwOp Op> struct IntFn {
+  static constexpr bool kHas = false;
+  static constexpr bool kBool = false;
+};
+template <int Arity, bool Bool, bool Divides = false> struct IntForm {
+  static constexpr bool kHas = true;
+  static constexpr int kArity = Arity;
+  static constexpr bool kBool = Bool;
+  static constexpr bool kDivides = Divides;
+};
+#define INT_FN1(OP, BOOL, ...) \
+  template <> struct IntFn<EwOp::OP> : IntForm<1, BOOL> { template <typename T> static auto f(T a) { return __VA_ARGS__; } };
+#define INT_FN2(OP, BOOL, ...)                                                      \
+  template <> struct IntFn<EwOp::OP> : IntForm<2, BOOL> {                          \
+    template <typename T> static auto f(T a, T b) { return __VA_ARGS__; }          \
+  };
+
+INT_FN2(add, false, wrap_add<T>(a, b))
+INT_FN2(sub, false, wrap_sub<T>(a, b))
+INT_FN2(mul, false, wrap_mul<T>(a, b))
+INT_FN2(maximum, false, a > b ? a : b)
+INT_FN2(minimum, false, a < b ? a : b)
+INT_FN1(neg, false, wrap_sub<T>(0, a))
+INT_FN1(abs, false, a < 0 ? wrap_sub<T>(0, a) : a)
+INT_FN1(relu, false, a < 0 ? T(0) : a)
+INT_FN1(sign, false, static_cast<T>((a > 0) - (a < 0)))
+template <> struct IntFn<EwOp::floor_divide> : IntForm<2, false, true> {
+  template <typename T> static T f(T a, T b) { return int_floor_divide<T>(a, b); }
+};
+template <> struct IntFn<EwOp::remainder> : IntForm<2, false, true> {
+  template <typename T> static T f(T a, T b) { return int_remainder<T>(a, b); }
+};
+INT_FN2(eq, true, a == b)
+INT_FN2(ne, true, a != b)
+INT_FN2(lt, true, a < b)
+INT_FN2(le, true, a <= b)
+INT_FN2(gt, true, a > b)
+INT_FN2(ge, true, a >= b)
+INT_FN2(bitwise_and, true, static_cast<T>(a & b))
+INT_FN2(bitwise_or, true, static_cast<T>(a | b))
+INT_FN2(logical_and, true, a != 0 && b != 0)
+INT_FN2(logical_or, true, a != 0 || b != 0)
+INT_FN1(logical_not, true, a == 0)
+
+// One op's loop over data dtype dt; the output is bool for truth-valued ops, else dt.
+template <EwOp Op> void run_int_op(DType dt, const TensorView* in, TensorView& out, const std::string& name) {
+  using F = IntFn<Op>;
+  if constexpr (F::kHas) {
+    with_int_type(dt, F::kBool, [&](auto tag) {
+      using T = decltype(tag);
+      using R = std::conditional_t<ew_op_info(Op).bool_result, bool, T>;
+      if constexpr (std::is_same_v<T, bool> && !F::kBool) {
+        return;  // not reached: with_int_type declines bool for these ops
+      } else if constexpr (F::kArity == 1) {
+        loop1<T, R>(in, out, name, [](T a) -> R { return F::template f<T>(a); });
+      } else {
+        if constexpr (F::kDivides)
+          if (out.numel() > 0 && has_zero<T>(in[1])) throw Error(name, "integer division by zero");
+        loop2<T, R>(in, out, name, [](T a, T b) -> R { return F::template f<T>(a, b); });
+      }
+    });
   }
 }
 
 // Whether run_int has a loop for (op, data dtype).
 bool int_supported(EwOp op, DType dt) {
   bool i = dt == DType::i64 || dt == DType::i32;
-  if (is_arith(op) || is_int_div(op)) return i;
-  if (is_logic(op)) return i || dt == DType::boolean;
   if (op == EwOp::where) return i || dt == DType::boolean || dt == DType::f64;
+  switch (op) {
+#define UPDRAFT_EW_OP(name, ...) \
+  case EwOp::name:               \
+    return IntFn<EwOp::name>::kHas && (i || (IntFn<EwOp::name>::kBool && dt == DType::boolean));
+#include "ir/elementwise_ops.def"
+    case EwOp::count_: break;
+  }
   return false;
 }
 
 // Runs op on data dtype dt (int_supported(op, dt) must hold).
-void run_int(EwOp op, DType dt, const TensorView* in, TensorView& out, const std::string& name) {
-  auto arith = [&](auto tag) {  // i64/i32 only
-    using T = decltype(tag);
-    if constexpr (!std::is_same_v<T, bool>) {
-      switch (op) {
-        case EwOp::add: loop2<T, T>(in, out, name, wrap_add<T>); break;
-        case EwOp::sub: loop2<T, T>(in, out, name, wrap_sub<T>); break;
-        case EwOp::mul: loop2<T, T>(in, out, name, wrap_mul<T>); break;
-        case EwOp::maximum: loop2<T, T>(in, out, name, [](T a, T b) { return a > b ? a : b; }); break;
-        case EwOp::minimum: loop2<T, T>(in, out, name, [](T a, T b) { return a < b ? a : b; }); break;
-        case EwOp::neg: loop1<T, T>(in, out, name, [](T a) { return wrap_sub<T>(0, a); }); break;
-        case EwOp::abs: loop1<T, T>(in, out, name, [](T a) { return a < 0 ? wrap_sub<T>(0, a) : a; }); break;
-        case EwOp::relu: loop1<T, T>(in, out, name, [](T a) { return a < 0 ? T(0) : a; }); break;
-        case EwOp::sign: loop1<T, T>(in, out, name, [](T a) { return static_cast<T>((a > 0) - (a < 0)); }); break;
-        case EwOp::floor_divide:
-        case EwOp::remainder:
-          if (out.numel() > 0 && has_zero<T>(in[1])) throw Error(name, "integer division by zero");
-          if (op == EwOp::floor_divide) loop2<T, T>(in, out, name, int_floor_divide<T>);
-          else loop2<T, T>(in, out, name, int_remainder<T>);
-          break;
-        default: break;
-      }
-    }
-  };
-  auto logic = [&](auto tag) {  // i64/i32/bool
-    using T = decltype(tag);
-    switch (op) {
-      case EwOp::eq: loop2<T, bool>(in, out, name, [](T a, T b) { return a == b; }); break;
-      case EwOp::ne: loop2<T, bool>(in, out, name, [](T a, T b) { return a != b; }); break;
-      case EwOp::lt: loop2<T, bool>(in, out, name, [](T a, T b) { return a < b; }); break;
-      case EwOp::le: loop2<T, bool>(in, out, name, [](T a, T b) { return a <= b; }); break;
-      case EwOp::gt: loop2<T, bool>(in, out, name, [](T a, T b) { return a > b; }); break;
-      case EwOp::ge: loop2<T, bool>(in, out, name, [](T a, T b) { return a >= b; }); break;
-      case EwOp::bitwise_and: loop2<T, T>(in, out, name, [](T a, T b) { return static_cast<T>(a & b); }); break;
-      case EwOp::bitwise_or: loop2<T, T>(in, out, name, [](T a, T b) { return static_cast<T>(a | b); }); break;
-      case EwOp::logical_and: loop2<T, bool>(in, out, name, [](T a, T b) { return a != 0 && b != 0; }); break;
-      case EwOp::logical_or: loop2<T, bool>(in, out, name, [](T a, T b) { return a != 0 || b != 0; }); break;
-      case EwOp::logical_not: loop1<T, bool>(in, out, name, [](T a) { return a == 0; }); break;
-      default: break;
-    }
-  };
-  if (is_arith(op) || is_int_div(op)) with_int_type(dt, false, arith);
-  else if (is_logic(op)) with_int_type(dt, true, logic);
-  else if (op == EwOp::where && dt == DType::f64) where_loop<double>(in, out);
-  else if (op == EwOp::where) with_int_type(dt, true, [&](auto tag) { where_loop<decltype(tag)>(in, out); });
+void run_int(EwOp op, DType dt, const TensorView* in, TensorView& out, const std::string& kernel_op) {
+  if (op == EwOp::where) {
+    if (dt == DType::f64) where_loop<double>(in, out);
+    else with_int_type(dt, true, [&](auto tag) { where_loop<decltype(tag)>(in, out); });
+    return;
+  }
+  switch (op) {
+#define UPDRAFT_EW_OP(name, ...) \
+  case EwOp::name: return run_int_op<EwOp::name>(dt, in, out, kernel_op);
+#include "ir/elementwise_ops.def"
+    case EwOp::count_: break;
+  }
 }
 
 // Float -> int of NaN/inf/out-of-range is UB in C++; write the type's minimum there, which is

@@ -105,6 +105,35 @@ constexpr int kMaxSlots = 64;  // inputs + immediates + live intermediates of on
 // elementwise_f64.cpp (per-element loops in double, the reference's formulas).
 void run_block_op(EwOp op, const float* a, const float* b, const float* c, float* d, int n);
 void run_block_op(EwOp op, const double* a, const double* b, const double* c, double* d, int n);
+// Whether op has a block functor for T (float or double); without one there is no fast kernel.
+bool has_block_op(EwOp op, float);
+bool has_block_op(EwOp op, double);
+
+// The dispatch over a family's block functors, generated from the op rows: Fn<op> is a
+// specialisation per op with `static void run(a, b, c, d, n)` and kHas = true; the primary
+// template (kHas = false) stands for "no fast functor". The switch is taken once per block.
+template <template <EwOp> class Fn, typename T>
+void dispatch_block_op(EwOp op, const T* a, const T* b, const T* c, T* d, int n) {
+  switch (op) {
+#define UPDRAFT_EW_OP(name, ...)                                                       \
+  case EwOp::name:                                                                     \
+    if constexpr (Fn<EwOp::name>::kHas) return Fn<EwOp::name>::run(a, b, c, d, n); \
+    break;
+#include "ir/elementwise_ops.def"
+    case EwOp::count_: break;
+  }
+  throw Error("kernels", std::string("cpu ") + (sizeof(T) == 4 ? "f32" : "f64") + " elementwise: op '" +
+                             ew_op_info(op).name + "' has no block kernel");
+}
+template <template <EwOp> class Fn> bool dispatch_has(EwOp op) {
+  switch (op) {
+#define UPDRAFT_EW_OP(name, ...) \
+  case EwOp::name: return Fn<EwOp::name>::kHas;
+#include "ir/elementwise_ops.def"
+    case EwOp::count_: break;
+  }
+  return false;
+}
 
 // A program compiled to slots: every input, immediate and intermediate owns a block-sized
 // slot; intermediates reuse slots after their last use. T is the data type (float or double):

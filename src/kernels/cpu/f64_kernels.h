@@ -14,7 +14,7 @@ struct EpilogueInputs {
   int bias = -1, residual = -1;
 };
 // The epilogue's activation from the node's attributes; `num_main` inputs precede the bias.
-Epilogue epilogue_attrs(const KernelContext& ctx, int num_main, EpilogueInputs* ins);
+TileEpilogue epilogue_attrs(const KernelContext& ctx, int num_main, EpilogueInputs* ins);
 // v's leading dims [0, ndim - 1) as one row index of stride *rs; false when they do not fold.
 bool fold_rows(const TensorView& v, int64_t* rs);
 size_t gemm_scratch_bytes(const MicroKernel& uk, int threads);

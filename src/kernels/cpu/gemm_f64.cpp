@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "kernels/cpu/gemm_f64_ukr.h"
 #include "kernels/cpu/threads.h"
+#include "kernels/elementwise_ops.h"
 
 namespace updraft::cpu::f64 {
 
@@ -85,28 +86,23 @@ void pack_b(double* dst, Operand b, int64_t c0, int64_t clen, int64_t k0, int64_
 }
 
 // The switch on the activation taken once per row, not per element.
-template <Act A>
+template <EwOp A>
 void activate_row_t(double* c, int n, double alpha, double beta) {
-  for (int j = 0; j < n; ++j) c[j] = activate(A, c[j], alpha, beta);
+  if constexpr (ew_op_info(A).epi != EwEpi::no)
+    for (int j = 0; j < n; ++j) c[j] = EwRef<A>::template eval<double>(c[j], alpha, beta);
 }
 
-void activate_row(Act a, double* c, int n, double alpha, double beta) {
+void activate_row(EwOp a, double* c, int n, double alpha, double beta) {
   switch (a) {
-    case Act::none: return;
-    case Act::relu: return activate_row_t<Act::relu>(c, n, alpha, beta);
-    case Act::gelu: return activate_row_t<Act::gelu>(c, n, alpha, beta);
-    case Act::gelu_tanh: return activate_row_t<Act::gelu_tanh>(c, n, alpha, beta);
-    case Act::silu: return activate_row_t<Act::silu>(c, n, alpha, beta);
-    case Act::sigmoid: return activate_row_t<Act::sigmoid>(c, n, alpha, beta);
-    case Act::tanh: return activate_row_t<Act::tanh>(c, n, alpha, beta);
-    case Act::clamp: return activate_row_t<Act::clamp>(c, n, alpha, beta);
-    case Act::leaky_relu: return activate_row_t<Act::leaky_relu>(c, n, alpha, beta);
-    case Act::hardswish: return activate_row_t<Act::hardswish>(c, n, alpha, beta);
+#define UPDRAFT_EW_OP(name, ...) \
+  case EwOp::name: return activate_row_t<EwOp::name>(c, n, alpha, beta);
+#include "ir/elementwise_ops.def"
+    case EwOp::count_: return;
   }
 }
 
 // act(C + bias + residual) over an m x n tile at (row r0, column c0) of the problem.
-void tile_epilogue(const Epilogue& ep, const double* res, double* c, int64_t ldc, int64_t r0, int64_t c0, int m,
+void tile_epilogue(const TileEpilogue& ep, const double* res, double* c, int64_t ldc, int64_t r0, int64_t c0, int m,
                    int n) {
   for (int i = 0; i < m; ++i) {
     double* ci = c + i * ldc;
@@ -124,7 +120,7 @@ void tile_epilogue(const Epilogue& ep, const double* res, double* c, int64_t ldc
       const double* rp = res + r * ep.res_rs + c0 * ep.res_cs;
       for (int j = 0; j < n; ++j) ci[j] += rp[j * ep.res_cs];
     }
-    if (ep.act != Act::none) activate_row(ep.act, ci, n, ep.alpha, ep.beta);
+    if (ep.attrs.act) activate_row(*ep.attrs.act, ci, n, ep.attrs.alpha, ep.attrs.beta);
   }
 }
 
@@ -141,36 +137,7 @@ const MicroKernel& pick_micro(const KernelOptions& options) {
 
 int64_t mc_for(const MicroKernel& uk) { return uk.mr * (144 / uk.mr); }
 
-Act act_of(const std::string& a) {
-  static const std::pair<const char*, Act> names[] = {
-      {"none", Act::none},       {"relu", Act::relu},       {"gelu", Act::gelu},
-      {"gelu_tanh", Act::gelu_tanh}, {"silu", Act::silu},   {"sigmoid", Act::sigmoid},
-      {"tanh", Act::tanh},       {"clamp", Act::clamp},     {"leaky_relu", Act::leaky_relu},
-      {"hardswish", Act::hardswish}};
-  for (const auto& [n, act] : names)
-    if (a == n) return act;
-  throw Error("kernels", "f64 epilogue: unknown activation '" + a + "'; the op table lists the known ones");
-}
-
-// The reference kernels' formulas (PyTorch's), in double.
-double activate(Act a, double x, double alpha, double beta) {
-  switch (a) {
-    case Act::none: return x;
-    case Act::relu: return x > 0 || std::isnan(x) ? x : 0;
-    case Act::gelu: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
-    case Act::gelu_tanh: {
-      const double k = std::sqrt(2.0 / M_PI);
-      return 0.5 * x * (1 + std::tanh(k * (x + 0.044715 * x * x * x)));
-    }
-    case Act::silu: return x / (1 + std::exp(-x));
-    case Act::sigmoid: return 1 / (1 + std::exp(-x));
-    case Act::tanh: return std::tanh(x);
-    case Act::clamp: return std::min(std::max(x, alpha), beta);
-    case Act::leaky_relu: return x >= 0 ? x : alpha * x;
-    case Act::hardswish: return x * std::min(std::max(x + 3, 0.0), 6.0) / 6;
-  }
-  return x;
-}
+double activate(const Epilogue& e, double x) { return e.act ? ew_ref<double>(*e.act, x, e.alpha, e.beta) : x; }
 
 PackedMatrix pack_whole(const MicroKernel& uk, bool a_side, int64_t rows, int64_t cols, Operand src,
                         const double* row_scale) {

@@ -22,8 +22,8 @@
 //
 // Epilogue: applied to each MR x NR tile right after its last K block, while it is in cache:
 // C = act(C + bias + residual), bias per column (linear, matmul) or per row (conv2d, whose
-// GEMM rows are output channels); the activations and their formulas are the reference
-// kernels' (src/kernels/ref/compute.cpp), in double.
+// GEMM rows are output channels); the activation is the epilogue's elementwise op with its
+// reference formula (kernels/elementwise_ops.h), in double, as the reference kernels use it.
 //
 // Threads: the (batch, M block, N block) work items are split over cpu::parallel_for; each
 // thread packs into its own slice of the caller's scratch (gemm_scratch_doubles per thread).
@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/ops/params.h"
 #include "kernels/kernel_options.h"
 
 namespace updraft::cpu::f64 {
@@ -82,21 +83,19 @@ struct PackedMatrix {
 PackedMatrix pack_whole(const MicroKernel& uk, bool a_side, int64_t rows, int64_t cols, Operand src,
                         const double* row_scale = nullptr);
 
-enum class Act : uint8_t { none, relu, gelu, gelu_tanh, silu, sigmoid, tanh, clamp, leaky_relu, hardswish };
-// The activation for an epilogue attribute value; throws for an unknown one.
-Act act_of(const std::string& name);
-double activate(Act a, double x, double alpha, double beta);
+// The epilogue's activation (ir/ops/params.h) on x by its elementwise formula
+// (kernels/elementwise_ops.h), or x when it has none.
+double activate(const Epilogue& e, double x);
 
-// act(C + bias + residual) on each finished tile.
-struct Epilogue {
+// act(C + bias + residual) on each finished tile: the node's epilogue with its operands.
+struct TileEpilogue {
   const double* bias = nullptr;  // per column, or per row when bias_per_row
   int64_t bias_stride = 1;
   bool bias_per_row = false;
   const double* res = nullptr;  // residual, element (i, j) at res[i * res_rs + j * res_cs]
   int64_t res_rs = 0, res_cs = 1;
-  Act act = Act::none;
-  double alpha = 0, beta = 0;
-  bool empty() const { return !bias && !res && act == Act::none; }
+  Epilogue attrs;  // the activation (its bias/residual flags are the pointers above)
+  bool empty() const { return !bias && !res && !attrs.act; }
 };
 
 // Up to 8 batch dims: the problem repeats over them; operand offsets per batch index are
@@ -121,7 +120,7 @@ struct Problem {
   const double* a_row_scale = nullptr;  // A's row i times a_row_scale[i] (unpacked A only)
   double* c = nullptr;
   int64_t ldc = 0;  // C is row-major with row stride ldc
-  Epilogue ep;
+  TileEpilogue ep;
   Batch batch;
 };
 

@@ -24,14 +24,11 @@
 
 namespace updraft::cpu::f64 {
 
-Epilogue epilogue_attrs(const KernelContext& ctx, int num_main, EpilogueInputs* ins) {
-  Epilogue ep;
-  int k = num_main;
-  ins->bias = ctx.attr("has_bias").b() ? k++ : -1;
-  ins->residual = ctx.attr("has_residual").b() ? k : -1;
-  ep.act = act_of(ctx.attr("activation").s());
-  ep.alpha = ctx.attr("act_alpha").f();
-  ep.beta = ctx.attr("act_beta").f();
+TileEpilogue epilogue_attrs(const KernelContext& ctx, int num_main, EpilogueInputs* ins) {
+  TileEpilogue ep;
+  ep.attrs = Epilogue::of(ctx.node, num_main);
+  ins->bias = ep.attrs.bias_input;
+  ins->residual = ep.attrs.residual_input;
   return ep;
 }
 
@@ -94,7 +91,7 @@ class GemmF64Kernel final : public Kernel {
   const MicroKernel* uk_ = nullptr;
   bool linear_ = true;
   int threads_ = 1;
-  Epilogue ep_;
+  TileEpilogue ep_;
   EpilogueInputs ins_;
   std::optional<PackedMatrix> b_packed_;  // the constant weight (linear) or 2-d b (matmul)
   std::string name_;

@@ -109,7 +109,7 @@ class ConvKernel final : public Kernel {
     // The whole output buffer in the graph's layout, channel-block padding included (the act
     // keeps its zeros zero); dst_md_ may be another layout (a larger padded block) when
     // via_plain_.
-    ep_.apply_engine_act(out[0].ptr<float>(), static_cast<int64_t>(outer_dst_md_.get_size() / sizeof(float)), threads_);
+    apply_engine_act(ep_, out[0].ptr<float>(), static_cast<int64_t>(outer_dst_md_.get_size() / sizeof(float)), threads_);
   }
 
   size_t scratch_bytes() const override { return scratch_total_; }
@@ -188,7 +188,7 @@ void ConvKernel::choose_primitive(const MakePd& make_pd) {
   Epilogue act_only = ep_;
   act_only.has_residual = false;
   dnnl::primitive_attr add_attr = user_scratchpad_attr();
-  act_only.append_post_ops(add_attr, ResidualMode::none, nullptr);
+  append_post_ops(act_only, add_attr, ResidualMode::none, nullptr);
   add_pd_ = dnnl::binary::primitive_desc(engine(), dnnl::algorithm::binary_add, dst_md_, dst_md_, dst_md_, add_attr);
   add_ = dnnl::binary(add_pd_);
 }
@@ -257,7 +257,7 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
                      std::to_string(g);
   auto make_pd = [&](ResidualMode mode, const dims& pl, const dims& pr) {
     dnnl::primitive_attr attr = user_scratchpad_attr();
-    if (mode != ResidualMode::separate) k->ep_.append_post_ops(attr, mode, &k->dst_md_);
+    if (mode != ResidualMode::separate) append_post_ops(k->ep_, attr, mode, &k->dst_md_);
     using pd_t = dnnl::convolution_forward::primitive_desc;
     const auto fwd = dnnl::prop_kind::forward_inference;
     const auto alg = dnnl::algorithm::convolution_direct;

@@ -130,7 +130,7 @@ class GemmKernel final : public Kernel {
     if (v.residual == ResidualMode::sum) copy_residual_into(in[ep_.residual_input], out[0]);
     call.execute(v.prim, s);
     s.wait();
-    ep_.apply_engine_act(out[0].ptr<float>(), out[0].numel(), threads_);
+    apply_engine_act(ep_, out[0].ptr<float>(), out[0].numel(), threads_);
   }
 
   size_t scratch_bytes() const override { return scratch_total_; }
@@ -188,7 +188,7 @@ class GemmKernel final : public Kernel {
     if (v.residual == ResidualMode::sum) copy_residual_into(in[ep_.residual_input], out[0]);
     v.prim.execute(s, args);
     s.wait();
-    ep_.apply_engine_act(out[0].ptr<float>(), M * N_, omp_get_max_threads());
+    apply_engine_act(ep_, out[0].ptr<float>(), M * N_, omp_get_max_threads());
   }
   std::string name_;
 };
@@ -237,7 +237,7 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
       Variant& v = k->variants_[va][vb];
       auto make_pd = [&](ResidualMode mode) {
         dnnl::primitive_attr attr = user_scratchpad_attr();
-        k->ep_.append_post_ops(attr, mode, &k->c_md_);
+        append_post_ops(k->ep_, attr, mode, &k->c_md_);
         return k->ep_.has_bias
                    ? dnnl::matmul::primitive_desc(engine(), k->a_.md[va], bmd, k->bias_md_, k->c_md_, attr)
                    : dnnl::matmul::primitive_desc(engine(), k->a_.md[va], bmd, k->c_md_, attr);

@@ -26,45 +26,34 @@ dnnl::primitive_attr user_scratchpad_attr() {
   return attr;
 }
 
-Epilogue Epilogue::of(const Node& n, int num_main) {
-  Epilogue e;
-  e.has_bias = n.attr("has_bias").b();
-  e.has_residual = n.attr("has_residual").b();
-  e.act = n.attr("activation").s();
-  e.alpha = static_cast<float>(n.attr("act_alpha").f());
-  e.beta = static_cast<float>(n.attr("act_beta").f());
-  int k = num_main;
-  if (e.has_bias) e.bias_input = k++;
-  if (e.has_residual) e.residual_input = k;
-  return e;
-}
-
-void Epilogue::append_post_ops(dnnl::primitive_attr& attr, ResidualMode mode,
-                               const dnnl::memory::desc* residual) const {
-  using alg = dnnl::algorithm;
+void append_post_ops(const Epilogue& ep, dnnl::primitive_attr& attr, ResidualMode mode,
+                     const dnnl::memory::desc* residual) {
   dnnl::post_ops po;
   // The residual goes before the activation: act(op + bias + residual).
-  if (mode == ResidualMode::binary_add) po.append_binary(alg::binary_add, *residual);
+  if (mode == ResidualMode::binary_add) po.append_binary(dnnl::algorithm::binary_add, *residual);
   if (mode == ResidualMode::sum) po.append_sum(1.f);
-  // PyTorch's activations as oneDNN eltwise algorithms (alpha, beta as oneDNN defines them).
-  // relu and clamp run in the engine (act_in_engine), which keeps NaN.
-  if (act_in_engine() || act == "none") {
-  } else if (act == "gelu") po.append_eltwise(alg::eltwise_gelu_erf, 0.f, 0.f);
-  else if (act == "gelu_tanh") po.append_eltwise(alg::eltwise_gelu_tanh, 0.f, 0.f);
-  else if (act == "silu") po.append_eltwise(alg::eltwise_swish, 1.f, 0.f);  // x * sigmoid(1 * x)
-  else if (act == "sigmoid") po.append_eltwise(alg::eltwise_logistic, 0.f, 0.f);
-  else if (act == "tanh") po.append_eltwise(alg::eltwise_tanh, 0.f, 0.f);
-  else if (act == "leaky_relu") po.append_eltwise(alg::eltwise_relu, alpha, 0.f);  // alpha: negative slope
-  // x * min(max(alpha*x + beta, 0), 1) with alpha=1/6, beta=1/2 is x * relu6(x + 3) / 6.
-  else if (act == "hardswish") po.append_eltwise(alg::eltwise_hardswish, 1.f / 6.f, 0.5f);
-  else throw Error("onednn", "unknown activation '" + act + "' in an epilogue");
+  // PyTorch's activations as oneDNN eltwise algorithms (alpha, beta as oneDNN defines them),
+  // from each row's dnnl_epi; `alpha` / `beta` in a row are the epilogue's parameters.
+  if (ep.act && !act_in_engine(ep)) {
+    [[maybe_unused]] const float alpha = static_cast<float>(ep.alpha), beta = static_cast<float>(ep.beta);
+    switch (*ep.act) {
+#define UPDRAFT_EW_POST_OP_no_epi throw Error("onednn", "activation '" + std::string(ew_op_info(*ep.act).name) + "' has no oneDNN post-op");
+#define UPDRAFT_EW_POST_OP_engine_epi break;
+#define UPDRAFT_EW_POST_OP_dnnl_epi(alg, a, b) po.append_eltwise(dnnl::algorithm::alg, a, b); break;
+#define UPDRAFT_EW_OP(name, arity, form, result, dtypes, attrs, epi, ...) \
+  case EwOp::name: UPDRAFT_EW_POST_OP_##epi
+#include "ir/elementwise_ops.def"
+      case EwOp::count_: break;
+    }
+  }
   attr.set_post_ops(po);
 }
 
-void Epilogue::apply_engine_act(float* y, int64_t n, int threads) const {
-  if (!act_in_engine() || n == 0) return;
+void apply_engine_act(const Epilogue& ep, float* y, int64_t n, int threads) {
+  if (!act_in_engine(ep) || n == 0) return;
   // MAXPS / MINPS return their second operand when either is NaN: with x second, NaN stays.
-  const bool relu = act == "relu";
+  const bool relu = *ep.act == EwOp::relu;
+  const float alpha = static_cast<float>(ep.alpha), beta = static_cast<float>(ep.beta);
   const __m256 lo = _mm256_set1_ps(relu ? 0.f : alpha), hi = _mm256_set1_ps(relu ? INFINITY : beta);
   const float slo = relu ? 0.f : alpha, shi = relu ? INFINITY : beta;
   constexpr int64_t kChunk = 16384;  // floats per task: 64 KiB, a few tasks per thread on big outputs

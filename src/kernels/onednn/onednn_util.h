@@ -26,6 +26,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "ir/graph.h"
+#include "ir/ops/params.h"
 #include "kernels/cpu/threads.h"
 #include "kernels/kernel.h"
 #include "oneapi/dnnl/dnnl.hpp"
@@ -57,28 +58,21 @@ dnnl::primitive_attr user_scratchpad_attr();
 // forms would land on a reference implementation).
 enum class ResidualMode { none, binary_add, sum, separate };
 
-// The epilogue attributes of conv2d / linear / matmul (docs/ops.md, "Compute").
-struct Epilogue {
-  bool has_bias = false, has_residual = false;
-  std::string act = "none";
-  float alpha = 0, beta = 0;
-  int bias_input = -1, residual_input = -1;  // input indices, -1 when absent
-
-  static Epilogue of(const Node& n, int num_main);
-  // Sets `attr`'s post-ops to the residual (per `mode`; `residual` is its descriptor for
-  // binary_add) and then the activation, giving act(op + bias + residual); the bias is the
-  // primitive's own bias argument.
-  // The activation itself is left out for the activations act_in_engine() names: the kernel
-  // applies those to its output with apply_engine_act() after the primitive.
-  void append_post_ops(dnnl::primitive_attr& attr, ResidualMode mode, const dnnl::memory::desc* residual) const;
-  // relu and clamp (hardtanh, relu6): oneDNN's x64 post-ops compute them with a vector max/min
-  // that turns NaN into the bound, where PyTorch keeps the NaN (an MLP with one NaN input gave
-  // finite outputs). The engine applies them in one NaN-propagating pass over the output,
-  // while it is still in cache; the other activations propagate NaN inside oneDNN.
-  bool act_in_engine() const { return act == "relu" || act == "clamp"; }
-  // y[i] = act(y[i]) for i < n in place, NaN kept; `threads` as the kernel's primitive.
-  void apply_engine_act(float* y, int64_t n, int threads) const;
-};
+// The epilogue (ir/ops/params.h) as oneDNN post-ops.
+// Sets `attr`'s post-ops to the residual (per `mode`; `residual` is its descriptor for
+// binary_add) and then the activation, giving act(op + bias + residual); the bias is the
+// primitive's own bias argument. The activation is its row's eltwise post-op
+// (ir/elementwise_ops.def, dnnl_epi); the ones act_in_engine() names are left out, and the
+// kernel applies them to its output with apply_engine_act() after the primitive.
+void append_post_ops(const Epilogue& ep, dnnl::primitive_attr& attr, ResidualMode mode,
+                     const dnnl::memory::desc* residual);
+// relu and clamp (hardtanh, relu6), the rows marked engine_epi: oneDNN's x64 post-ops compute
+// them with a vector max/min that turns NaN into the bound, where PyTorch keeps the NaN (an MLP
+// with one NaN input gave finite outputs). The engine applies them in one NaN-propagating pass
+// over the output, while it is still in cache; the other activations propagate NaN inside oneDNN.
+inline bool act_in_engine(const Epilogue& ep) { return ep.act && ew_op_info(*ep.act).epi == EwEpi::engine; }
+// y[i] = act(y[i]) for i < n in place, NaN kept; `threads` as the kernel's primitive.
+void apply_engine_act(const Epilogue& ep, float* y, int64_t n, int threads);
 
 // True for oneDNN's reference (plain C++ loop) implementations, e.g. "ref:any".
 inline bool is_reference_impl(const char* impl) { return std::string(impl).rfind("ref", 0) == 0; }

@@ -10,7 +10,9 @@
 
 #include "core/error.h"
 #include "ir/op_table.h"
+#include "ir/ops/params.h"
 #include "kernels/channel_block.h"
+#include "kernels/elementwise_ops.h"
 #include "kernels/grouped_rows.h"
 #include "kernels/kernel.h"
 
@@ -61,51 +63,14 @@ void unravel(int64_t linear, const int64_t* sizes, int rank, int64_t* idx) {
   }
 }
 
-struct Epilogue {
-  bool has_bias = false, has_residual = false;
-  std::string act = "none";
-  double alpha = 0, beta = 0;
-  int bias_input = -1, residual_input = -1;
-
-  static Epilogue of(const Node& n, int num_main) {
-    Epilogue e;
-    e.has_bias = n.attr("has_bias").b();
-    e.has_residual = n.attr("has_residual").b();
-    e.act = n.attr("activation").s();
-    e.alpha = n.attr("act_alpha").f();
-    e.beta = n.attr("act_beta").f();
-    int k = num_main;
-    if (e.has_bias) e.bias_input = k++;
-    if (e.has_residual) e.residual_input = k;
-    return e;
-  }
-
-  // PyTorch's formulas, in double.
-  double activate(double x) const {
-    if (act == "none") return x;
-    if (act == "relu") return x > 0 || std::isnan(x) ? x : 0;  // NaN stays NaN, as in PyTorch
-    if (act == "gelu") return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
-    if (act == "gelu_tanh") {
-      const double k = std::sqrt(2.0 / M_PI);
-      return 0.5 * x * (1 + std::tanh(k * (x + 0.044715 * x * x * x)));
-    }
-    if (act == "silu") return x / (1 + std::exp(-x));
-    if (act == "sigmoid") return 1 / (1 + std::exp(-x));
-    if (act == "tanh") return std::tanh(x);
-    if (act == "clamp") return std::min(std::max(x, alpha), beta);
-    if (act == "leaky_relu") return x >= 0 ? x : alpha * x;
-    if (act == "hardswish") return x * std::min(std::max(x + 3, 0.0), 6.0) / 6;
-    throw Error("kernels", "reference epilogue: unknown activation '" + act + "'");
-  }
-
-  // value + bias[channel] + residual[out_idx], then the activation. The residual has the
-  // output's shape, so out_idx indexes it directly.
-  double apply(double value, const TensorView* in, int64_t channel, const int64_t* out_idx) const {
-    if (has_bias) value += at(in[bias_input], {channel});
-    if (has_residual) value += at(in[residual_input], out_idx);
-    return activate(value);
-  }
-};
+// value + bias[channel] + residual[out_idx], then the activation by its elementwise formula
+// (kernels/elementwise_ops.h: the reference gelu node and a fused gelu are one formula). The
+// residual has the output's shape, so out_idx indexes it directly.
+double apply_epilogue(const Epilogue& ep, double value, const TensorView* in, int64_t channel, const int64_t* out_idx) {
+  if (ep.has_bias) value += at(in[ep.bias_input], {channel});
+  if (ep.has_residual) value += at(in[ep.residual_input], out_idx);
+  return ep.act ? ew_ref<double>(*ep.act, value, ep.alpha, ep.beta) : value;
+}
 
 // ---- conv2d -------------------------------------------------------------------------------
 
@@ -204,7 +169,7 @@ void ref_conv2d_plain(const TensorView* in, TensorView* out, const ConvParams& c
               }
             }
           int64_t idx[4] = {n, o, oh, ow};
-          store(y, linear, ep.apply(acc, in, o, idx));
+          store(y, linear, apply_epilogue(ep, acc, in, o, idx));
         }
 }
 
@@ -225,7 +190,7 @@ void ref_linear_impl(const TensorView* in, TensorView* out, const Epilogue& ep) 
       xi[r - 1] = k;
       acc += at(x, xi) * at(w, {idx[r - 1], k});
     }
-    store(y, i, ep.apply(acc, in, idx[r - 1], idx));
+    store(y, i, apply_epilogue(ep, acc, in, idx[r - 1], idx));
   }
 }
 
@@ -256,7 +221,7 @@ void ref_matmul_impl(const TensorView* in, TensorView* out, const Epilogue& ep) 
       else { bi[bb] = k; bi[bb + 1] = n; }
       acc += at(a, ai) * at(b, bi);
     }
-    store(y, i, ep.apply(acc, in, n, idx));
+    store(y, i, apply_epilogue(ep, acc, in, n, idx));
   }
 }
 

@@ -1,12 +1,7 @@
 // Reference kernels for every elementwise op and fused_elementwise: plain per-element loops
 // over any strides with numpy broadcasting. They are the oracle for the fast kernels, so
-// they favour obviousness: one index computation per element, one switch per op.
-//
-// Float semantics: inputs are read at their dtype T (f32 or f64); transcendental and
-// arithmetic results are computed in double and rounded once to T (for + - * / that equals
-// T arithmetic), floor_divide/remainder are computed in T because their result depends on
-// the rounding of intermediate steps exactly as PyTorch does it. Integer ops compute in
-// int64 with two's-complement wrap (i32 results truncate, as PyTorch's do).
+// they favour obviousness: one index computation per element, and each op's formula from its
+// row (kernels/elementwise_ops.h says where rounding happens).
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -101,143 +96,6 @@ void for_each_element(const TensorView& out, const TensorView* in, int nin, F f)
   }
 }
 
-template <typename T> T py_floor_divide(T a, T b) {
-  if (b == 0) return a / b;
-  T mod = std::fmod(a, b);
-  T div = (a - mod) / b;
-  if (mod != 0 && (b < 0) != (mod < 0)) div -= 1;
-  if (div == 0) return std::copysign(T(0), a / b);
-  T fl = std::floor(div);
-  if (div - fl > T(0.5)) fl += 1;
-  return fl;
-}
-
-template <typename T> T py_remainder(T a, T b) {
-  T mod = std::fmod(a, b);
-  if (mod != 0 && (b < 0) != (mod < 0)) mod += b;
-  return mod;
-}
-
-// One float op on values of precision T (see the file comment for where rounding happens).
-template <typename T> T ref_float(EwOp op, T ta, T tb, T tc) {
-  double a = ta, b = tb, c = tc;
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  double r = 0;
-  switch (op) {
-    case EwOp::neg: r = -a; break;
-    case EwOp::abs: r = std::fabs(a); break;
-    case EwOp::relu: r = a < 0 ? 0.0 : a; break;
-    case EwOp::sigmoid: r = 1.0 / (1.0 + std::exp(-a)); break;
-    case EwOp::tanh: r = std::tanh(a); break;
-    case EwOp::exp: r = std::exp(a); break;
-    case EwOp::log: r = std::log(a); break;
-    case EwOp::sqrt: r = std::sqrt(a); break;
-    case EwOp::rsqrt: r = 1.0 / std::sqrt(a); break;
-    case EwOp::erf: r = std::erf(a); break;
-    case EwOp::silu: r = a / (1.0 + std::exp(-a)); break;
-    case EwOp::reciprocal: r = 1.0 / a; break;
-    case EwOp::sin: r = std::sin(a); break;
-    case EwOp::cos: r = std::cos(a); break;
-    case EwOp::floor: r = std::floor(a); break;
-    case EwOp::ceil: r = std::ceil(a); break;
-    case EwOp::round: r = std::nearbyint(a); break;  // default rounding mode: half to even
-    case EwOp::sign: r = (a > 0) - (a < 0); break;
-    case EwOp::hardswish: r = a * std::min(std::max(a + 3.0, 0.0), 6.0) / 6.0; break;
-    case EwOp::hardsigmoid: r = std::min(std::max(a + 3.0, 0.0), 6.0) / 6.0; break;
-    case EwOp::gelu: r = 0.5 * a * std::erfc(-a * M_SQRT1_2); break;
-    case EwOp::gelu_tanh: {
-      double u = std::sqrt(2.0 / M_PI) * (a + 0.044715 * a * a * a);
-      r = 0.5 * a * (1.0 + std::tanh(u));
-      break;
-    }
-    case EwOp::acos: r = std::acos(a); break;
-    case EwOp::acosh: r = std::acosh(a); break;
-    case EwOp::asin: r = std::asin(a); break;
-    case EwOp::asinh: r = std::asinh(a); break;
-    case EwOp::atan: r = std::atan(a); break;
-    case EwOp::atanh: r = std::atanh(a); break;
-    case EwOp::cosh: r = std::cosh(a); break;
-    case EwOp::sinh: r = std::sinh(a); break;
-    case EwOp::tan: r = std::tan(a); break;
-    case EwOp::log1p: r = std::log1p(a); break;
-    case EwOp::expm1: r = std::expm1(a); break;
-    case EwOp::log2: r = std::log2(a); break;
-    case EwOp::log10: r = std::log10(a); break;
-    case EwOp::exp2: r = std::exp2(a); break;
-    case EwOp::logical_not: r = a == 0.0; break;
-    case EwOp::isnan: r = std::isnan(a); break;
-    case EwOp::leaky_relu: r = a > 0 ? a : a * b; break;
-    case EwOp::elu: r = a > 0 ? a : b * std::expm1(a); break;
-    case EwOp::add: r = a + b; break;
-    case EwOp::sub: r = a - b; break;
-    case EwOp::mul: r = a * b; break;
-    case EwOp::div: r = a / b; break;
-    case EwOp::maximum: r = (std::isnan(a) || std::isnan(b)) ? nan : std::max(a, b); break;
-    case EwOp::minimum: r = (std::isnan(a) || std::isnan(b)) ? nan : std::min(a, b); break;
-    case EwOp::pow: r = std::pow(a, b); break;
-    case EwOp::remainder: return py_remainder<T>(ta, tb);
-    case EwOp::floor_divide: return py_floor_divide<T>(ta, tb);
-    case EwOp::atan2: r = std::atan2(a, b); break;
-    case EwOp::fmod: return std::fmod(ta, tb);  // exact in any precision
-    case EwOp::eq: r = a == b; break;
-    case EwOp::ne: r = a != b; break;
-    case EwOp::lt: r = a < b; break;
-    case EwOp::le: r = a <= b; break;
-    case EwOp::gt: r = a > b; break;
-    case EwOp::ge: r = a >= b; break;
-    case EwOp::logical_and: r = (a != 0) && (b != 0); break;
-    case EwOp::logical_or: r = (a != 0) || (b != 0); break;
-    case EwOp::clamp: r = std::isnan(a) ? a : std::min(std::max(a, b), c); break;
-    case EwOp::where: r = a != 0 ? b : c; break;
-    default: throw Error(ew_op_info(op).name, "has no float reference semantics");
-  }
-  return static_cast<T>(r);
-}
-
-// One op on integers (bool is 0/1). `imm` holds immediate operands (clamp bounds).
-int64_t ref_int(EwOp op, const int64_t* v, const double* imm) {
-  int64_t a = v[0], b = v[1], c = v[2];
-  auto ua = static_cast<uint64_t>(a), ub = static_cast<uint64_t>(b);
-  switch (op) {
-    case EwOp::neg: return static_cast<int64_t>(0 - ua);
-    case EwOp::abs: return a < 0 ? static_cast<int64_t>(0 - ua) : a;
-    case EwOp::relu: return a < 0 ? 0 : a;
-    case EwOp::sign: return (a > 0) - (a < 0);
-    case EwOp::logical_not: return a == 0;
-    case EwOp::add: return static_cast<int64_t>(ua + ub);
-    case EwOp::sub: return static_cast<int64_t>(ua - ub);
-    case EwOp::mul: return static_cast<int64_t>(ua * ub);
-    case EwOp::maximum: return std::max(a, b);
-    case EwOp::minimum: return std::min(a, b);
-    case EwOp::remainder:
-    case EwOp::floor_divide: {
-      UPDRAFT_CHECK(b != 0, ew_op_info(op).name, "integer division by zero");
-      if (b == -1) return op == EwOp::remainder ? 0 : static_cast<int64_t>(0 - ua);  // avoids INT64_MIN / -1
-      int64_t q = a / b, m = a % b;
-      bool adjust = m != 0 && ((m < 0) != (b < 0));
-      return op == EwOp::remainder ? (adjust ? m + b : m) : (adjust ? q - 1 : q);
-    }
-    case EwOp::eq: return a == b;
-    case EwOp::ne: return a != b;
-    case EwOp::lt: return a < b;
-    case EwOp::le: return a <= b;
-    case EwOp::gt: return a > b;
-    case EwOp::ge: return a >= b;
-    case EwOp::logical_and: return a != 0 && b != 0;
-    case EwOp::logical_or: return a != 0 || b != 0;
-    case EwOp::bitwise_and: return a & b;
-    case EwOp::bitwise_or: return a | b;
-    case EwOp::where: return a != 0 ? b : c;
-    case EwOp::clamp: {  // bounds are doubles (the op's float attributes); +-inf never binds
-      double x = static_cast<double>(a);
-      if (x < imm[1]) return static_cast<int64_t>(std::ceil(imm[1]));
-      if (x > imm[2]) return static_cast<int64_t>(std::floor(imm[2]));
-      return a;
-    }
-    default: throw Error(ew_op_info(op).name, "has no integer semantics");
-  }
-}
-
 // One instruction over node inputs (operands are $k or immediates).
 template <typename T>
 void run_float_instr(const EwInstr& ins, const TensorView* in, int nin, const TensorView& out) {
@@ -247,7 +105,7 @@ void run_float_instr(const EwInstr& ins, const TensorView* in, int nin, const Te
       const EwOperand& a = ins.args[j];
       v[j] = a.kind == EwOperand::Kind::imm ? static_cast<T>(a.imm) : static_cast<T>(load_f(in[a.index], offs[a.index]));
     }
-    store_f(out, oo, ref_float<T>(ins.op, v[0], v[1], v[2]));
+    store_f(out, oo, ew_ref<T>(ins.op, v[0], v[1], v[2]));
   });
 }
 
@@ -260,7 +118,7 @@ void run_int_instr(const EwInstr& ins, const TensorView* in, int nin, const Tens
       if (a.kind == EwOperand::Kind::imm) imm[j] = a.imm;
       else v[j] = load_i(in[a.index], offs[a.index]);
     }
-    store_i(out, oo, ref_int(ins.op, v, imm));
+    store_i(out, oo, ew_ref_int(ins.op, v, imm));
   });
 }
 
@@ -288,7 +146,7 @@ void run_program(const EwProgram& p, const TensorView* in, int nin, const Tensor
           case EwOperand::Kind::imm: v[j] = static_cast<float>(a.imm); break;
         }
       }
-      regs[i] = ref_float<float>(ins.op, v[0], v[1], v[2]);
+      regs[i] = ew_ref<float>(ins.op, v[0], v[1], v[2]);
     }
     store_f(out, oo, regs.back());
   });
@@ -311,8 +169,7 @@ std::unique_ptr<Kernel> make_ref_instr_kernel(const KernelContext& ctx) {
 }  // namespace
 
 void register_ref_elementwise_kernels(KernelRegistry& r) {
-  for (const char* op : kElementwiseNodeOps)
-    r.add(op, Device::ref, make_ref_instr_kernel);
+  for (const char* op : ew_kernel_node_ops()) r.add(op, Device::ref, make_ref_instr_kernel);
   r.add("cast", Device::ref, [](const KernelContext& ctx) {
     return make_kernel(std::string("ref_cast_to_") + dtype_name(ctx.out_dtype(0)),
                        [](const TensorView* in, TensorView* out) { run_cast(in[0], out[0]); });
