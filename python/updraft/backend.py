@@ -18,9 +18,10 @@ import torch
 from torch import fx
 
 from .config import CompilerConfig
+from .engine_partition import EnginePartition
 from .gears import GearBox
-from .partition import EnginePartition, partition_graph, warn_once
-from .report import GraphReport, report_for_new_graph
+from .partition import partition_graph
+from .report import GraphReport, report_for_new_graph, warn_once
 
 aten = torch.ops.aten
 
