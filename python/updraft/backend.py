@@ -57,7 +57,7 @@ def _boxed(fn: Callable) -> Callable:
     return run
 
 
-class CompiledGraph:
+class PartitionedGraph:
     """Boxed callable for one inference graph: the outer GraphModule with engine partitions.
 
     Frozen inputs (parameters/buffers) are engine constants. Dynamo reuses compiled code across
@@ -282,7 +282,7 @@ def compile_inference(gm: fx.GraphModule, config: CompilerConfig, report: GraphR
             print(f"[updraft]   eager {op}: {reasons[0]}", file=sys.stderr)
     if not parts and not config.gears:
         return _boxed(gm.forward)
-    return CompiledGraph(gm, parts, frozen, history, config, report, names)
+    return PartitionedGraph(gm, parts, frozen, history, config, report, names)
 
 
 def _record_all_in_pytorch(gm: fx.GraphModule, graph_report: GraphReport, reason: str) -> None:
