@@ -1,6 +1,6 @@
 """Split an aten graph into engine partitions and eager PyTorch.
 
-`partition_graph(gm, ...)` asks the lowering table + C.check_op about every node, groups the
+`partition_graph(gm, ...)` asks EngineSupport (support.py) about every node, groups the
 supported ones with torch's CapabilityBasedPartitioner, keeps the groups worth a trip to the
 engine (min_partition_size, the cost rule of partition_cost.py) and replaces each by an
 `EnginePartition` module (engine_partition.py, which builds and runs it). Unsupported nodes
@@ -11,49 +11,20 @@ from __future__ import annotations
 import collections
 import operator
 import time
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
-from torch.fx.passes.operator_support import OperatorSupport
 
 from . import partition_cost
 from .config import CompilerConfig
 from .engine_partition import EnginePartition
-from .lowering import check_node, is_compute, is_shape_arithmetic, meta, op_name
+from .lowering import is_compute, is_shape_arithmetic, meta, op_name
 from .report import GraphReport, PartitionReport
+from .support import EngineSupport
 
 PREFIX = "updraft_partition_"
-
-
-class EngineSupport(OperatorSupport):
-    """Supported = not listed in config.eager_ops, has a lowering, and the engine accepts it."""
-
-    def __init__(self, config: CompilerConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.reasons: dict[fx.Node, Optional[str]] = {}
-
-    def reason(self, node: fx.Node) -> Optional[str]:
-        if node in self.reasons:
-            return self.reasons[node]
-        name = op_name(node)
-        if node.op != "call_function":
-            r = f"{node.op} node"
-        elif name in self.config.eager_ops or name.rsplit(".", 1)[0] in self.config.eager_ops:
-            r = "listed in CompilerConfig.eager_ops"
-        else:
-            r = check_node(node)
-        if r is None and node.target is operator.getitem:
-            parent = node.args[0]
-            if isinstance(parent, fx.Node) and self.reason(parent) is not None:
-                r = "its producer runs in PyTorch"
-        self.reasons[node] = r
-        return r
-
-    def is_node_supported(self, submodules: Any, node: fx.Node) -> bool:
-        return self.reason(node) is None
 
 
 def partition_graph(gm: fx.GraphModule, config: CompilerConfig, report: GraphReport,
