@@ -18,9 +18,10 @@ import torch
 from torch import fx
 
 from .config import CompilerConfig
+from .engine_partition import EnginePartition
 from .gears import GearBox
-from .partition import EnginePartition, partition_graph, warn_once
-from .report import GraphReport, report_for_new_graph
+from .partition import partition_graph
+from .report import GraphReport, report_for_new_graph, warn_once
 
 aten = torch.ops.aten
 
@@ -77,7 +78,7 @@ def _boxed(fn: Callable) -> Callable:
     return run
 
 
-class CompiledGraph:
+class PartitionedGraph:
     """Boxed callable for one inference graph: the outer GraphModule with engine partitions.
 
     Frozen inputs (parameters/buffers) are engine constants. Dynamo reuses compiled code across
@@ -302,7 +303,7 @@ def compile_inference(gm: fx.GraphModule, config: CompilerConfig, report: GraphR
             print(f"[updraft]   eager {op}: {reasons[0]}", file=sys.stderr)
     if not parts and not config.gears:
         return _boxed(gm.forward)
-    return CompiledGraph(gm, parts, frozen, history, config, report, names)
+    return PartitionedGraph(gm, parts, frozen, history, config, report, names)
 
 
 def _record_all_in_pytorch(gm: fx.GraphModule, graph_report: GraphReport, reason: str) -> None:

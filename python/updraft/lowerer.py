@@ -18,6 +18,7 @@ node's meta, so a wrong lowering turns into a fallback with a reason, never a wr
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, Optional
 
@@ -39,13 +40,9 @@ class Unsupported(Exception):
 
 
 # Outputs below this many elements may run on a reference kernel (a few microseconds: less
-# than an engine/PyTorch boundary); larger ones need a fast kernel or stay in PyTorch.
+# than an engine/PyTorch boundary); larger ones need a fast kernel or stay in PyTorch
+# (support.py applies it).
 REFERENCE_KERNEL_MAX_NUMEL = 1024
-
-
-def _tensors(val: Any) -> list:
-    vals = val if isinstance(val, (list, tuple)) else [val]
-    return [v for v in vals if isinstance(v, torch.Tensor)]
 
 
 def numel_hint(t: torch.Tensor) -> float:
@@ -68,17 +65,14 @@ def load_c():
 # Metadata helpers
 
 
-def check_op(op: str, inputs: list, attrs: dict) -> str | None:
-    """C.check_op: None if the engine can run `op` on these (dtype, shape) inputs."""
-    C = load_c()
-    try:
-        return C.check_op(op, inputs, attrs)
-    except TypeError:
-        # Bindings built without nanobind's std::pair caster reject every call; then ask for the
-        # CPU kernel here, and Graph.add_node (called next) validates dtypes, shapes and attrs.
-        if hasattr(C, "has_cpu_kernel") and op in C.op_names() and not C.has_cpu_kernel(op):
-            return f"the engine has no CPU kernel for {op}"
-        return None
+@functools.cache
+def _engine_op_names() -> frozenset:
+    return frozenset(load_c().op_names())
+
+
+# (engine op, input dtypes) -> None, or why the engine has no CPU kernel for it: asked once
+# per process, not once per node (see Lowerer.emit).
+_kernel_verdicts: dict = {}
 
 
 def meta(arg: Any) -> Any:
@@ -299,14 +293,12 @@ class Lowerer:
 
     Nodes are lowered on demand (`value(node)`): a node no engine op consumes is never emitted,
     which lets e.g. addmm(b, x, permute(w)) become linear(x, w) without a dead transpose.
-    In check mode (`check=True`) any node that is not bound yet becomes a graph input typed by
-    its meta, so one node can be tested alone.
+    The partitioner's probe of one node (support.py) is a subclass that binds what the node
+    reads as graph inputs (`_unbound`) and takes every symbol as carried (`_missing_symbols`).
     """
 
-    def __init__(self, graph: Any, check: bool = False) -> None:
+    def __init__(self, graph: Any) -> None:
         self.g = graph
-        self.check = check
-        self._hot = False  # check mode: the node being lowered is large (see lower())
         self.env: dict[fx.Node, Any] = {}
         self._scalars: dict[tuple, int] = {}
         self._n_consts = 0
@@ -413,12 +405,13 @@ class Lowerer:
             expr = sympy.expand(expr.xreplace(self.solved))
         missing = sorted(s.name for s in expr.free_symbols
                          if s.name not in self.syms and s.name not in self.opaque.values())
-        # Check mode tests one node alone and cannot know which symbols the partition's inputs
-        # will carry; the partition build checks again (and runs in PyTorch if one is missing).
-        if missing and not self.check:
-            raise Unsupported(f"size {expr} uses {', '.join(missing)}, which no input of this engine "
-                              "graph has as a dim")
+        if missing:
+            self._missing_symbols(expr, missing)
         return dim_text(expr)
+
+    def _missing_symbols(self, expr: Any, missing: list[str]) -> None:
+        raise Unsupported(f"size {expr} uses {', '.join(missing)}, which no input of this engine "
+                          "graph has as a dim")
 
     def dims(self, ds: Any) -> list:
         return [self.dim(d) for d in ds]
@@ -484,14 +477,17 @@ class Lowerer:
             raise Unsupported(f"expected a tensor, got {type(arg).__name__} {arg!r}")
         vid = self.env.get(arg)
         if vid is None:
-            if self.check or arg.op != "call_function":
-                if not self.check:
-                    raise Unsupported(f"value {arg.name} is not bound in the engine graph")
-                return self.bind_input(arg)
-            vid = self.lower(arg)
+            vid = self._unbound(arg)
         if isinstance(vid, list):
             raise Unsupported(f"{arg.name} has several outputs; expected one tensor")
         return vid
+
+    def _unbound(self, node: fx.Node) -> Any:
+        """The value of a node nothing has bound or lowered yet: a call is lowered now; anything
+        else (a placeholder) should have been bound as an input or a constant."""
+        if node.op != "call_function":
+            raise Unsupported(f"value {node.name} is not bound in the engine graph")
+        return self.lower(node)
 
     def operand(self, arg: Any, dtype: torch.dtype) -> int:
         """A tensor node cast to `dtype`, or a Python scalar as a 0-d constant of `dtype`."""
@@ -512,21 +508,26 @@ class Lowerer:
 
     # -- emitting
     def emit(self, op: str, inputs: list[int], **attrs: Any) -> list[int]:
+        """Adds engine op `op`; Unsupported (with the engine's reason) when the engine cannot
+        take it or has no CPU kernel for it. The op's shape function runs once, in add_node,
+        which validates exactly what C.check_op would; only the kernel question is left, and
+        its answer depends on the op and dtypes alone, so it is asked once per process."""
         C = load_c()
-        types = [self.g.value_type(i) for i in inputs]
-        reason = check_op(op, [(d, list(s)) for d, s in types], attrs)
-        if reason is not None:
-            raise Unsupported(f"engine op {op}: {reason}")
+        if op not in _engine_op_names():
+            raise Unsupported(f"engine op {op}: the engine has no op '{op}'")
         try:
             outs = list(self.g.add_node(op, list(inputs), attrs))
         except C.UpdraftError as e:
             raise Unsupported(f"engine op {op}: {e}") from None
-        if self.check and self._hot and self.g.fast_kernel(outs[0]) is None:
-            # Never slower than eager by choice: a node the runtime would run on a reference
-            # kernel (no fast kernel for its dtype, e.g. f64 math) is left to PyTorch.
-            dts = "/".join(sorted({d for d, _ in types})) or "no inputs"
-            raise Unsupported(f"engine op {op} has no fast CPU kernel for {dts}; its reference kernel "
-                              "would be slower than PyTorch")
+        types = [self.g.value_type(i) for i in inputs]
+        key = (op, tuple(d for d, _ in types))
+        if key not in _kernel_verdicts:
+            # add_node has just accepted these inputs, so check_op's shape check passes and its
+            # answer is the kernel's.
+            _kernel_verdicts[key] = C.check_op(op, [(d, list(s)) for d, s in types], attrs)
+        reason = _kernel_verdicts[key]
+        if reason is not None:
+            raise Unsupported(f"engine op {op}: {reason}")
         return outs
 
     def emit1(self, op: str, inputs: list[int], **attrs: Any) -> int:
@@ -553,12 +554,6 @@ class Lowerer:
         fn = lowering_for(node.target)
         if fn is None:
             raise Unsupported(f"no lowering for {op_name(node)}")
-        # Small nodes may run on reference kernels (see REFERENCE_KERNEL_MAX_NUMEL); sizes by
-        # their hints, so an arange over a dynamic sequence length counts as the small op it is.
-        self._hot = self.check and max(
-            [numel_hint(v) for v in _tensors(meta(node))] +
-            [numel_hint(meta(i)) for i in node.all_input_nodes if isinstance(meta(i), torch.Tensor)],
-            default=0) >= REFERENCE_KERNEL_MAX_NUMEL
         out = fn(self, node, bind_args(node) if hasattr(node.target, "_schema") else {})
         out = self._conform(node, out)
         self.env[node] = out

@@ -3,7 +3,8 @@
 The machinery (Lowerer, Unsupported, register, metadata helpers) lives in `lowerer`; the
 lowering rules live by family in `lowering_elementwise`, `lowering_shape`, `lowering_views` and `lowering_nn`,
 which all fill the one table `LOWERINGS`. Importing this module registers every family, so
-this is the module to import the table (and the checks below) from.
+this is the module to import the table (and the node classification below) from; whether the
+engine supports a node is support.py's question.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from torch import fx
 
 from . import lowering_elementwise, lowering_extra, lowering_nn, lowering_shape, lowering_views  # noqa: F401  (fill LOWERINGS)
 from .lowerer import (DTYPES, LOWERINGS, TORCH_DTYPES, Lowerer, Unsupported, aten, bind_args,
-                      check_op, engine_dim, engine_dtype, load_c, lowering_for, meta, op_name, register,
+                      engine_dim, engine_dtype, meta, op_name, register,
                       static_int, static_ints, tensor_type)
 
 # true_divide is div under its old name; dynamic GPT-2's attention scale (a SymFloat made a
@@ -28,14 +29,14 @@ LOWERINGS.setdefault(aten.true_divide.Tensor, _true_divide)
 
 __all__ = [
     "DTYPES", "LOWERINGS", "NON_COMPUTE", "TORCH_DTYPES", "Lowerer", "Unsupported", "bind_args",
-    "check_node", "check_op", "engine_dim", "engine_dtype", "is_compute", "is_shape_arithmetic",
+    "engine_dim", "engine_dtype", "is_compute", "is_shape_arithmetic",
     "meta", "op_name",
     "register", "static_int", "static_ints", "tensor_type",
 ]
 
 
 # ---------------------------------------------------------------------------------------------
-# Asking whether one node can run in the engine
+# What kind of work a node does
 
 
 # Ops that only rename memory or pick an output: not counted as "compute" in reports, and a
@@ -69,32 +70,3 @@ def is_shape_arithmetic(node: fx.Node) -> bool:
     val = meta(node)
     vals = val if isinstance(val, (list, tuple)) else [val]
     return bool(vals) and all(isinstance(v, _SYMBOLIC) for v in vals)
-
-
-def check_node(node: fx.Node) -> str | None:
-    """None if the engine can run `node` (lowering exists and the engine accepts the ops it
-    emits, for the node's dtypes and shapes); otherwise the reason."""
-    if node.op != "call_function":
-        return f"{node.op} node"
-    if lowering_for(node.target) is None:
-        return f"no lowering for {op_name(node)}"
-    val = meta(node)
-    vals = val if isinstance(val, (list, tuple)) else [val]
-    try:
-        for v in vals:
-            if v is not None:
-                tensor_type(v)
-        for inp in node.all_input_nodes:
-            m = meta(inp)
-            if isinstance(m, torch.Tensor):
-                tensor_type(m)
-        # The compiler runs under AOT's fake mode; constants made while checking must be real.
-        from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-        with unset_fake_temporarily():
-            Lowerer(load_c().Graph(), check=True).lower(node)
-    except Unsupported as e:
-        return str(e)
-    except Exception as e:  # a lowering's own bug must not stop the partitioner: this node falls back
-        return f"lowering {op_name(node)} failed ({type(e).__name__}: {e}); please report this"
-    return None

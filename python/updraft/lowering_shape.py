@@ -8,7 +8,7 @@ from typing import Any, Callable
 import torch
 from torch import fx
 
-from .lowerer import (LOWERINGS, Lowerer, Unsupported, aten, meta, norm_dim, op_name,
+from .lowerer import (Lowerer, Unsupported, aten, meta, norm_dim, op_name,
                       out_dtype, rank_of, register, shape_of, static_int, static_ints,
                       static_or_none, sym_expr)
 
@@ -22,12 +22,7 @@ def _getitem(lw: Lowerer, node: fx.Node, a: dict) -> int:
         raise Unsupported("getitem on a non-node")
     outs = lw.env.get(src)
     if outs is None:
-        if lw.check and src.op == "call_function" and src.target in LOWERINGS:
-            outs = lw.lower(src)
-        elif lw.check:
-            return lw.bind_input(node)
-        else:
-            outs = lw.lower(src)
+        outs = lw.lower(src)
     if not isinstance(outs, list):
         raise Unsupported(f"getitem on single-output {src.name}")
     if outs[idx] is None:
@@ -96,7 +91,7 @@ def _transpose(lw, node, a):
 
 @register(aten.expand.default)
 def _expand(lw, node, a):
-    x = lw.value(a["self"])  # first: in check mode this binds the input and so its symbols
+    x = lw.value(a["self"])
     x_meta = meta(a["self"])
     out_shape = list(meta(node).shape)
     lead = len(out_shape) - x_meta.dim()

@@ -12,7 +12,7 @@ What it does not do: time anything at compile time (the constants below were mea
 `benchmarks/partition_cost.py`, figures in docs/BENCHMARKS.md), merge partitions across a
 PyTorch island (the island's op cannot run in the engine, and the partitioner's partitions are
 already maximal), judge kernel speed (a node whose kernel would be a slow reference loop never
-reaches a partition: `Lowerer.emit` leaves it to PyTorch), or revisit a partition once built.
+reaches a partition: support.py leaves it to PyTorch), or revisit a partition once built.
 """
 from __future__ import annotations
 

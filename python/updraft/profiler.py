@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-# Every EnginePartition registers here when it is made (partition.py).
+# Every EnginePartition registers here when it is made (engine_partition.py).
 _partitions: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 

@@ -9,7 +9,21 @@ from __future__ import annotations
 import collections
 import dataclasses
 import threading
+import warnings
 from typing import Optional
+
+_warned: set = set()
+_warn_lock = threading.Lock()
+
+
+def warn_once(msg: str) -> None:
+    """A RuntimeWarning, once per distinct message in this process (a partition that fails is
+    called again and again; its user needs to hear it once)."""
+    with _warn_lock:
+        if msg in _warned:
+            return
+        _warned.add(msg)
+    warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
 
 @dataclasses.dataclass

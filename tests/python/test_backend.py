@@ -200,12 +200,12 @@ def test_explain_report_contents():
 
 
 def test_strict_mode_raises_instead_of_falling_back(monkeypatch):
-    from updraft import partition
+    from updraft import engine_partition
 
     def broken_build(self, args):
         raise RuntimeError("simulated engine failure")
 
-    monkeypatch.setattr(partition.EnginePartition, "_build", broken_build)
+    monkeypatch.setattr(engine_partition.EnginePartition, "_build", broken_build)
     fn = lambda x: x.exp() + 1
     x = torch.randn(3)
     with torch.no_grad(), warnings.catch_warnings(record=True) as w:

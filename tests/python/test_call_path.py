@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from updraft import CompilerConfig, get_backend
-from updraft import partition as part_mod
+from updraft import engine_partition as part_mod
 
 
 @pytest.fixture

@@ -1,0 +1,286 @@
+"""Running one engine partition: `EnginePartition`, the module that replaces a group of
+supported nodes in the outer GraphModule (partition.py decides the groups).
+
+It builds its engine graph at its first call, when real tensors are at hand: inputs marked
+constant (frozen parameters, graph attributes) become engine constants (zero-copy); the rest
+are runtime inputs. Per call it looks up the output shapes for the input shapes (cached),
+allocates outputs with torch.empty and lets the engine write them. It rebuilds when the
+backend says its constants changed (`invalidate`), and runs in PyTorch for good when building
+or running fails (with fallback) or the recompile limit is reached.
+
+It does not decide what runs in the engine (support.py, partition.py) nor key, load or store
+compile-cache entries (partition_cache.py).
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any, Optional
+
+import torch
+from torch import fx
+
+from . import partition_cache, profiler
+from .config import CompilerConfig
+from .lowering import TORCH_DTYPES, Lowerer, Unsupported, meta
+from .lowerer import size_input_exprs
+from .report import PartitionReport, warn_once
+
+# Shape signatures per partition that keep a bound plan for the fast path (the engine's own
+# plan cache holds 16 by default; a bound plan stays alive while bound, so this is bounded too).
+_MAX_BOUND_PLANS = 16
+
+# Lowered only when a consumer asks (so addmm(b, x, permute(w)) absorbs the permute).
+_DEFERRED = {torch.ops.aten.permute.default, torch.ops.aten.t.default}
+
+
+def _c():
+    from . import _C
+    return _C
+
+
+class EnginePartition(torch.nn.Module):
+    """One fused partition: a sub-GraphModule run by the engine (eagerly if building fails)."""
+
+    def __init__(self, sub: fx.GraphModule, const_kinds: list[Optional[str]], config: CompilerConfig,
+                 report: PartitionReport) -> None:
+        super().__init__()
+        self.sub = sub
+        # Per placeholder: "param" (a frozen parameter/buffer: an engine constant the compile
+        # cache refers to), "literal" (a graph attribute: a constant the cache stores), or None
+        # (a runtime input).
+        self.const_kinds = const_kinds
+        self.const_mask = [k is not None for k in const_kinds]
+        # Placeholder indices of the frozen parameters, and of the rest (inputs and literals).
+        self._param_pos = [j for j, k in enumerate(const_kinds) if k == "param"]
+        self._other_pos = [j for j, k in enumerate(const_kinds) if k != "param"]
+        self.config = config
+        self.report = report
+        self._state: Any = None  # None: not built; _Built; or the failure reason (str)
+        self._lock = threading.Lock()
+        out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
+        self._multi = isinstance(out, (tuple, list))
+        profiler.register(self)
+
+    def invalidate(self) -> None:
+        """Drops the engine graph (its constants changed); the next call rebuilds it."""
+        with self._lock:
+            self._state = None
+
+    def run_in_pytorch(self, reason: str) -> None:
+        """From now on this partition runs in PyTorch (the recompile limit was reached)."""
+        with self._lock:
+            self._state = reason
+            self.report.status = f"in PyTorch: {reason}"
+
+    def forward(self, *args: Any) -> Any:
+        st = self._state
+        if st is None:
+            if any(isinstance(a, torch._subclasses.FakeTensor) for a in args):
+                return self.sub(*args)  # traced again under fake mode (e.g. by a nested compile)
+            st = self._build_once(args)
+        if isinstance(st, str):
+            return self.sub(*args)
+        # Fast path, once a shape signature has run: the plan is bound (PlannedCall) and the
+        # tensors cross as data pointers, no DLPack. It needs each runtime input to be a
+        # contiguous CPU tensor of the dtype the engine graph was built for (the shape is the
+        # dict key); anything else takes the general path below.
+        ins = [args[j] for j in st.runtime_pos]
+        sig = [t.shape for t in ins]
+        if st.size_pos:  # a size input's value is its signature; the plan holds it (ptr 0)
+            sig += [args[j] for j in st.size_pos]
+        call = st.calls.get(tuple(sig))
+        if call is not None:
+            ptrs = []
+            for t, dt in zip(ins, st.in_dtypes):
+                if t.dtype is not dt or not t.is_cpu or not t.is_contiguous():
+                    break
+                ptrs.append(t.data_ptr())
+            else:
+                ptrs += [0] * len(st.size_pos)
+                outs = [torch.empty(s, dtype=d) for s, d in call[1]]
+                try:
+                    call[0].run(ptrs, [o.data_ptr() for o in outs])
+                except _c().UpdraftError as e:
+                    return self._engine_failed(e, args)
+                return tuple(outs) if self._multi else outs[0]
+        return self._run_general(st, args)
+
+    def _engine_failed(self, e: Exception, args: tuple) -> Any:
+        """The engine raised `e` running this call. PyTorch runs the same call: when it fails too,
+        the input was at fault (an index out of range), and the caller gets PyTorch's own error
+        (its type and words, as without updraft), while the partition stays in the engine for the
+        next call. When PyTorch succeeds, the engine is at fault: with fallback the partition runs
+        in PyTorch from now on (one warning), without it the engine's error is raised."""
+        try:
+            out = self.sub(*args)
+        except Exception as eager_error:
+            raise eager_error from e
+        if not self.config.fallback:
+            raise e
+        msg = f"[updraft.partition] {self.report.name}: engine error at run time: {e}"
+        warn_once(msg + "; running this partition in PyTorch from now on")
+        with self._lock:
+            self._state = msg
+            self.report.fail(f"engine error at run time: {e}")
+        return out
+
+    def _run_general(self, st: "_Built", args: tuple) -> Any:
+        """Any inputs (strided, requiring grad): DLPack views, plan looked up by the engine."""
+        ins = []
+        for j in st.runtime_pos:
+            t = args[j]
+            if t.requires_grad:
+                t = t.detach()
+            if not t.is_contiguous():
+                t = t.contiguous()
+            ins.append(t)
+        sizes = [int(args[j]) for j in st.size_pos]
+        key = tuple(tuple(t.shape) for t in ins) + tuple(sizes)
+        sig = [list(t.shape) for t in ins] + [[v] for v in sizes]  # the engine's input signature
+        ins += [torch.tensor(v, dtype=torch.int64) for v in sizes]
+        shapes = st.shapes.get(key)
+        C = _c()
+        try:
+            if shapes is None:
+                shapes = [tuple(s) for s in st.cg.prepare(sig)]
+                st.shapes[key] = shapes
+                # New shape signature: one more plan over the same engine compile.
+                self.report.plans_built = st.cg.plans_built
+                self.report.plan_ms = st.cg.total_plan_ms
+                self.report.plan_cpu_ms = st.cg.total_plan_cpu_ms
+                self.report.kernels_created = st.cg.kernels_created
+                self.report.kernels_reused = st.cg.kernels_reused
+            outs = [torch.empty(s, dtype=d) for s, d in zip(shapes, st.out_dtypes)]
+            st.cg.run(ins, outs)
+            if key not in st.calls:  # later calls with this signature take the fast path
+                # Bound outside the lock (a plan build releases the GIL); added and evicted under
+                # it, as threads binding other signatures change the table meanwhile. Readers
+                # need no lock: dict.get is atomic, and a call evicted after its lookup keeps
+                # its plan alive while it runs.
+                call = (st.cg.planned(sig), list(zip(shapes, st.out_dtypes)))
+                with st.lock:
+                    if key not in st.calls:
+                        while len(st.calls) >= _MAX_BOUND_PLANS:
+                            del st.calls[next(iter(st.calls))]  # a PlannedCall pins its plan: bound them
+                        st.calls[key] = call
+        except C.UpdraftError as e:
+            return self._engine_failed(e, args)
+        return tuple(outs) if self._multi else outs[0]
+
+    def _build_once(self, args: tuple) -> Any:
+        with self._lock:
+            if self._state is None:
+                try:
+                    self._state = self._build(args)
+                    self.report.status = "ok"
+                except Exception as e:  # any engine/lowering error: eager, or raise if strict
+                    reason = f"{type(e).__name__}: {e}" if not isinstance(e, Unsupported) else str(e)
+                    self.report.fail(reason)
+                    if not self.config.fallback:
+                        raise RuntimeError(
+                            f"[updraft.partition] {self.report.name} failed to compile: {reason}; "
+                            "set CompilerConfig(fallback=True) to run it in PyTorch instead") from e
+                    warn_once(f"[updraft.partition] {self.report.name} failed to compile "
+                              f"({reason}); running it in PyTorch")
+                    self._state = reason
+            return self._state
+
+    def _build(self, args: tuple) -> "_Built":
+        C = _c()
+        t0 = time.perf_counter()
+        placeholders = list(self.sub.graph.find_nodes(op="placeholder"))  # indexed: no walk over the graph
+        runtime_pos = [j for j in self._other_pos if not self.const_mask[j] and isinstance(args[j], torch.Tensor)]
+        size_pos = self._size_pos(args, placeholders, runtime_pos)
+        disk, key, params = partition_cache.key_for(self, args, placeholders, size_pos)
+        if key is not None:
+            loaded = partition_cache.load(self, disk, key, params, args, runtime_pos, size_pos, t0)
+            if loaded is not None:
+                cg, out_dtypes = loaded
+                return _Built(cg, runtime_pos, out_dtypes, [args[j].dtype for j in runtime_pos], size_pos)
+        lw = Lowerer(C.Graph())
+        # Dynamic dims stay symbolic: every runtime input's symbols are known before any input
+        # is bound, so one engine compile serves every size (see Lowerer.dim). SymInts that no
+        # tensor carries are size inputs, after the tensors: their values bind their symbols.
+        lw.declare_inputs([meta(placeholders[j]) for j in runtime_pos])
+        lw.declare_sizes([placeholders[j].name for j in size_pos], [placeholders[j] for j in size_pos])
+        bound_ids = set()
+        n_const = 0
+        for j, (ph, arg) in enumerate(zip(placeholders, args)):
+            if not isinstance(arg, torch.Tensor):
+                continue  # SymInts: size inputs (below), or sizes the engine reads off the tensors
+            if self.const_mask[j]:
+                vid = lw.constant(arg, name=ph.name, source=j if self.const_kinds[j] == "param" else -1)
+                lw.env[ph] = vid
+                n_const += 1
+            else:
+                vid = lw.bind_input(ph, ph.name)
+            bound_ids.add(vid)
+        lw.add_size_inputs()
+        for n in self.sub.graph.nodes:
+            if n.op == "call_function" and n not in lw.env and n.target not in _DEFERRED:
+                lw.lower(n)
+        outs = self._outputs()
+        ids, seen = [], set()
+        for o in outs:
+            vid = lw.value(o)
+            if vid in seen or vid in bound_ids:
+                vid = lw.emit1("copy", [vid])  # the engine writes each output buffer once
+            seen.add(vid)
+            ids.append(vid)
+        lw.g.set_outputs(ids)
+        out_dtypes = self._check_out_dtypes([lw.g.value_type(i)[0] for i in ids])
+        debug_text = lw.g.text() if self.config.debug >= 2 else None
+        t1 = time.perf_counter()
+        cg = C.compile(lw.g, self.config.engine_options())
+        self.report.engine_compiles += 1
+        self.report.lower_ms = (t1 - t0) * 1e3
+        self.report.compile_ms = cg.compile_ms
+        self.report.num_inputs = len(runtime_pos) + len(size_pos)
+        self.report.num_constants = n_const
+        if self.config.debug >= 2:
+            print(f"[updraft] {self.report.name} engine graph:\n{debug_text}\n"
+                  f"[updraft] after passes:\n{cg.graph_text()}", file=sys.stderr)
+            for name, changed, ms, note in cg.pass_log():
+                print(f"[updraft]   pass {name}: changed={changed} {ms:.2f} ms {note}", file=sys.stderr)
+        if key is not None:
+            partition_cache.store(self, disk, key, cg)
+        return _Built(cg, runtime_pos, out_dtypes, [args[j].dtype for j in runtime_pos], size_pos)
+
+    def _size_pos(self, args: tuple, placeholders: list, runtime_pos: list[int]) -> list[int]:
+        """Placeholder indices of the size inputs (lowerer.size_input_exprs), in call order."""
+        scalar_pos = [j for j in self._other_pos if isinstance(args[j], int) and not isinstance(args[j], bool)]
+        if not scalar_pos:
+            return []
+        chosen = size_input_exprs([meta(placeholders[j]) for j in runtime_pos],
+                                  [meta(placeholders[j]) for j in scalar_pos])
+        return [scalar_pos[i] for i in chosen]
+
+    def _outputs(self) -> list:
+        out = self.sub.graph.output_node().args[0]
+        return list(out) if self._multi else [out]
+
+    def _check_out_dtypes(self, engine_dtypes: list[str]) -> list[torch.dtype]:
+        out_dtypes = [TORCH_DTYPES[d] for d in engine_dtypes]
+        for o, got in zip(self._outputs(), out_dtypes):
+            if got != meta(o).dtype:
+                raise Unsupported(f"output {o.name}: engine dtype {got} differs from torch's {meta(o).dtype}")
+        return out_dtypes
+
+
+class _Built:
+    __slots__ = ("cg", "runtime_pos", "size_pos", "out_dtypes", "shapes", "in_dtypes", "calls", "lock")
+
+    def __init__(self, cg: Any, runtime_pos: list[int], out_dtypes: list[torch.dtype],
+                 in_dtypes: list[torch.dtype], size_pos: list[int]) -> None:
+        self.cg = cg
+        self.runtime_pos = runtime_pos  # tensor inputs
+        self.size_pos = size_pos  # size inputs (ints at run time), after the tensors
+        self.out_dtypes = out_dtypes
+        self.shapes: dict = {}  # input signature (tensor shapes, then size values) -> output shapes
+        self.in_dtypes = in_dtypes  # runtime inputs' dtypes the engine graph was built for
+        # input-shape signature -> (PlannedCall, [(output shape, dtype)]): the fast path; at most
+        # _MAX_BOUND_PLANS, oldest bound first out. Changed only under `lock`.
+        self.calls: dict = {}
+        self.lock = threading.Lock()
