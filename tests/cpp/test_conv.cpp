@@ -3,7 +3,7 @@
 // (prepacked) and non-constant weights, every epilogue, strided inputs and threads.
 #include <gtest/gtest.h>
 
-#include "compute_test_helpers.h"
+#include "kernel_test_util.h"
 #include "core/error.h"
 
 using namespace updraft;

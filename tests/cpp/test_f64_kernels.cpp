@@ -15,7 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "compute_test_helpers.h"
+#include "kernel_test_util.h"
 #include "core/error.h"
 #include "pass_test_util.h"
 #include "passes/block_conv_layout.h"

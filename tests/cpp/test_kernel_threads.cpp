@@ -8,7 +8,7 @@
 #include <atomic>
 #include <vector>
 
-#include "compute_test_helpers.h"
+#include "kernel_test_util.h"
 #include "kernels/cpu/threads.h"
 
 using namespace updraft;

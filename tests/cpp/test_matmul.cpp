@@ -3,7 +3,7 @@
 // non-constant weights, and every epilogue; plus one kernel run from 4 threads at once.
 #include <gtest/gtest.h>
 
-#include "compute_test_helpers.h"
+#include "kernel_test_util.h"
 #include "core/error.h"
 
 using namespace updraft;

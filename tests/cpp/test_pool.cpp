@@ -3,7 +3,7 @@
 // reference, over odd images and unbatched inputs.
 #include <gtest/gtest.h>
 
-#include "compute_test_helpers.h"
+#include "kernel_test_util.h"
 #include "core/error.h"
 
 using namespace updraft;
@@ -109,7 +109,7 @@ TEST(Pool, AvgPoolCeilIncludePadFallsBackToReference) {
   EXPECT_EQ(k->name(), "ref_avg_pool2d");
   // The reference itself: the corner window covers one real element and no padding.
   Tensor out = run_kernel(*k, *b);
-  EXPECT_FLOAT_EQ(out.ptr<float>()[15], b->args[0].t.ptr<float>()[48]);
+  EXPECT_FLOAT_EQ(out.ptr<float>()[15], b->args[0].tensor().ptr<float>()[48]);
 }
 
 TEST(Pool, AdaptiveAvgPool) {
