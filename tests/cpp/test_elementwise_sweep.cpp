@@ -253,6 +253,19 @@ void sweep_node(const std::string& op, const std::vector<DType>& dts, const Attr
   }
 }
 
+// The comparison the sweep leans on: an infinity matches only itself (its relative tolerance
+// would be infinite), a NaN only a NaN.
+TEST(ElementwiseSweepCompare, InfinitiesAndNaNsMatchOnlyThemselves) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  auto one = [](double v) { return from_values(DType::f64, {1}, {v}); };
+  EXPECT_FALSE(all_close(one(5), one(inf), kF64Rtol, kF64Atol));
+  EXPECT_FALSE(all_close(one(inf), one(5), kF64Rtol, kF64Atol));
+  EXPECT_FALSE(all_close(one(-inf), one(inf), kF64Rtol, kF64Atol));
+  EXPECT_FALSE(all_close(one(nan), one(inf), kF64Rtol, kF64Atol));
+  EXPECT_TRUE(all_close(one(inf), one(inf), kF64Rtol, kF64Atol));
+  EXPECT_TRUE(all_close(one(nan), one(nan), kF64Rtol, kF64Atol));
+}
+
 // ---- Generating the cases from the op table -----------------------------------------------
 
 std::vector<std::string> elementwise_rows() {
