@@ -24,6 +24,8 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "core/error.h"
+#include "ir/elementwise_program.h"
 #include "ir/graph.h"
 #include "ir/op_table.h"
 #include "kernels/kernel.h"
@@ -224,6 +226,40 @@ inline void expect_same_from_threads(const OneNode& n, int reps, double rtol, do
   for (auto& t : pool) t.join();
   for (int t = 0; t < threads; ++t)
     EXPECT_TRUE(all_close(outs[t], want, rtol, atol)) << n.node->op_name() << " via " << fast->name() << ", thread " << t;
+}
+
+// ---- Fused epilogue activations ---------------------------------------------------------------
+
+// Every activation a compute op's fused epilogue accepts (the `activation` attribute of linear,
+// matmul and conv2d, checked by one function in src/ir/ops/compute.cpp): the attribute's default
+// ("none") and each elementwise op (ew_op_info) the op table's check accepts. The op table keeps
+// no list of them to read, so it is asked; an activation becomes tested as soon as the op table
+// accepts it. (An activation not spelled like an elementwise op would be missed; they are the
+// same vocabulary.)
+inline std::vector<std::string> epilogue_activations() {
+  const OpDef& linear = OpTable::get().at("linear");
+  std::vector<std::string> r;
+  for (const AttrSpec& a : linear.attrs)
+    if (a.name == "activation" && a.default_value) r.push_back(a.default_value->s());
+  const std::vector<TensorType> in = {{DType::f32, {Dim(2), Dim(4)}}, {DType::f32, {Dim(3), Dim(4)}}};
+  for (int k = 0; k < static_cast<int>(EwOp::count_); ++k) {
+    std::string name = ew_op_info(static_cast<EwOp>(k)).name;
+    try {
+      OpTable::infer(linear, in, {{"activation", name}});
+      r.push_back(name);
+    } catch (const Error&) {
+    }
+  }
+  return r;
+}
+
+// The epilogue attributes for `act`, with parameters that make them matter for the two
+// activations that take some (act_alpha / act_beta default to 0: clamp(0, 0), a zero slope).
+inline Attrs epilogue_attrs(const std::string& act) {
+  Attrs a{{"activation", act}};
+  if (act == "clamp") a["act_alpha"] = -0.5, a["act_beta"] = 0.7;
+  if (act == "leaky_relu") a["act_alpha"] = 0.1;
+  return a;
 }
 
 // ---- Small helpers for hand-written inputs -----------------------------------------------------
