@@ -23,8 +23,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/tensor.h"
 #include "core/error.h"
+#include "core/tensor.h"
 #include "ir/elementwise_program.h"
 #include "ir/graph.h"
 #include "ir/op_table.h"
@@ -61,7 +61,6 @@ struct Arg {
   Tensor store;  // a strided view's memory (Tensor copies share their storage)
   Arg() = default;
   Arg(const TensorView& v) : view(v) {}  // NOLINT: implicit, so {a.view(), b.view()} reads well
-  const Tensor& tensor() const { return owned; }
 };
 
 inline Arg input(Tensor t) {
@@ -130,7 +129,6 @@ struct OneNode {
 inline std::unique_ptr<OneNode> build(const std::string& op, std::vector<Arg> args, Attrs attrs = {}) {
   return std::make_unique<OneNode>(op, std::move(args), std::move(attrs));
 }
-inline KernelContext context_of(const OneNode& n) { return n.context(); }
 
 // ---- Running kernels ---------------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ std::string check(const std::string& op, std::vector<Arg> args, Attrs attrs, dou
   std::string name;
   for (bool capped : {false, true}) {
     if (capped) setenv("UPDRAFT_CPU_ISA", "avx2", 1);
-    KernelContext ctx = context_of(*b);
+    KernelContext ctx = b->context();
     ctx.num_threads = threads;
     auto fast = (*KernelRegistry::get().find(op, Device::cpu))(ctx);
     if (capped) unsetenv("UPDRAFT_CPU_ISA");
