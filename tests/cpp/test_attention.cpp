@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "compute_test_helpers.h"
+#include "kernel_test_util.h"
 #include "kernels/cpu/sdpa_tiles.h"
 #include "core/error.h"
 

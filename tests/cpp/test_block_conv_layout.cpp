@@ -6,7 +6,7 @@
 
 #include <cstring>
 
-#include "compute_test_helpers.h"
+#include "kernel_test_util.h"
 #include "kernels/channel_block.h"
 #include "kernels/kernel.h"
 #include "pass_test_util.h"

@@ -3,7 +3,7 @@
 // (prepacked) and non-constant weights, every epilogue, strided inputs and threads.
 #include <gtest/gtest.h>
 
-#include "compute_test_helpers.h"
+#include "kernel_test_util.h"
 #include "core/error.h"
 
 using namespace updraft;
@@ -65,15 +65,12 @@ TEST(Conv, ShapesNonConstantWeights) {
 }
 
 TEST(Conv, EveryActivationWithBiasAndResidual) {
-  for (const std::string& act : {"none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "clamp",
-                                 "leaky_relu", "hardswish"}) {
+  for (const std::string& act : epilogue_activations()) {
     SCOPED_TRACE(act);
     for (const ConvCase& c : {kCases[1], kCases[5], kCases[7], kCases[10]}) {
       SCOPED_TRACE(label(c));
       Attrs a = conv_attrs(c);
-      a["activation"] = std::string(act);
-      if (std::string(act) == "clamp") a["act_alpha"] = -0.5, a["act_beta"] = 0.7;
-      if (std::string(act) == "leaky_relu") a["act_alpha"] = 0.1;
+      for (auto& [k, v] : epilogue_attrs(act)) a[k] = v;
       a["has_bias"] = true;
       a["has_residual"] = true;
       int64_t OH = (c.H + 2 * c.pad - c.dil * (c.k - 1) - 1) / c.stride + 1;

@@ -12,7 +12,7 @@ using namespace updraft::testing;
 
 namespace {
 
-constexpr double kExact = 0.0;  // data movement copies bits; any difference is a bug
+// Data movement copies bits: every comparison is kExact (kernel_test_util.h).
 constexpr int64_t kToEnd = std::numeric_limits<int64_t>::max();  // what x[a:] lowers to
 
 Attrs ints_attr(const std::string& name, std::vector<int64_t> v) { return {{name, Attr(std::move(v))}}; }
@@ -21,7 +21,7 @@ Attrs slice_attrs(int64_t dim, int64_t start, int64_t end, int64_t step = 1) {
 }
 
 void expect_exact(const std::string& op, const std::vector<TensorView>& in, const Attrs& a) {
-  expect_cpu_matches_ref(op, in, a, kExact, kExact);
+  expect_matches_ref(op, inputs_of(in), a, kExact, kExact);
 }
 
 const std::vector<DType> kDtypes = {DType::f32, DType::i64, DType::boolean, DType::f64, DType::i32};
@@ -107,7 +107,7 @@ TEST(DataMovementShape, OtherOps) {
 TEST(DataMovementRef, HandCheckedValues) {
   Tensor x = from_values(DType::f32, {2, 3}, {0, 1, 2, 3, 4, 5});
   auto run = [&](const std::string& op, std::vector<TensorView> in, Attrs a) {
-    OneNode n(op, in, std::move(a));
+    OneNode n(op, inputs_of(in), std::move(a));
     return values_of(run_node(*n.node, in, Device::ref)[0]);
   };
   EXPECT_EQ(run("permute", {x.view()}, ints_attr("dims", {1, 0})), (std::vector<double>{0, 3, 1, 4, 2, 5}));

@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
-#include "test_elementwise_util.h"
+#include "kernel_test_util.h"
 
 using namespace updraft;
 using namespace updraft::testing;
@@ -173,18 +173,18 @@ TEST(ElementwiseCpu, WhereBroadcasts) {
 
 TEST(ElementwiseCpu, KernelNamesSayWhatRuns) {
   Tensor a = random_tensor(DType::f32, {4}, 1);
-  auto one = one_node("add", {a.view(), a.view()});
-  EXPECT_EQ(kernel_name(*one->node, {a.view(), a.view()}, Device::cpu), "cpu_f32_add_avx2");
-  EXPECT_EQ(kernel_name(*one->node, {a.view(), a.view()}, Device::ref), "ref_f32_add");
+  auto one = build("add", {a.view(), a.view()});
+  EXPECT_EQ(one->kernel_name(Device::cpu), "cpu_f32_add_avx2");
+  EXPECT_EQ(one->kernel_name(Device::ref), "ref_f32_add");
 }
 
 TEST(ElementwiseCpu, F64ReferenceKernels) {
   Tensor x = random_tensor(DType::f64, {3, 5}, 18, -2, 2);
   Tensor y = random_tensor(DType::f64, {5}, 19, -2, 2);
-  auto one = one_node("add", {x.view(), y.view()});
+  auto one = build("add", {x.view(), y.view()});
   auto r = run_node(*one->node, {x.view(), y.view()}, Device::ref);
   for (int64_t i = 0; i < 15; ++i) EXPECT_EQ(r[0].ptr<double>()[i], x.ptr<double>()[i] + y.ptr<double>()[i % 5]);
-  auto g = one_node("gelu", {x.view()});
+  auto g = build("gelu", {x.view()});
   auto rg = run_node(*g->node, {x.view()}, Device::ref);
   double v = x.ptr<double>()[0];
   EXPECT_NEAR(rg[0].ptr<double>()[0], 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))), 1e-15);
@@ -196,7 +196,7 @@ TEST(ElementwiseRef, PyTorchSemantics) {
     Tensor ta(DType::f32, {static_cast<int64_t>(a.size())}), tb(DType::f32, {static_cast<int64_t>(b.size())});
     std::copy(a.begin(), a.end(), ta.ptr<float>());
     std::copy(b.begin(), b.end(), tb.ptr<float>());
-    auto one = one_node(op, {ta.view(), tb.view()});
+    auto one = build(op, {ta.view(), tb.view()});
     auto r = run_node(*one->node, {ta.view(), tb.view()}, Device::cpu);
     return std::vector<float>(r[0].ptr<float>(), r[0].ptr<float>() + r[0].numel());
   };
@@ -205,7 +205,7 @@ TEST(ElementwiseRef, PyTorchSemantics) {
   Tensor x(DType::f32, {4});
   float xs[] = {0.5f, 1.5f, 2.5f, -0.5f};
   std::copy(xs, xs + 4, x.ptr<float>());
-  auto one = one_node("round", {x.view()});
+  auto one = build("round", {x.view()});
   auto r = run_node(*one->node, {x.view()}, Device::cpu);
   EXPECT_EQ(std::vector<float>(r[0].ptr<float>(), r[0].ptr<float>() + 4), (std::vector<float>{0, 2, 2, -0.0f}));
 }
@@ -226,7 +226,7 @@ TEST(ElementwiseCpu, Atan2FmodSpecialValues) {
     Tensor tx(DType::f32, {static_cast<int64_t>(x.size())}), ty(DType::f32, {static_cast<int64_t>(y.size())});
     std::copy(x.begin(), x.end(), tx.ptr<float>());
     std::copy(y.begin(), y.end(), ty.ptr<float>());
-    auto one = one_node(op, {tx.view(), ty.view()});
+    auto one = build(op, {tx.view(), ty.view()});
     auto r = run_node(*one->node, {tx.view(), ty.view()}, d);
     return std::vector<float>(r[0].ptr<float>(), r[0].ptr<float>() + r[0].numel());
   };
@@ -248,7 +248,7 @@ TEST(ElementwiseCpu, MathOpsKnownValues) {
   auto run1 = [](const std::string& op, std::vector<float> x, Device d) {
     Tensor t(DType::f32, {static_cast<int64_t>(x.size())});
     std::copy(x.begin(), x.end(), t.ptr<float>());
-    auto one = one_node(op, {t.view()});
+    auto one = build(op, {t.view()});
     auto r = run_node(*one->node, {t.view()}, d);
     return std::vector<float>(r[0].ptr<float>(), r[0].ptr<float>() + r[0].numel());
   };

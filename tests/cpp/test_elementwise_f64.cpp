@@ -13,7 +13,7 @@
 #include <cmath>
 #include <limits>
 
-#include "test_elementwise_util.h"
+#include "kernel_test_util.h"
 
 using namespace updraft;
 using namespace updraft::testing;
@@ -48,8 +48,8 @@ double tol_for(const std::string& op) {
 // Also checks the sign of every zero, which all_close cannot see.
 ::testing::AssertionResult matches_ref_signed(const std::string& op, const std::vector<TensorView>& ins, Attrs attrs,
                                               double rtol, int threads = 0, double atol = kF64Atol) {
-  auto one = one_node(op, ins, attrs);
-  std::string name = kernel_name(*one->node, ins, Device::cpu);
+  auto one = build(op, inputs_of(ins), attrs);
+  std::string name = one->kernel_name(Device::cpu);
   if (name != "cpu_f64_" + op && name.rfind("cpu_f64_", 0) != 0)
     return ::testing::AssertionFailure() << op << " ran " << name << " on cpu";
   auto want = run_node(*one->node, ins, Device::ref);
@@ -167,10 +167,10 @@ TEST(ElementwiseCpuF64, StridedInputs) {
 
 TEST(ElementwiseCpuF64, KernelNames) {
   Tensor d = random_tensor(DType::f64, {4}, 1);
-  auto dn = one_node("exp", {d.view()});
-  EXPECT_EQ(kernel_name(*dn->node, {d.view()}, Device::cpu), "cpu_f64_exp");
-  auto an = one_node("add", {d.view(), d.view()});
-  EXPECT_EQ(kernel_name(*an->node, {d.view(), d.view()}, Device::cpu), "cpu_f64_add");
+  auto dn = build("exp", {d.view()});
+  EXPECT_EQ(dn->kernel_name(Device::cpu), "cpu_f64_exp");
+  auto an = build("add", {d.view(), d.view()});
+  EXPECT_EQ(an->kernel_name(Device::cpu), "cpu_f64_add");
 }
 
 // exp (and sigmoid / silu through it) is the engine's own vector polynomial (simd_f64.h exp4):

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "ir/elementwise_program.h"
-#include "test_elementwise_util.h"
+#include "kernel_test_util.h"
 
 using namespace updraft;
 using namespace updraft::testing;
@@ -33,7 +33,7 @@ TEST(ElementwiseInt, ArithmeticAndComparesMatchRef) {
         EXPECT_TRUE(cpu_matches_ref(op, {a.view(), neg.view()}, {}, kExact, kExact)) << op;
       }
       // Reference-only on cpu (declined by the fast path): still correct through the fallback.
-      EXPECT_TRUE(cpu_matches_ref("clamp", {a.view()}, {{"min", -10.0}, {"max", 20.0}}, kExact, kExact, false));
+      EXPECT_TRUE(cpu_matches_ref("clamp", {a.view()}, {{"min", -10.0}, {"max", 20.0}}, kExact, kExact, Fast::may_fall_back));
     }
   }
 }
@@ -43,16 +43,16 @@ TEST(ElementwiseInt, IntegerSemantics) {
   int64_t av[] = {-7, 7, -7, INT64_MAX}, bv[] = {2, -2, -2, 1};
   std::copy(av, av + 4, a.ptr<int64_t>());
   std::copy(bv, bv + 4, b.ptr<int64_t>());
-  auto fd = one_node("floor_divide", {a.view(), b.view()});
+  auto fd = build("floor_divide", {a.view(), b.view()});
   auto r = run_node(*fd->node, {a.view(), b.view()}, Device::cpu);
   EXPECT_EQ(std::vector<int64_t>(r[0].ptr<int64_t>(), r[0].ptr<int64_t>() + 4),
             (std::vector<int64_t>{-4, -4, 3, INT64_MAX}));
-  auto add = one_node("add", {a.view(), b.view()});
+  auto add = build("add", {a.view(), b.view()});
   EXPECT_EQ(run_node(*add->node, {a.view(), b.view()}, Device::cpu)[0].ptr<int64_t>()[3], INT64_MIN);  // wraps
   // INT64_MIN / -1 and % -1 wrap / give 0 (no overflow trap), as PyTorch's.
   a.ptr<int64_t>()[2] = INT64_MIN;
   b.ptr<int64_t>()[2] = -1;
-  auto rm = one_node("remainder", {a.view(), b.view()});
+  auto rm = build("remainder", {a.view(), b.view()});
   EXPECT_TRUE(cpu_matches_ref("floor_divide", {a.view(), b.view()}, {}, kExact, kExact));
   EXPECT_TRUE(cpu_matches_ref("remainder", {a.view(), b.view()}, {}, kExact, kExact));
   EXPECT_EQ(run_node(*fd->node, {a.view(), b.view()}, Device::cpu)[0].ptr<int64_t>()[2], INT64_MIN);
@@ -70,7 +70,7 @@ TEST(ElementwiseInt, IntegerSemantics) {
   // A zero in a broadcast divisor is found too, with 2 threads and a large dividend.
   Tensor big = random_tensor(DType::i32, {300, 400}, 6, -1000, 1000), row = random_tensor(DType::i32, {400}, 7, 1, 9);
   row.ptr<int32_t>()[399] = 0;
-  auto fb = one_node("floor_divide", {big.view(), row.view()});
+  auto fb = build("floor_divide", {big.view(), row.view()});
   EXPECT_THROW(run_node(*fb->node, {big.view(), row.view()}, Device::cpu, nullptr, 2), Error);
 }
 
@@ -122,7 +122,7 @@ TEST(ElementwiseInt, CastOfNanAndOutOfRangeGivesTheMinimum) {
     }
     for (DType to : {DType::i64, DType::i32}) {
       SCOPED_TRACE(std::string(dtype_name(from)) + "->" + dtype_name(to));
-      auto one = one_node("cast", {x.view()}, {{"dtype", std::string(dtype_name(to))}});
+      auto one = build("cast", {x.view()}, {{"dtype", std::string(dtype_name(to))}});
       for (Device d : {Device::cpu, Device::ref}) {
         Tensor y = run_node(*one->node, {x.view()}, d)[0];
         for (int64_t i = 0; i < n; ++i) {
@@ -183,7 +183,7 @@ TEST(ElementwiseFusedKernel, MatchesRefWithBroadcastAndBoolInputs) {
 TEST(ElementwiseFusedKernel, OutputMayAliasInputZero) {
   Tensor a = random_tensor(DType::f32, {70001}, 5);
   Tensor b = random_tensor(DType::f32, {70001}, 6);
-  auto one = one_node("fused_elementwise", {a.view(), b.view()}, {{"program", "f32: mul $0 $1; tanh %0; add %1 $0"}});
+  auto one = build("fused_elementwise", {a.view(), b.view()}, {{"program", "f32: mul $0 $1; tanh %0; add %1 $0"}});
   Tensor want = run_node(*one->node, {a.view(), b.view()}, Device::ref)[0];
   KernelContext ctx{*one->node, {a.shape(), b.shape()}, {a.shape()}, {nullptr, nullptr}, 0};
   auto k = KernelRegistry::get().create(ctx, Device::cpu);

@@ -15,7 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "compute_test_helpers.h"
+#include "kernel_test_util.h"
 #include "core/error.h"
 #include "pass_test_util.h"
 #include "passes/block_conv_layout.h"
@@ -29,16 +29,6 @@ double kTol(int64_t K) { return 1e-14 * 4 * static_cast<double>(std::max<int64_t
 
 Tensor rnd(const std::vector<int64_t>& s, uint32_t seed) { return random_tensor(DType::f64, s, seed); }
 
-const std::vector<std::string> kActivations = {"none", "relu",  "gelu",  "gelu_tanh",  "silu",
-                                               "sigmoid", "tanh", "clamp", "leaky_relu", "hardswish"};
-
-Attrs act_attrs(const std::string& act) {
-  Attrs a{{"activation", act}};
-  if (act == "clamp") a["act_alpha"] = -0.5, a["act_beta"] = 0.7;
-  if (act == "leaky_relu") a["act_alpha"] = 0.1;
-  return a;
-}
-
 // Runs the node's CPU kernel (built for `threads` threads; 0: the runtime's default) against
 // the reference on both micro-kernels; returns the name of the last CPU kernel (AVX2).
 std::string check(const std::string& op, std::vector<Arg> args, Attrs attrs, double tol, int threads = 1) {
@@ -48,7 +38,7 @@ std::string check(const std::string& op, std::vector<Arg> args, Attrs attrs, dou
   Tensor want = run_kernel(*ref, *b);
   std::string name;
   for (bool capped : {false, true}) {
-    KernelContext ctx = context_of(*b);
+    KernelContext ctx = b->context();
     ctx.num_threads = threads;
     if (capped) ctx.options.cpu_isa = CpuIsa::avx2;
     auto fast = (*KernelRegistry::get().find(op, Device::cpu))(ctx);
@@ -93,15 +83,15 @@ TEST(F64Linear, BlocksAndThreads) {
 }
 
 TEST(F64Linear, EveryActivationWithBiasAndResidual) {
-  for (const std::string& act : kActivations) {
+  for (const std::string& act : epilogue_activations()) {
     SCOPED_TRACE(act);
-    Attrs a = act_attrs(act);
+    Attrs a = epilogue_attrs(act);
     a["has_bias"] = true;
     a["has_residual"] = true;
     check("linear",
           {input(rnd({2, 3, 17}, 1)), constant(rnd({9, 17}, 2)), constant(rnd({9}, 3)), input(rnd({2, 3, 9}, 4))}, a,
           kTol(17));
-    Attrs r = act_attrs(act);
+    Attrs r = epilogue_attrs(act);
     r["has_residual"] = true;
     check("linear", {input(rnd({5, 17}, 5)), input(rnd({9, 17}, 6)), input(rnd({5, 9}, 7))}, r, kTol(17));
   }
@@ -142,9 +132,9 @@ TEST(F64Matmul, OneDAndBroadcastBatches) {
 }
 
 TEST(F64Matmul, EpilogueStridesAndThreads) {
-  for (const std::string& act : kActivations) {
+  for (const std::string& act : epilogue_activations()) {
     SCOPED_TRACE(act);
-    Attrs a = act_attrs(act);
+    Attrs a = epilogue_attrs(act);
     a["has_bias"] = true;
     a["has_residual"] = true;
     check("matmul",
@@ -215,13 +205,13 @@ TEST(F64Conv, ShapesConstantAndInputWeights) {
 }
 
 TEST(F64Conv, EpiloguesAndWeightScale) {
-  for (const std::string& act : kActivations) {
+  for (const std::string& act : epilogue_activations()) {
     SCOPED_TRACE(act);
     for (const ConvCase& c : {kCases[1], kCases[5], kCases[7], kCases[8], kCases[11]}) {
       SCOPED_TRACE(label(c));
       const int64_t K = c.C / c.groups * c.k * c.k;
       Attrs a = conv_attrs(c);
-      for (auto& [k, v] : act_attrs(act)) a[k] = v;
+      for (auto& [k, v] : epilogue_attrs(act)) a[k] = v;
       a["has_bias"] = true;
       a["has_residual"] = true;
       a["has_weight_scale"] = true;

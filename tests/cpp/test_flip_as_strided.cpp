@@ -9,7 +9,6 @@ using namespace updraft::testing;
 
 namespace {
 
-constexpr double kExact = 0.0;
 const std::vector<DType> kDtypes = {DType::f32, DType::i64, DType::boolean, DType::f64, DType::i32};
 
 Attrs flip_attrs(std::vector<int64_t> dims) { return {{"dims", Attr(std::move(dims))}}; }
@@ -85,24 +84,24 @@ TEST(FlipAsStridedCpu, MatchRefEveryDtypeStridedAndEmpty) {
     auto [v, store] = transposed_copy(x);
     for (const TensorView& in : {x.view(), v}) {
       for (auto dims : std::vector<std::vector<int64_t>>{{0}, {1}, {2}, {0, 2}, {-1, 0, 1}, {}})
-        expect_cpu_matches_ref("flip", {in}, flip_attrs(dims), kExact, kExact);
-      expect_cpu_matches_ref("as_strided", {in}, strided_attrs({4, 3}, {7, 2}, 5), kExact, kExact);
-      expect_cpu_matches_ref("as_strided", {in}, strided_attrs({2, 3, 2}, {0, 33, 1}, 3), kExact, kExact);
-      expect_cpu_matches_ref("as_strided", {in}, strided_attrs({105}, {1}, 0), kExact, kExact);
-      expect_cpu_matches_ref("as_strided", {in}, strided_attrs({}, {}, 104), kExact, kExact);
+        expect_matches_ref("flip", {in}, flip_attrs(dims), kExact, kExact);
+      expect_matches_ref("as_strided", {in}, strided_attrs({4, 3}, {7, 2}, 5), kExact, kExact);
+      expect_matches_ref("as_strided", {in}, strided_attrs({2, 3, 2}, {0, 33, 1}, 3), kExact, kExact);
+      expect_matches_ref("as_strided", {in}, strided_attrs({105}, {1}, 0), kExact, kExact);
+      expect_matches_ref("as_strided", {in}, strided_attrs({}, {}, 104), kExact, kExact);
     }
   }
   // Sizes 0 and 1, a 0-d input, and one big enough for the parallel copy.
   for (std::vector<int64_t> shape : {std::vector<int64_t>{0, 4}, {1, 1}, {4, 0, 3}, {}}) {
     Tensor e = random_tensor(DType::f32, shape, 2);
-    expect_cpu_matches_ref("flip", {e.view()}, flip_attrs(shape.empty() ? std::vector<int64_t>{0}
+    expect_matches_ref("flip", {e.view()}, flip_attrs(shape.empty() ? std::vector<int64_t>{0}
                                                                       : std::vector<int64_t>{0, -1}),
                            kExact, kExact);
   }
   Tensor one = random_tensor(DType::f32, {1}, 3);
-  expect_cpu_matches_ref("as_strided", {one.view()}, strided_attrs({1, 1}, {1, 1}, 0), kExact, kExact);
-  expect_cpu_matches_ref("as_strided", {one.view()}, strided_attrs({0, 3}, {1, 1}, 0), kExact, kExact);
+  expect_matches_ref("as_strided", {one.view()}, strided_attrs({1, 1}, {1, 1}, 0), kExact, kExact);
+  expect_matches_ref("as_strided", {one.view()}, strided_attrs({0, 3}, {1, 1}, 0), kExact, kExact);
   Tensor big = random_tensor(DType::f32, {64, 129, 37}, 4);
-  expect_cpu_matches_ref("flip", {big.view()}, flip_attrs({1, 2}), kExact, kExact);
-  expect_cpu_matches_ref("as_strided", {big.view()}, strided_attrs({129, 64}, {37, 129 * 37}, 11), kExact, kExact);
+  expect_matches_ref("flip", {big.view()}, flip_attrs({1, 2}), kExact, kExact);
+  expect_matches_ref("as_strided", {big.view()}, strided_attrs({129, 64}, {37, 129 * 37}, 11), kExact, kExact);
 }

@@ -8,7 +8,7 @@
 #include <atomic>
 #include <vector>
 
-#include "compute_test_helpers.h"
+#include "kernel_test_util.h"
 #include "kernels/cpu/threads.h"
 
 using namespace updraft;
@@ -95,7 +95,7 @@ TEST(KernelThreads, ElementwiseHonoursTheCompileThreadCount) {
   auto ref = make_kernel_for(*b, Device::ref);
   const Tensor want = run_kernel(*ref, *b);
   for (int threads : {1, 2, 0}) {
-    KernelContext ctx = context_of(*b);
+    KernelContext ctx = b->context();
     ctx.num_threads = threads;
     auto k = (*KernelRegistry::get().find("add", Device::cpu))(ctx);
     ASSERT_NE(k, nullptr);

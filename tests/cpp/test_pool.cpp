@@ -3,7 +3,7 @@
 // reference, over odd images and unbatched inputs.
 #include <gtest/gtest.h>
 
-#include "compute_test_helpers.h"
+#include "kernel_test_util.h"
 #include "core/error.h"
 
 using namespace updraft;
@@ -104,12 +104,12 @@ TEST(Pool, AvgPoolCeilIncludePadFallsBackToReference) {
   // oneDNN's include-padding average does not, so the oneDNN factory declines.
   auto b = build("avg_pool2d", {input(rnd({1, 3, 7, 7}, 1))},
                  {{"kernel", v2(2, 2)}, {"stride", v2(2, 2)}, {"ceil_mode", true}, {"count_include_pad", true}});
-  EXPECT_EQ((*KernelRegistry::get().find("avg_pool2d", Device::cpu))(context_of(*b)), nullptr);
-  auto k = KernelRegistry::get().create(context_of(*b), Device::cpu);
+  EXPECT_EQ((*KernelRegistry::get().find("avg_pool2d", Device::cpu))(b->context()), nullptr);
+  auto k = KernelRegistry::get().create(b->context(), Device::cpu);
   EXPECT_EQ(k->name(), "ref_avg_pool2d");
   // The reference itself: the corner window covers one real element and no padding.
   Tensor out = run_kernel(*k, *b);
-  EXPECT_FLOAT_EQ(out.ptr<float>()[15], b->args[0].t.ptr<float>()[48]);
+  EXPECT_FLOAT_EQ(out.ptr<float>()[15], b->args[0].owned.ptr<float>()[48]);
 }
 
 TEST(Pool, AdaptiveAvgPool) {

@@ -56,20 +56,20 @@ TEST(SortCpu, MatchesRefEveryDtypeDimAndLayout) {
     auto [t, store] = transposed_copy(x);
     for (const TensorView& in : {x.view(), t})
       for (int64_t dim : {0, 1, 2, -1})
-        for (bool desc : {false, true}) expect_cpu_matches_ref("sort", {in}, sort_attrs(dim, desc), 0, 0);
+        for (bool desc : {false, true}) expect_matches_ref("sort", {in}, sort_attrs(dim, desc), 0, 0);
   }
   Tensor f = random_tensor(DType::f32, {4, 33}, 2);
   for (int64_t k : {0, 5, 17, 32}) f.ptr<float>()[k * 3] = std::numeric_limits<float>::quiet_NaN();
   f.ptr<float>()[7] = -0.0f;
   f.ptr<float>()[8] = std::numeric_limits<float>::infinity();
-  for (bool desc : {false, true}) expect_cpu_matches_ref("sort", {f.view()}, sort_attrs(1, desc), 0, 0);
+  for (bool desc : {false, true}) expect_matches_ref("sort", {f.view()}, sort_attrs(1, desc), 0, 0);
   for (std::vector<int64_t> shape : {std::vector<int64_t>{0, 4}, {4, 0}, {1, 1}, {1}, {}}) {
     Tensor e = random_tensor(DType::f32, shape, 3);
-    expect_cpu_matches_ref("sort", {e.view()}, sort_attrs(shape.empty() ? 0 : -1, true), 0, 0);
+    expect_matches_ref("sort", {e.view()}, sort_attrs(shape.empty() ? 0 : -1, true), 0, 0);
   }
   Tensor big = random_tensor(DType::f32, {257, 129}, 4);  // parallel rows
-  expect_cpu_matches_ref("sort", {big.view()}, sort_attrs(0, false), 0, 0);
-  expect_cpu_matches_ref("sort", {big.view()}, sort_attrs(1, true), 0, 0);
+  expect_matches_ref("sort", {big.view()}, sort_attrs(0, false), 0, 0);
+  expect_matches_ref("sort", {big.view()}, sort_attrs(1, true), 0, 0);
 }
 
 // topk: the shape function, the reference on a hand-checked case and the CPU kernel vs the
@@ -114,13 +114,13 @@ TEST(TopkCpu, MatchesRefEveryDtypeDimKAndLayout) {
         for (int64_t k = 0; k <= n; ++k)
           for (bool largest : {false, true})
             for (bool sorted : {false, true})
-              expect_cpu_matches_ref("topk", {in}, topk_attrs(dim, k, largest, sorted), 0, 0);
+              expect_matches_ref("topk", {in}, topk_attrs(dim, k, largest, sorted), 0, 0);
       }
   }
   Tensor wide = random_tensor(DType::f32, {6, 300}, 5, -3, 3);  // k * 64 <= n: the partial-sort branch
   for (int64_t k : {1, 2, 4, 5, 100, 300})
-    for (bool largest : {false, true}) expect_cpu_matches_ref("topk", {wide.view()}, topk_attrs(1, k, largest, true), 0, 0);
+    for (bool largest : {false, true}) expect_matches_ref("topk", {wide.view()}, topk_attrs(1, k, largest, true), 0, 0);
   Tensor big = random_tensor(DType::f32, {257, 129}, 4, -3, 3);  // parallel rows
-  expect_cpu_matches_ref("topk", {big.view()}, topk_attrs(1, 2, true, true), 0, 0);
-  expect_cpu_matches_ref("topk", {big.view()}, topk_attrs(0, 9, false, true), 0, 0);
+  expect_matches_ref("topk", {big.view()}, topk_attrs(1, 2, true, true), 0, 0);
+  expect_matches_ref("topk", {big.view()}, topk_attrs(0, 9, false, true), 0, 0);
 }

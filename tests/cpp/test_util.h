@@ -74,7 +74,7 @@ inline double element_as_double(const TensorView& v, int64_t linear) {
   }
 }
 
-// Elementwise |a-b| <= atol + rtol*|b| (NaNs must match). Reports the worst element.
+// Elementwise |a-b| <= atol + rtol*|b| (NaNs and infinities must match). Reports the worst element.
 inline ::testing::AssertionResult all_close(const TensorView& a, const TensorView& b, double rtol, double atol) {
   if (a.shape() != b.shape()) return ::testing::AssertionFailure() << "shape mismatch";
   if (a.dtype != b.dtype) return ::testing::AssertionFailure() << "dtype mismatch";
@@ -85,6 +85,12 @@ inline ::testing::AssertionResult all_close(const TensorView& a, const TensorVie
     double x = element_as_double(a, i), y = element_as_double(b, i);
     if (std::isnan(x) || std::isnan(y)) {
       if (std::isnan(x) != std::isnan(y)) return ::testing::AssertionFailure() << "NaN mismatch at " << i;
+      continue;
+    }
+    // An infinity must be matched exactly: the tolerance below is infinite when b is, so
+    // 5 vs inf (or -inf vs inf) would pass it.
+    if (std::isinf(x) || std::isinf(y)) {
+      if (x != y) return ::testing::AssertionFailure() << "element " << i << ": " << x << " vs " << y;
       continue;
     }
     double excess = std::fabs(x - y) - (atol + rtol * std::fabs(y));
