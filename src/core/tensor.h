@@ -3,7 +3,7 @@
 //
 // Kernels see only TensorViews; who owns the memory (torch, the arena, a constant) is the
 // runtime's business. Intermediates planned by the engine are always contiguous; graph inputs
-// may arrive strided and kernels that accept them say so in the op table.
+// may arrive strided, and the execution plan packs them (the rule: src/runtime/plan.h).
 #pragma once
 #include <cstdint>
 #include <memory>

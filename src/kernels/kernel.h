@@ -60,8 +60,8 @@ class Kernel {
  public:
   virtual ~Kernel() = default;
   // in/out hold node.inputs.size() / node.outputs.size() views with the concrete shapes the
-  // kernel was built for. Outputs are contiguous unless the op says otherwise; inputs may be
-  // strided (graph inputs) where the op accepts that.
+  // kernel was built for. Outputs are contiguous unless the op says otherwise. Under a plan
+  // inputs are contiguous too; who packs strided ones: src/runtime/plan.h.
   virtual void run(const TensorView* in, TensorView* out, void* scratch) const = 0;
   virtual size_t scratch_bytes() const { return 0; }  // per call, planned in the arena
   virtual std::string name() const = 0;  // e.g. "cpu_f32_add_avx2", "onednn_conv:jit:avx2"

@@ -1,5 +1,5 @@
 // Internal helpers shared by the oneDNN kernels (conv.cpp, matmul.cpp, pool.cpp) and the
-// blocked attention kernel (attention.cpp). Not a public header.
+// engine's own attention kernel (src/kernels/cpu/attention.cpp: its input helpers). Not public.
 //
 // The rules every kernel here follows:
 //  - one process-wide dnnl::engine (cpu, 0), created once on first use;
@@ -209,7 +209,6 @@ int preferred_channel_block();
 void register_conv(KernelRegistry& r);       // conv2d
 void register_matmul(KernelRegistry& r);     // linear, matmul
 void register_pool(KernelRegistry& r);       // max_pool2d, avg_pool2d, adaptive_avg_pool2d
-void register_attention(KernelRegistry& r);  // sdpa (blocked kernel, not a oneDNN primitive)
 void register_layout(KernelRegistry& r);     // channel_block (a oneDNN reorder)
 void register_grouped_mm(KernelRegistry& r); // grouped_mm (oneDNN sgemm per group)
 
