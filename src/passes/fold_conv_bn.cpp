@@ -4,8 +4,9 @@
 //   b'[o]    = (b[o] - mean[o]) * scale[o] + beta[o]
 // and the conv uses w[o] * scale[o] as its weights (docs/ops.md). The scale is applied by the
 // conv kernel when it prepacks the weights, which reads every weight anyway: so the fold makes
-// no scaled copy of the weights (ResNet-50: 94 MB the compile used to write, the compile cache
-// to store and check, and the process to keep resident beside the prepacked copy), the weights
+// no scaled copy of the weights (which the compile would write, the compile cache store and
+// check, and the process keep resident beside the prepacked copy; ResNet-50's size in
+// docs/BENCHMARKS.md, "Code-comment figures"), the weights
 // stay the caller's parameters, and a new checkpoint refits without a pass over them.
 // The per-channel arithmetic is written as engine ops over the constants and folded at once with
 // the constant folder's kernels, in the conv's dtype (as eager batch_norm computes it). Folding

@@ -13,7 +13,8 @@ import torch
 import updraft
 from updraft import _C
 from updraft.backend import EXTRA_NATIVE_OPS, decompositions, native_ops
-from updraft.lowering import DTYPES, LOWERINGS, lowering_for
+from updraft.lowering import DTYPES, LOWERINGS
+from updraft.lowerer import lowering_for
 from updraft.lowering_elementwise import aten_overloads, is_composite
 
 aten = torch.ops.aten

@@ -10,7 +10,8 @@
 // vector exp, and accumulates p v with a 4-row tile, dividing by the row sums at the end
 // (the tiles: src/kernels/cpu/sdpa_tiles.h). Scores stay in the
 // thread's scratch (32 x S16 floats), never in memory the plan sees; run() allocates nothing.
-// Before: one query row at a time with a horizontal sum per score (~24 GFLOP/s on BERT-base).
+// Tiles rather than one query row at a time: a horizontal sum per score left the FMA units
+// idle (the figures: docs/BENCHMARKS.md, "Code-comment figures").
 //
 // Vectorisation: the AVX2 + FMA tiles here (the engine's baseline; 4-row score tiles, 16-column
 // p v tiles, simd_f32.h's exp, < 2 ulp), or the AVX-512 ones of attention_avx512.cpp (8-row

@@ -6,7 +6,8 @@
 // time and their results (NaN/Inf/-0 and division by zero included) are the reference's bit
 // for bit. The transcendental functions run on glibc's AVX2 vector math (simd_f64.h: within
 // 1-2 ulp of the C library's scalar functions, which the reference calls; PyTorch's SLEEF
-// is 1 ulp): a per-element scalar call was 5-20x slower than PyTorch. The floor-division
+// is 1 ulp): a per-element scalar call is far slower than PyTorch's vector math (figures:
+// docs/BENCHMARKS.md, "Code-comment figures"). The floor-division
 // family and fmod stay per element (exact in any case).
 #include <cmath>
 #include <limits>

@@ -267,7 +267,8 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   };
   // The forms a conv may run in, in order of preference, until oneDNN gives one a jit kernel:
   // the graph's layouts; plain src with a blocked dst (direct kernels); plain src and dst
-  // (gemm-based, which serves most shapes but ran k=15 on 32x32 at 0.6 GFLOP/s); the same two reading a zero-bordered copy of the source
+  // (gemm-based, which serves most shapes but is slow on large kernels with large padding); the
+  // same two reading a zero-bordered copy of the source
   // (pre-padded); and all of these again with 2+ threads where the work gave 1 (oneDNN's
   // gemm-based convolution declines some single-threaded problems). Measured forms: the
   // header comment and tests/cpp/test_conv.cpp (NoProblemRunsOnAReferenceImplementation).
