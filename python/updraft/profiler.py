@@ -6,7 +6,7 @@
     prof.rows                                      # the same, as dicts
 
 While profiling is on, every plan step of every live engine partition is timed with a steady
-clock (`CompiledGraph.set_profiling`, src/runtime/plan.cpp); the cost is two clock reads per
+clock (`Executable.set_profiling`, src/runtime/plan.cpp); the cost is two clock reads per
 step. Only the `runs` timed calls are counted (counters are read before and after). "python +
 dynamo" is the wall time of a call minus the engine's step time: guards, the AOT wrapper,
 fallback ops that ran in PyTorch, and output allocation.
