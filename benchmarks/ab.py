@@ -1,6 +1,6 @@
 """A/B of two builds of updraft on the zoo models: is B as fast as A, and are its outputs the same?
 
-    python benchmarks/ab.py --a /tmp/old/python --b python --models mlp resnet50 bert --rounds 3
+    python benchmarks/ab.py --a ../updraft-old/python --b python --models mlp resnet50 bert --rounds 3
 
 A and B are folders holding an `updraft` package with its `_C` extension (for example a copy
 of python/ from an older commit after `cmake --build`). Each (round, model, side) runs in its
