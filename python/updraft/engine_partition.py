@@ -133,9 +133,7 @@ class EnginePartition(torch.nn.Module):
             t = args[j]
             if t.requires_grad:
                 t = t.detach()
-            if not t.is_contiguous():
-                t = t.contiguous()
-            ins.append(t)
+            ins.append(t)  # strided as it comes: the plan packs it (src/runtime/plan.h)
         sizes = [int(args[j]) for j in st.size_pos]
         key = tuple(tuple(t.shape) for t in ins) + tuple(sizes)
         sig = [list(t.shape) for t in ins] + [[v] for v in sizes]  # the engine's input signature

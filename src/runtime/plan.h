@@ -31,10 +31,9 @@
 //   run without a plan (run_node, whose engine callers pass contiguous tensors; kernel tests
 //   that pass strided views). Views a kernel builds itself (a reduction's permute_view) are
 //   its own layout choice, not input handling.
-// - Python (updraft/engine_partition.py) hands the engine contiguous tensors: the bound fast path
-//   takes contiguous inputs only, and the general path calls torch's .contiguous() on a strided
-//   input before it crosses. With the plan packing, that torch copy is not needed for
-//   correctness; it costs one torch allocation per strided call.
+// - Python (updraft/engine_partition.py) does not: the bound fast path takes contiguous inputs
+//   only, and the general path hands a strided input over as a DLPack view, for the plan to pack
+//   (no torch copy on top of the plan's).
 #pragma once
 #include <atomic>
 #include <memory>

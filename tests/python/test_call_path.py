@@ -96,6 +96,13 @@ def test_strided_and_new_shape_inputs_after_the_fast_path(partitions):
         p._state.calls[key] = (_Boom(), p._state.calls[key][1])
         got = p.forward(*sub_args)
         torch.testing.assert_close(got, m(strided))
+        # The general path hands strided views to the engine as they are (the plan packs them):
+        # broadcast rows (stride 0) and a view at a storage offset with padded rows too.
+        for other in (torch.randn(1, 16).expand(3, 16), torch.randn(3, 20)[:, 2:18]):
+            assert not other.is_contiguous()
+            sub_args[j] = other
+            p._state.calls[key] = (_Boom(), p._state.calls[key][1])
+            torch.testing.assert_close(p.forward(*sub_args), m(other))
 
 
 def test_wrong_dtype_on_a_bound_signature_is_never_run_by_pointer(partitions):
