@@ -1,0 +1,5 @@
+"""updraft.debug: seeing inside a compiled model (docs/debugging.md).
+
+Graph dumps (CompilerConfig(dump_dir=...)), tensor dumps, accuracy compare against eager and an
+fp64 reference, bisection to the pass or node that makes a result wrong, and traces.
+"""
