@@ -9,6 +9,7 @@
 #include "convert.h"
 #include "core/error.h"
 #include "graph_handle.h"
+#include "ir/text.h"
 #include "kernels/kernel.h"
 
 namespace updraft::py {
@@ -95,6 +96,23 @@ void bind_graph(nb::module_& m) {
            "probe_size), or None when only the reference kernel would run it.")
       .def("num_nodes", [](GraphHandle& h) { return h.get().num_nodes(); })
       .def("text", [](GraphHandle& h) { return graph_text(h.get()); });
+
+  m.def(
+      "parse_graph",
+      [](const std::string& text, const std::optional<nb::dict>& externs) {
+        // extern(REF) data from `externs` (shared, not copied); the parser checks each type.
+        ExternResolver resolve = [&](const std::string& ref, const TensorType&) -> Tensor {
+          if (!externs || !externs->contains(ref.c_str()))
+            throw Error("parse", "no tensor for extern(" + ref + ") in the externs given");
+          return constant_from(nb::cast<AnyArray>((*externs)[ref.c_str()]));
+        };
+        GraphHandle h;
+        h.graph = parse_graph(text, &resolve);
+        return h;
+      },
+      nb::arg("text"), nb::arg("externs") = nb::none(),
+      "A Graph from text IR (src/ir/text.h); externs: {REF: contiguous tensor} for extern(REF) constant data. "
+      "Raises UpdraftError('[parse] line L, col C: ...').");
 }
 
 }  // namespace updraft::py

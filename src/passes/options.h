@@ -5,7 +5,10 @@
 #pragma once
 #include <cstddef>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "core/tensor.h"
 #include "kernels/kernel_options.h"
 
 namespace updraft {
@@ -22,13 +25,19 @@ struct CompileOptions {
   // Which kernels the plans build and how they thread (kernels/kernel_options.h). They change
   // no pass's result: constant folding evaluates with the default KernelOptions.
   KernelOptions kernels;
+  // Graph dumps (updraft/debug/dump.py): every PassRecord gets ir_after as text that parses
+  // back, large constants written extern(REF) with their tensors in PassRecord::externs. It
+  // prints nothing (debug does) and changes no pass.
+  bool record_ir = false;
 };
 
 struct PassRecord {
   std::string name;
   bool changed = false;
   double ms = 0;
-  std::string ir_after;  // filled when debug >= 2
+  std::string ir_after;  // filled when debug >= 2 or record_ir
+  // record_ir: the tensors ir_after names as extern(REF), each REF once (shared with the graph).
+  std::vector<std::pair<std::string, Tensor>> externs;
 };
 
 }  // namespace updraft
