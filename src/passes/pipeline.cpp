@@ -68,6 +68,7 @@ class PassRunner {
   std::string print_parseable(std::vector<std::pair<std::string, Tensor>>& externs) {
     PrintOptions po;
     po.max_literal_numel = 16;  // scalars and short vectors stay readable in the text; the rest by REF
+    po.origins = true;          // "// from: addmm, gelu": which aten nodes each node computes
     std::set<std::string> listed;
     po.constant_ref = [&](const Value* v) -> std::string {
       const Tensor& t = *v->constant;
