@@ -89,6 +89,10 @@ def test_dump_small_bert(tmp_path):
     part_dir = str(inf / "updraft_partition_0")
     files = _check_partition_folder(part_dir, parts[part_dir])
     assert "ir_09_fuse_elementwise.txt" in files
+    # Provenance: the IR names the aten node(s) each engine node computes, and so does the picture.
+    final = open(os.path.join(part_dir, files[-1])).read()
+    assert re.search(r"= linear\(.*// from: .*addmm", final), final
+    assert re.search(r'label="linear\\n[^"]*from: [^"]*addmm', open(os.path.join(part_dir, "graph.dot")).read())
     assert os.path.isfile(os.path.join(part_dir, "constants.pt"))
     assert os.listdir(part_dir).count("plan_1x16.txt") == 1
     assert "arena" in open(os.path.join(part_dir, "plan_1x16.txt")).read().lower()
