@@ -145,11 +145,14 @@ _CLASS_COLOURS = {
     "matmul": "#f4a261",     # conv2d, linear, matmul, grouped_mm
     "attention": "#e76f51",  # sdpa
     "elementwise": "#8ecae6",  # elementwise ops and fused elementwise chains
-    "norm": "#b5e48c",
+    "norm": "#b5e48c",       # layer/rms/batch norm, softmax
     "reduction": "#ffd166",  # reductions and pooling
     "data movement": "#cdb4db",  # permute, slice, concat, reshape, embedding, ...
     "other": "#ffffff",
 }
+_CLASS_LEGEND = {"matmul": "conv / linear / matmul", "attention": "attention (sdpa)",
+                 "elementwise": "elementwise / fused", "norm": "norm / softmax",
+                 "reduction": "reduction / pooling", "data movement": "data movement / view"}
 _PARTITION_COLOURS = ["#dbeafe", "#dcfce7", "#fef3c7", "#fce7f3", "#e0e7ff", "#ccfbf1"]
 _FALLBACK_STYLE = 'style="dashed,filled", fillcolor="#e5e5e5", color="#7a7a7a", fontcolor="#505050"'
 
@@ -206,7 +209,7 @@ def _q(text: str) -> str:
 
 
 def _legend() -> list[str]:
-    rows = "".join(f'<TR><TD BGCOLOR="{c}">{k}</TD></TR>' for k, c in _CLASS_COLOURS.items() if k != "other")
+    rows = "".join(f'<TR><TD BGCOLOR="{_CLASS_COLOURS[k]}">{label}</TD></TR>' for k, label in _CLASS_LEGEND.items())
     return [f'  legend [shape=plaintext, label=<<TABLE BORDER="0" CELLBORDER="1" CELLSPACING="0">'
             f"<TR><TD><B>op class</B></TD></TR>{rows}</TABLE>>];"]
 
@@ -440,7 +443,10 @@ class AotDump:
             head.append(f"# cost rule: {note}")
         for kind, reason in report.compiles:
             head.append(f"# {kind}: {reason}")
-        w = [max([len(r[i]) for r in rows] + [len(h)]) for i, h in enumerate(("node", "op", "type", "where"))]
+        # Columns as wide as their entries, up to a cap: one long name (sdpa's aten op) should
+        # not push every row off the screen; it overflows its column instead.
+        w = [min(max([len(r[i]) for r in rows] + [len(h)]), cap)
+             for i, (h, cap) in enumerate((("node", 24), ("op", 32), ("type", 20), ("where", 19)))]
         lines = head + ["", f"{'node':<{w[0]}}  {'op':<{w[1]}}  {'type':<{w[2]}}  {'where':<{w[3]}}  why"]
         for r in rows:
             lines.append(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]:<{w[3]}}  {r[4]}".rstrip())
