@@ -205,3 +205,18 @@ def test_load_ir_reports_bad_text_and_missing_constants(tmp_path):
     torch.save({"c00": torch.arange(32, dtype=torch.float32)}, tmp_path / "constants.pt")
     with pytest.raises(_C.UpdraftError, match=r"extern\(c00\)"):
         load_ir(ext)
+
+
+def test_dump_of_a_compile_cache_hit_says_so(tmp_path):
+    model, (x,) = zoo.build("mlp", width=16, depth=1)
+    cfg = CompilerConfig(dump_dir=str(tmp_path / "dumps"), cache_dir=str(tmp_path / "cache"))
+    with torch.no_grad():
+        torch.compile(model, backend=get_backend(cfg))(x)  # a miss: compiled and stored
+        torch._dynamo.reset()
+        torch.testing.assert_close(torch.compile(model, backend=get_backend(cfg))(x), model(x))  # a hit
+    first, second = sorted(os.listdir(tmp_path / "dumps"))
+    part = tmp_path / "dumps" / second / "inference" / "updraft_partition_0"
+    assert not any(f.startswith("ir_") for f in os.listdir(part))
+    assert "linear(" in (part / "graph_from_cache.txt").read_text()
+    assert "loaded from the compile cache" in (tmp_path / "dumps" / second / "README.txt").read_text()
+    assert (tmp_path / "dumps" / first / "inference" / "updraft_partition_0" / "ir_00_lowered.txt").is_file()
