@@ -341,7 +341,7 @@ class GraphDump:
         if not config.dump_dir:
             return None
         try:
-            d = GraphDump(_take_folder(config.dump_dir, _graph_name()), _compile_id())
+            d = GraphDump(_take_folder(os.path.expanduser(config.dump_dir), _graph_name()), _compile_id())
         except Exception as e:
             from ..report import warn_once
 
