@@ -22,6 +22,9 @@ struct CompileOptions {
   // Which kernels the plans build and how they thread (kernels/kernel_options.h). They change
   // no pass's result: constant folding evaluates with the default KernelOptions.
   KernelOptions kernels;
+  // Seconds an Executable::run may take before the watchdog reports it on stderr and stops it
+  // at its next step boundary (runtime/watchdog.h); 0: no watchdog. Changes no pass's result.
+  double watchdog_s = 0;
 };
 
 struct PassRecord {
