@@ -19,8 +19,9 @@
 // - Interrupt a step. A kernel that never returns is reported (its step, op, kernel and
 //   shapes) but the call stops only when that kernel returns; a call past its last step
 //   returns its (complete, correct) result after being reported.
-// - See calls without the option, or anything outside the engine: Python, Dynamo and the
-//   ops that run in PyTorch are not watched, and the limit is per engine call, not per
+// - See calls without the option, or anything outside the engine's steps: Python, Dynamo, the
+//   ops that run in PyTorch, the pass pipeline and a new shape's Plan::build are not watched
+//   (the clock starts after the plan lookup), and the limit is per engine call, not per
 //   compiled-model call (a model of several partitions gets the limit for each).
 // - Survive fork() with calls in flight: a child starts a fresh watchdog thread on its first
 //   watched call and knows nothing of the parent's calls.
