@@ -26,16 +26,21 @@ class LinearGeluLinear(nn.Module):
         return self.b(torch.nn.functional.gelu(torch.relu(self.a(x)) * 2.0))
 
 
+_EARLIER: list = []  # partitions made before the current test's model, held so they can be told apart
+
+
 def _compiled():
-    gc.collect()  # partitions of earlier tests' models leave profiler._partitions
+    gc.collect()
+    _EARLIER[:] = list(profiler._partitions)
     m = LinearGeluLinear().eval()
     cfg = updraft.CompilerConfig(eager_ops=("aten.gelu",), cache_dir="", fuse=False, partition_cost=False)
     return m, torch.compile(m, backend=updraft.get_backend(cfg))
 
 
 def _engine_partitions():
-    return sorted((p for p in profiler._partitions if getattr(p._state, "cg", None) is not None),
-                  key=lambda p: p.report.name)
+    """The engine partitions of the model _compiled() made last, by name."""
+    return sorted((p for p in profiler._partitions if getattr(p._state, "cg", None) is not None
+                   and all(p is not q for q in _EARLIER)), key=lambda p: p.report.name)
 
 
 def _plan_ops(part):
