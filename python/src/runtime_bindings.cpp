@@ -11,6 +11,10 @@
 #include "ir/text.h"
 #include "runtime/executable.h"
 #include "runtime/plan.h"
+#include "runtime/watchdog.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
 
 namespace updraft::py {
 
@@ -36,9 +40,11 @@ CompileOptions options_from(const nb::dict& d) {
     else if (key == "cpu_isa") o.kernels.cpu_isa = cpu_isa_from_name(nb::cast<std::string>(v));
     else if (key == "min_work_per_thread") o.kernels.min_work_per_thread = nb::cast<double>(v);
     else if (key == "record_ir") o.record_ir = nb::cast<bool>(v);  // graph dumps (updraft/debug/dump.py)
+    else if (key == "watchdog_s") o.watchdog_s = nb::cast<double>(v);  // validated by CompilerConfig
     else throw Error("bindings", "unknown compile option '" + key +
                                      "' (known: fold_constants, fuse, num_threads, debug, plan_cache_size, "
-                                     "channel_block, prepack_weights, static_gemm, cpu_isa, min_work_per_thread, record_ir)");
+                                     "channel_block, prepack_weights, static_gemm, cpu_isa, min_work_per_thread, "
+                                     "record_ir, watchdog_s)");
   }
   return o;
 }
@@ -130,7 +136,90 @@ struct PlannedCall {
   }
 };
 
+// A StepObserver for Python (updraft/profiler.py): per step of an Executable.run it records
+// op, kernel, output types, thread and times (`record`), and/or opens a range through two
+// Python callables, `enter(name, None) -> handle` before the step and `exit(handle)` after it
+// (torch.ops.profiler._record_function_enter_new / _record_function_exit: real torch.profiler
+// ranges, on the calling thread, so they nest in the caller's). Ranges take the GIL per step;
+// recording does not. A step that throws leaves its range open: close() exits what is open.
+struct PyStepObserver : StepObserver {
+  struct Record {
+    int index;
+    std::string op, kernel;
+    std::vector<std::string> outputs;  // "f32[4, 64]"
+    long tid;
+    int64_t start_ns, end_ns;
+  };
+  bool record = false;
+  nb::object enter, exit;  // None: no ranges
+  std::vector<Record> records;
+  std::vector<nb::object> open;  // entered, not exited (touched with the GIL only)
+
+  void before(const Plan&, const StepEvent& ev) override {
+    if (enter.is_none()) return;
+    std::string name = "updraft::" + ev.op() + " [" + ev.kernel() + "]";
+    nb::gil_scoped_acquire gil;
+    open.push_back(enter(name, nb::none()));
+  }
+
+  void after(const Plan&, const StepEvent& ev) override {
+    if (!enter.is_none()) {
+      nb::gil_scoped_acquire gil;
+      nb::object handle = std::move(open.back());
+      open.pop_back();
+      exit(handle);
+    }
+    if (record) {
+      Record r{static_cast<int>(ev.index), ev.op(), ev.kernel(), {}, static_cast<long>(::syscall(SYS_gettid)),
+               ev.start_ns, ev.end_ns};
+      for (size_t k = 0; k < ev.num_out; ++k) {
+        const TensorView& v = ev.out[k];
+        std::string t = std::string(dtype_name(v.dtype)) + "[";
+        for (int d = 0; d < v.ndim; ++d) t += (d ? ", " : "") + std::to_string(v.sizes[d]);
+        r.outputs.push_back(t + "]");
+      }
+      records.push_back(std::move(r));
+    }
+  }
+
+  void close() {
+    while (!open.empty()) {
+      nb::object handle = std::move(open.back());
+      open.pop_back();
+      exit(handle);
+    }
+  }
+};
+
 void bind_runtime(nb::module_& m) {
+  // A hang is not an input error: Python tells it apart by type (engine_partition.py).
+  static nb::exception<WatchdogTimeout> watchdog_exc(m, "WatchdogTimeout", m.attr("UpdraftError"));
+  m.def("clock_ns", &runtime_clock_ns,
+        "The engine's step clock in ns (steady_clock: CLOCK_MONOTONIC, as time.monotonic_ns).");
+
+  nb::class_<PyStepObserver>(m, "StepObserver")
+      .def(
+          "__init__",
+          [](PyStepObserver* self, bool record, nb::object enter, nb::object exit) {
+            new (self) PyStepObserver();
+            UPDRAFT_CHECK(enter.is_none() == exit.is_none(), "bindings",
+                          "StepObserver: pass both enter and exit, or neither");
+            self->record = record;
+            self->enter = std::move(enter);
+            self->exit = std::move(exit);
+          },
+          nb::arg("record") = false, nb::arg("enter").none() = nb::none(), nb::arg("exit").none() = nb::none())
+      .def("close", &PyStepObserver::close, "Exits the ranges a failed step left open.")
+      .def(
+          "records",
+          [](const PyStepObserver& o) {
+            nb::list r;
+            for (const auto& e : o.records)
+              r.append(nb::make_tuple(e.index, e.op, e.kernel, e.outputs, e.tid, e.start_ns, e.end_ns));
+            return r;
+          },
+          "[(step, op, kernel, [output types], thread id, start ns, end ns)] of the steps seen, in order.");
+
   nb::class_<PlannedCall>(m, "PlannedCall")
       .def("run", &PlannedCall::run, nb::arg("input_ptrs"), nb::arg("output_ptrs"),
            "Runs the plan on raw data pointers (see runtime_bindings.cpp for the contract).")
@@ -141,14 +230,16 @@ void bind_runtime(nb::module_& m) {
       .def("prepare", &CG::prepare, nb::arg("input_shapes"), nb::call_guard<nb::gil_scoped_release>(),
            "Output shapes for these input shapes; builds and caches the plan.")
       .def("run",
-           [](CG& cg, const std::vector<AnyArray>& inputs, const std::vector<AnyArray>& outputs) {
+           [](CG& cg, const std::vector<AnyArray>& inputs, const std::vector<AnyArray>& outputs,
+              PyStepObserver* observer) {
              // The arrays (and so the tensors' memory) stay referenced by `inputs`/`outputs`
              // for the whole call; the engine needs no GIL while it runs.
              std::vector<TensorView> in = views_of(inputs), out = views_of(outputs);
              nb::gil_scoped_release release;
-             cg.run(in, out);
+             cg.run(in, out, observer);
            },
-           nb::arg("inputs"), nb::arg("outputs"))
+           nb::arg("inputs"), nb::arg("outputs"), nb::arg("observer").none() = nb::none(),
+           "Runs the graph; an optional StepObserver sees every step of this call.")
       .def("planned",
            [](std::shared_ptr<Executable> cg, const std::vector<std::vector<int64_t>>& shapes) {
              return PlannedCall(std::move(cg), shapes);
@@ -184,6 +275,8 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("compile_ms", &CG::compile_ms)
       .def("plan_text", &CG::plan_text, nb::arg("input_shapes"))
       .def_prop_ro("num_plans", &CG::num_plans)
+      .def_prop_rw("label", &CG::label, &CG::set_label,
+                   "The name reports give this graph (the watchdog's): the partition's name.")
       .def("set_profiling", &CG::set_profiling, nb::arg("on"),
            "Time every step of every plan of this graph (now and later) until switched off.")
       .def("step_times",

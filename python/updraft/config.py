@@ -14,6 +14,7 @@ from typing import Any, Mapping, Optional
 _DEBUG_ENV = "UPDRAFT_DEBUG"
 _CONV_LAYOUT_ENV = "UPDRAFT_CONV_LAYOUT"
 _DUMP_DIR_ENV = "UPDRAFT_DUMP_DIR"
+_WATCHDOG_ENV = "UPDRAFT_WATCHDOG_S"
 # conv_layout -> the engine's channel_block option (-1: the block this CPU's kernels prefer).
 _CONV_LAYOUTS = {"auto": -1, "nchw": 0}
 _CPU_ISAS = ("native", "avx2")  # the engine's CpuIsa names (src/kernels/kernel_options.h)
@@ -67,6 +68,15 @@ def _debug_from_env() -> int:
 
 def _dump_dir_from_env() -> Optional[str]:
     return os.environ.get(_DUMP_DIR_ENV, "").strip() or None
+def _watchdog_from_env() -> Optional[float]:
+    raw = os.environ.get(_WATCHDOG_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"[updraft.config] {_WATCHDOG_ENV}={raw!r} is not a number; use seconds > 0, "
+                         "or 0 for no watchdog") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +128,13 @@ class CompilerConfig:
         element operations) a kernel needs per thread before it uses a second one.
     None of them changes an optimised graph, so none is in the compile-cache key: kernels are
     chosen when a plan is built, under the config in force then, on a cache hit too.
+    watchdog_s: seconds one engine call may run (each partition call on its own, not the whole
+        compiled call). Past it the engine prints every in-flight engine call (thread, partition,
+        current step with op, kernel and shapes, time so far) and its plan to stderr, and stops
+        the call at its next step boundary with updraft._C.WatchdogTimeout, which reaches the
+        caller (it is never turned into a PyTorch fallback). A step that never returns is
+        reported but cannot be interrupted (src/runtime/watchdog.h). None or 0: off (default);
+        defaults to the environment variable UPDRAFT_WATCHDOG_S. Not in the compile-cache key.
     """
 
     freeze: bool = True
@@ -139,6 +156,7 @@ class CompilerConfig:
     cpu_isa: str = _knob("cpu_isa", "native")
     min_work_per_thread: Optional[float] = _knob("min_work_per_thread", None)
     dump_dir: Optional[str] = dataclasses.field(default_factory=_dump_dir_from_env)
+    watchdog_s: Optional[float] = dataclasses.field(default_factory=_watchdog_from_env)
 
     def __post_init__(self) -> None:
         for name in ("freeze", "fold_constants", "fuse", "fallback", "partition_cost", "prepack_weights",
@@ -167,6 +185,14 @@ class CompilerConfig:
             if not (0 < work < float("inf")):
                 raise ValueError(f"[updraft.config] min_work_per_thread={work!r} must be a finite number > 0 "
                                  f"(also checked when it comes from {KERNEL_KNOBS['min_work_per_thread']})")
+        limit = self.watchdog_s
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+                raise TypeError(f"[updraft.config] watchdog_s must be a number of seconds or None, got "
+                                f"{type(limit).__name__} {limit!r}")
+            if not (0 <= limit < float("inf")):
+                raise ValueError(f"[updraft.config] watchdog_s={limit!r} must be a finite number of seconds >= 0 "
+                                 f"(0: off; also checked when it comes from {_WATCHDOG_ENV})")
         if self.debug > 2:
             raise ValueError(f"[updraft.config] debug={self.debug} is out of range; use 0, 1 or 2")
         if self.cache_dir is not None:
@@ -225,4 +251,6 @@ class CompilerConfig:
             opts["min_work_per_thread"] = float(self.min_work_per_thread)
         if self.dump_dir:
             opts["record_ir"] = True  # the pass log keeps each pass's IR, parseable, for the dump
+        if self.watchdog_s:
+            opts["watchdog_s"] = float(self.watchdog_s)
         return opts

@@ -19,6 +19,7 @@ import time
 from typing import Any, Optional
 
 import torch
+import torch.autograd.profiler as _torch_profiler
 from torch import fx
 
 from . import partition_cache, profiler
@@ -83,6 +84,8 @@ class EnginePartition(torch.nn.Module):
             st = self._build_once(args)
         if isinstance(st, str):
             return self.sub(*args)
+        if _torch_profiler._is_profiler_enabled or profiler.tracing:  # step ranges (profiler.py)
+            return profiler.run_observed(self, st, args)
         # Fast path, once a shape signature has run: the plan is bound (PlannedCall) and the
         # tensors cross as data pointers, no DLPack. It needs each runtime input to be a
         # contiguous CPU tensor of the dtype the engine graph was built for (the shape is the
@@ -113,7 +116,10 @@ class EnginePartition(torch.nn.Module):
         the input was at fault (an index out of range), and the caller gets PyTorch's own error
         (its type and words, as without updraft), while the partition stays in the engine for the
         next call. When PyTorch succeeds, the engine is at fault: with fallback the partition runs
-        in PyTorch from now on (one warning), without it the engine's error is raised."""
+        in PyTorch from now on (one warning), without it the engine's error is raised. A watchdog
+        timeout (CompilerConfig.watchdog_s) is neither: it reaches the caller as it is."""
+        if isinstance(e, _c().WatchdogTimeout):
+            raise e
         try:
             out = self.sub(*args)
         except Exception as eager_error:
@@ -127,8 +133,9 @@ class EnginePartition(torch.nn.Module):
             self.report.fail(f"engine error at run time: {e}")
         return out
 
-    def _run_general(self, st: "_Built", args: tuple) -> Any:
-        """Any inputs (strided, requiring grad): DLPack views, plan looked up by the engine."""
+    def _run_general(self, st: "_Built", args: tuple, observer: Any = None) -> Any:
+        """Any inputs (strided, requiring grad): DLPack views, plan looked up by the engine; an
+        optional _C.StepObserver sees the engine's steps (profiler.run_observed)."""
         ins = []
         for j in st.runtime_pos:
             t = args[j]
@@ -154,7 +161,7 @@ class EnginePartition(torch.nn.Module):
                 self.report.kernels_created = st.cg.kernels_created
                 self.report.kernels_reused = st.cg.kernels_reused
             outs = [torch.empty(s, dtype=d) for s, d in zip(shapes, st.out_dtypes)]
-            st.cg.run(ins, outs)
+            st.cg.run(ins, outs, observer)
             if key not in st.calls:  # later calls with this signature take the fast path
                 # Bound outside the lock (a plan build releases the GIL); added and evicted under
                 # it, as threads binding other signatures change the table meanwhile. Readers
@@ -175,6 +182,7 @@ class EnginePartition(torch.nn.Module):
             if self._state is None:
                 try:
                     self._state = self._build(args)
+                    self._state.cg.label = self.report.name  # what the watchdog's report calls it
                     self.report.status = "ok"
                     if self.dump is not None:
                         self.dump.built(self._state.cg)

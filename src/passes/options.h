@@ -29,6 +29,9 @@ struct CompileOptions {
   // back, large constants written extern(REF) with their tensors in PassRecord::externs. It
   // prints nothing (debug does) and changes no pass.
   bool record_ir = false;
+  // Seconds an Executable::run may take before the watchdog reports it on stderr and stops it
+  // at its next step boundary (runtime/watchdog.h); 0: no watchdog. Changes no pass's result.
+  double watchdog_s = 0;
 };
 
 struct PassRecord {

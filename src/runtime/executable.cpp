@@ -16,6 +16,7 @@
 #include "passes/pipeline.h"
 #include "runtime/plan.h"
 #include "runtime/cross_shape_cache.h"
+#include "runtime/watchdog.h"
 
 namespace updraft {
 
@@ -167,7 +168,18 @@ void Executable::check_inputs(const std::vector<TensorView>& inputs) const {
   }
 }
 
-void Executable::run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs) {
+void Executable::set_label(std::string label) {
+  std::lock_guard<std::mutex> lock(label_mu_);
+  label_ = std::move(label);
+}
+
+std::string Executable::label() const {
+  std::lock_guard<std::mutex> lock(label_mu_);
+  return label_;
+}
+
+void Executable::run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
+                     StepObserver* observer) {
   check_inputs(inputs);
   std::shared_ptr<Plan> plan;
   {
@@ -189,22 +201,22 @@ void Executable::run(const std::vector<TensorView>& inputs, const std::vector<Te
                                              : std::vector<int64_t>{*static_cast<const int64_t*>(inputs[k].data)});
     plan = plan_for(shapes);
   }
-  execute_checked(*plan, inputs, outputs);
+  execute_checked(*plan, inputs, outputs, observer);
 }
 
 void Executable::run_plan(const Plan& plan, const std::vector<TensorView>& inputs,
-                             const std::vector<TensorView>& outputs) {
+                             const std::vector<TensorView>& outputs, StepObserver* observer) {
   check_inputs(inputs);
   if (!plan.matches(inputs)) {
     std::string got;
     for (const TensorView& v : inputs) got += dims_str(v.sizes, v.ndim);
     throw Error("runtime", "run_plan: input shapes " + got + " are not the plan's");
   }
-  execute_checked(plan, inputs, outputs);
+  execute_checked(plan, inputs, outputs, observer);
 }
 
 void Executable::execute_checked(const Plan& plan_ref, const std::vector<TensorView>& inputs,
-                                    const std::vector<TensorView>& outputs) {
+                                    const std::vector<TensorView>& outputs, StepObserver* observer) {
   const Plan* plan = &plan_ref;
   const auto& want = plan->output_shapes();
   UPDRAFT_CHECK(outputs.size() == want.size(), "runtime",
@@ -229,7 +241,12 @@ void Executable::execute_checked(const Plan& plan_ref, const std::vector<TensorV
 
   std::unique_ptr<CallState> st = plan->acquire();
   try {
-    plan->execute(*st, inputs, outputs);
+    if (opts_.watchdog_s > 0) {  // the whole cost of the watchdog when off: this test
+      WatchedCall watched(*this, *plan, opts_.watchdog_s, observer);
+      plan->execute(*st, inputs, outputs, &watched);
+    } else {
+      plan->execute(*st, inputs, outputs, observer);
+    }
   } catch (...) {
     plan->release(std::move(st));
     throw;

@@ -4,6 +4,7 @@
 //   auto cg = Executable::compile(std::move(graph), CompileOptions{});
 //   auto out_shapes = cg->prepare({{1, 3, 224, 224}});   // builds + caches the plan
 //   cg->run({input_view}, {output_view});                 // thread-safe
+//   cg->run({input_view}, {output_view}, &observer);      // with a per-step hook (plan.h)
 //
 // compile() runs the pass pipeline once. A Plan (flat list of kernel calls with resolved
 // buffer slots and a memory plan) is built per concrete input-shape signature on first use
@@ -22,7 +23,8 @@
 
 namespace updraft {
 
-class Plan;        // runtime/plan.h
+class Plan;          // runtime/plan.h
+class StepObserver;  // runtime/plan.h
 
 // One plan step's accumulated time while profiling is on (Executable::set_profiling).
 struct StepTime {
@@ -62,17 +64,26 @@ class Executable {
   // takes is a signature of its own, with its own plan, as each size of a tensor input is.
   std::vector<std::vector<int64_t>> prepare(const std::vector<std::vector<int64_t>>& input_shapes);
   // Runs the plan for the inputs' shapes. Inputs may be strided; outputs must be contiguous
-  // with the shapes prepare() returned. Throws Error("runtime", ...) on a mismatch.
-  void run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs);
+  // with the shapes prepare() returned. Throws Error("runtime", ...) on a mismatch. An
+  // observer sees every step of this call (StepObserver, plan.h). With
+  // CompileOptions::watchdog_s set, a call running longer is reported and stopped
+  // (runtime/watchdog.h: WatchdogTimeout).
+  void run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
+           StepObserver* observer = nullptr);
 
   // For callers that look a plan up once per shape signature and then run it many times (the
   // Python fast path): plan() returns the cached plan for these input shapes (building it if
   // needed); run_plan() runs it with the same validation as run() but no plan lookup. The
   // plan stays valid while the caller holds it, even if the LRU evicts it.
   std::shared_ptr<const Plan> plan(const std::vector<std::vector<int64_t>>& input_shapes);
-  void run_plan(const Plan& plan, const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs);
+  void run_plan(const Plan& plan, const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
+                StepObserver* observer = nullptr);
 
   const Graph& graph() const { return *graph_; }
+  const CompileOptions& options() const { return opts_; }
+  // What reports call this graph (the watchdog's): the Python partition's name; empty: none.
+  void set_label(std::string label);
+  std::string label() const;
   std::vector<DType> output_dtypes() const;
   const std::vector<PassRecord>& pass_log() const { return pass_log_; }
   double compile_ms() const { return compile_ms_; }
@@ -92,13 +103,15 @@ class Executable {
   void check_inputs(const std::vector<TensorView>& inputs) const;  // count, dtype, rank, data
   // Checks the outputs against the plan (count, dtype, shape, contiguity) and executes it.
   void execute_checked(const Plan& plan, const std::vector<TensorView>& inputs,
-                       const std::vector<TensorView>& outputs);
+                       const std::vector<TensorView>& outputs, StepObserver* observer);
 
   std::unique_ptr<Graph> graph_;
   CompileOptions opts_;
   std::vector<PassRecord> pass_log_;
   double compile_ms_ = 0;
   mutable std::mutex mu_;
+  mutable std::mutex label_mu_;  // its own: the watchdog reads the label while mu_ may be held for a plan build
+  std::string label_;
   std::vector<std::pair<std::vector<std::vector<int64_t>>, std::shared_ptr<Plan>>> plans_;  // LRU, front = newest
   std::unique_ptr<CrossShapeCache> cross_shape_cache_;  // liveness + kernels its plans share; guarded by mu_
   size_t plans_built_ = 0;  // guarded by mu_, like the timings

@@ -353,6 +353,20 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
   }
   return std::move(b.p);
 }
+int64_t runtime_clock_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+const std::string& StepEvent::op() const {
+  static const std::string copy_out = "copy-out";
+  return step->kind == Step::Kind::Kernel ? step->node->op_name() : copy_out;
+}
+
+std::string StepEvent::kernel() const {
+  return step->kind == Step::Kind::Kernel ? step->kernel->name() : "strided_copy";
+}
+
 bool Plan::matches(const std::vector<TensorView>& inputs) const {
   if (inputs.size() != input_shapes_.size()) return false;
   for (size_t k = 0; k < inputs.size(); ++k) {
@@ -414,7 +428,8 @@ void Plan::release(std::unique_ptr<CallState> st) const {
   pool_.push_back(std::move(st));  // capacity only grows, so steady state does not allocate
 }
 
-void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs) const {
+void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
+                   StepObserver* observer) const {
   char* base = static_cast<char*>(st.arena.get());
   // Inputs: read in place when contiguous; otherwise packed into the arena first, so every
   // kernel (and every view of the input) sees contiguous memory.
@@ -436,11 +451,15 @@ void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const s
       case SlotKind::Alias: st.ptrs[s] = st.ptrs[sl.index]; break;
     }
   }
-  auto run_step = [&](const Step& step) {
+  auto bind_step = [&](const Step& step) {
     TensorView* v = st.views.data() + step.view_base;
     const size_t nin = step.in_slots.size();
     for (size_t j = 0; j < nin; ++j) v[j].data = st.ptrs[step.in_slots[j]];
     for (size_t j = 0; j < step.out_slots.size(); ++j) v[nin + j].data = st.ptrs[step.out_slots[j]];
+    return v;
+  };
+  auto run_step = [&](const Step& step, TensorView* v) {
+    const size_t nin = step.in_slots.size();
     if (step.kind == Step::Kind::Kernel) {
       step.kernel->run(v, v + nin, base + step.scratch_offset);
     } else {
@@ -449,17 +468,47 @@ void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const s
       cpu::copy_strided(src.kind == SlotKind::Input ? st.inputs[src.index] : v[0], v[1], num_threads_);
     }
   };
-  if (!profiling_.load(std::memory_order_relaxed)) {
-    for (const Step& step : steps_) run_step(step);
+  const bool profiling = profiling_.load(std::memory_order_relaxed);
+  if (!observer && !profiling) {
+    for (const Step& step : steps_) run_step(step, bind_step(step));
     return;
   }
+  // Timed: one pair of clock reads per step feeds both the profiling counters and the observer.
   using clock = std::chrono::steady_clock;
+  StepEvent ev;
+  TensorView copy_views[2];  // an output copy's event views (the caller's view of a strided input)
   for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& step = steps_[i];
+    TensorView* v = bind_step(step);
+    if (observer) {
+      ev = StepEvent{};
+      ev.index = i;
+      ev.step = &step;
+      ev.num_in = step.in_slots.size();
+      ev.num_out = step.out_slots.size();
+      ev.in = v;
+      ev.out = v + ev.num_in;
+      if (step.kind == Step::Kind::CopyOut && slots_[step.in_slots[0]].kind == SlotKind::Input) {
+        copy_views[0] = st.inputs[slots_[step.in_slots[0]].index];
+        copy_views[1] = v[1];
+        ev.in = copy_views;
+        ev.out = copy_views + 1;
+      }
+      observer->before(*this, ev);
+    }
     const auto t0 = clock::now();
-    run_step(steps_[i]);
-    const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count();
-    step_ns_[i].fetch_add(ns, std::memory_order_relaxed);
-    step_calls_[i].fetch_add(1, std::memory_order_relaxed);
+    run_step(step, v);
+    const auto t1 = clock::now();
+    if (profiling) {
+      step_ns_[i].fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count(),
+                            std::memory_order_relaxed);
+      step_calls_[i].fetch_add(1, std::memory_order_relaxed);
+    }
+    if (observer) {
+      ev.start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count();
+      ev.end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1.time_since_epoch()).count();
+      observer->after(*this, ev);
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 //   plan->execute(*state, inputs, outputs);
 //   plan->release(std::move(state));
 //   std::cout << plan->str();                           // schedule + memory plan
+//   plan->execute(*state, inputs, outputs, &observer);   // one call with a per-step hook
 //
 // Buffers are addressed through slots. A slot is a graph input, a graph output (the caller's
 // memory), a constant, an arena offset, or an alias of an earlier slot (a View op: same
@@ -73,6 +74,39 @@ struct Step {
   size_t view_base = 0;  // first of this step's TensorViews in CallState::views (ins, then outs)
 };
 
+// One step as a StepObserver sees it. The views are the ones the kernel is given, data
+// pointers set for this call (an output copy of a strided graph input reads the caller's
+// view); they are valid during the callback only. In before() the output views hold what the
+// step is about to overwrite.
+struct StepEvent {
+  size_t index = 0;            // in Plan::steps()
+  const Step* step = nullptr;  // its node (null for an output copy) and kernel
+  const TensorView* in = nullptr;
+  size_t num_in = 0;
+  const TensorView* out = nullptr;
+  size_t num_out = 0;
+  int64_t start_ns = 0, end_ns = 0;  // runtime_clock_ns(); set in after() only
+
+  const std::string& op() const;  // the node's op name; "copy-out" for an output copy
+  std::string kernel() const;     // the kernel's name; "strided_copy" for an output copy
+};
+
+// A per-step hook for one call (Plan::execute, Executable::run / run_plan): before() and
+// after() every step, on the calling thread, in schedule order. A hook that throws stops the
+// call at that step (the exception leaves execute(); after() is not called for the step).
+// Observed calls are timed with the same clock reads as step profiling; calls without an
+// observer (and without profiling) run the plain loop and pay nothing.
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  virtual void before(const Plan& plan, const StepEvent& ev) {}
+  virtual void after(const Plan& plan, const StepEvent& ev) {}
+};
+
+// The clock of step times and StepEvent times: steady_clock in nanoseconds (CLOCK_MONOTONIC on
+// Linux, the clock of Python's time.monotonic_ns), so Python can place its own ranges on it.
+int64_t runtime_clock_ns();
+
 // Per-call mutable state, pooled per plan: the arena, slot pointers and the views kernels see.
 struct CallState {
   std::shared_ptr<void> arena;
@@ -108,14 +142,16 @@ class Plan {
   std::unique_ptr<CallState> acquire() const;
   void release(std::unique_ptr<CallState> state) const;
   // Runs the schedule. Inputs/outputs must already be validated against this plan
-  // (Executable::run does that): count, dtype, shapes, contiguous outputs.
-  void execute(CallState& st, const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs) const;
+  // (Executable::run does that): count, dtype, shapes, contiguous outputs. With an observer,
+  // it is called before and after every step (StepObserver).
+  void execute(CallState& st, const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
+               StepObserver* observer = nullptr) const;
 
   std::string str() const;  // bindings, schedule (step, op, kernel, slots), memory plan
 
   // Step profiling (updraft.profile): while on, execute() times every step with a steady
   // clock and adds the time to that step's counters (atomics: concurrent calls are summed).
-  // Off by default; off costs one relaxed load per call.
+  // Off by default; off costs one relaxed load per call. Observed calls count too.
   void set_profiling(bool on) const;
   std::vector<StepTime> step_times() const;  // one per step, in schedule order
 
