@@ -1,5 +1,7 @@
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -9,6 +11,7 @@
 #include "convert.h"
 #include "core/error.h"
 #include "graph_handle.h"
+#include "ir/text.h"
 #include "kernels/kernel.h"
 
 namespace updraft::py {
@@ -94,7 +97,47 @@ void bind_graph(nb::module_& m) {
            "The CPU kernel the runtime would pick for the node producing `value_id` (symbols bound to "
            "probe_size), or None when only the reference kernel would run it.")
       .def("num_nodes", [](GraphHandle& h) { return h.get().num_nodes(); })
-      .def("text", [](GraphHandle& h) { return graph_text(h.get()); });
+      .def("text", [](GraphHandle& h) { return graph_text(h.get()); })
+      .def(
+          "text_with_constants",
+          [](GraphHandle& h, int64_t max_literal_numel) {
+            // Constants above max_literal_numel print as extern(cID) and come back as data, so
+            // the text parses again with parse_graph(text, constants) (a bisect reproducer).
+            std::map<std::string, std::tuple<std::string, std::vector<int64_t>, nb::bytes>> data;
+            PrintOptions po;
+            po.max_literal_numel = max_literal_numel;
+            po.constant_ref = [&](const Value* v) -> std::string {
+              if (v->constant->numel() <= max_literal_numel) return "";
+              std::string ref = "c" + std::to_string(v->id);
+              const Tensor& t = *v->constant;
+              data[ref] = {dtype_name(t.dtype()), t.shape(),
+                           nb::bytes(static_cast<const char*>(t.data()), t.nbytes())};
+              return ref;
+            };
+            std::string text = print_graph(h.get(), po);
+            return std::make_pair(text, data);
+          },
+          nb::arg("max_literal_numel") = 64,
+          "(text, {ref: (dtype, shape, bytes)}): the text IR with every constant of more than "
+          "max_literal_numel elements written extern(ref), and those constants' data.");
+  m.def(
+      "parse_graph",
+      [](const std::string& text, const std::map<std::string, AnyArray>& constants) {
+        ExternResolver resolve = [&](const std::string& ref, const TensorType& type) {
+          auto it = constants.find(ref);
+          UPDRAFT_CHECK(it != constants.end(), "bindings", "extern(" + ref + ") has no tensor in `constants`");
+          Tensor t = constant_from(it->second);
+          UPDRAFT_CHECK(t.dtype() == type.dtype && shape_is_static(type.shape) && t.shape() == shape_values(type.shape),
+                        "bindings", "extern(" + ref + ") is not a " + type.str() + " tensor");
+          return t;
+        };
+        GraphHandle h;
+        h.graph = parse_graph(text, &resolve);
+        return h;
+      },
+      nb::arg("text"), nb::arg("constants") = std::map<std::string, AnyArray>{},
+      "A Graph parsed from text IR; extern(REF) constants are taken from `constants` (contiguous "
+      "tensors, shared, not copied).");
 }
 
 }  // namespace updraft::py
