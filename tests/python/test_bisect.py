@@ -90,28 +90,46 @@ def test_clean_model_gives_no_difference(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def _repro_env():
+    python_dir = os.path.dirname(updraft.__path__[0])
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [python_dir, os.environ.get("PYTHONPATH", "")] if p))
+
+
+def _check_repro(out, culprit_text):
+    """The reproducer fails on its own, in a fresh process; without the test-only fault it passes."""
+    for f in ("graph.txt", "constants.pt", "inputs.pt", "expected.pt", "options.json", "repro.py"):
+        assert (out / f).exists(), f
+    run = subprocess.run([sys.executable, str(out / "repro.py")], capture_output=True, text=True, env=_repro_env(),
+                         timeout=120)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "FAIL" in run.stdout and "BEYOND tolerance" in run.stdout and culprit_text in run.stdout
+    fixed = subprocess.run([sys.executable, str(out / "repro.py"), "--no-fault"], capture_output=True, text=True,
+                           env=_repro_env(), timeout=120)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "OK" in fixed.stdout
+    return run.stdout
+
+
 def test_pass_fault_is_found_with_a_reproducer(tmp_path):
+    model, inputs = _small_mlp()
+    out = tmp_path / "repro"
+    result = bisect(model, *inputs, config=CompilerConfig(debug_fault="pass:fuse_epilogue"), out_dir=str(out),
+                    verbose=False)
+    assert result.kind == "pass" and result.passes == ["fuse_epilogue"], str(result)
+    assert "culprit: pass fuse_epilogue" in str(result) and result.repro_dir == str(out)
+    text = _check_repro(out, "fuse_epilogue")
+    # Disabling the culprit in the reproducer fixes it.
+    assert "without the culprit (disable_passes=['fuse_epilogue'])" in text and "within tolerance)" in text
+
+
+@pytest.mark.slow
+def test_pass_fault_in_a_resnet_is_found(tmp_path):
     model, inputs = _small_resnet()
     out = tmp_path / "repro"
     result = bisect(model, *inputs, config=CompilerConfig(debug_fault="pass:fold_conv_bn"), out_dir=str(out),
                     verbose=False)
-    assert result.kind == "pass", str(result)
-    assert result.passes == ["fold_conv_bn"], str(result)
-    assert "culprit: pass fold_conv_bn" in str(result)
-    for f in ("graph.txt", "constants.pt", "inputs.pt", "expected.pt", "options.json", "repro.py"):
-        assert (out / f).exists(), f
-    # The reproducer fails on its own, in a fresh process; without the fault it passes.
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [os.path.dirname(updraft.__path__[0]),
-                                                                  os.environ.get("PYTHONPATH", "")] if p))
-    run = subprocess.run([sys.executable, str(out / "repro.py")], capture_output=True, text=True, env=env,
-                         timeout=120)
-    assert run.returncode == 1, run.stdout + run.stderr
-    assert "FAIL" in run.stdout and "element" in run.stdout
-    assert "without the culprit" in run.stdout
-    fixed = subprocess.run([sys.executable, str(out / "repro.py"), "--no-fault"], capture_output=True, text=True,
-                           env=env, timeout=120)
-    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
-    assert "OK" in fixed.stdout
+    assert result.kind == "pass" and result.passes == ["fold_conv_bn"], str(result)
+    _check_repro(out, "fold_conv_bn")
 
 
 def test_kernel_fault_is_found_at_the_nodes_of_that_op(tmp_path):
@@ -125,14 +143,7 @@ def test_kernel_fault_is_found_at_the_nodes_of_that_op(tmp_path):
     assert result.nodes and {op for _, op, _ in result.nodes} == {"aten.addmm.default"}, str(result)
     # nn.Sequential has no frame of user code: the source is the Linear module.
     assert all("(Linear)" in src for _, _, src in result.nodes), str(result)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [os.path.dirname(updraft.__path__[0]),
-                                                                  os.environ.get("PYTHONPATH", "")] if p))
-    run = subprocess.run([sys.executable, str(out / "repro.py")], capture_output=True, text=True, env=env,
-                         timeout=120)
-    assert run.returncode == 1, run.stdout + run.stderr
-    fixed = subprocess.run([sys.executable, str(out / "repro.py"), "--no-fault"], capture_output=True, text=True,
-                           env=env, timeout=120)
-    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    _check_repro(out, "'nodes'")
 
 
 def test_cli_bisect(tmp_path, capsys):

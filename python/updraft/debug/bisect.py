@@ -422,14 +422,15 @@ def main():
         options.pop("fault_op", None)
     print(f"partition {meta['partition']}; culprit: {meta['culprit']}")
     excess, where = worst(run(text, constants, inputs, options), expected, meta["tolerances"])
-    print(f"engine vs PyTorch: {where}")
+    print(f"engine vs PyTorch: {where} ({'BEYOND' if excess > 0 else 'within'} tolerance)")
     without = meta.get("options_without_culprit")
     if without:
         if "--no-fault" in sys.argv[1:]:
             without.pop("fault_pass", None)
             without.pop("fault_op", None)
-        _, w = worst(run(text, constants, inputs, without), expected, meta["tolerances"])
-        print(f"without the culprit (disable_passes={without['disable_passes']}): {w}")
+        e, w = worst(run(text, constants, inputs, without), expected, meta["tolerances"])
+        print(f"without the culprit (disable_passes={without['disable_passes']}): {w} "
+              f"({'BEYOND' if e > 0 else 'within'} tolerance)")
     if excess > 0:
         print("FAIL: the engine's result differs from PyTorch's")
         return 1
