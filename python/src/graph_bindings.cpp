@@ -42,6 +42,34 @@ Tensor constant_from(const AnyArray& arr) {
   return Tensor(v.dtype, v.shape(), std::move(storage));
 }
 
+nb::list node_rows(const Graph& g) {
+  std::vector<std::string> lines = print_node_lines(g);
+  std::vector<Node*> nodes = g.nodes();
+  nb::list rows;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node* n = nodes[i];
+    nb::list ins, outs, types, origin, out_origin;
+    for (const Value* v : n->inputs) ins.append(v->id);
+    for (const Value* v : n->outputs) {
+      outs.append(v->id);
+      types.append(v->type.str());
+      out_origin.append(v->origin);
+    }
+    for (const std::string& o : n->origin) origin.append(o);
+    nb::dict row;
+    row["index"] = i;
+    row["op"] = n->op_name();
+    row["text"] = lines[i];
+    row["inputs"] = ins;
+    row["outputs"] = outs;
+    row["types"] = types;
+    row["origin"] = origin;
+    row["output_origin"] = out_origin;
+    rows.append(row);
+  }
+  return rows;
+}
+
 void bind_graph(nb::module_& m) {
   nb::class_<GraphHandle>(m, "Graph")
       .def(nb::init<>())
@@ -96,16 +124,25 @@ void bind_graph(nb::module_& m) {
            nb::arg("value_id"), nb::arg("probe_size") = 8,
            "The CPU kernel the runtime would pick for the node producing `value_id` (symbols bound to "
            "probe_size), or None when only the reference kernel would run it.")
+      .def("set_origin", [](GraphHandle& h, std::vector<std::string> origin) { h.get().set_origin(std::move(origin)); },
+           nb::arg("origin"),
+           "Provenance: nodes added from now on come from these front-end nodes (Node::origin).")
+      .def("set_value_origin", [](GraphHandle& h, int id, const std::string& origin) { h.value(id)->origin = origin; },
+           nb::arg("value_id"), nb::arg("origin"),
+           "Provenance: the front-end node whose result this value holds (Value::origin).")
+      .def("nodes", [](GraphHandle& h) { return node_rows(h.get()); })
       .def("num_nodes", [](GraphHandle& h) { return h.get().num_nodes(); })
-      .def("text", [](GraphHandle& h) { return graph_text(h.get()); })
+      .def("text", [](GraphHandle& h, bool origins) { return graph_text(h.get(), origins); },
+           nb::arg("origins") = false)
       .def(
           "text_with_constants",
-          [](GraphHandle& h, int64_t max_literal_numel) {
+          [](GraphHandle& h, int64_t max_literal_numel, bool origins) {
             // Constants above max_literal_numel print as extern(cID) and come back as data, so
             // the text parses again with parse_graph(text, constants) (a bisect reproducer).
             std::map<std::string, std::tuple<std::string, std::vector<int64_t>, nb::bytes>> data;
             PrintOptions po;
             po.max_literal_numel = max_literal_numel;
+            po.origins = origins;
             po.constant_ref = [&](const Value* v) -> std::string {
               if (v->constant->numel() <= max_literal_numel) return "";
               std::string ref = "c" + std::to_string(v->id);
@@ -117,9 +154,10 @@ void bind_graph(nb::module_& m) {
             std::string text = print_graph(h.get(), po);
             return std::make_pair(text, data);
           },
-          nb::arg("max_literal_numel") = 64,
+          nb::arg("max_literal_numel") = 64, nb::arg("origins") = false,
           "(text, {ref: (dtype, shape, bytes)}): the text IR with every constant of more than "
-          "max_literal_numel elements written extern(ref), and those constants' data.");
+          "max_literal_numel elements written extern(ref), and those constants' data; origins: the "
+          "'// from: ...' comments (aten nodes).");
   m.def(
       "parse_graph",
       [](const std::string& text, const std::map<std::string, AnyArray>& constants) {
