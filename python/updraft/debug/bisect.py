@@ -119,7 +119,7 @@ class _Partition:
         self.name = part.report.name
         self.sub = part.sub
         self.nodes = [n for n in part.sub.graph.nodes if n.op == "call_function"]
-        self.text, raw = graph.text_with_constants(64)
+        self.text, raw = graph.text_with_constants(64, origins=True)
         from ..lowering import TORCH_DTYPES
 
         self.constants = {ref: torch.frombuffer(bytearray(data), dtype=TORCH_DTYPES[dt]).reshape(shape).clone()
@@ -421,7 +421,18 @@ def main():
         options.pop("fault_pass", None)
         options.pop("fault_op", None)
     print(f"partition {meta['partition']}; culprit: {meta['culprit']}")
-    excess, where = worst(run(text, constants, inputs, options), expected, meta["tolerances"])
+    culprit = meta["culprit"]
+    if culprit["kind"] == "nodes":  # the engine nodes lowered from them ("// from:" comments)
+        names = {n[0] for n in culprit["nodes"]}
+        for line in text.splitlines():
+            if "// from:" in line and names & {s.strip() for s in line.split("// from:")[1].split(",")}:
+                print(f"  culprit IR: {line.strip()}")
+    try:
+        got = run(text, constants, inputs, options)
+    except Exception as e:  # the engine's own error is the bug being reproduced
+        print(f"FAIL: the engine raised {type(e).__name__}: {e}")
+        return 1
+    excess, where = worst(got, expected, meta["tolerances"])
     print(f"engine vs PyTorch: {where} ({'BEYOND' if excess > 0 else 'within'} tolerance)")
     without = meta.get("options_without_culprit")
     if without:
