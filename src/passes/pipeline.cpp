@@ -84,9 +84,10 @@ void bump_element0(Tensor& t) {
 // that the graph computes other numbers. Values with ids >= first_new are the pass's own. In
 // order of preference: a new f32/f64 constant (a folded weight) gets 1 added to element 0, in
 // a copy (constants may share memory with the caller's tensors); a new f32/f64 node output
-// (a fused node) gets 1 added to its element 0 by an inserted add; else the graph's first
-// f32/f64 output does. A pass that only removes nodes (dce, cse) has no value of its own, so
-// its fault shows at the output.
+// (a fused node) gets 1 added by an inserted add (at element 0, or, when some dims are
+// symbolic, at the first element of every row over them); else the graph's first f32/f64
+// output does. A pass that only removes nodes (dce, cse) has no value of its own, so its
+// fault shows at the output.
 void inject_pass_fault(Graph& g, size_t first_new) {
   Value* target = nullptr;
   for (size_t id = first_new; id < g.num_values() && !target; ++id) {

@@ -406,7 +406,8 @@ def worst(got, want, tolerances):
         i = int(excess.argmax())
         if excess[i].item() > bad[0]:
             bad = (excess[i].item(), f"output {k} element {i}: engine {gd[i].item():.6g}, PyTorch "
-                                     f"{wd[i].item():.6g}, abs error {err[i].item():.3g} (rtol {rtol:g}, atol {atol:g})")
+                                     f"{wd[i].item():.6g}, abs error {err[i].item():.3g} "
+                                     f"(rtol {rtol:g}, atol {atol:g})")
     return bad
 
 
