@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Sets up everything updraft needs on a fresh Debian machine, idempotently:
-# system packages (GoogleTest), a virtual environment in .venv with the pinned Python
+# system packages (GoogleTest; Graphviz, which draws the graph dumps' pictures), a virtual environment in .venv with the pinned Python
 # dependencies, the package itself (C++ engine + extension + C++ tests) built into build/py, and
 # torchvision for the tests in build/torchvision (tools/torchvision_cpu.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+apt_missing=()
 if ! [ -f /usr/lib/x86_64-linux-gnu/cmake/GTest/GTestConfig.cmake ] && ! [ -f /usr/lib/cmake/GTest/GTestConfig.cmake ]; then
-  echo "[setup] installing GoogleTest (Debian: libgtest-dev)"
+  apt_missing+=(libgtest-dev)
+fi
+command -v dot >/dev/null || apt_missing+=(graphviz)  # `dot`: .svg pictures in graph dumps
+if [ ${#apt_missing[@]} -gt 0 ]; then
+  echo "[setup] installing Debian packages: ${apt_missing[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq libgtest-dev >/dev/null
+  $SUDO apt-get install -y -qq "${apt_missing[@]}" >/dev/null
 fi
 
 PY=${PYTHON:-python3}

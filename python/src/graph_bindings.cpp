@@ -160,22 +160,20 @@ void bind_graph(nb::module_& m) {
           "'// from: ...' comments (aten nodes).");
   m.def(
       "parse_graph",
-      [](const std::string& text, const std::map<std::string, AnyArray>& constants) {
-        ExternResolver resolve = [&](const std::string& ref, const TensorType& type) {
-          auto it = constants.find(ref);
-          UPDRAFT_CHECK(it != constants.end(), "bindings", "extern(" + ref + ") has no tensor in `constants`");
-          Tensor t = constant_from(it->second);
-          UPDRAFT_CHECK(t.dtype() == type.dtype && shape_is_static(type.shape) && t.shape() == shape_values(type.shape),
-                        "bindings", "extern(" + ref + ") is not a " + type.str() + " tensor");
-          return t;
+      [](const std::string& text, const std::optional<nb::dict>& externs) {
+        // extern(REF) data from `externs` (shared, not copied); the parser checks each type.
+        ExternResolver resolve = [&](const std::string& ref, const TensorType&) -> Tensor {
+          if (!externs || !externs->contains(ref.c_str()))
+            throw Error("parse", "no tensor for extern(" + ref + ") in the externs given");
+          return constant_from(nb::cast<AnyArray>((*externs)[ref.c_str()]));
         };
         GraphHandle h;
         h.graph = parse_graph(text, &resolve);
         return h;
       },
-      nb::arg("text"), nb::arg("constants") = std::map<std::string, AnyArray>{},
-      "A Graph parsed from text IR; extern(REF) constants are taken from `constants` (contiguous "
-      "tensors, shared, not copied).");
+      nb::arg("text"), nb::arg("externs") = nb::none(),
+      "A Graph from text IR (src/ir/text.h); externs: {REF: contiguous tensor} for extern(REF) constant data. "
+      "Raises UpdraftError('[parse] line L, col C: ...').");
 }
 
 }  // namespace updraft::py

@@ -42,12 +42,36 @@ CompileOptions options_from(const nb::dict& d) {
     else if (key == "disable_passes") o.disable_passes = nb::cast<std::vector<std::string>>(v);
     else if (key == "fault_pass") o.fault_pass = nb::cast<std::string>(v);
     else if (key == "fault_op") o.kernels.fault_op = nb::cast<std::string>(v);
+    else if (key == "record_ir") o.record_ir = nb::cast<bool>(v);  // graph dumps (updraft/debug/dump.py)
     else throw Error("bindings", "unknown compile option '" + key +
                                      "' (known: fold_constants, fuse, num_threads, debug, plan_cache_size, "
                                      "channel_block, prepack_weights, static_gemm, cpu_isa, min_work_per_thread, "
-                                     "disable_passes, fault_pass, fault_op)");
+                                     "record_ir, disable_passes, fault_pass, fault_op)");
   }
   return o;
+}
+
+// A torch tensor over an engine Tensor's memory (no copy); the capsule keeps the storage alive.
+static nb::object torch_view(const Tensor& t) {
+  using C = nb::dlpack::dtype_code;
+  auto code = [](C c, int bits) { return nb::dlpack::dtype{static_cast<uint8_t>(c), static_cast<uint8_t>(bits), 1}; };
+  nb::dlpack::dtype dt;
+  switch (t.dtype()) {
+    case DType::f32: dt = code(C::Float, 32); break;
+    case DType::f64: dt = code(C::Float, 64); break;
+    case DType::f16: dt = code(C::Float, 16); break;
+    case DType::bf16: dt = code(C::Bfloat, 16); break;
+    case DType::i64: dt = code(C::Int, 64); break;
+    case DType::i32: dt = code(C::Int, 32); break;
+    case DType::i16: dt = code(C::Int, 16); break;
+    case DType::i8: dt = code(C::Int, 8); break;
+    case DType::u8: dt = code(C::UInt, 8); break;
+    case DType::boolean: dt = code(C::Bool, 8); break;
+  }
+  std::vector<size_t> shape(t.shape().begin(), t.shape().end());
+  nb::capsule owner(new Tensor(t), [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+  nb::ndarray<nb::pytorch, nb::device::cpu> arr(t.data(), shape.size(), shape.data(), owner, nullptr, dt);
+  return nb::cast(arr, nb::rv_policy::reference);
 }
 
 static std::vector<TensorView> views_of(const std::vector<AnyArray>& arrays) {
@@ -163,6 +187,16 @@ void bind_runtime(nb::module_& m) {
              return r;
            },
            "Passes CompileOptions.disable_passes skipped in this compile.")
+      .def("ir_constants",
+           [](const CG& cg) {
+             nb::dict r;
+             for (const PassRecord& p : cg.pass_log())
+               for (const auto& [ref, t] : p.externs)
+                 if (!r.contains(ref.c_str())) r[ref.c_str()] = torch_view(t);
+             return r;
+           },
+           "The tensors the pass log's IR (compiled with record_ir) names as extern(REF): {REF: tensor}, "
+           "sharing the engine's memory (read them, do not write).")
       .def_prop_ro("compile_ms", &CG::compile_ms)
       .def("plan_text", &CG::plan_text, nb::arg("input_shapes"))
       .def_prop_ro("num_plans", &CG::num_plans)

@@ -317,20 +317,22 @@ def _record_all_in_pytorch(gm: fx.GraphModule, graph_report: GraphReport, reason
     graph_report.partitions.clear()
     for n in gm.graph.nodes:
         if n.op == "call_function":
-            graph_report.add_fallback(op_name(n), reason, is_compute(n))
+            graph_report.add_fallback(op_name(n), reason, is_compute(n), node=n.name)
 
 
-def _make_compilers(config: CompilerConfig, input_names: Optional[list] = None) -> dict:
+def _make_compilers(config: CompilerConfig, input_names: Optional[list] = None, dump: Any = None) -> dict:
     """`input_names`: the Dynamo graph's placeholder names (L_x_, L_self_..._weight_), which
-    AOTAutograd's flat inputs follow in order; messages use them."""
+    AOTAutograd's flat inputs follow in order; messages use them. `dump`: the graph's
+    updraft.debug.dump.GraphDump (CompilerConfig.dump_dir), or None."""
     rep = report_for_new_graph()
 
     def inference_compiler(gm: fx.GraphModule, example_inputs: list) -> Callable:
         graph_report = rep.new_graph("inference")
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         names = input_names if input_names and len(input_names) == len(placeholders) else None
+        aot = dump.aot_graph("inference", gm) if dump is not None else None
         try:
-            return compile_inference(gm, config, graph_report, names)
+            compiled = compile_inference(gm, config, graph_report, names)
         except Exception as e:
             if not config.fallback:
                 raise
@@ -338,12 +340,20 @@ def _make_compilers(config: CompilerConfig, input_names: Optional[list] = None) 
                                    f"compile failed, graph runs in PyTorch: {type(e).__name__}: {e}")
             warn_once(f"[updraft.backend] compiling a graph failed ({type(e).__name__}: {e}); "
                       "running it in PyTorch. Set CompilerConfig(fallback=False) to raise instead.")
-            return _boxed(gm.forward)
+            compiled = _boxed(gm.forward)
+        if aot is not None:
+            aot.finish(compiled, graph_report)
+        return compiled
 
     def training_compiler(kind: str) -> Callable:
         def compiler(gm: fx.GraphModule, example_inputs: list) -> Callable:
-            _record_all_in_pytorch(gm, rep.new_graph(kind), _TRAINING_NOTE)
-            return _boxed(gm.forward)
+            aot = dump.aot_graph(kind, gm) if dump is not None else None
+            graph_report = rep.new_graph(kind)
+            _record_all_in_pytorch(gm, graph_report, _TRAINING_NOTE)
+            compiled = _boxed(gm.forward)
+            if aot is not None:
+                aot.finish(compiled, graph_report)
+            return compiled
         return compiler
 
     return dict(fw_compiler=training_compiler("training forward"),
@@ -355,7 +365,12 @@ def _compile(gm: fx.GraphModule, example_inputs: list, config: CompilerConfig) -
     from torch._dynamo.backends.common import aot_autograd
 
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-    backend = aot_autograd(decompositions=decompositions(), **_make_compilers(config, names))
+    dump = None
+    if config.dump_dir:
+        from .debug.dump import GraphDump
+
+        dump = GraphDump.start(config, gm)
+    backend = aot_autograd(decompositions=decompositions(), **_make_compilers(config, names, dump))
     return backend(gm, example_inputs)
 
 

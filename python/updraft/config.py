@@ -13,6 +13,7 @@ from typing import Any, Mapping, Optional
 
 _DEBUG_ENV = "UPDRAFT_DEBUG"
 _CONV_LAYOUT_ENV = "UPDRAFT_CONV_LAYOUT"
+_DUMP_DIR_ENV = "UPDRAFT_DUMP_DIR"
 # conv_layout -> the engine's channel_block option (-1: the block this CPU's kernels prefer).
 _CONV_LAYOUTS = {"auto": -1, "nchw": 0}
 _CPU_ISAS = ("native", "avx2")  # the engine's CpuIsa names (src/kernels/kernel_options.h)
@@ -64,6 +65,10 @@ def _debug_from_env() -> int:
     return level
 
 
+def _dump_dir_from_env() -> Optional[str]:
+    return os.environ.get(_DUMP_DIR_ENV, "").strip() or None
+
+
 @dataclasses.dataclass(frozen=True)
 class CompilerConfig:
     """Options of the updraft torch.compile backend.
@@ -94,6 +99,13 @@ class CompilerConfig:
         kernels, with reorders where a plain op reads them (src/passes/block_conv_layout.h);
         "nchw": plain NCHW everywhere (oneDNN's gemm-based convolution). Defaults to the
         environment variable UPDRAFT_CONV_LAYOUT, else "auto".
+    dump_dir: a folder to write graph dumps into (updraft/debug/dump.py, docs/debugging.md): per
+        graph Dynamo hands the backend, a folder `NNN_<name>/` with the Dynamo and aten graphs,
+        the partitioning and why, each engine partition's IR after every pass (text IR that
+        updraft.debug.load_ir reads back), its memory plan per input shape and Graphviz pictures;
+        README.txt in it says what each file is. None or "": no dumps. Defaults to the
+        environment variable UPDRAFT_DUMP_DIR. A dump that cannot be written is one warning, never
+        a failed compile.
     Kernel knobs (the engine's KernelOptions; each defaults to its environment variable, then
     to the value shown):
     prepack_weights (UPDRAFT_PREPACK_WEIGHTS=0/1, True): linear/matmul keep a prepacked copy of
@@ -140,6 +152,7 @@ class CompilerConfig:
     disable_passes: tuple = ()
     eager_nodes: tuple = ()
     debug_fault: str = ""
+    dump_dir: Optional[str] = dataclasses.field(default_factory=_dump_dir_from_env)
 
     def __post_init__(self) -> None:
         for name in ("freeze", "fold_constants", "fuse", "fallback", "partition_cost", "prepack_weights",
@@ -176,6 +189,17 @@ class CompilerConfig:
             if not isinstance(self.cache_dir, str):
                 raise TypeError(f"[updraft.config] cache_dir must be a path or None, got "
                                 f"{type(self.cache_dir).__name__} {self.cache_dir!r}")
+        if self.dump_dir is not None:
+            if isinstance(self.dump_dir, os.PathLike):
+                object.__setattr__(self, "dump_dir", os.fspath(self.dump_dir))
+            if not isinstance(self.dump_dir, str):
+                raise TypeError(f"[updraft.config] dump_dir must be a path, \"\" or None, got "
+                                f"{type(self.dump_dir).__name__} {self.dump_dir!r}")
+            if not self.dump_dir:
+                object.__setattr__(self, "dump_dir", None)  # "" is off, as None
+            elif os.path.exists(self.dump_dir) and not os.path.isdir(self.dump_dir):
+                raise ValueError(f"[updraft.config] dump_dir={self.dump_dir!r} exists and is not a folder "
+                                 f"(also checked when it comes from {_DUMP_DIR_ENV}); give a folder path")
         from .gears import Gear
 
         gears = self.gears
@@ -261,4 +285,6 @@ class CompilerConfig:
             opts["fault_pass"] = target
         elif kind == "kernel":
             opts["fault_op"] = target
+        if self.dump_dir:
+            opts["record_ir"] = True  # the pass log keeps each pass's IR, parseable, for the dump
         return opts

@@ -66,6 +66,7 @@ class EnginePartition(torch.nn.Module):
         self._lock = threading.Lock()
         out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
         self._multi = isinstance(out, (tuple, list))
+        self.dump: Any = None  # updraft.debug.dump.PartitionDump when CompilerConfig.dump_dir is set
         profiler.register(self)
 
     def invalidate(self) -> None:
@@ -149,6 +150,8 @@ class EnginePartition(torch.nn.Module):
             if shapes is None:
                 shapes = [tuple(s) for s in st.cg.prepare(sig)]
                 st.shapes[key] = shapes
+                if self.dump is not None:
+                    self.dump.plan(st.cg, sig)
                 # New shape signature: one more plan over the same engine compile.
                 self.report.plans_built = st.cg.plans_built
                 self.report.plan_ms = st.cg.total_plan_ms
@@ -178,9 +181,13 @@ class EnginePartition(torch.nn.Module):
                 try:
                     self._state = self._build(args)
                     self.report.status = "ok"
+                    if self.dump is not None:
+                        self.dump.built(self._state.cg)
                 except Exception as e:  # any engine/lowering error: eager, or raise if strict
                     reason = f"{type(e).__name__}: {e}" if not isinstance(e, Unsupported) else str(e)
                     self.report.fail(reason)
+                    if self.dump is not None:
+                        self.dump.failed(reason)
                     if not self.config.fallback:
                         raise RuntimeError(
                             f"[updraft.partition] {self.report.name} failed to compile: {reason}; "

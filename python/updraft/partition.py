@@ -54,7 +54,7 @@ def partition_graph(gm: fx.GraphModule, config: CompilerConfig, report: GraphRep
             report.add_free_view()
         else:
             reason = support.reason(n) or left.get(n) or views_left.get(n, "its partition was not kept")
-            report.add_fallback(op_name(n), reason, is_compute(n))
+            report.add_fallback(op_name(n), reason, is_compute(n), node=n.name)
     engine_parts: list[EnginePartition] = []
     if kept:
         gm = partitioner.fuse_partitions(kept, prefix=PREFIX)

@@ -87,8 +87,12 @@ class GraphReport:
     # Recompilation: "first compile", or what changed since this graph's previous compile
     # (Dynamo recompiled it, or its parameters changed and the partitions were rebuilt).
     compiles: list = dataclasses.field(default_factory=list)  # [(kind, reason)]
+    # Per aten node left to PyTorch (by FX name): why (graph dumps, updraft/debug/dump.py).
+    node_reasons: dict = dataclasses.field(default_factory=dict, repr=False)
 
-    def add_fallback(self, op: str, reason: str, compute: bool) -> None:
+    def add_fallback(self, op: str, reason: str, compute: bool, node: str = "") -> None:
+        if node:
+            self.node_reasons[node] = reason
         self.fallback_ops[op] += 1
         if compute:
             self.fallback_compute += 1

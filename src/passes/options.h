@@ -5,8 +5,10 @@
 #pragma once
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/tensor.h"
 #include "kernels/kernel_options.h"
 
 namespace updraft {
@@ -31,6 +33,10 @@ struct CompileOptions {
   // `fault_pass` changes the graph, run_pipeline corrupts what it produced so that the results
   // change. Empty: off. For testing the bisect tool, never for users.
   std::string fault_pass;
+  // Graph dumps (updraft/debug/dump.py): every PassRecord gets ir_after as text that parses
+  // back, large constants written extern(REF) with their tensors in PassRecord::externs. It
+  // prints nothing (debug does) and changes no pass.
+  bool record_ir = false;
 };
 
 struct PassRecord {
@@ -38,7 +44,9 @@ struct PassRecord {
   bool changed = false;
   double ms = 0;
   bool skipped = false;  // named in CompileOptions::disable_passes: not run
-  std::string ir_after;  // filled when debug >= 2
+  std::string ir_after;  // filled when debug >= 2 or record_ir
+  // record_ir: the tensors ir_after names as extern(REF), each REF once (shared with the graph).
+  std::vector<std::pair<std::string, Tensor>> externs;
 };
 
 }  // namespace updraft

@@ -8,10 +8,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <cstdio>
 #include <functional>
+#include <map>
+#include <set>
 #include <string>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "ir/text.h"
 #include "passes/block_conv_layout.h"
 #include "passes/canonicalize.h"
@@ -159,7 +163,8 @@ class PassRunner {
       inject_pass_fault(g_, first_new);
       fault_done_ = true;
     }
-    if (opts_.debug >= 2) r.ir_after = print_graph(g_);
+    if (opts_.record_ir) r.ir_after = print_parseable(r.externs);
+    else if (opts_.debug >= 2) r.ir_after = print_graph(g_);
     records_.push_back(std::move(r));
     if ((kDebugBuild || opts_.debug > 0) && name != "verify") {
       try {
@@ -173,10 +178,37 @@ class PassRunner {
   std::vector<PassRecord> take() { return std::move(records_); }
 
  private:
+  // The graph as text that parses back (record_ir): a constant too large to print as data is
+  // extern(cHASH), its tensor added to `externs`. HASH covers the type and the bytes, so a
+  // constant a pass leaves alone keeps its REF from record to record; it is computed once per
+  // storage and type (the records hold the tensors, so no address is reused meanwhile).
+  std::string print_parseable(std::vector<std::pair<std::string, Tensor>>& externs) {
+    PrintOptions po;
+    po.max_literal_numel = 16;  // scalars and short vectors stay readable in the text; the rest by REF
+    po.origins = true;          // "// from: addmm, gelu": which aten nodes each node computes
+    std::set<std::string> listed;
+    po.constant_ref = [&](const Value* v) -> std::string {
+      const Tensor& t = *v->constant;
+      if (t.numel() <= po.max_literal_numel) return "";
+      std::string type = v->type.str();
+      auto it = refs_.find({t.data(), type});
+      if (it == refs_.end()) {
+        uint64_t h = xxh3_64(t.data(), t.nbytes()) ^ (xxh3_64(type.data(), type.size()) * 0x9E3779B97F4A7C15ull);
+        char ref[24];
+        std::snprintf(ref, sizeof ref, "c%016llx", static_cast<unsigned long long>(h));
+        it = refs_.emplace(std::make_pair(t.data(), type), ref).first;
+      }
+      if (listed.insert(it->second).second) externs.emplace_back(it->second, t);
+      return it->second;
+    };
+    return print_graph(g_, po);
+  }
+
   Graph& g_;
   const CompileOptions& opts_;
   std::vector<PassRecord> records_;
   bool fault_done_ = false;
+  std::map<std::pair<const void*, std::string>, std::string> refs_;  // (storage, type) -> REF
 };
 
 }  // namespace
