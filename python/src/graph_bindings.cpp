@@ -1,5 +1,7 @@
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -131,8 +133,31 @@ void bind_graph(nb::module_& m) {
       .def("nodes", [](GraphHandle& h) { return node_rows(h.get()); })
       .def("num_nodes", [](GraphHandle& h) { return h.get().num_nodes(); })
       .def("text", [](GraphHandle& h, bool origins) { return graph_text(h.get(), origins); },
-           nb::arg("origins") = false);
-
+           nb::arg("origins") = false)
+      .def(
+          "text_with_constants",
+          [](GraphHandle& h, int64_t max_literal_numel, bool origins) {
+            // Constants above max_literal_numel print as extern(cID) and come back as data, so
+            // the text parses again with parse_graph(text, constants) (a bisect reproducer).
+            std::map<std::string, std::tuple<std::string, std::vector<int64_t>, nb::bytes>> data;
+            PrintOptions po;
+            po.max_literal_numel = max_literal_numel;
+            po.origins = origins;
+            po.constant_ref = [&](const Value* v) -> std::string {
+              if (v->constant->numel() <= max_literal_numel) return "";
+              std::string ref = "c" + std::to_string(v->id);
+              const Tensor& t = *v->constant;
+              data[ref] = {dtype_name(t.dtype()), t.shape(),
+                           nb::bytes(static_cast<const char*>(t.data()), t.nbytes())};
+              return ref;
+            };
+            std::string text = print_graph(h.get(), po);
+            return std::make_pair(text, data);
+          },
+          nb::arg("max_literal_numel") = 64, nb::arg("origins") = false,
+          "(text, {ref: (dtype, shape, bytes)}): the text IR with every constant of more than "
+          "max_literal_numel elements written extern(ref), and those constants' data; origins: the "
+          "'// from: ...' comments (aten nodes).");
   m.def(
       "parse_graph",
       [](const std::string& text, const std::optional<nb::dict>& externs) {

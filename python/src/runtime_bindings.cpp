@@ -1,4 +1,6 @@
 #include <nanobind/nanobind.h>
+
+#include <algorithm>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
@@ -9,6 +11,7 @@
 #include "core/error.h"
 #include "graph_handle.h"
 #include "ir/text.h"
+#include "passes/pipeline.h"
 #include "runtime/executable.h"
 #include "runtime/plan.h"
 #include "runtime/watchdog.h"
@@ -39,12 +42,16 @@ CompileOptions options_from(const nb::dict& d) {
     else if (key == "static_gemm") o.kernels.static_gemm = nb::cast<bool>(v);
     else if (key == "cpu_isa") o.kernels.cpu_isa = cpu_isa_from_name(nb::cast<std::string>(v));
     else if (key == "min_work_per_thread") o.kernels.min_work_per_thread = nb::cast<double>(v);
+    // The bisect switches (passes/options.h); run_pipeline checks the pass names.
+    else if (key == "disable_passes") o.disable_passes = nb::cast<std::vector<std::string>>(v);
+    else if (key == "fault_pass") o.fault_pass = nb::cast<std::string>(v);
+    else if (key == "fault_op") o.kernels.fault_op = nb::cast<std::string>(v);
     else if (key == "record_ir") o.record_ir = nb::cast<bool>(v);  // graph dumps (updraft/debug/dump.py)
     else if (key == "watchdog_s") o.watchdog_s = nb::cast<double>(v);  // validated by CompilerConfig
     else throw Error("bindings", "unknown compile option '" + key +
                                      "' (known: fold_constants, fuse, num_threads, debug, plan_cache_size, "
                                      "channel_block, prepack_weights, static_gemm, cpu_isa, min_work_per_thread, "
-                                     "record_ir, watchdog_s)");
+                                     "record_ir, watchdog_s, disable_passes, fault_pass, fault_op)");
   }
   return o;
 }
@@ -262,6 +269,14 @@ void bind_runtime(nb::module_& m) {
              for (const PassRecord& p : cg.pass_log()) r.emplace_back(p.name, p.changed, p.ms, p.ir_after);
              return r;
            })
+      .def("skipped_passes",
+           [](const CG& cg) {
+             std::vector<std::string> r;
+             for (const PassRecord& p : cg.pass_log())
+               if (p.skipped && std::find(r.begin(), r.end(), p.name) == r.end()) r.push_back(p.name);
+             return r;
+           },
+           "Passes CompileOptions.disable_passes skipped in this compile.")
       .def("ir_constants",
            [](const CG& cg) {
              nb::dict r;
@@ -304,6 +319,10 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("kernels_reused", [](const CG& cg) { return cg.plan_stats().kernels_reused; },
                    "Plan nodes served by an already built kernel (KernelCache).");
 
+  m.def("pass_names", [] { return pipeline_pass_names(); },
+        "The pipeline's pass names in order (what disable_passes and a pass fault may name).");
+  m.def("pass_is_mandatory", &pass_is_mandatory, nb::arg("name"),
+        "Whether a pass cannot be disabled (verify).");
   m.def(
       "compile",
       [](GraphHandle& h, const nb::dict& options) {

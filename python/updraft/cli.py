@@ -5,6 +5,9 @@
     updraft explain --model mlp [--batch N]  # compile a zoo model, print what ran in the engine
     updraft run --model resnet50 [--batch N] [--iters N] [--warmup N] [--inductor]
                                              # python -m updraft.demo: check vs eager and time it
+    updraft bisect --model mlp [--out DIR] [--debug-fault pass:NAME|kernel:OP] [--disable-pass NAME]
+    updraft bisect --model my_pkg.models:build   # a function returning (model, inputs)
+                                             # find the pass or nodes that make it differ from eager
 """
 from __future__ import annotations
 
@@ -55,6 +58,38 @@ def _cmd_run(args: argparse.Namespace, extra: list) -> int:
     return demo.main(["--model", args.model, "--batch", str(args.batch)] + extra)
 
 
+def _load_model(spec: str, batch: int):
+    """(model, inputs) from a zoo name or an importable "module:function" returning them."""
+    if ":" in spec:
+        import importlib
+
+        module, _, fn = spec.partition(":")
+        model, inputs = getattr(importlib.import_module(module), fn)()
+        if hasattr(model, "eval"):
+            model.eval()
+        return model, tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    from . import zoo
+
+    return zoo.build(spec, batch=batch)
+
+
+def _cmd_bisect(args: argparse.Namespace, extra: list) -> int:
+    from .config import CompilerConfig
+    from .debug import bisect
+
+    if ":" not in args.model and not _check_model(args.model):
+        return 2
+    try:
+        config = CompilerConfig(debug_fault=args.debug_fault, disable_passes=tuple(args.disable_pass))
+    except (TypeError, ValueError) as e:
+        print(f"updraft: {e}", file=sys.stderr)
+        return 2
+    model, inputs = _load_model(args.model, args.batch)
+    print(f"model {args.model} batch {args.batch}" + (f" debug_fault {args.debug_fault}" if args.debug_fault else ""))
+    result = bisect(model, *inputs, config=config, rtol=args.rtol, atol=args.atol, out_dir=args.out)
+    return 0 if result.kind == "none" else 1
+
+
 def main(argv: Optional[list] = None) -> int:
     from . import __version__
 
@@ -81,6 +116,23 @@ def main(argv: Optional[list] = None) -> int:
     p_run.add_argument("--model", default="resnet50", metavar="NAME", help=model_help)
     p_run.add_argument("--batch", type=int, default=1)
     p_run.set_defaults(func=_cmd_run)
+
+    p_bisect = sub.add_parser(
+        "bisect", help="find the engine pass or nodes that make a model's output differ from eager",
+        description="Compiles the model with updraft, compares with eager PyTorch and, when they differ, "
+                    "bisects over the engine passes and then over the aten nodes (updraft.debug.bisect); "
+                    "writes a standalone reproducer. Exit status 0: no difference; 1: a difference.")
+    p_bisect.add_argument("--model", required=True, metavar="NAME",
+                          help=model_help + "; or module:function returning (model, inputs)")
+    p_bisect.add_argument("--batch", type=int, default=1)
+    p_bisect.add_argument("--out", default="updraft_bisect", metavar="DIR", help="reproducer folder")
+    p_bisect.add_argument("--rtol", type=float, default=None)
+    p_bisect.add_argument("--atol", type=float, default=None)
+    p_bisect.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
+                          help="start from a config with this pass off (repeatable)")
+    p_bisect.add_argument("--debug-fault", default="", metavar="pass:NAME|kernel:OP",
+                          help="TEST-ONLY: inject a deliberate fault (CompilerConfig.debug_fault) to see bisect work")
+    p_bisect.set_defaults(func=_cmd_bisect)
 
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "run":

@@ -135,6 +135,17 @@ class CompilerConfig:
         caller (it is never turned into a PyTorch fallback). A step that never returns is
         reported but cannot be interrupted (src/runtime/watchdog.h). None or 0: off (default);
         defaults to the environment variable UPDRAFT_WATCHDOG_S. Not in the compile-cache key.
+    Bisect switches (updraft.debug.bisect sets them; a user may too, to work around a bug):
+    disable_passes: engine pipeline passes to skip, by name (updraft._C.pass_names(); "verify"
+        is mandatory and refused). Skipped passes show in the pass log and in `explain`. In
+        the compile-cache key.
+    eager_nodes: aten graph node names (FX `node.name`, e.g. "addmm_1") left to PyTorch, with the
+        reason "eager_nodes (bisect)" in `explain`. Names that no graph has are ignored.
+    debug_fault: TEST-ONLY, for testing the bisect tool: a deliberate wrong result. "" (default)
+        off; "pass:NAME": the first time pass NAME changes an engine graph it corrupts its own
+        result (in the compile-cache key); "kernel:OP": every kernel of engine op OP adds 1 to
+        element 0 of its output (chosen at plan build, like the kernel knobs). Never set it in
+        production.
     """
 
     freeze: bool = True
@@ -155,6 +166,9 @@ class CompilerConfig:
     static_gemm: bool = _knob("static_gemm", False)
     cpu_isa: str = _knob("cpu_isa", "native")
     min_work_per_thread: Optional[float] = _knob("min_work_per_thread", None)
+    disable_passes: tuple = ()
+    eager_nodes: tuple = ()
+    debug_fault: str = ""
     dump_dir: Optional[str] = dataclasses.field(default_factory=_dump_dir_from_env)
     watchdog_s: Optional[float] = dataclasses.field(default_factory=_watchdog_from_env)
 
@@ -224,6 +238,41 @@ class CompilerConfig:
         if isinstance(ops, str) or not all(isinstance(o, str) for o in ops):
             raise TypeError("[updraft.config] eager_ops must be a sequence of op names such as ('aten.gelu.default',)")
         object.__setattr__(self, "eager_ops", tuple(ops))
+        self._check_bisect_switches()
+
+    def _check_bisect_switches(self) -> None:
+        for name in ("disable_passes", "eager_nodes"):
+            value = getattr(self, name)
+            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+                raise TypeError(f"[updraft.config] {name} must be a sequence of names, got {value!r}")
+            object.__setattr__(self, name, tuple(value))
+        if not isinstance(self.debug_fault, str):
+            raise TypeError(f"[updraft.config] debug_fault must be a str, got {self.debug_fault!r}")
+        if not self.disable_passes and not self.debug_fault:
+            return
+        from . import _C  # the pipeline's own list: the names are not retyped here
+
+        passes = list(_C.pass_names())
+        for p in self.disable_passes:
+            if p not in passes:
+                raise ValueError(f"[updraft.config] disable_passes names unknown pass {p!r}; the passes are {passes}")
+            if _C.pass_is_mandatory(p):
+                raise ValueError(f"[updraft.config] disable_passes: pass {p!r} is mandatory (it checks the graph, "
+                                 "it does not rewrite it) and cannot be disabled; remove it")
+        if self.debug_fault:
+            kind, _, target = self.debug_fault.partition(":")
+            if kind == "pass":
+                if target not in passes or _C.pass_is_mandatory(target):
+                    raise ValueError(f"[updraft.config] debug_fault={self.debug_fault!r}: {target!r} is not a pass "
+                                     f"that rewrites the graph; use one of "
+                                     f"{[p for p in passes if not _C.pass_is_mandatory(p)]}")
+            elif kind == "kernel":
+                if target not in _C.op_names():
+                    raise ValueError(f"[updraft.config] debug_fault={self.debug_fault!r}: {target!r} is not an engine "
+                                     "op; `updraft ops` lists them")
+            else:
+                raise ValueError(f"[updraft.config] debug_fault={self.debug_fault!r}: use 'pass:NAME' or 'kernel:OP' "
+                                 "(test-only), or '' for off")
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None) -> "CompilerConfig":
@@ -238,7 +287,13 @@ class CompilerConfig:
 
     def cache_options(self) -> dict:
         """The options that change the optimised graph (part of every compile-cache key)."""
-        return {"fold_constants": self.fold_constants, "fuse": self.fuse, "conv_layout": self.conv_layout}
+        opts = {"fold_constants": self.fold_constants, "fuse": self.fuse, "conv_layout": self.conv_layout}
+        # Only when set, so that the keys of entries stored without them stay the same.
+        if self.disable_passes:
+            opts["disable_passes"] = sorted(set(self.disable_passes))
+        if self.debug_fault.startswith("pass:"):
+            opts["debug_fault"] = self.debug_fault
+        return opts
 
     def engine_options(self) -> dict:
         """The options dict that updraft._C.compile accepts."""
@@ -249,6 +304,13 @@ class CompilerConfig:
                 "cpu_isa": self.cpu_isa}
         if self.min_work_per_thread is not None:
             opts["min_work_per_thread"] = float(self.min_work_per_thread)
+        if self.disable_passes:
+            opts["disable_passes"] = list(self.disable_passes)
+        kind, _, target = self.debug_fault.partition(":")
+        if kind == "pass":
+            opts["fault_pass"] = target
+        elif kind == "kernel":
+            opts["fault_op"] = target
         if self.dump_dir:
             opts["record_ir"] = True  # the pass log keeps each pass's IR, parseable, for the dump
         if self.watchdog_s:

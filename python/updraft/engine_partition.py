@@ -36,6 +36,11 @@ _MAX_BOUND_PLANS = 16
 _DEFERRED = {torch.ops.aten.permute.default, torch.ops.aten.t.default}
 
 
+# Called as lowered_hook(partition, graph, args) with the lowered engine graph just before the engine
+# compile consumes it (updraft.debug.bisect keeps the reproducer's IR this way); None: nothing.
+lowered_hook = None
+
+
 def _c():
     from . import _C
     return _C
@@ -245,8 +250,11 @@ class EnginePartition(torch.nn.Module):
         lw.g.set_outputs(ids)
         out_dtypes = self._check_out_dtypes([lw.g.value_type(i)[0] for i in ids])
         debug_text = lw.g.text() if self.config.debug >= 2 else None
+        if lowered_hook is not None:
+            lowered_hook(self, lw.g, args)
         t1 = time.perf_counter()
         cg = C.compile(lw.g, self.config.engine_options())
+        self.report.skipped_passes = list(cg.skipped_passes())
         self.report.engine_compiles += 1
         self.report.lower_ms = (t1 - t0) * 1e3
         self.report.compile_ms = cg.compile_ms

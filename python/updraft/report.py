@@ -51,6 +51,8 @@ class PartitionReport:
     # On a hit with folded constants: "mapped" (stored ones, the weights matched their
     # fingerprints) or "replayed" (recomputed from the recipes: other weights).
     cache_folds: str = ""
+    # Engine passes CompilerConfig.disable_passes switched off in this partition's compile.
+    skipped_passes: list = dataclasses.field(default_factory=list)
     # The partition's ops [(aten op name, is compute)] and the graph report counting them: a
     # partition that fails moves its ops from the engine's count to the fallback's (fail()).
     ops: list = dataclasses.field(default_factory=list, repr=False)
@@ -246,7 +248,9 @@ class Report:
                              f" (x{p.engine_compiles}), {p.plans_built} plan(s) {p.plan_ms:.1f} ms"
                              f" ({p.kernels_created} kernels made, {p.kernels_reused} reused)"
                              + (f", cache {p.cache}" if p.cache else "")
-                             + (f" (folds {p.cache_folds})" if p.cache_folds else ""))
+                             + (f" (folds {p.cache_folds})" if p.cache_folds else "")
+                             + (f", passes skipped (disable_passes): {', '.join(p.skipped_passes)}"
+                                if p.skipped_passes else ""))
         if any(p.cache for p in self.partitions):
             lines.append(f"  compile cache: {self.cache_hits} hit(s), {self.cache_misses} miss(es)   "
                          f"process total: {dict(cache_stats())}")

@@ -1,7 +1,7 @@
 """Which nodes of an aten graph the engine can run, and why not the others.
 
-`EngineSupport` answers torch's partitioner node by node: not listed in
-CompilerConfig.eager_ops, a lowering exists, the engine accepts every op the lowering emits
+`EngineSupport` answers torch's partitioner node by node: not named in
+CompilerConfig.eager_nodes (updraft.debug.bisect's switch) nor listed in CompilerConfig.eager_ops, a lowering exists, the engine accepts every op the lowering emits
 for the node's dtypes and shapes, and a large node gets a fast kernel (a reference kernel
 would be slower than PyTorch). The answer comes from lowering the node alone, once, into a
 throwaway engine graph (`_Probe`): what it reads is a graph input typed by its meta, and its
@@ -42,6 +42,8 @@ class EngineSupport(OperatorSupport):
         name = op_name(node)
         if node.op != "call_function":
             r = f"{node.op} node"
+        elif node.name in self.config.eager_nodes:
+            r = "eager_nodes (bisect)"
         elif name in self.config.eager_ops or name.rsplit(".", 1)[0] in self.config.eager_ops:
             r = "listed in CompilerConfig.eager_ops"
         else:

@@ -48,6 +48,10 @@ struct KernelOptions {
   // benchmarks on idle or shared machines. > 0. CompilerConfig.min_work_per_thread,
   // UPDRAFT_MIN_WORK_PER_THREAD.
   double min_work_per_thread = cpu::kMinWorkPerThread;
+  // TEST-ONLY deliberate fault ("kernel:OP" of CompilerConfig.debug_fault, for testing
+  // updraft.debug.bisect): every kernel built for op `fault_op` adds 1 to element 0 of its
+  // output 0 (KernelRegistry::create wraps it). Empty: off.
+  std::string fault_op;
 };
 
 // "native" -> CpuIsa::native, "avx2" -> CpuIsa::avx2; anything else throws Error("options", ...)

@@ -27,6 +27,39 @@ class FnKernel final : public Kernel {
 };
 }  // namespace
 
+namespace {
+// TEST-ONLY (KernelOptions::fault_op): the real kernel, then 1 added to element 0 of output 0,
+// so updraft.debug.bisect has a deliberately wrong kernel to find.
+class FaultKernel final : public Kernel {
+ public:
+  explicit FaultKernel(std::unique_ptr<Kernel> k) : k_(std::move(k)) {}
+  void run(const TensorView* in, TensorView* out, void* scratch) const override {
+    k_->run(in, out, scratch);
+    if (out[0].numel() == 0 || out[0].data == nullptr) return;
+    switch (out[0].dtype) {
+      case DType::f32: static_cast<float*>(out[0].data)[0] += 1.0f; break;
+      case DType::f64: static_cast<double*>(out[0].data)[0] += 1.0; break;
+      case DType::i64: static_cast<int64_t*>(out[0].data)[0] += 1; break;
+      case DType::i32: static_cast<int32_t*>(out[0].data)[0] += 1; break;
+      default: break;  // f16/bf16/small ints: left alone (the fault targets f32 models)
+    }
+  }
+  size_t scratch_bytes() const override { return k_->scratch_bytes(); }
+  std::string name() const override { return k_->name() + "+fault"; }
+  bool runs_shapes_of(const KernelContext& ctx) const override { return k_->runs_shapes_of(ctx); }
+  size_t scratch_bytes_for(const KernelContext& ctx) const override { return k_->scratch_bytes_for(ctx); }
+
+ private:
+  std::unique_ptr<Kernel> k_;
+};
+
+std::unique_ptr<Kernel> with_fault(const KernelContext& ctx, std::unique_ptr<Kernel> k) {
+  if (k && !ctx.options.fault_op.empty() && ctx.options.fault_op == ctx.node.op_name())
+    return std::make_unique<FaultKernel>(std::move(k));
+  return k;
+}
+}  // namespace
+
 std::unique_ptr<Kernel> make_kernel(std::string name, KernelFn fn) {
   return std::make_unique<FnKernel>(std::move(name), std::move(fn), false);
 }
@@ -82,13 +115,13 @@ std::unique_ptr<Kernel> KernelRegistry::create(const KernelContext& ctx, Device 
   const std::string& op = ctx.node.op_name();
   if (d == Device::cpu) {
     if (const KernelFactory* f = find(op, Device::cpu))
-      if (auto k = (*f)(ctx)) return k;
+      if (auto k = (*f)(ctx)) return with_fault(ctx, std::move(k));
   }
   const KernelFactory* ref = find(op, Device::ref);
   UPDRAFT_CHECK(ref != nullptr, "kernels", "op '" + op + "' has no kernel (not even a reference one)");
   auto k = (*ref)(ctx);
   UPDRAFT_CHECK(k != nullptr, "kernels", "the reference kernel for '" + op + "' declined this configuration");
-  return k;
+  return with_fault(ctx, std::move(k));
 }
 
 namespace {

@@ -25,6 +25,14 @@ struct CompileOptions {
   // Which kernels the plans build and how they thread (kernels/kernel_options.h). They change
   // no pass's result: constant folding evaluates with the default KernelOptions.
   KernelOptions kernels;
+  // Bisect switches (updraft.debug.bisect, python/updraft/debug/bisect.py); CompilerConfig
+  // validated the names against pipeline_pass_names() (passes/pipeline.h).
+  // Passes run_pipeline skips (every run of each; logged as skipped). "verify" is mandatory.
+  std::vector<std::string> disable_passes;
+  // TEST-ONLY deliberate fault ("pass:NAME" of CompilerConfig.debug_fault): the first time pass
+  // `fault_pass` changes the graph, run_pipeline corrupts what it produced so that the results
+  // change. Empty: off. For testing the bisect tool, never for users.
+  std::string fault_pass;
   // Graph dumps (updraft/debug/dump.py): every PassRecord gets ir_after as text that parses
   // back, large constants written extern(REF) with their tensors in PassRecord::externs. It
   // prints nothing (debug does) and changes no pass.
@@ -38,6 +46,7 @@ struct PassRecord {
   std::string name;
   bool changed = false;
   double ms = 0;
+  bool skipped = false;  // named in CompileOptions::disable_passes: not run
   std::string ir_after;  // filled when debug >= 2 or record_ir
   // record_ir: the tensors ir_after names as extern(REF), each REF once (shared with the graph).
   std::vector<std::pair<std::string, Tensor>> externs;

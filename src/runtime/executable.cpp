@@ -51,8 +51,8 @@ std::shared_ptr<Executable> Executable::compile(std::unique_ptr<Graph> graph, co
   cg->graph_ = std::move(graph);
   if (opts.debug >= 1) {
     for (const PassRecord& r : cg->pass_log_)
-      std::fprintf(stderr, "[updraft] pass %-20s %-9s %.3f ms\n", r.name.c_str(), r.changed ? "changed" : "unchanged",
-                   r.ms);
+      std::fprintf(stderr, "[updraft] pass %-20s %-9s %.3f ms\n", r.name.c_str(),
+                   r.skipped ? "skipped" : r.changed ? "changed" : "unchanged", r.ms);
     std::fprintf(stderr, "[updraft] compiled %zu nodes in %.3f ms\n", cg->graph_->num_nodes(), cg->compile_ms_);
   }
   return cg;

@@ -1,7 +1,11 @@
 // run_pipeline: the pass list runs in order, honours CompileOptions and keeps results equal.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/error.h"
+#include "kernels/kernel.h"
 #include "pass_test_util.h"
 #include "passes/pipeline.h"
 
@@ -93,5 +97,109 @@ TEST(Pipeline, BrokenGraphIsRejectedUpFront) {
     ADD_FAILURE() << "pipeline accepted a mistyped graph";
   } catch (const Error& e) {
     EXPECT_EQ(e.component(), "verify");
+  }
+}
+
+// ---- bisect switches: disable_passes, fault_pass, KernelOptions::fault_op ----
+
+namespace {
+
+double max_abs_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  double worst = 0;
+  for (size_t k = 0; k < a.size(); ++k) {
+    const float* x = static_cast<const float*>(a[k].data());
+    const float* y = static_cast<const float*>(b[k].data());
+    for (int64_t i = 0; i < a[k].numel(); ++i) worst = std::max(worst, std::abs(double(x[i]) - double(y[i])));
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST(PipelineBisect, PassNamesAreThePipelinesOwnInOrder) {
+  auto g = parse_graph(kBlock);
+  CompileOptions opts;
+  opts.channel_block = 8;  // every optional pass runs
+  auto log = run_pipeline(*g, opts);
+  std::vector<std::string> distinct;
+  for (const PassRecord& p : log)
+    if (std::find(distinct.begin(), distinct.end(), p.name) == distinct.end()) distinct.push_back(p.name);
+  EXPECT_EQ(pipeline_pass_names(), distinct);
+  EXPECT_TRUE(pass_is_mandatory("verify"));
+  EXPECT_FALSE(pass_is_mandatory("canonicalize"));
+}
+
+TEST(PipelineBisect, DisabledPassIsSkippedAndLogged) {
+  auto g = parse_graph(kBlock);
+  auto inputs = random_inputs(*g, {{"s0", 2}});
+  auto before = interpret(*g, inputs, Device::ref);
+  CompileOptions opts;
+  opts.disable_passes = {"fuse_epilogue", "dce"};
+  auto log = run_pipeline(*g, opts);
+  int skipped = 0;
+  for (const PassRecord& p : log) {
+    const bool off = p.name == "fuse_epilogue" || p.name == "dce";
+    EXPECT_EQ(p.skipped, off) << p.name;
+    if (off) EXPECT_FALSE(p.changed) << p.name;
+    skipped += p.skipped;
+  }
+  EXPECT_EQ(skipped, 3);  // dce runs twice
+  for (const Node* n : g->nodes()) EXPECT_FALSE(n->op_name() == "conv2d" && n->has_attr("activation") &&
+                                                n->attr("activation").s() == "relu") << print_graph(*g);
+  expect_same_outputs(before, interpret(*g, inputs, Device::cpu), 1e-4, 1e-4);
+}
+
+TEST(PipelineBisect, MandatoryAndUnknownPassesAreRefused) {
+  for (const char* name : {"verify", "no_such_pass"}) {
+    auto g = parse_graph(kBlock);
+    CompileOptions opts;
+    opts.disable_passes = {name};
+    try {
+      run_pipeline(*g, opts);
+      ADD_FAILURE() << "disable_passes accepted " << name;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.component(), "passes");
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(PipelineBisect, PassFaultChangesResultsOnlyWhenThePassChangesTheGraph) {
+  for (const char* pass : {"fold_conv_bn", "fuse_epilogue", "constant_fold", "canonicalize"}) {
+    auto g = parse_graph(kBlock);
+    auto inputs = random_inputs(*g, {{"s0", 2}});
+    auto before = interpret(*g, inputs, Device::ref);
+    CompileOptions opts;
+    opts.fault_pass = pass;
+    run_pipeline(*g, opts);
+    EXPECT_GT(max_abs_diff(before, interpret(*g, inputs, Device::cpu)), 0.1) << pass << "\n" << print_graph(*g);
+  }
+  // match_gelu finds no gelu here: it changes nothing, so its fault does nothing either.
+  auto g = parse_graph(kBlock);
+  auto inputs = random_inputs(*g, {{"s0", 2}});
+  auto before = interpret(*g, inputs, Device::ref);
+  CompileOptions opts;
+  opts.fault_pass = "match_gelu";
+  run_pipeline(*g, opts);
+  expect_same_outputs(before, interpret(*g, inputs, Device::cpu), 1e-4, 1e-4);
+}
+
+TEST(PipelineBisect, KernelFaultAddsOneToElementZeroOfThatOpOnly) {
+  auto g = parse_graph(R"(graph(%x: f32[2, 3], %y: f32[2, 3]) {
+  %0 = add(%x, %y)
+  %1 = mul(%x, %y)
+  return (%0, %1)
+})");
+  auto inputs = random_inputs(*g);
+  std::vector<TensorView> views = {inputs[0].view(), inputs[1].view()};
+  KernelOptions faulty;
+  faulty.fault_op = "add";
+  for (Node* n : g->nodes()) {
+    auto good = run_node(*n, views, Device::cpu, nullptr, 1, KernelOptions{});
+    auto bad = run_node(*n, views, Device::cpu, nullptr, 1, faulty);
+    const float* a = static_cast<const float*>(good[0].data());
+    const float* b = static_cast<const float*>(bad[0].data());
+    for (int i = 0; i < 6; ++i)
+      EXPECT_FLOAT_EQ(b[i], a[i] + ((n->op_name() == "add" && i == 0) ? 1.0f : 0.0f)) << n->op_name() << " " << i;
   }
 }

@@ -3,4 +3,5 @@
 Graph dumps (CompilerConfig(dump_dir=...)), tensor dumps, accuracy compare against eager and an
 fp64 reference, bisection to the pass or node that makes a result wrong, and traces.
 """
+from .bisect import BisectResult, bisect  # noqa: F401
 from .dump import load_ir  # graph dumps: CompilerConfig(dump_dir=...), dump.py
