@@ -73,6 +73,7 @@ class Executable {
   void run_plan(const Plan& plan, const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs);
 
   const Graph& graph() const { return *graph_; }
+  const CompileOptions& options() const { return opts_; }  // as compiled (channel_block resolved)
   std::vector<DType> output_dtypes() const;
   const std::vector<PassRecord>& pass_log() const { return pass_log_; }
   double compile_ms() const { return compile_ms_; }
