@@ -3,3 +3,4 @@
 Graph dumps (CompilerConfig(dump_dir=...)), tensor dumps, accuracy compare against eager and an
 fp64 reference, bisection to the pass or node that makes a result wrong, and traces.
 """
+from .compare import Comparison, compare, dump_tensors  # noqa: F401  (tensor dumps, accuracy compare)
