@@ -9,6 +9,7 @@
 #include "convert.h"
 #include "core/error.h"
 #include "graph_handle.h"
+#include "ir/text.h"
 #include "kernels/kernel.h"
 
 namespace updraft::py {
@@ -37,6 +38,34 @@ Tensor constant_from(const AnyArray& arr) {
     delete keep;
   });
   return Tensor(v.dtype, v.shape(), std::move(storage));
+}
+
+nb::list node_rows(const Graph& g) {
+  std::vector<std::string> lines = print_node_lines(g);
+  std::vector<Node*> nodes = g.nodes();
+  nb::list rows;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node* n = nodes[i];
+    nb::list ins, outs, types, origin, out_origin;
+    for (const Value* v : n->inputs) ins.append(v->id);
+    for (const Value* v : n->outputs) {
+      outs.append(v->id);
+      types.append(v->type.str());
+      out_origin.append(v->origin);
+    }
+    for (const std::string& o : n->origin) origin.append(o);
+    nb::dict row;
+    row["index"] = i;
+    row["op"] = n->op_name();
+    row["text"] = lines[i];
+    row["inputs"] = ins;
+    row["outputs"] = outs;
+    row["types"] = types;
+    row["origin"] = origin;
+    row["output_origin"] = out_origin;
+    rows.append(row);
+  }
+  return rows;
 }
 
 void bind_graph(nb::module_& m) {
@@ -93,8 +122,16 @@ void bind_graph(nb::module_& m) {
            nb::arg("value_id"), nb::arg("probe_size") = 8,
            "The CPU kernel the runtime would pick for the node producing `value_id` (symbols bound to "
            "probe_size), or None when only the reference kernel would run it.")
+      .def("set_origin", [](GraphHandle& h, std::vector<std::string> origin) { h.get().set_origin(std::move(origin)); },
+           nb::arg("origin"),
+           "Provenance: nodes added from now on come from these front-end nodes (Node::origin).")
+      .def("set_value_origin", [](GraphHandle& h, int id, const std::string& origin) { h.value(id)->origin = origin; },
+           nb::arg("value_id"), nb::arg("origin"),
+           "Provenance: the front-end node whose result this value holds (Value::origin).")
+      .def("nodes", [](GraphHandle& h) { return node_rows(h.get()); })
       .def("num_nodes", [](GraphHandle& h) { return h.get().num_nodes(); })
-      .def("text", [](GraphHandle& h) { return graph_text(h.get()); });
+      .def("text", [](GraphHandle& h, bool origins) { return graph_text(h.get(), origins); },
+           nb::arg("origins") = false);
 }
 
 }  // namespace updraft::py

@@ -3,7 +3,11 @@
 #include <memory>
 #include <string>
 
+#include <nanobind/nanobind.h>
+
 #include "ir/graph.h"
+
+namespace nb = nanobind;
 
 namespace updraft::py {
 
@@ -13,7 +17,13 @@ struct GraphHandle {
   Value* value(int id);
 };
 
-// Text IR of a graph (the printer when present).
-std::string graph_text(const Graph& g);
+// Text IR of a graph (the printer when present); with `origins`, each node's provenance as a comment.
+std::string graph_text(const Graph& g, bool origins = false);
+
+// The graph's nodes as Python dicts, in graph (= plan schedule) order: index, op, text (the
+// node's IR line), inputs / outputs (value ids), types, origin (front-end node names) and
+// output_origin (per output: the front-end node whose result it holds, or ""). The debug tools'
+// view of provenance (updraft/debug/).
+nb::list node_rows(const Graph& g);
 
 }  // namespace updraft::py

@@ -14,7 +14,11 @@
 
 namespace updraft::py {
 
-std::string graph_text(const Graph& g) { return print_graph(g); }
+std::string graph_text(const Graph& g, bool origins) {
+  PrintOptions opts;
+  opts.origins = origins;
+  return print_graph(g, opts);
+}
 
 CompileOptions options_from(const nb::dict& d) {
   CompileOptions o;
@@ -133,7 +137,10 @@ void bind_runtime(nb::module_& m) {
              for (DType t : cg.output_dtypes()) r.push_back(dtype_name(t));
              return r;
            })
-      .def("graph_text", [](const CG& cg) { return print_graph(cg.graph()); })
+      .def("graph_text", [](const CG& cg, bool origins) { return graph_text(cg.graph(), origins); },
+           nb::arg("origins") = false, "The optimised graph as text IR; origins: provenance comments.")
+      .def("nodes", [](const CG& cg) { return node_rows(cg.graph()); },
+           "The optimised graph's nodes with their provenance (graph_handle.h, node_rows).")
       .def("pass_log",
            [](const CG& cg) {
              std::vector<std::tuple<std::string, bool, double, std::string>> r;

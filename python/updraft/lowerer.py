@@ -300,6 +300,8 @@ class Lowerer:
     def __init__(self, graph: Any) -> None:
         self.g = graph
         self.env: dict[fx.Node, Any] = {}
+        self._origin = ""  # the FX node being lowered (provenance, see lower())
+        self._stamped: set[int] = set()  # engine values whose origin is set
         self._scalars: dict[tuple, int] = {}
         self._n_consts = 0
         self._n_inputs = 0
@@ -554,10 +556,30 @@ class Lowerer:
         fn = lowering_for(node.target)
         if fn is None:
             raise Unsupported(f"no lowering for {op_name(node)}")
-        out = fn(self, node, bind_args(node) if hasattr(node.target, "_schema") else {})
-        out = self._conform(node, out)
+        # Provenance (Node::origin, Value::origin; updraft/debug/): engine nodes made while
+        # lowering `node` come from it; a nested lower() stamps its own node, then ours again.
+        outer = self._origin
+        self._origin = node.name
+        self.g.set_origin([node.name])
+        try:
+            out = fn(self, node, bind_args(node) if hasattr(node.target, "_schema") else {})
+            out = self._conform(node, out)
+        finally:
+            self._origin = outer
+            self.g.set_origin([outer] if outer else [])
+        self._stamp_values(node, out)
         self.env[node] = out
         return out
+
+    def _stamp_values(self, node: fx.Node, out: Any) -> None:
+        """Names `node` as the origin of the engine values holding its results, unless a value
+        already holds an earlier node's (a view lowered to its input). Output k of a node with
+        several is named "node[k]" (the FX getitem that reads it)."""
+        outs = out if isinstance(out, list) else [out]
+        for k, vid in enumerate(outs):
+            if vid is not None and vid not in self._stamped:
+                self._stamped.add(vid)
+                self.g.set_value_origin(vid, node.name if not isinstance(out, list) else f"{node.name}[{k}]")
 
     def _conform(self, node: fx.Node, out: Any) -> Any:
         """Casts results to the node's dtype; rejects a static shape that disagrees with torch."""

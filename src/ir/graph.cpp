@@ -89,6 +89,7 @@ Node* Graph::add_node(const OpDef& def, std::vector<Value*> inputs, Attrs attrs)
   node->op = &def;
   node->inputs = std::move(inputs);
   node->attrs = std::move(attrs);
+  node->origin = origin_;
   Node* n = node.get();
   for (size_t k = 0; k < out_types.size(); ++k) {
     Value* v = new_value("", std::move(out_types[k]));
@@ -106,7 +107,17 @@ void Graph::set_outputs(std::vector<Value*> outputs) {
   outputs_ = std::move(outputs);
 }
 
+void Graph::merge_origin(Node* into, const Node* from) {
+  if (into == nullptr || from == nullptr || into == from) return;
+  for (const std::string& o : from->origin)
+    if (std::find(into->origin.begin(), into->origin.end(), o) == into->origin.end()) into->origin.push_back(o);
+}
+
 void Graph::replace_all_uses(Value* from, Value* to) {
+  if (from != to && to->producer != nullptr) {
+    if (!from->origin.empty()) to->origin = from->origin;
+    merge_origin(to->producer, from->producer);
+  }
   for (auto& n : nodes_)
     for (Value*& in : n->inputs)
       if (in == from) in = to;

@@ -47,6 +47,12 @@ struct Value {
   int source = -1;
   // Set by Graph::record_fold on a constant computed from a parameter (or from another such).
   bool from_parameter = false;
+  // Provenance (debug tools, docs/debugging.md): the front-end node (an aten FX node's name)
+  // whose result this value holds, or empty. Set by the lowering; replace_all_uses moves it to
+  // the value that takes over, so after fusion the fused node's output names the last node of
+  // the chain it computes. A value whose layout a pass changed (channel-blocked) keeps it: a
+  // reader compares shapes before values.
+  std::string origin;
 
   bool is_constant() const { return constant.has_value(); }
   // A constant whose bytes are fixed when the graph is compiled: neither a caller's parameter nor
@@ -74,6 +80,10 @@ struct Node {
   std::vector<Value*> inputs;
   std::vector<Value*> outputs;
   Attrs attrs;
+  // Provenance: the front-end nodes this node computes, in their graph order (one after
+  // lowering; several after a pass fused nodes). Printed as a comment (PrintOptions::origins);
+  // not part of what the graph computes, so not hashed, compared or stored in cache entries.
+  std::vector<std::string> origin;
 
   const std::string& op_name() const;
   Value* input(int k) const { return inputs.at(k); }
@@ -106,7 +116,14 @@ class Graph {
   // Nodes inserted by add_node go before `before` until the insert point is reset (nullptr).
   void set_insert_point(Node* before) { insert_before_ = before; }
 
-  // Rewiring helpers for passes.
+  // Provenance stamp: nodes added from now on get `origin` (the lowering sets it per front-end
+  // node; passes leave it empty and carry origins with replace_all_uses / merge_origin).
+  void set_origin(std::vector<std::string> origin) { origin_ = std::move(origin); }
+  // Appends `from`'s origins that `into` lacks (a pass that folds `from` into `into`).
+  static void merge_origin(Node* into, const Node* from);
+
+  // Rewiring helpers for passes. replace_all_uses also carries provenance: `to` takes over
+  // `from`'s value origin, and `to`'s producer (if any) gains `from`'s producer's origins.
   void replace_all_uses(Value* from, Value* to);  // inputs of nodes and graph outputs
   void remove_node(Node* n);  // n's outputs must be unused
   std::vector<Node*> users(const Value* v) const;
@@ -132,6 +149,7 @@ class Graph {
   std::vector<FoldRecord> folds_;
   Node* insert_before_ = nullptr;
   int next_node_id_ = 0;
+  std::vector<std::string> origin_;  // set_origin
 };
 
 }  // namespace updraft

@@ -120,39 +120,31 @@ class Namer {
 
 }  // namespace
 
-std::string print_graph(const Graph& g, const PrintOptions& opts) {
-  std::vector<Node*> nodes = g.nodes();
-  // Constants that nodes or outputs use, in creation order (unused ones are dead weight that
-  // the graph cannot delete; printing them would only add noise).
-  std::set<const Value*> used;
-  for (Node* n : nodes)
-    for (Value* v : n->inputs) used.insert(v);
-  for (Value* v : g.outputs()) used.insert(v);
+namespace {
+
+// What print_graph and print_node_lines share: the constants worth printing and the names.
+struct Printed {
+  std::vector<Node*> nodes;
   std::vector<const Value*> consts;
-  for (Value* v : g.constants())
-    if (used.count(v)) consts.push_back(v);
-
   Namer names;
-  for (Value* v : g.inputs()) names.reserve(v);
-  for (const Value* v : consts) names.reserve(v);
-  for (Node* n : nodes)
-    for (Value* v : n->outputs) names.reserve(v);
 
-  std::string out = "graph(";
-  for (size_t i = 0; i < g.inputs().size(); ++i) {
-    const Value* v = g.inputs()[i];
-    out += (i ? ", " : "") + names.ref(v) + ": " + v->type.str();
-    if (!v->binds.empty()) out += " = " + v->binds;  // a size input
+  explicit Printed(const Graph& g) : nodes(g.nodes()) {
+    // Constants that nodes or outputs use, in creation order (unused ones are dead weight that
+    // the graph cannot delete; printing them would only add noise).
+    std::set<const Value*> used;
+    for (Node* n : nodes)
+      for (Value* v : n->inputs) used.insert(v);
+    for (Value* v : g.outputs()) used.insert(v);
+    for (Value* v : g.constants())
+      if (used.count(v)) consts.push_back(v);
+    for (Value* v : g.inputs()) names.reserve(v);
+    for (const Value* v : consts) names.reserve(v);
+    for (Node* n : nodes)
+      for (Value* v : n->outputs) names.reserve(v);
   }
-  out += ") {\n";
-  for (const Value* v : consts)
-  {
-    std::string ref = opts.constant_ref ? opts.constant_ref(v) : std::string();
-    std::string data = ref.empty() ? constant_data(*v->constant, opts) : "extern(" + ref + ")";
-    out += "  " + names.ref(v) + " = constant " + v->type.str() + " " + data + "\n";
-  }
-  for (Node* n : nodes) {
-    out += "  ";
+
+  std::string node_line(const Node* n, const PrintOptions& opts) {
+    std::string out;
     for (size_t k = 0; k < n->outputs.size(); ++k) out += (k ? ", " : "") + names.ref(n->outputs[k]);
     out += " = " + n->op_name() + "(";
     for (size_t k = 0; k < n->inputs.size(); ++k) out += (k ? ", " : "") + names.ref(n->inputs[k]);
@@ -168,12 +160,43 @@ std::string print_graph(const Graph& g, const PrintOptions& opts) {
     }
     out += " : ";
     for (size_t k = 0; k < n->outputs.size(); ++k) out += (k ? ", " : "") + n->outputs[k]->type.str();
-    out += "\n";
+    if (opts.origins && !n->origin.empty()) {
+      out += "  // from: ";
+      for (size_t k = 0; k < n->origin.size(); ++k) out += (k ? ", " : "") + n->origin[k];
+    }
+    return out;
   }
+};
+
+}  // namespace
+
+std::string print_graph(const Graph& g, const PrintOptions& opts) {
+  Printed p(g);
+  std::string out = "graph(";
+  for (size_t i = 0; i < g.inputs().size(); ++i) {
+    const Value* v = g.inputs()[i];
+    out += (i ? ", " : "") + p.names.ref(v) + ": " + v->type.str();
+    if (!v->binds.empty()) out += " = " + v->binds;  // a size input
+  }
+  out += ") {\n";
+  for (const Value* v : p.consts) {
+    std::string ref = opts.constant_ref ? opts.constant_ref(v) : std::string();
+    std::string data = ref.empty() ? constant_data(*v->constant, opts) : "extern(" + ref + ")";
+    out += "  " + p.names.ref(v) + " = constant " + v->type.str() + " " + data + "\n";
+  }
+  for (Node* n : p.nodes) out += "  " + p.node_line(n, opts) + "\n";
   out += "  return (";
-  for (size_t i = 0; i < g.outputs().size(); ++i) out += (i ? ", " : "") + names.ref(g.outputs()[i]);
+  for (size_t i = 0; i < g.outputs().size(); ++i) out += (i ? ", " : "") + p.names.ref(g.outputs()[i]);
   out += ")\n}\n";
   return out;
+}
+
+std::vector<std::string> print_node_lines(const Graph& g, const PrintOptions& opts) {
+  Printed p(g);
+  std::vector<std::string> lines;
+  lines.reserve(p.nodes.size());
+  for (Node* n : p.nodes) lines.push_back(p.node_line(n, opts));
+  return lines;
 }
 
 }  // namespace updraft

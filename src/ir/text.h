@@ -37,6 +37,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ir/graph.h"
 
@@ -50,6 +51,9 @@ struct PrintOptions {
   // When set and it returns a non-empty reference for a constant, the constant prints as
   // `extern(REF)` instead of its data (the compile cache stores values apart from the text).
   std::function<std::string(const Value*)> constant_ref;
+  // Append each node's provenance (Node::origin) as a comment: `... : f32[2, 16]  // from: addmm, gelu`.
+  // A comment, so the text parses the same with or without it.
+  bool origins = false;
 };
 
 // Resolves `extern(REF)` constant data when parsing: returns the tensor for REF, which must have
@@ -57,6 +61,8 @@ struct PrintOptions {
 using ExternResolver = std::function<Tensor(const std::string& ref, const TensorType& type)>;
 
 std::string print_graph(const Graph& g, const PrintOptions& opts = {});
+// Each node's line as print_graph writes it (same value names, no indent), in graph order.
+std::vector<std::string> print_node_lines(const Graph& g, const PrintOptions& opts = {});
 
 // What a parse may do beyond reading the text. Text IR can come from a file the process did not
 // write (a cache entry), so what it can make the parser allocate is bounded: literal data needs

@@ -98,6 +98,7 @@ bool fold_one(Graph& g, Node* bn) {
   attrs["has_bias"] = Attr(true);
   attrs["has_weight_scale"] = Attr(true);
   Node* fused = g.add_node("conv2d", {conv->inputs[0], w, wscale, bv}, std::move(attrs));
+  Graph::merge_origin(fused, conv);
   g.set_insert_point(nullptr);
   UPDRAFT_CHECK(fused->output()->type == bn->output()->type, "fold_conv_bn",
                 "folded conv2d is typed " + fused->output()->type.str() + ", the batch_norm was " +

@@ -149,6 +149,7 @@ bool replace_group(Graph& g, const Group& grp) {
       g.remove_node(fused);
       continue;
     }
+    for (Node* m : grp.nodes) Graph::merge_origin(fused, m);
     g.replace_all_uses(root->output(0), fused->output(0));
     for (auto it = grp.nodes.rbegin(); it != grp.nodes.rend(); ++it) g.remove_node(*it);
     return true;

@@ -180,6 +180,8 @@ bool fuse_one(Graph& g, Node* n, std::unordered_set<const Node*>& removed) {
   // Every input exists before the chain's last node (the residual may be computed after n).
   g.set_insert_point(last);
   Node* fused = g.add_node(n->op_name(), std::move(inputs), std::move(attrs));
+  Graph::merge_origin(fused, n);
+  for (Node* c : chain) Graph::merge_origin(fused, c);
   Value* result = fused->output();
   if (view) result = g.add_node("reshape", {result}, view->attrs)->output();
   g.set_insert_point(nullptr);
