@@ -47,10 +47,14 @@ std::unique_ptr<Graph> copy_graph(const Graph& g) {
   std::vector<Node*> a = g.nodes(), b = copy->nodes();
   UPDRAFT_CHECK(a.size() == b.size(), "debug",
                 "copy_graph: the copy has " + std::to_string(b.size()) + " nodes, the graph " + std::to_string(a.size()));
-  for (size_t k = 0; k < a.size(); ++k)
+  for (size_t k = 0; k < a.size(); ++k) {
     UPDRAFT_CHECK(a[k]->op == b[k]->op && a[k]->outputs.size() == b[k]->outputs.size(), "debug",
                   "copy_graph: node " + std::to_string(k) + " is " + a[k]->op_name() + " in the graph, " +
                       b[k]->op_name() + " in the copy");
+    // Provenance is a comment in the text: carried over by position.
+    b[k]->origin = a[k]->origin;
+    for (size_t j = 0; j < a[k]->outputs.size(); ++j) b[k]->outputs[j]->origin = a[k]->outputs[j]->origin;
+  }
   return copy;
 }
 

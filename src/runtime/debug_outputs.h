@@ -30,7 +30,8 @@ namespace updraft {
 // A copy of `g` for running: the same inputs, nodes (in order, with their attributes) and
 // outputs; constants share g's tensors. Built by printing g as text IR with every constant as an
 // extern reference and parsing it back, the round trip the compile cache relies on (cache/entry.h),
-// so it copies whatever the text IR can express. Node k of the copy is node k of g.
+// so it copies whatever the text IR can express, and node and value provenance (Node::origin,
+// Value::origin of node outputs) by position. Node k of the copy is node k of g.
 std::unique_ptr<Graph> copy_graph(const Graph& g);
 
 // One captured node output.

@@ -175,11 +175,23 @@ TEST(DebugOutputs, BlockedConvOutputsAreCapturedPlain) {
 }
 
 TEST(DebugOutputs, CopyGraphSharesConstantsAndPrintsTheSame) {
-  auto cg = Executable::compile(parse_graph(kMlp), CompileOptions{});
+  auto g = parse_graph(kMlp);
+  int k = 0;
+  for (Node* n : g->nodes()) {  // as the lowering stamps them: one front-end node per node
+    std::string name = "a" + std::to_string(k++);
+    n->origin = {name};
+    for (Value* v : n->outputs) v->origin = name;
+  }
+  auto cg = Executable::compile(std::move(g), CompileOptions{});
   auto copy = copy_graph(cg->graph());
   EXPECT_EQ(print_graph(*copy), print_graph(cg->graph()));
   std::vector<Value*> a = cg->graph().constants(), b = copy->constants();
   ASSERT_EQ(a.size(), b.size());
   ASSERT_FALSE(a.empty());
   for (size_t k = 0; k < a.size(); ++k) EXPECT_EQ(a[k]->constant->data(), b[k]->constant->data());
+  // Provenance (a comment in the text) is carried over by position.
+  PrintOptions with_origins;
+  with_origins.origins = true;
+  EXPECT_EQ(print_graph(*copy, with_origins), print_graph(cg->graph(), with_origins));
+  EXPECT_NE(print_graph(*copy, with_origins).find("// from: a0, a1"), std::string::npos);  // a fused node's
 }
