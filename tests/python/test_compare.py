@@ -2,9 +2,9 @@
 
 dump_tensors: the manifest lists every engine node of every partition call, each .npy loads with
 the manifest's dtype and shape, and an engine value equals the eager output of the FX node it
-came from. compare: a clean model flags nothing; a real numeric fault (a weight changed behind
-the engine's back, so the engine runs a stale prepacked copy) and the test-only kernel fault are
-each named as the first divergent node."""
+came from. compare: a clean model flags nothing; a real numeric fault (batch-norm statistics
+changed behind the engine's back, so it runs conv weights folded from the old ones) and the
+test-only kernel fault are each named as the first divergent node."""
 import dataclasses
 import json
 
@@ -111,24 +111,40 @@ class _Mlp(torch.nn.Module):
         return self.fc3(self.norm(h))
 
 
-def test_compare_names_the_node_that_runs_a_stale_weight():
-    # A real numeric fault, no switch: the engine prepacks fc2's weight when it builds; a change
-    # made through .data does not bump the parameter's version, so the engine never rebuilds and
-    # keeps computing with the old copy while PyTorch uses the new values.
-    model = _Mlp().eval()
-    x = torch.randn(4, 32)
-    compiled = _compiled(model, prepack_weights=True)
+class _Convs(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16)
+        self.conv2, self.bn2 = torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.BatchNorm2d(16)
+
+    def forward(self, x):
+        h = torch.relu(self.bn1(self.conv1(x)))
+        h = torch.relu(self.bn2(self.conv2(h)))
+        return h.mean(dim=(2, 3))
+
+
+def test_compare_names_the_node_that_runs_a_stale_folded_weight():
+    # A real numeric fault, no switch: the engine folds bn2 into conv2's weights when it
+    # compiles; a change made through .data does not bump the buffer's version, so the engine
+    # never recompiles and keeps the folded weights of the old statistics, while PyTorch (and
+    # the float64 reference) use the new ones.
+    model = _Convs().eval()
+    for bn in (model.bn1, model.bn2):
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(2, 3, 12, 12)
+    compiled = _compiled(model)
     with torch.no_grad():
         compiled(x)
-    model.fc2.weight.data[:, :8] += 0.5
+    model.bn2.running_var.data *= 4.0
     res = compare(compiled, x, verbose=False)
     d = res.first_divergent
     assert d is not None, res
-    assert any(a.startswith("addmm_1 ") for a in d["aten"]), d  # fc2's addmm, not fc1's (addmm)
-    assert "test_compare.py" in d["source"] and "self.fc2(h)" in d["source"]
-    assert d["updraft_abs"] > 0.1 and d["eager_abs"] < 1e-4
-    assert all(not r["flagged"] for r in res.rows if r["node"] < d["node"])
-    assert [name for name, _ in d["inputs"]] and all("min" in s for _, s in d["inputs"])
+    assert d["op"] == "conv2d" and any(a.startswith("convolution_1 ") for a in d["aten"]), d  # conv2, not conv1
+    assert "test_compare.py" in d["source"] and "self.conv2(h)" in d["source"], d["source"]
+    assert d["updraft_rel"] > 0.1 and d["eager_rel"] < 1e-5
+    assert all(not r["flagged"] for r in res.rows if (r["call"], r["node"]) < (d["call"], d["node"]))
+    assert d["inputs"] and all("min" in s for _, s in d["inputs"])
     text = str(res)
     assert "First divergent node" in text and d["ir"] in text
 

@@ -37,6 +37,7 @@ import copy
 import dataclasses
 import json
 import math
+import operator
 import os
 import sys
 from typing import Any, Optional
@@ -470,30 +471,37 @@ def compare(model: Any, *inputs: Any, factor: float = DEFAULT_FACTOR, floor: flo
                 first["source"] = _source_line(fxn) or next(
                     (s for s in (_source_line(fx_nodes.get(o)) for o in row["aten"]) if s), "")
                 first["aten"] = [f"{o} ({fx_nodes[o].target})" if o in fx_nodes else o for o in row["aten"]]
-                first["inputs"] = _input_stats(call, c, fxn, by_value, rec32)
+                first["inputs"] = _input_stats(call, c, fx_nodes, by_value, rec32)
     outputs = _output_errors(eager, inputs, eager_out, upd_out, notes) if reference_model else []
+    if first is None and any(o["updraft_abs"] > factor * o["eager_abs"] and o["updraft_rel"] > floor for o in outputs):
+        notes.append("the model's output diverges but no engine node does when its graph is run again here: "
+                     "look at state the normal call's kernels keep (prepacked weights of a parameter "
+                     "changed since), at ops that run in PyTorch, or at the graph between partitions")
     res = Comparison(rows, first, outputs, factor, floor, notes)
     if verbose:
         print(res, file=file or sys.stdout)
     return res
 
 
-def _input_stats(call: _Call, c: _Captured, fxn: Optional[fx.Node], by_value: dict, rec32: dict) -> list:
+def _input_stats(call: _Call, c: _Captured, fx_nodes: dict, by_value: dict, rec32: dict) -> list:
     """Statistics of the diverging node's inputs as updraft had them: each engine input that a
-    node of this graph made, else (a graph input or constant) the FX argument it stands for."""
-    out = []
-    origins_of = {cap.origin: cap for cap in by_value.values() if cap.origin}
+    node of this graph made, then the inputs of the FX nodes it computes that come from outside
+    them (partition inputs, parameters) and are not among the former."""
+    out, covered = [], set()
     for vid in c.info.get("inputs", []):
         cap = by_value.get(vid)
         if cap is not None:
-            out.append((f"%{vid} (node {cap.node} {cap.info['op']})", _stats(cap.tensor)))
-    if fxn is not None:  # the FX arguments not covered above: partition inputs, parameters
-        covered = {cap.origin for cap in (by_value.get(v) for v in c.info.get("inputs", [])) if cap}
-        for a in fxn.all_input_nodes:
-            if a.name in covered:
-                continue
-            t = origins_of[a.name].tensor if a.name in origins_of else rec32.get(a.name)
-            out.append((f"{a.name} (fx)", _stats(t)))
+            out.append((f"%{vid} = {cap.origin or '?'} (node {cap.node} {cap.info['op']})", _stats(cap.tensor)))
+            covered.add(cap.origin)
+    fused = set(c.info.get("origin") or [])
+    for name in c.info.get("origin") or []:
+        n = fx_nodes.get(name)
+        for a in (n.all_input_nodes if n is not None else []):
+            if a.name in fused or a.name in covered or (
+                    a.target is operator.getitem and getattr(a.args[0], "name", "") in fused):
+                continue  # computed inside the node (a tuple element of a fused op included)
+            covered.add(a.name)
+            out.append((f"{a.name} ({a.op})", _stats(rec32.get(a.name))))
     return out
 
 
