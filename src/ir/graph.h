@@ -50,8 +50,8 @@ struct Value {
   // Provenance (debug tools, docs/debugging.md): the front-end node (an aten FX node's name)
   // whose result this value holds, or empty. Set by the lowering; replace_all_uses moves it to
   // the value that takes over, so after fusion the fused node's output names the last node of
-  // the chain it computes. A value whose layout a pass changed (channel-blocked) keeps it: a
-  // reader compares shapes before values.
+  // the chain it computes. It names a result in the front end's (plain) layout: a value in a
+  // channel-blocked layout has none, its plain copy (a channel_block node's output) has it.
   std::string origin;
 
   bool is_constant() const { return constant.has_value(); }

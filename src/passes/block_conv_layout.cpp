@@ -48,7 +48,7 @@ class Rewriter {
  public:
   Rewriter(Graph& g, int64_t block) : g_(g), block_(block) {}
 
-  int64_t layout(const Value* v) const {
+  int64_t layout(Value* v) const {
     auto it = layout_.find(v);
     return it == layout_.end() ? 0 : it->second;
   }
@@ -65,6 +65,7 @@ class Rewriter {
     Attrs a{{"from_block", Attr(have)}, {"to_block", Attr(want)}};
     Value* r = g_.add_node("channel_block", {v}, std::move(a))->output(0);
     g_.set_insert_point(nullptr);
+    if (want == 0) r->origin = v->origin;  // the plain copy holds the front end's result
     layout_[r] = want;
     copies_[key] = r;
     changed_ = true;
@@ -104,12 +105,19 @@ class Rewriter {
     g_.set_outputs(outs);
   }
 
+  // Provenance (Value::origin) names a result in plain layout: once every plain copy has taken
+  // it (as_layout), a value left in blocked bytes gives it up.
+  void blocked_values_lose_origin() {
+    for (const auto& [v, b] : layout_)
+      if (b != 0 && !same_memory(v, b, 0)) v->origin.clear();
+  }
+
   bool changed() const { return changed_; }
 
  private:
   Graph& g_;
   int64_t block_;
-  std::unordered_map<const Value*, int64_t> layout_;  // absent: plain
+  std::unordered_map<Value*, int64_t> layout_;  // absent: plain
   std::map<std::pair<Value*, int64_t>, Value*> copies_;
   bool changed_ = false;
 };
@@ -124,6 +132,7 @@ bool block_conv_layout(Graph& g, int block) {
     else rw.other(n);
   }
   rw.outputs();
+  rw.blocked_values_lose_origin();
   return rw.changed();
 }
 

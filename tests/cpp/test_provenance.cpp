@@ -115,3 +115,28 @@ TEST(Provenance, CseKeepsBothNames) {
   const Node* t = only_node_with_op(*g, "tanh");
   EXPECT_EQ(t->origin, (std::vector<std::string>{"a0", "a1"}));
 }
+
+TEST(Provenance, ChannelBlockedResultsNameTheirPlainCopy) {
+  auto g = stamped(R"(graph(%x: f32[1, 16, 8, 8]) {
+  %w1 = constant f32[16, 16, 3, 3] random(seed=1)
+  %w2 = constant f32[16, 16, 3, 3] random(seed=2)
+  %0 = conv2d(%x, %w1) {padding=[1, 1]}
+  %1 = conv2d(%0, %w2) {padding=[1, 1]}
+  %2 = neg(%1)
+  return (%2, %0)
+})");
+  CompileOptions opts;
+  opts.channel_block = 8;
+  opts.fuse = false;
+  run_pipeline(*g, opts);
+  int blocked = 0;
+  for (const Node* n : g->nodes()) {
+    if (n->op_name() == "conv2d" && n->attr("dst_block").i() != 0) {
+      ++blocked;
+      EXPECT_EQ(n->output()->origin, "");  // nChw8c bytes are not the aten tensor
+    }
+    if (n->op_name() == "channel_block" && n->attr("to_block").i() == 0)
+      EXPECT_TRUE(n->output()->origin == "a0" || n->output()->origin == "a1") << n->output()->origin;
+  }
+  EXPECT_EQ(blocked, 2);
+}
