@@ -154,8 +154,13 @@ def _capture(call: _Call) -> tuple[Optional[list[_Captured]], str]:
     for k, c in enumerate(captured):
         info = nodes[c["node"]]
         origins = info.get("output_origin") or []
-        got.append(_Captured(c["node"], c["output"], c["value"], outs[nout + k], info,
-                             origins[c["output"]] if c["output"] < len(origins) else "", c["block"]))
+        origin = origins[c["output"]] if c["output"] < len(origins) else ""
+        if not origin and c["block"] and info.get("origin"):
+            # A channel-blocked value has no origin (its bytes are not the aten tensor), but its
+            # capture is reordered to plain, so it is the result of the last aten node the conv
+            # computes (a fused node's output holds its chain's last result).
+            origin = info["origin"][-1]
+        got.append(_Captured(c["node"], c["output"], c["value"], outs[nout + k], info, origin, c["block"]))
     return got, ""
 
 
