@@ -168,6 +168,32 @@ def _fx_nodes(call: _Call) -> dict:
     return {n.name: n for n in call.partition.sub.graph.nodes}
 
 
+def _split_origin(origin: str) -> tuple[str, Optional[int]]:
+    """'native_layer_norm[0]' -> ('native_layer_norm', 0): the lowering names element k of an FX
+    node's tuple result this way; a plain name -> (name, None)."""
+    if origin.endswith("]") and "[" in origin:
+        base, k = origin[:-1].rsplit("[", 1)
+        if k.isdigit():
+            return base, int(k)
+    return origin, None
+
+
+def _fx_value(values: dict, origin: str) -> Any:
+    """The recorded value `origin` names (a tuple element included), or None."""
+    base, k = _split_origin(origin)
+    v = values.get(base)
+    if k is not None:
+        return v[k] if isinstance(v, (tuple, list)) and k < len(v) else None
+    return v
+
+
+def _origin_key(n: fx.Node) -> str:
+    """An FX node's name as provenance writes it: a getitem of a tuple result is 'base[k]'."""
+    if n.target is operator.getitem and isinstance(n.args[0], fx.Node) and isinstance(n.args[1], int):
+        return f"{n.args[0].name}[{n.args[1]}]"
+    return n.name
+
+
 def _source_line(node: Optional[fx.Node]) -> str:
     """The last frame of an FX node's stack trace: 'file:line in fn: code'."""
     trace = (node.meta.get("stack_trace") or "") if node is not None else ""
@@ -456,7 +482,7 @@ def compare(model: Any, *inputs: Any, factor: float = DEFAULT_FACTOR, floor: flo
                    "updraft_rel": None, "eager_abs": None, "eager_rel": None, "ref_max": None,
                    "flagged": False, "skipped": ""}
             rows.append(row)
-            ref, e32 = rec64.get(c.origin), rec32.get(c.origin)
+            ref, e32 = _fx_value(rec64, c.origin), _fx_value(rec32, c.origin)
             if not c.origin:
                 row["skipped"] = "no FX twin"
                 continue
@@ -472,7 +498,7 @@ def compare(model: Any, *inputs: Any, factor: float = DEFAULT_FACTOR, floor: flo
             row["flagged"] = ua > factor * ea and ur > floor
             if row["flagged"] and first is None:
                 first = dict(row)
-                fxn = fx_nodes.get(c.origin)
+                fxn = fx_nodes.get(_split_origin(c.origin)[0])
                 first["source"] = _source_line(fxn) or next(
                     (s for s in (_source_line(fx_nodes.get(o)) for o in row["aten"]) if s), "")
                 first["aten"] = [f"{o} ({fx_nodes[o].target})" if o in fx_nodes else o for o in row["aten"]]
@@ -502,10 +528,11 @@ def _input_stats(call: _Call, c: _Captured, fx_nodes: dict, by_value: dict, rec3
     for name in c.info.get("origin") or []:
         n = fx_nodes.get(name)
         for a in (n.all_input_nodes if n is not None else []):
-            if a.name in fused or a.name in covered or (
+            key = _origin_key(a)
+            if a.name in fused or key in covered or a.name in covered or (
                     a.target is operator.getitem and getattr(a.args[0], "name", "") in fused):
-                continue  # computed inside the node (a tuple element of a fused op included)
-            covered.add(a.name)
+                continue  # computed inside the node (a tuple element of a fused op included), or shown
+            covered.add(key)
             out.append((f"{a.name} ({a.op})", _stats(rec32.get(a.name))))
     return out
 
