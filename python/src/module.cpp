@@ -1,6 +1,6 @@
 // updraft._C: the engine's Python surface. One file per C++ area: graph building
 // (graph_bindings.cpp), compiling and running (runtime_bindings.cpp), compile-cache entries
-// (cache_bindings.cpp), conversions (convert.cpp).
+// (cache_bindings.cpp), debugging (debug_bindings.cpp), conversions (convert.cpp).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
@@ -19,6 +19,7 @@ namespace updraft::py {
 void bind_graph(nb::module_& m);
 void bind_runtime(nb::module_& m);
 void bind_cache(nb::module_& m);
+void bind_debug(nb::module_& m);  // debug_bindings.cpp
 }  // namespace updraft::py
 
 namespace {
@@ -135,4 +136,5 @@ NB_MODULE(_C, m) {
   py::bind_graph(m);
   py::bind_runtime(m);
   py::bind_cache(m);
+  py::bind_debug(m);
 }

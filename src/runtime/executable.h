@@ -80,7 +80,7 @@ class Executable {
                 StepObserver* observer = nullptr);
 
   const Graph& graph() const { return *graph_; }
-  const CompileOptions& options() const { return opts_; }
+  const CompileOptions& options() const { return opts_; }  // as compiled (channel_block resolved)
   // What reports call this graph (the watchdog's): the Python partition's name; empty: none.
   void set_label(std::string label);
   std::string label() const;

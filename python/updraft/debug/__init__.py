@@ -5,3 +5,4 @@ fp64 reference, bisection to the pass or node that makes a result wrong, and tra
 """
 from .bisect import BisectResult, bisect  # noqa: F401
 from .dump import load_ir  # graph dumps: CompilerConfig(dump_dir=...), dump.py
+from .compare import Comparison, compare, dump_tensors  # noqa: F401  (tensor dumps, accuracy compare)

@@ -1,0 +1,95 @@
+// Debug outputs: a second Executable over a copy of a compiled graph whose outputs are every
+// node output (runtime/debug_outputs.h).
+#include "runtime/debug_outputs.h"
+
+#include <string>
+
+#include "core/error.h"
+#include "ir/op_table.h"
+#include "ir/text.h"
+
+namespace updraft {
+
+namespace {
+
+// The channel block a node output is stored in (kernels/channel_block.h): only a blocked conv's
+// result and a channel_block copy to a block are; every other op reads and writes plain NCHW
+// (passes/block_conv_layout.h).
+int64_t stored_block(const Node& n, int k) {
+  if (k != 0) return 0;
+  if (n.op_name() == "conv2d" && n.has_attr("dst_block")) return n.attr("dst_block").i();
+  if (n.op_name() == "channel_block") return n.attr("to_block").i();
+  return 0;
+}
+
+}  // namespace
+
+std::unique_ptr<Graph> copy_graph(const Graph& g) {
+  // Constants by reference ("c<id>"), resolved to the same tensors: nothing is copied, and the
+  // text carries no data, however large the weights.
+  PrintOptions popts;
+  popts.constant_ref = [](const Value* v) { return "c" + std::to_string(v->id); };
+  ExternResolver resolve = [&g](const std::string& ref, const TensorType& type) -> Tensor {
+    int id = -1;
+    try {
+      id = std::stoi(ref.substr(1));
+    } catch (const std::exception&) {
+      throw Error("debug", "copy_graph: bad constant reference '" + ref + "'");
+    }
+    UPDRAFT_CHECK(ref[0] == 'c' && id >= 0 && static_cast<size_t>(id) < g.num_values() && g.value(id)->is_constant(),
+                  "debug", "copy_graph: bad constant reference '" + ref + "'");
+    return *g.value(id)->constant;
+  };
+  ParseOptions opts;
+  opts.externs = &resolve;
+  std::unique_ptr<Graph> copy = parse_graph(print_graph(g, popts), opts);
+  // Node k of the copy stands for node k of g (debug_outputs indexes by it): check it does.
+  std::vector<Node*> a = g.nodes(), b = copy->nodes();
+  UPDRAFT_CHECK(a.size() == b.size(), "debug",
+                "copy_graph: the copy has " + std::to_string(b.size()) + " nodes, the graph " + std::to_string(a.size()));
+  for (size_t k = 0; k < a.size(); ++k) {
+    UPDRAFT_CHECK(a[k]->op == b[k]->op && a[k]->outputs.size() == b[k]->outputs.size(), "debug",
+                  "copy_graph: node " + std::to_string(k) + " is " + a[k]->op_name() + " in the graph, " +
+                      b[k]->op_name() + " in the copy");
+    // Provenance is a comment in the text: carried over by position.
+    b[k]->origin = a[k]->origin;
+    for (size_t j = 0; j < a[k]->outputs.size(); ++j) b[k]->outputs[j]->origin = a[k]->outputs[j]->origin;
+  }
+  return copy;
+}
+
+DebugOutputs debug_outputs(const Executable& cg) {
+  const Graph& g = cg.graph();
+  std::unique_ptr<Graph> copy = copy_graph(g);
+  DebugOutputs d;
+  std::vector<Value*> outs;
+  // The original outputs first; then node k's outputs, taken from node k of the copy (value
+  // ids differ between the two graphs, node positions do not).
+  std::vector<Node*> a = g.nodes(), b = copy->nodes();
+  for (size_t i = 0; i < g.outputs().size(); ++i) outs.push_back(copy->outputs().at(i));
+  d.num_outputs = outs.size();
+  const OpDef& unblock = OpTable::get().at("channel_block");
+  for (size_t k = 0; k < a.size(); ++k) {
+    for (size_t j = 0; j < a[k]->outputs.size(); ++j) {
+      CapturedOutput c;
+      c.node = static_cast<int>(k);
+      c.output = static_cast<int>(j);
+      c.value = a[k]->outputs[j]->id;
+      c.block = stored_block(*a[k], static_cast<int>(j));
+      Value* v = b[k]->outputs[j];
+      // Appended after every node: the blocked value is itself an output, so no later node
+      // overwrites it before the copy reads it.
+      if (c.block != 0)
+        v = copy->add_node(unblock, {v}, {{"from_block", Attr(c.block)}, {"to_block", Attr(int64_t{0})}})->output(0);
+      outs.push_back(v);
+      d.captured.push_back(c);
+    }
+  }
+  copy->set_outputs(std::move(outs));
+  CompileOptions opts = cg.options();
+  opts.debug = 0;  // a debugging aid of its own: no pass or plan log on stderr
+  d.exe = Executable::from_optimized(std::move(copy), opts, 0.0);
+  return d;
+}
+
+}  // namespace updraft
