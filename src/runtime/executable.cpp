@@ -65,7 +65,10 @@ std::shared_ptr<Executable> Executable::from_optimized(std::unique_ptr<Graph> gr
   cg->opts_ = opts;
   cg->graph_ = std::move(graph);
   cg->compile_ms_ = load_ms;
-  cg->pass_log_.push_back({"cache_load", false, load_ms, ""});
+  PassRecord load;
+  load.name = "cache_load";
+  load.ms = load_ms;
+  cg->pass_log_.push_back(std::move(load));
   if (opts.debug >= 1)
     std::fprintf(stderr, "[updraft] loaded %zu nodes from the compile cache in %.3f ms\n", cg->graph_->num_nodes(),
                  load_ms);
