@@ -118,6 +118,10 @@ TEST(CacheEntry, RoundTripRunsBitIdenticalWithoutPasses) {
   EXPECT_EQ(m.key, "k1");
   EXPECT_EQ(m.note, "test model");
   EXPECT_EQ(m.cpu, cpu_features());
+  // A load is one record, and it skipped nothing (explain lists skipped passes).
+  ASSERT_EQ(warm->pass_log().size(), 1u);
+  EXPECT_EQ(warm->pass_log()[0].name, "cache_load");
+  EXPECT_FALSE(warm->pass_log()[0].skipped);
 }
 
 TEST(CacheEntry, SameParametersMapTheStoredFolds) {
