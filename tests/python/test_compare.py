@@ -5,7 +5,6 @@ the manifest's dtype and shape, and an engine value equals the eager output of t
 came from. compare: a clean model flags nothing; a real numeric fault (batch-norm statistics
 changed behind the engine's back, so it runs conv weights folded from the old ones) and the
 test-only kernel fault are each named as the first divergent node."""
-import dataclasses
 import json
 
 import numpy as np
@@ -149,8 +148,6 @@ def test_compare_names_the_node_that_runs_a_stale_folded_weight():
     assert "First divergent node" in text and d["ir"] in text
 
 
-@pytest.mark.skipif("debug_fault" not in {f.name for f in dataclasses.fields(CompilerConfig)},
-                    reason="CompilerConfig.debug_fault (the bisect helper's test-only switch) is not merged yet")
 def test_compare_names_the_faulty_kernel():
     model = _Mlp().eval()
     x = torch.randn(4, 32)

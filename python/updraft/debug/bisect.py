@@ -34,6 +34,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from ._common import flatten_outputs, source_line
+
 # Default tolerances per output dtype: (rtol, atol).
 DEFAULT_TOLERANCES = {
     torch.float32: (1e-4, 1e-4),
@@ -66,16 +68,6 @@ class BisectResult:
     def __str__(self) -> str:
         return "\n".join(self.log)
 
-
-def _flatten(out: Any) -> list:
-    """The tensors of a model output, in a fixed order (tensors, tuples, lists, dicts, HF outputs)."""
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, dict) or hasattr(out, "to_tuple"):
-        out = out.to_tuple() if hasattr(out, "to_tuple") else list(out.values())
-    if isinstance(out, (tuple, list)):
-        return [t for o in out for t in _flatten(o)]
-    return []
 
 
 def compare_outputs(got: list, want: list, tolerances: dict) -> Optional[str]:
@@ -133,7 +125,7 @@ class _Partition:
 
     def expected(self) -> list:
         with torch.no_grad():
-            return _flatten(self.sub(*self.args))
+            return flatten_outputs(self.sub(*self.args))
 
 
 def _engine_run(text: str, constants: dict, inputs: list, options: dict) -> list:
@@ -161,7 +153,7 @@ class _Bisector:
         self.trials = 0
         self.log: list = []
         with torch.no_grad():
-            self.expected = [t.detach().clone() for t in _flatten(model(*inputs))]
+            self.expected = [t.detach().clone() for t in flatten_outputs(model(*inputs))]
 
     def say(self, line: str) -> None:
         self.log.append(line)
@@ -182,7 +174,7 @@ class _Bisector:
         try:
             compiled = torch.compile(self.model, backend=get_backend(config), dynamic=False)
             with torch.no_grad():
-                got = _flatten(compiled(*self.inputs))
+                got = flatten_outputs(compiled(*self.inputs))
         except Exception as e:  # an engine error is a failing trial, not a failure of bisect
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             return f"the compiled call raised {type(e).__name__}: {first[:300]}"
@@ -212,21 +204,6 @@ class _Bisector:
                 i += 1
         return s
 
-
-def _source_line(node: Any) -> str:
-    """Where the node came from: the last frame of its FX stack trace ("File ..., line N, in fn:
-    code"), else the module that made it (nn.Sequential layers have no frame of user code)."""
-    trace = node.meta.get("stack_trace") or ""
-    lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip() and not ln.strip().startswith("^")]
-    for k in range(len(lines) - 1, -1, -1):
-        if lines[k].startswith("File "):
-            code = lines[k + 1] if k + 1 < len(lines) and not lines[k + 1].startswith("File ") else ""
-            return f"{lines[k]}: {code}"
-    stack = node.meta.get("nn_module_stack") or {}
-    if stack:
-        path, cls = list(stack.values())[-1]
-        return f"module {path} ({getattr(cls, '__name__', cls)})"
-    return "(no stack trace)"
 
 
 def bisect(model: Any, *inputs: Any, config: Any = None, rtol: Optional[float] = None,
@@ -304,7 +281,7 @@ def bisect(model: Any, *inputs: Any, config: Any = None, rtol: Optional[float] =
         return finish()
     culprit = b.minimize(names, nodes_fix)
     result.kind = "nodes"
-    result.nodes = [(n, op_name(by_name[n][0]), _source_line(by_name[n][0])) for n in culprit]
+    result.nodes = [(n, op_name(by_name[n][0]), source_line(by_name[n][0]) or "(no stack trace)") for n in culprit]
     b.say(f"bisect: culprit: {len(culprit)} node(s) (CompilerConfig(eager_nodes={tuple(culprit)!r}) makes the "
           "output match eager):")
     for name, op, src in result.nodes:

@@ -45,6 +45,8 @@ from typing import Any, Optional
 import torch
 from torch import fx
 
+from ._common import flatten_outputs, source_line
+
 # Flag a node when updraft's error against the fp64 reference exceeds `factor` times eager's and
 # is also above `floor` relative to the value's largest magnitude. decisions.md ("compare:
 # factor and floor") says why these values.
@@ -194,26 +196,6 @@ def _origin_key(n: fx.Node) -> str:
     return n.name
 
 
-def _source_line(node: Optional[fx.Node]) -> str:
-    """The last frame of an FX node's stack trace: 'file:line in fn: code'."""
-    trace = (node.meta.get("stack_trace") or "") if node is not None else ""
-    at = trace.rfind('File "')
-    if at < 0:
-        return ""
-    lines = trace[at:].strip().splitlines()
-    head = lines[0].strip()  # File "x.py", line 9, in forward
-    try:
-        path = head.split('"')[1]
-        rest = head.split('"', 2)[2]  # , line 9, in forward
-        line = rest.split("line", 1)[1].split(",")[0].strip()
-        fn = rest.rsplit("in ", 1)[1].strip()
-        where = f"{path}:{line} in {fn}"
-    except IndexError:
-        where = head
-    code = lines[1].strip() if len(lines) > 1 else ""
-    return f"{where}: {code}" if code else where
-
-
 # ---------------------------------------------------------------------------------------------
 # dump_tensors
 
@@ -267,7 +249,7 @@ def dump_tensors(model: Any, *inputs: Any, out_dir: str | os.PathLike) -> dict:
                 "value_origin": c.origin,  # the FX node whose output this tensor equals
                 "origin": [{"fx": o,
                             "target": str(fx_nodes[o].target) if o in fx_nodes else "",
-                            "source": _source_line(fx_nodes.get(o))} for o in origin],
+                            "source": source_line(fx_nodes.get(o))} for o in origin],
             })
     with open(os.path.join(out_dir, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
@@ -420,15 +402,6 @@ class Comparison:
         return "\n".join(lines)
 
 
-def _flatten(out: Any) -> list[torch.Tensor]:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, dict) or hasattr(out, "to_tuple"):
-        out = out.to_tuple() if hasattr(out, "to_tuple") else tuple(out.values())
-    if isinstance(out, (list, tuple)):
-        return [t for o in out for t in _flatten(o)]
-    return []
-
 
 def compare(model: Any, *inputs: Any, factor: float = DEFAULT_FACTOR, floor: float = DEFAULT_FLOOR,
             reference_model: bool = True, file: Any = None, verbose: bool = True) -> Comparison:
@@ -451,9 +424,9 @@ def compare(model: Any, *inputs: Any, factor: float = DEFAULT_FACTOR, floor: flo
     compiled, eager = _as_compiled(model)
     notes: list[str] = []
     with torch.no_grad():
-        eager_out = _flatten(eager(*inputs))
+        eager_out = flatten_outputs(eager(*inputs))
     upd_out, calls = _run_recorded(compiled, inputs)
-    upd_out = _flatten(upd_out)
+    upd_out = flatten_outputs(upd_out)
 
     rows: list[dict] = []
     first: Optional[dict] = None
@@ -499,8 +472,8 @@ def compare(model: Any, *inputs: Any, factor: float = DEFAULT_FACTOR, floor: flo
             if row["flagged"] and first is None:
                 first = dict(row)
                 fxn = fx_nodes.get(_split_origin(c.origin)[0])
-                first["source"] = _source_line(fxn) or next(
-                    (s for s in (_source_line(fx_nodes.get(o)) for o in row["aten"]) if s), "")
+                first["source"] = source_line(fxn) or next(
+                    (s for s in (source_line(fx_nodes.get(o)) for o in row["aten"]) if s), "")
                 first["aten"] = [f"{o} ({fx_nodes[o].target})" if o in fx_nodes else o for o in row["aten"]]
                 first["inputs"] = _input_stats(call, c, fx_nodes, by_value, rec32)
     outputs = _output_errors(eager, inputs, eager_out, upd_out, notes) if reference_model else []
@@ -543,7 +516,7 @@ def _output_errors(eager: Any, inputs: tuple, eager_out: list, upd_out: list, no
     try:
         m64 = copy.deepcopy(eager).to(torch.float64)
         with torch.no_grad():
-            ref_out = _flatten(m64(*_cast64(inputs)))
+            ref_out = flatten_outputs(m64(*_cast64(inputs)))
     except Exception as e:  # an op without a float64 kernel, a model that cannot be copied
         notes.append(f"no float64 model reference ({type(e).__name__}: {e})")
         return []
