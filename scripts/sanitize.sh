@@ -86,7 +86,9 @@ EOF
   env "${env[@]}" UPDRAFT_DIFF_FUZZ_SECONDS="${UPDRAFT_ASAN_FUZZ_SECONDS:-60}" \
     python -m pytest -q -m "not slow" -p no:cacheprovider \
       tests/python/test_ops.py tests/python/test_backend.py tests/python/test_cache.py \
-      tests/python/test_call_path.py tests/python/test_dynamic.py tests/python/test_diff_fuzz.py
+      tests/python/test_call_path.py tests/python/test_dynamic.py tests/python/test_diff_fuzz.py \
+      tests/python/test_trace.py tests/python/test_watchdog.py tests/python/test_compare.py \
+      tests/python/test_dump.py tests/python/test_bisect.py
   echo "[sanitize] asan Python tests: $(( $(now) - t0 )) s"
 }
 
