@@ -27,31 +27,48 @@ std::string graph_text(const Graph& g, bool origins) {
   return print_graph(g, opts);
 }
 
+// Every key updraft._C.compile accepts and where it goes: one table, so the error for an
+// unknown key lists exactly the keys that work.
+using OptionSetter = void (*)(CompileOptions&, nb::handle);
+static const std::vector<std::pair<const char*, OptionSetter>>& option_setters() {
+  static const std::vector<std::pair<const char*, OptionSetter>> table = {
+      {"fold_constants", [](CompileOptions& o, nb::handle v) { o.fold_constants = nb::cast<bool>(v); }},
+      {"fuse", [](CompileOptions& o, nb::handle v) { o.fuse = nb::cast<bool>(v); }},
+      {"num_threads", [](CompileOptions& o, nb::handle v) { o.num_threads = nb::cast<int>(v); }},
+      {"debug", [](CompileOptions& o, nb::handle v) { o.debug = nb::cast<int>(v); }},
+      {"plan_cache_size", [](CompileOptions& o, nb::handle v) { o.plan_cache_size = nb::cast<size_t>(v); }},
+      {"channel_block", [](CompileOptions& o, nb::handle v) { o.channel_block = nb::cast<int>(v); }},
+      // The kernel knobs (kernels/kernel_options.h); updraft.CompilerConfig validated them.
+      {"prepack_weights", [](CompileOptions& o, nb::handle v) { o.kernels.prepack_weights = nb::cast<bool>(v); }},
+      {"static_gemm", [](CompileOptions& o, nb::handle v) { o.kernels.static_gemm = nb::cast<bool>(v); }},
+      {"cpu_isa",
+       [](CompileOptions& o, nb::handle v) { o.kernels.cpu_isa = cpu_isa_from_name(nb::cast<std::string>(v)); }},
+      {"min_work_per_thread",
+       [](CompileOptions& o, nb::handle v) { o.kernels.min_work_per_thread = nb::cast<double>(v); }},
+      // The bisect switches (passes/options.h); run_pipeline checks the pass names.
+      {"disable_passes",
+       [](CompileOptions& o, nb::handle v) { o.disable_passes = nb::cast<std::vector<std::string>>(v); }},
+      {"fault_pass", [](CompileOptions& o, nb::handle v) { o.fault_pass = nb::cast<std::string>(v); }},
+      {"fault_op", [](CompileOptions& o, nb::handle v) { o.kernels.fault_op = nb::cast<std::string>(v); }},
+      // Graph dumps (updraft/debug/dump.py) and the watchdog (validated by CompilerConfig).
+      {"record_ir", [](CompileOptions& o, nb::handle v) { o.record_ir = nb::cast<bool>(v); }},
+      {"watchdog_s", [](CompileOptions& o, nb::handle v) { o.watchdog_s = nb::cast<double>(v); }},
+  };
+  return table;
+}
+
 CompileOptions options_from(const nb::dict& d) {
   CompileOptions o;
+  const auto& table = option_setters();
   for (auto [k, v] : d) {
-    std::string key = nb::cast<std::string>(k);
-    if (key == "fold_constants") o.fold_constants = nb::cast<bool>(v);
-    else if (key == "fuse") o.fuse = nb::cast<bool>(v);
-    else if (key == "num_threads") o.num_threads = nb::cast<int>(v);
-    else if (key == "debug") o.debug = nb::cast<int>(v);
-    else if (key == "plan_cache_size") o.plan_cache_size = nb::cast<size_t>(v);
-    else if (key == "channel_block") o.channel_block = nb::cast<int>(v);
-    // The kernel knobs (kernels/kernel_options.h); updraft.CompilerConfig validated them.
-    else if (key == "prepack_weights") o.kernels.prepack_weights = nb::cast<bool>(v);
-    else if (key == "static_gemm") o.kernels.static_gemm = nb::cast<bool>(v);
-    else if (key == "cpu_isa") o.kernels.cpu_isa = cpu_isa_from_name(nb::cast<std::string>(v));
-    else if (key == "min_work_per_thread") o.kernels.min_work_per_thread = nb::cast<double>(v);
-    // The bisect switches (passes/options.h); run_pipeline checks the pass names.
-    else if (key == "disable_passes") o.disable_passes = nb::cast<std::vector<std::string>>(v);
-    else if (key == "fault_pass") o.fault_pass = nb::cast<std::string>(v);
-    else if (key == "fault_op") o.kernels.fault_op = nb::cast<std::string>(v);
-    else if (key == "record_ir") o.record_ir = nb::cast<bool>(v);  // graph dumps (updraft/debug/dump.py)
-    else if (key == "watchdog_s") o.watchdog_s = nb::cast<double>(v);  // validated by CompilerConfig
-    else throw Error("bindings", "unknown compile option '" + key +
-                                     "' (known: fold_constants, fuse, num_threads, debug, plan_cache_size, "
-                                     "channel_block, prepack_weights, static_gemm, cpu_isa, min_work_per_thread, "
-                                     "record_ir, watchdog_s, disable_passes, fault_pass, fault_op)");
+    const std::string key = nb::cast<std::string>(k);
+    auto it = std::find_if(table.begin(), table.end(), [&](const auto& e) { return key == e.first; });
+    if (it == table.end()) {
+      std::string known;
+      for (const auto& e : table) known += (known.empty() ? "" : ", ") + std::string(e.first);
+      throw Error("bindings", "unknown compile option '" + key + "' (known: " + known + ")");
+    }
+    it->second(o, v);
   }
   return o;
 }

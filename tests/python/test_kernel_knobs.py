@@ -136,3 +136,20 @@ def test_cache_hit_builds_kernels_under_the_current_config(tmp_path):
     hit = _kernels(m, (x,), "linear", CompilerConfig(cache_dir=str(tmp_path), prepack_weights=False))
     assert [p.cache for p in updraft.last_report().partitions] == ["hit"]
     assert all(":prepacked" in k for k in stored) and all(":inplace_w" in k for k in hit), (stored, hit)
+
+
+def test_engine_accepts_every_option_the_config_sends_and_names_them_on_a_typo(tmp_path):
+    """Every key CompilerConfig.engine_options() can produce is one the engine's options table
+    takes, and an unknown key's error lists them all (the table is the one list)."""
+    from updraft import _C as C
+    cfg = CompilerConfig(min_work_per_thread=1e6, dump_dir=str(tmp_path), watchdog_s=30.0,
+                         disable_passes=("cse",), debug_fault="kernel:relu")
+    sent = cfg.engine_options()
+    with pytest.raises(C.UpdraftError) as e:
+        C.compile(C.Graph(), {"not_an_option": 1})
+    known = str(e.value).split("(known: ", 1)[1].rstrip(")").split(", ")
+    assert set(sent) <= set(known), set(sent) - set(known)
+    g = C.Graph()
+    x = g.add_input("x", "f32", [2, 3])
+    g.set_outputs(g.add_node("neg", [x]))
+    assert C.compile(g, sent).output_dtypes() == ["f32"]
