@@ -1,7 +1,8 @@
 """Which nodes of an aten graph the engine can run, and why not the others.
 
 `EngineSupport` answers torch's partitioner node by node: not named in
-CompilerConfig.eager_nodes (updraft.debug.bisect's switch) nor listed in CompilerConfig.eager_ops, a lowering exists, the engine accepts every op the lowering emits
+CompilerConfig.eager_nodes (updraft.debug.bisect's switch) nor listed in
+CompilerConfig.eager_ops, a lowering exists, the engine accepts every op the lowering emits
 for the node's dtypes and shapes, and a large node gets a fast kernel (a reference kernel
 would be slower than PyTorch). The answer comes from lowering the node alone, once, into a
 throwaway engine graph (`_Probe`): what it reads is a graph input typed by its meta, and its

@@ -339,7 +339,10 @@ def _write_repro(b: _Bisector, result: BisectResult, parts: list, out_dir: str,
           f"(python {os.path.join(out_dir, 'repro.py')}): {detail}")
 
 
-# The standalone reproducer: torch and updraft._C only.
+# The standalone reproducer: torch and updraft._C only. Its dtype table and `worst` restate
+# lowering.TORCH_DTYPES and compare_outputs on purpose: the script must keep running against
+# other updraft versions (`git bisect run python repro.py`), where those Python names may differ;
+# the compiled extension's compile/parse_graph/run calls are the only interface it relies on.
 _REPRO = '''"""Reproducer written by updraft.debug.bisect: one engine partition, as lowered (before the
 passes), with its inputs and PyTorch's outputs for them. Exits 1 while the engine's result
 differs from PyTorch's beyond tolerance, 0 once it matches.
