@@ -70,6 +70,29 @@ nb::list node_rows(const Graph& g) {
   return rows;
 }
 
+nb::dict graph_outline(const Graph& g) {
+  auto entry = [](const Value* v) {
+    nb::dict d;
+    d["id"] = v->id;
+    d["name"] = v->name.empty() ? "c" + std::to_string(v->id) : v->name;
+    d["type"] = v->type.str();
+    return d;
+  };
+  nb::list inputs, outputs;
+  nb::dict constants;
+  for (const Value* v : g.inputs()) inputs.append(entry(v));
+  for (const Node* n : g.nodes())
+    for (const Value* v : n->inputs)
+      if (v->is_constant()) constants[nb::int_(v->id)] = entry(v);
+  for (const Value* v : g.outputs()) outputs.append(v->id);
+  nb::dict d;
+  d["inputs"] = inputs;
+  d["constants"] = constants;
+  d["nodes"] = node_rows(g);
+  d["outputs"] = outputs;
+  return d;
+}
+
 void bind_graph(nb::module_& m) {
   nb::class_<GraphHandle>(m, "Graph")
       .def(nb::init<>())

@@ -26,4 +26,8 @@ std::string graph_text(const Graph& g, bool origins = false);
 // view of provenance (updraft/debug/).
 nb::list node_rows(const Graph& g);
 
+// The graph's structure for pictures (updraft/debug/dump.py): {"inputs": [{id, name, type}],
+// "constants": {id: {name, type}} (those nodes read), "nodes": node_rows(g), "outputs": [value ids]}.
+nb::dict graph_outline(const Graph& g);
+
 }  // namespace updraft::py

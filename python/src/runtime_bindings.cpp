@@ -278,6 +278,8 @@ void bind_runtime(nb::module_& m) {
            })
       .def("graph_text", [](const CG& cg, bool origins) { return graph_text(cg.graph(), origins); },
            nb::arg("origins") = false, "The optimised graph as text IR; origins: provenance comments.")
+      .def("outline", [](const CG& cg) { return graph_outline(cg.graph()); },
+           "The optimised graph's inputs, constants, nodes and outputs (graph_handle.h, graph_outline).")
       .def("nodes", [](const CG& cg) { return node_rows(cg.graph()); },
            "The optimised graph's nodes with their provenance (graph_handle.h, node_rows).")
       .def("pass_log",

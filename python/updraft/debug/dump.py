@@ -214,77 +214,24 @@ def _legend() -> list[str]:
             f"<TR><TD><B>op class</B></TD></TR>{rows}</TABLE>>];"]
 
 
-def _split_top(text: str) -> list[str]:
-    """Splits "a, b[1, 2], c" at the commas outside brackets and parentheses."""
-    out, depth, cur = [], 0, ""
-    for ch in text:
-        if ch in "[(":
-            depth += 1
-        elif ch in "])":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        out.append(cur.strip())
-    return out
-
-
-_NODE_LINE = re.compile(r"^\s*(?P<outs>%[^=]*?) = (?P<op>[A-Za-z_][\w.]*)\((?P<ins>[^)]*)\)(?P<rest>.*)$")
-
-
-def parse_ir_outline(text: str) -> dict:
-    """The outline of a text-IR graph (src/ir/text.h) for pictures: inputs, constants, nodes
-    (outputs, op, inputs, output types, origins from a trailing `// from: a, b` comment) and the
-    returned values. Not a parser: load_ir is."""
-    inputs, consts, nodes, outputs = {}, {}, [], []
-    for line in text.splitlines():
-        s = line.strip()
-        if s.startswith("graph("):
-            for m in re.finditer(r"%([\w.]+): (\w+\[[^\]]*\])", s):
-                inputs[m.group(1)] = m.group(2)
-            continue
-        if s.startswith("return ("):
-            outputs = [r.strip().lstrip("%") for r in s[len("return ("):s.rindex(")")].split(",") if r.strip()]
-            continue
-        m = re.match(r"%([\w.]+) = constant (\w+\[[^\]]*\])", s)
-        if m:
-            consts[m.group(1)] = m.group(2)
-            continue
-        m = _NODE_LINE.match(s)
-        if not m:
-            continue
-        rest, origin = m.group("rest"), []
-        if "// from:" in rest:
-            rest, _, tail = rest.partition("// from:")
-            origin = [o.strip() for o in tail.split(",") if o.strip()]
-        types = rest.rsplit(" : ", 1)[1].strip() if " : " in rest else ""
-        nodes.append({"op": m.group("op"),
-                      "outputs": [o.strip().lstrip("%") for o in m.group("outs").split(",")],
-                      "inputs": [i.strip().lstrip("%") for i in m.group("ins").split(",") if i.strip()],
-                      "types": _split_top(types), "origin": origin})
-    return {"inputs": inputs, "constants": consts, "nodes": nodes, "outputs": outputs}
-
-
-def engine_graph_dot(text: str, title: str) -> str:
-    """Graphviz of an engine graph's text IR: a box per node, filled by op class, with its output
-    types and the aten node(s) it computes; graph inputs as ellipses; constants listed in the
-    node that reads them rather than drawn."""
-    g = parse_ir_outline(text)
+def engine_graph_dot(outline: dict, title: str) -> str:
+    """Graphviz of an engine graph (`Executable.outline()`): a box per node, filled by op class,
+    with its output types and the aten node(s) it computes; graph inputs as ellipses; constants
+    listed in the node that reads them rather than drawn."""
     lines = [f"digraph {_q(title)} {{", "  rankdir=TB;", f"  label={_q(title)}; labelloc=t; fontname=Helvetica;",
              '  node [shape=box, style="rounded,filled", fontname=Helvetica, fontsize=10];',
              "  edge [color=\"#555555\", arrowsize=0.6];"]
-    producer = {}
-    for name, ty in g["inputs"].items():
-        lines.append(f"  {_q('in:' + name)} [shape=ellipse, fillcolor=white, label={_q(name + chr(10) + ty)}];")
-        producer[name] = "in:" + name
-    for k, n in enumerate(g["nodes"]):
-        nid = f"n{k}"
+    consts = outline["constants"]
+    producer = {}  # value id -> dot node id
+    for v in outline["inputs"]:
+        lines.append(f"  {_q('in:' + v['name'])} [shape=ellipse, fillcolor=white, "
+                     f"label={_q(v['name'] + chr(10) + v['type'])}];")
+        producer[v["id"]] = "in:" + v["name"]
+    for n in outline["nodes"]:
+        nid = f"n{n['index']}"
         label = [n["op"]] + n["types"]
-        consts = [f"%{i} {g['constants'][i]}" for i in n["inputs"] if i in g["constants"]]
-        label += consts[:3] + ([f"+{len(consts) - 3} constants"] if len(consts) > 3 else [])
+        read = [f"%{consts[i]['name']} {consts[i]['type']}" for i in n["inputs"] if i in consts]
+        label += read[:3] + ([f"+{len(read) - 3} constants"] if len(read) > 3 else [])
         if n["origin"]:
             shown = ", ".join(n["origin"][:4]) + (f" +{len(n['origin']) - 4}" if len(n["origin"]) > 4 else "")
             label.append("from: " + shown)
@@ -296,7 +243,7 @@ def engine_graph_dot(text: str, title: str) -> str:
         for o in n["outputs"]:
             producer[o] = nid
     lines.append('  "out" [shape=ellipse, fillcolor=white, label="outputs"];')
-    for o in g["outputs"]:
+    for o in outline["outputs"]:
         if o in producer:
             lines.append(f"  {_q(producer[o])} -> \"out\";")
     lines += _legend() + ["}"]
@@ -529,23 +476,21 @@ class PartitionDump:
             self.root.note(f"{self.aot.name}/{self.name} was loaded from the compile cache: the passes did not "
                            "run, so there are no ir_NN files, only graph_from_cache.txt (large constants elided). "
                            "Compile with CompilerConfig(cache_dir=\"\") for the pass-by-pass IR.")
-            _write(os.path.join(folder, "graph.dot"), engine_graph_dot(cg.graph_text(), self.name))
+            _write(os.path.join(folder, "graph.dot"), engine_graph_dot(cg.outline(), self.name))
         else:
             rows = ["# Engine passes of " + self.name + ", in order: the IR after each is the file named.",
                     f"{'#':>2}  {'pass':<20} {'changed':<8} {'ms':>9}  file"]
-            last = ""
             for k, (name, changed, ms, ir) in enumerate(log):
                 if not ir:
                     raise RuntimeError(f"pass {name} has no IR: the partition was compiled without record_ir")
                 file = "ir_00_lowered.txt" if k == 0 else f"ir_{k:02d}_{name}.txt"
                 _write(os.path.join(folder, file), ir)
                 rows.append(f"{k:>2}  {name:<20} {'yes' if changed else 'no':<8} {ms:>9.3f}  {file}")
-                last = ir
             _write(os.path.join(folder, "passes.txt"), "\n".join(rows) + "\n")
             consts = cg.ir_constants()
             if consts:
                 torch.save(dict(sorted(consts.items())), os.path.join(folder, CONSTANTS_FILE))
-            _write(os.path.join(folder, "graph.dot"), engine_graph_dot(last, f"{self.name} (after the passes)"))
+            _write(os.path.join(folder, "graph.dot"), engine_graph_dot(cg.outline(), f"{self.name} (after the passes)"))
         why_not = _render(os.path.join(folder, "graph.dot"))
         if why_not:
             self.root.note(why_not)
