@@ -19,6 +19,7 @@ namespace updraft::py {
 void bind_graph(nb::module_& m);
 void bind_runtime(nb::module_& m);
 void bind_cache(nb::module_& m);
+void bind_model(nb::module_& m);  // model_bindings.cpp
 void bind_debug(nb::module_& m);  // debug_bindings.cpp
 }  // namespace updraft::py
 
@@ -136,5 +137,6 @@ NB_MODULE(_C, m) {
   py::bind_graph(m);
   py::bind_runtime(m);
   py::bind_cache(m);
+  py::bind_model(m);
   py::bind_debug(m);
 }

@@ -1,6 +1,8 @@
 // The compile-cache entry container (docs/format.md): writer, reader and the refit replay.
 #include "cache/entry.h"
 
+#include "cache/container.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -29,12 +31,14 @@ namespace updraft {
 
 namespace {
 
-constexpr char kMagic[8] = {'U', 'P', 'D', 'R', 'A', 'F', 'T', 'E'};
-constexpr size_t kHeaderBytes = 32;  // magic, u32 version, u32 field count, u64 length, u64 checksum
-constexpr size_t kAlign = 64;        // stored tensor data starts at a multiple of this in the file
+const container::Kind kEntry{"UPDRAFTE", kEntryFormatVersion, "cache", "entry", "cache entry", ""};
 // Above this much payload, the checksum runs on a second thread while the parameters'
 // fingerprints are taken on this one (both are memory-bound passes over ~100 MB for ResNet-50).
 constexpr size_t kParallelVerifyBytes = size_t{8} << 20;
+
+using container::Buffer;
+using container::Fields;
+using container::Header;
 
 // "p3", "d12": a reference to parameter / folded constant / stored blob number i.
 std::string ref_name(char kind, size_t i) {
@@ -47,182 +51,9 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-template <typename T>
-void put(std::string& out, T x) {
-  out.append(reinterpret_cast<const char*>(&x), sizeof x);
-}
+std::string_view field(const Fields& c, const std::string& name) { return container::field(c, name, kEntry); }
 
-// A field is `u32 name length, name, u64 data length, data`; `prefix` is the data length's
-// first bytes that are already known (the tensor header), so the tensor bytes can be aligned.
-void put_field(std::string& out, const std::string& name, const std::string& data) {
-  put<uint32_t>(out, static_cast<uint32_t>(name.size()));
-  out += name;
-  put<uint64_t>(out, data.size());
-  out += data;
-}
-
-// A stored tensor: "<dtype> <d0> <d1> ..." padded with spaces to end, with its '\n', where the
-// raw bytes (row-major, little-endian) start at a multiple of kAlign from the start of the
-// entry, so a loaded entry uses them in place. `out` is the whole entry written so far.
-void put_tensor_field(std::string& out, const std::string& name, const Tensor& t) {
-  std::string head = dtype_name(t.dtype());
-  for (int64_t d : t.shape()) {
-    head += ' ';
-    head += std::to_string(d);
-  }
-  size_t data_at = out.size() + 4 + name.size() + 8 + head.size() + 1;
-  head.append((kAlign - data_at % kAlign) % kAlign, ' ');
-  head += "\n";
-  put<uint32_t>(out, static_cast<uint32_t>(name.size()));
-  out += name;
-  put<uint64_t>(out, head.size() + t.nbytes());
-  out += head;
-  out.append(static_cast<const char*>(t.data()), t.nbytes());
-}
-
-// The bytes of an entry (private memory: a heap copy of the caller's bytes or of the file) and
-// what keeps them alive.
-struct Buffer {
-  std::shared_ptr<const char> owner;
-  size_t size = 0;
-  std::string_view view() const { return {owner.get(), size}; }
-};
-
-// A tensor over stored bytes `s` of field `name` (see put_tensor_field), sharing `buf`.
-Tensor blob_tensor(const std::string& name, std::string_view s, const Buffer& buf) {
-  size_t nl = s.find('\n');
-  UPDRAFT_CHECK(nl != std::string_view::npos, "cache", "entry field " + name + " has no tensor header");
-  std::vector<std::string> words;
-  size_t b = 0;
-  std::string head(s.substr(0, nl));
-  while (b <= head.size()) {
-    size_t e = head.find(' ', b);
-    if (e == std::string::npos) e = head.size();
-    if (e > b) words.push_back(head.substr(b, e - b));
-    b = e + 1;
-  }
-  UPDRAFT_CHECK(!words.empty(), "cache", "entry field " + name + " has an empty tensor header");
-  DType dt;
-  try {
-    dt = dtype_from_name(words[0]);
-  } catch (const Error&) {
-    throw Error("cache", "entry field " + name + " has an unknown dtype '" + words[0] + "'");
-  }
-  UPDRAFT_CHECK(words.size() - 1 <= static_cast<size_t>(kMaxDims), "cache",
-                "entry field " + name + " has rank " + std::to_string(words.size() - 1) + ", over the engine limit of 8");
-  std::vector<int64_t> shape;
-  for (size_t i = 1; i < words.size(); ++i) {
-    int64_t d = -1;
-    const std::string& w = words[i];
-    auto [end, ec] = std::from_chars(w.data(), w.data() + w.size(), d);
-    UPDRAFT_CHECK(ec == std::errc() && end == w.data() + w.size() && d >= 0, "cache",
-                  "entry field " + name + " has a bad size '" + w + "'");
-    shape.push_back(d);
-  }
-  // Checked: a count whose byte size wraps to the bytes stored would pass the check below and
-  // hand kernels a tensor far larger than its memory.
-  size_t nbytes = 0;
-  try {
-    nbytes = shape_nbytes(shape, dt, "cache");
-  } catch (const Error& e) {
-    throw Error("cache", "entry field " + name + " has a tensor header whose size does not fit: " + e.what());
-  }
-  UPDRAFT_CHECK(s.size() - nl - 1 == nbytes, "cache",
-                "entry field " + name + " holds " + std::to_string(s.size() - nl - 1) + " bytes, its header says " +
-                    std::to_string(nbytes));
-  const char* data = s.data() + nl + 1;
-  if (nbytes == 0) return Tensor(dt, shape);
-  if (reinterpret_cast<uintptr_t>(data) % kAlign != 0) {  // a hand-made entry: copy, never misalign
-    Tensor t(dt, shape);
-    std::memcpy(t.data(), data, nbytes);
-    return t;
-  }
-  // Kernels never write constants; the storage is non-const only because Tensor's is.
-  return Tensor(dt, shape, std::shared_ptr<void>(buf.owner, const_cast<char*>(data)));
-}
-
-struct Container {
-  std::map<std::string, std::string_view, std::less<>> fields;
-};
-
-struct Header {
-  uint32_t version, nfields;
-  uint64_t length, checksum;
-};
-
-Header read_header(std::string_view bytes) {
-  UPDRAFT_CHECK(bytes.size() >= sizeof kMagic && std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0, "cache",
-                "not an updraft cache entry (bad magic)");
-  UPDRAFT_CHECK(bytes.size() >= kHeaderBytes, "cache", "entry is truncated (" + std::to_string(bytes.size()) +
-                                                           " bytes, shorter than its header)");
-  Header h;
-  std::memcpy(&h.version, bytes.data() + 8, 4);
-  std::memcpy(&h.nfields, bytes.data() + 12, 4);
-  std::memcpy(&h.length, bytes.data() + 16, 8);
-  std::memcpy(&h.checksum, bytes.data() + 24, 8);
-  UPDRAFT_CHECK(h.version == kEntryFormatVersion, "cache",
-                "entry has format version " + std::to_string(h.version) + ", this engine reads version " +
-                    std::to_string(kEntryFormatVersion));
-  UPDRAFT_CHECK(bytes.size() - kHeaderBytes >= h.length, "cache",
-                "entry is truncated: " + std::to_string(bytes.size() - kHeaderBytes) + " payload bytes of " +
-                    std::to_string(h.length));
-  UPDRAFT_CHECK(bytes.size() - kHeaderBytes == h.length, "cache",
-                "entry has " + std::to_string(bytes.size() - kHeaderBytes - h.length) +
-                    " stray bytes after its payload");
-  return h;
-}
-
-// The field table (bounds-checked, not yet checksummed: a caller trusts it only once the
-// checksum has matched).
-Container read_fields(std::string_view bytes, const Header& h) {
-  const char* p = bytes.data() + kHeaderBytes;
-  const uint64_t length = h.length;
-  Container c;
-  size_t at = 0;
-  auto need = [&](size_t n) {
-    UPDRAFT_CHECK(length - at >= n, "cache", "entry is corrupt (a field runs past the payload)");
-  };
-  for (uint32_t i = 0; i < h.nfields; ++i) {
-    uint32_t nlen;
-    uint64_t dlen;
-    need(4);
-    std::memcpy(&nlen, p + at, 4);
-    at += 4;
-    need(nlen);
-    std::string name(p + at, nlen);
-    at += nlen;
-    need(8);
-    std::memcpy(&dlen, p + at, 8);
-    at += 8;
-    need(dlen);
-    c.fields[name] = std::string_view(p + at, dlen);
-    at += dlen;
-  }
-  UPDRAFT_CHECK(at == length, "cache", "entry is corrupt (payload longer than its fields)");
-  return c;
-}
-
-void check_sum(const Header& h, uint64_t got) {
-  UPDRAFT_CHECK(got == h.checksum, "cache", "entry is corrupt (checksum mismatch)");
-}
-
-uint64_t payload_sum(std::string_view bytes, const Header& h) {
-  return xxh3_64(bytes.data() + kHeaderBytes, h.length);
-}
-
-Container read_container(std::string_view bytes) {
-  Header h = read_header(bytes);
-  check_sum(h, payload_sum(bytes, h));
-  return read_fields(bytes, h);
-}
-
-std::string_view field(const Container& c, const std::string& name) {
-  auto it = c.fields.find(name);
-  UPDRAFT_CHECK(it != c.fields.end(), "cache", "entry has no '" + name + "' field");
-  return it->second;
-}
-
-EntryMeta meta_of(const Container& c) {
+EntryMeta meta_of(const Fields& c) {
   return {std::string(field(c, "key")), std::string(field(c, "note")), std::string(field(c, "engine")),
           std::string(field(c, "cpu"))};
 }
@@ -246,24 +77,6 @@ std::set<const Value*> used_values(const Graph& g) {
 }
 
 }  // namespace
-
-std::string cpu_features() {
-  std::string r;
-  auto add = [&](bool has, const char* name) {
-    if (has) r += (r.empty() ? "" : ",") + std::string(name);
-  };
-  __builtin_cpu_init();
-  add(__builtin_cpu_supports("sse4.2"), "sse4.2");
-  add(__builtin_cpu_supports("avx"), "avx");
-  add(__builtin_cpu_supports("avx2"), "avx2");
-  add(__builtin_cpu_supports("fma"), "fma");
-  add(__builtin_cpu_supports("avx512f"), "avx512f");
-  add(__builtin_cpu_supports("avx512bw"), "avx512bw");
-  add(__builtin_cpu_supports("avx512vl"), "avx512vl");
-  add(__builtin_cpu_supports("avx512vnni"), "avx512vnni");
-  add(__builtin_cpu_supports("avx512bf16"), "avx512bf16");
-  return r;
-}
 
 std::string save_entry(const Graph& g, const EntryMeta& meta, const SaveOptions& opts) {
   // Which fold record produced each value.
@@ -375,47 +188,26 @@ std::string save_entry(const Graph& g, const EntryMeta& meta, const SaveOptions&
 
   // One allocation: the entry can be ~100 MB of folded weights.
   std::string graph_text = print_graph(g, main_opts), init_text = print_graph(init, init_opts);
-  size_t reserve = kHeaderBytes + 1024 + graph_text.size() + init_text.size() + prints.size() + meta.key.size() +
+  size_t reserve = 1024 + graph_text.size() + init_text.size() + prints.size() + meta.key.size() +
                    meta.note.size();
-  for (const Tensor* t : blobs) reserve += t->nbytes() + kAlign + 64;
+  for (const Tensor* t : blobs) reserve += t->nbytes() + container::kAlign + 64;
   if (store_folded)
-    for (const Value* v : derived) reserve += v->constant->nbytes() + kAlign + 64;
-  std::string out;
-  out.reserve(reserve);
-  out.append(kMagic, sizeof kMagic);
-  put<uint32_t>(out, kEntryFormatVersion);
-  put<uint32_t>(out, 0);  // field count, checksum and length: filled in below
-  put<uint64_t>(out, 0);
-  put<uint64_t>(out, 0);
-  uint32_t nfields = 0;
-  auto add = [&](const std::string& name, const std::string& data) {
-    put_field(out, name, data);
-    ++nfields;
-  };
-  auto add_tensor = [&](const std::string& name, const Tensor& t) {
-    put_tensor_field(out, name, t);
-    ++nfields;
-  };
-  add("key", meta.key);
-  add("note", meta.note);
-  add("engine", kEngineVersion);
-  add("cpu", cpu_features());
-  add("graph", graph_text);
-  add("init", init_text);
-  add("fingerprints", prints);
-  for (size_t i = 0; i < blobs.size(); ++i) add_tensor(ref_name('b', i), *blobs[i]);
+    for (const Value* v : derived) reserve += v->constant->nbytes() + container::kAlign + 64;
+  container::Writer out(kEntry, reserve);
+  out.add("key", meta.key);
+  out.add("note", meta.note);
+  out.add("engine", kEngineVersion);
+  out.add("cpu", cpu_features());
+  out.add("graph", graph_text);
+  out.add("init", init_text);
+  out.add("fingerprints", prints);
+  for (size_t i = 0; i < blobs.size(); ++i) out.add_tensor(ref_name('b', i), *blobs[i]);
   if (store_folded)
-    for (size_t k = 0; k < derived.size(); ++k) add_tensor(ref_name('d', k), *derived[k]->constant);
-
-  uint64_t length = out.size() - kHeaderBytes;
-  std::memcpy(&out[12], &nfields, 4);
-  std::memcpy(&out[16], &length, 8);
-  uint64_t sum = xxh3_64(out.data() + kHeaderBytes, length);
-  std::memcpy(&out[24], &sum, 8);
-  return out;
+    for (size_t k = 0; k < derived.size(); ++k) out.add_tensor(ref_name('d', k), *derived[k]->constant);
+  return out.finish();
 }
 
-EntryMeta read_entry_meta(const std::string& bytes) { return meta_of(read_container(bytes)); }
+EntryMeta read_entry_meta(const std::string& bytes) { return meta_of(container::read_verified(bytes, kEntry)); }
 
 namespace {
 
@@ -460,7 +252,7 @@ std::unique_ptr<Graph> load_buffer(const Buffer& buf, const std::string& key,
   LoadInfo& li = info ? *info : local;
   auto t0 = std::chrono::steady_clock::now();
   std::string_view bytes = buf.view();
-  Header h = read_header(bytes);
+  Header h = container::read_header(bytes, kEntry);
 
   // The checksum runs beside the fingerprints when the entry is large. Nothing read from the
   // fields is trusted (or reported) before it has matched.
@@ -472,7 +264,7 @@ std::unique_ptr<Graph> load_buffer(const Buffer& buf, const std::string& key,
   auto checksum = [&]() noexcept {
     try {
       auto ts = std::chrono::steady_clock::now();
-      sum = payload_sum(bytes, h);
+      sum = container::payload_sum(bytes, h);
       li.checksum_ms = ms_since(ts);
     } catch (...) {
       sum = ~h.checksum;
@@ -491,16 +283,16 @@ std::unique_ptr<Graph> load_buffer(const Buffer& buf, const std::string& key,
       if (t.joinable()) t.join();
     }
   } joiner{summer};
-  Container c;
+  Fields c;
   bool prints_match = false;
   try {
-    c = read_fields(bytes, h);
+    c = container::read_fields(bytes, h, kEntry);
     // Whether the caller's parameters are the ones the stored folded values came from.
-    auto d0 = c.fields.find("d0");
-    if (d0 != c.fields.end()) {
+    auto d0 = c.find("d0");
+    if (d0 != c.end()) {
       auto tf = std::chrono::steady_clock::now();
-      auto fp = c.fields.find("fingerprints");
-      prints_match = fp != c.fields.end();
+      auto fp = c.find("fingerprints");
+      prints_match = fp != c.end();
       if (prints_match)
         for (const auto& [j, want] : parse_fingerprints(fp->second)) {
           if (j >= sources.size() || !sources[j] || fingerprint(*sources[j]) != want) {
@@ -512,11 +304,11 @@ std::unique_ptr<Graph> load_buffer(const Buffer& buf, const std::string& key,
     }
   } catch (...) {
     join();
-    check_sum(h, sum);  // a corrupt entry is reported as corrupt, not by its symptom
+    container::check_sum(h, sum, kEntry);  // a corrupt entry is reported as corrupt, not by its symptom
     throw;
   }
   join();
-  check_sum(h, sum);
+  container::check_sum(h, sum, kEntry);
   li.verify_ms = ms_since(t0);
 
   EntryMeta m = meta_of(c);
@@ -526,7 +318,7 @@ std::unique_ptr<Graph> load_buffer(const Buffer& buf, const std::string& key,
   UPDRAFT_CHECK(m.cpu == cpu, "cache", "entry was written on a CPU with {" + m.cpu + "}, this one has {" + cpu + "}");
   UPDRAFT_CHECK(m.key == key, "cache", "entry holds key " + m.key + ", expected " + key);
 
-  auto blob = [&](const std::string& ref) { return blob_tensor(ref, field(c, ref), buf); };
+  auto blob = [&](const std::string& ref) { return container::blob_tensor(ref, field(c, ref), buf, kEntry); };
   // Parameter J of "pJ" (a checked reference), with the dtype and shape the entry was compiled for.
   auto source = [&](const std::string& ref, const TensorType& type) {
     size_t j = ref_number(ref);
@@ -547,9 +339,9 @@ std::unique_ptr<Graph> load_buffer(const Buffer& buf, const std::string& key,
   std::vector<Tensor> derived;
   if (prints_match) {
     for (size_t k = 0;; ++k) {
-      auto it = c.fields.find(ref_name('d', k));
-      if (it == c.fields.end()) break;
-      derived.push_back(blob_tensor(it->first, it->second, buf));
+      auto it = c.find(ref_name('d', k));
+      if (it == c.end()) break;
+      derived.push_back(container::blob_tensor(it->first, it->second, buf, kEntry));
     }
     li.mapped = true;
   } else {

@@ -24,16 +24,13 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_features.h"  // cpu_features(): part of every key
 #include "core/tensor.h"
 #include "ir/graph.h"
 
 namespace updraft {
 
 inline constexpr uint32_t kEntryFormatVersion = 4;
-
-// The CPU features this process runs with, e.g. "avx,avx2,fma,sse4.2" (part of the key: the
-// plans and kernels chosen depend on them).
-std::string cpu_features();
 
 struct EntryMeta {
   std::string key;     // the caller's cache key
