@@ -20,14 +20,20 @@
 #include <string>
 #include <vector>
 
+// Symbols the shared library libupdraft_runtime exports (it is built with -fvisibility=hidden:
+// everything else, the whole engine included, stays private to it).
+#ifndef UPDRAFT_RUNTIME_API
+#define UPDRAFT_RUNTIME_API __attribute__((visibility("default")))
+#endif
+
 namespace updraft::runtime {
 
 // Element types a model's inputs and outputs can have (names as the engine prints them).
 enum class DType : int { f32 = 0, f64, f16, bf16, i64, i32, i16, i8, u8, boolean };  // the engine's order
-const char* dtype_name(DType dt);
-size_t dtype_size(DType dt);
+UPDRAFT_RUNTIME_API const char* dtype_name(DType dt);
+UPDRAFT_RUNTIME_API size_t dtype_size(DType dt);
 
-class Error : public std::runtime_error {
+class UPDRAFT_RUNTIME_API Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -70,7 +76,7 @@ struct ModelStats {
   std::string engine_version, note, required_cpu;
 };
 
-class Model {
+class UPDRAFT_RUNTIME_API Model {
  public:
   // Throws Error for a missing, truncated, corrupt, newer-format or wrong-CPU file.
   static Model load(const std::string& path, const LoadOptions& opts = {});
@@ -100,6 +106,6 @@ class Model {
 };
 
 // The library's version (the engine version that writes model files).
-const char* version();
+UPDRAFT_RUNTIME_API const char* version();
 
 }  // namespace updraft::runtime
