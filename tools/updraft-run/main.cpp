@@ -205,11 +205,8 @@ Args parse_args(int argc, char** argv) {
                     std::string(a.cmd->help).substr(7, std::string(a.cmd->help).find('\n') - 7));
   if (a.iters && a.time_s) fail("cli", "--iters and --time both given; give one");
   std::string name = a.cmd->name;
-  if (name == "run" && a.output_dir.empty()) fail("cli", "run needs --output-dir DIR (where the outputs go)");
-  if ((name == "run" || name == "compare") && a.inputs.empty()) {
-    // A model without inputs is possible; a mistake is likelier. The model decides below.
-  }
-  if (name == "compare" && a.expects.empty()) fail("cli", "compare needs --expect E.npy for each output");
+  if (name == "run" && a.output_dir.empty()) fail("cli", "run writes its outputs to a directory; add --output-dir DIR");
+  if (name == "compare" && a.expects.empty()) fail("cli", "compare needs the expected outputs; add --expect E.npy for each output");
   return a;
 }
 
@@ -308,7 +305,10 @@ std::string type_str(ur::DType d, const std::vector<int64_t>& shape) { return ur
 std::string dims_str(const ur::IOInfo& io) {
   if (io.is_size) return "size (binds " + (io.dims.empty() ? std::string("?") : io.dims[0]) + ")";
   std::string s = std::string(ur::dtype_name(io.dtype)) + "[";
-  for (size_t k = 0; k < io.dims.size(); ++k) s += (k ? ", " : "") + io.dims[k];
+  for (size_t k = 0; k < io.dims.size(); ++k) {
+    if (k) s += ", ";
+    s += io.dims[k];
+  }
   return s + "]";
 }
 
@@ -570,7 +570,7 @@ void check_input_array(const ur::IOInfo& in, const NpyArray& a, const std::strin
   }
   auto want = npy_type_of(in.dtype);
   if (!want)
-    fail("cli", "input " + in.name + " is " + ur::dtype_name(in.dtype) + ", which .npy files cannot hold; this model cannot be fed from .npy");
+    fail("cli", "input " + in.name + " is " + ur::dtype_name(in.dtype) + ", which .npy files cannot hold; feed it through the C++ API (include/updraft/runtime.h) instead");
   if (a.type() != *want)
     fail("cli", "input " + in.name + " is " + dims_str(in) + ", " + path + " holds " + npy_type_name(a.type()) +
                     shape_str(a.shape()) + "; save it with arr.astype(np." + updraft_run::npy_type_numpy(*want) + ")");
@@ -624,7 +624,13 @@ struct Outputs {
 
 Outputs make_outputs(ur::Model& m, const std::vector<std::vector<int64_t>>& in_shapes) {
   Outputs o;
-  o.shapes = m.output_shapes(in_shapes);
+  try {
+    o.shapes = m.output_shapes(in_shapes);
+  } catch (const ur::Error& e) {  // the shapes do not fit the signature
+    std::string msg = e.what();
+    if (msg.find(';') != std::string::npos) throw;
+    throw ur::Error(msg + "; give inputs of the shapes and ranges `updraft-run info` lists");
+  }
   if (o.shapes.size() != m.outputs().size())
     fail("runtime", "output_shapes gave " + std::to_string(o.shapes.size()) + " shapes for " +
                         std::to_string(m.outputs().size()) + " outputs; report this as a bug");
@@ -678,7 +684,15 @@ ur::Model load_model(const Args& a) {
   ur::LoadOptions opts;
   opts.num_threads = a.threads;
   opts.map = !a.no_map;
-  return ur::Model::load(a.file, opts);
+  try {
+    return ur::Model::load(a.file, opts);
+  } catch (const ur::Error& e) {
+    // Every load failure is a file this runtime cannot use; where the library's message gives
+    // no fix, the one that always applies is a good copy of the file.
+    std::string m = e.what();
+    if (m.find(';') != std::string::npos) throw;
+    throw ur::Error(m + "; " + a.file + " cannot be used: copy it again or export it again (updraft.export)");
+  }
 }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -695,8 +709,12 @@ std::string range_str(const ur::SymbolRange& r) {
 std::string shapes_str(const ur::Model& m, const std::vector<std::vector<int64_t>>& shapes) {
   std::string s;
   for (size_t k = 0; k < shapes.size(); ++k) {
-    s += (k ? " " : "") + m.inputs()[k].name + "=";
-    for (size_t j = 0; j < shapes[k].size(); ++j) s += (j ? "," : "") + std::to_string(shapes[k][j]);
+    if (k) s += ' ';
+    s += m.inputs()[k].name + "=";
+    for (size_t j = 0; j < shapes[k].size(); ++j) {
+      if (j) s += ',';
+      s += std::to_string(shapes[k][j]);
+    }
   }
   return s;
 }

@@ -230,7 +230,10 @@ NpyArray::NpyArray(NpyType type, std::vector<int64_t> shape) : type_(type), shap
 
 std::string shape_str(const std::vector<int64_t>& shape) {
   std::string s = "[";
-  for (size_t k = 0; k < shape.size(); ++k) s += (k ? ", " : "") + std::to_string(shape[k]);
+  for (size_t k = 0; k < shape.size(); ++k) {
+    if (k) s += ", ";
+    s += std::to_string(shape[k]);
+  }
   return s + "]";
 }
 
@@ -298,7 +301,8 @@ std::string npy_bytes(NpyType type, const std::vector<int64_t>& shape, const voi
   std::string dict = std::string("{'descr': '") + npy_type_descr(type) + "', 'fortran_order': False, 'shape': (";
   int64_t numel = 1;
   for (size_t k = 0; k < shape.size(); ++k) {
-    dict += (k ? ", " : "") + std::to_string(shape[k]);
+    if (k) dict += ", ";
+    dict += std::to_string(shape[k]);
     numel *= shape[k];
   }
   dict += shape.size() == 1 ? ",), }" : "), }";
