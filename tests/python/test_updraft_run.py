@@ -222,7 +222,7 @@ def test_compare_match_mismatch_and_worst_element(small, tmp_path):
     ins = ["--input", small["files"][0], "--input", small["files"][1]]
     p = run_cli("compare", small["path"], *ins, "--expect", tmp_path / "h.npy", "--expect", tmp_path / "p.npy")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "OK (rtol 0.0001, atol 0.0001)" in p.stdout and p.stdout.strip().endswith("match")
+    assert "OK (rtol 0.001, atol 0.001)" in p.stdout and p.stdout.strip().endswith("match")
     bad = want[0].copy()
     bad[1, 3, 7] += 0.5
     np.save(tmp_path / "h_bad.npy", bad)
@@ -231,6 +231,13 @@ def test_compare_match_mismatch_and_worst_element(small, tmp_path):
     assert p.returncode == 1, p.stdout + p.stderr
     assert "hidden f32[2, 8, 32]  MISMATCH" in p.stdout and "1 of 512 elements differ" in p.stdout
     assert f"worst at [1, 3, 7]: got {want[0][1, 3, 7]:.9g}, expected {bad[1, 3, 7]:.9g} (abs error 0.5" in p.stdout
+    # NaN matches only NaN: the NaN is the worst element.
+    nan = want[0].copy()
+    nan[0, 0, 5] = np.nan
+    np.save(tmp_path / "h_nan.npy", nan)
+    p = run_cli("compare", small["path"], *ins, "--expect", tmp_path / "h_nan.npy", "--expect", tmp_path / "p.npy")
+    assert p.returncode == 1 and "1 of 512 elements differ" in p.stdout and "worst at [0, 0, 5]" in p.stdout, p.stdout
+    assert "expected nan" in p.stdout
     # A looser tolerance accepts it.
     p = run_cli("compare", small["path"], *ins, "--expect", tmp_path / "h_bad.npy", "--expect", tmp_path / "p.npy",
                 "--atol", "0.6")

@@ -95,7 +95,7 @@ const Command kCommands[] = {
      "relative error). Exit code 0 when every output matches, 1 when one does not.\n"
      "  --input [NAME=]PATH   an input array, as for `run`\n"
      "  --expect [NAME=]PATH  an expected output (.npy), in the model's output order or by name\n"
-     "  --rtol R, --atol A    tolerances for every float output (default: per dtype, f32 1e-4/1e-4,\n"
+     "  --rtol R, --atol A    tolerances for every float output (default: per dtype, f32 1e-3/1e-3,\n"
      "                        f64 1e-7/1e-7, f16 1e-2/1e-2, bf16 2e-2/2e-2)\n"
      "  --output-dir DIR      also write the outputs there, as `run` does\n"},
 };
@@ -310,6 +310,14 @@ std::string dims_str(const ur::IOInfo& io) {
     s += io.dims[k];
   }
   return s + "]";
+}
+
+// The width of the name column: the longest input or output name.
+int name_width(const ur::Model& m) {
+  size_t w = 8;
+  for (const auto& io : m.inputs()) w = std::max(w, io.name.size());
+  for (const auto& io : m.outputs()) w = std::max(w, io.name.size());
+  return static_cast<int>(std::min<size_t>(w, 60));
 }
 
 std::string bytes_str(size_t b) {
@@ -667,12 +675,12 @@ void write_outputs(const ur::Model& m, const Outputs& o, const std::string& dir,
       for (int64_t i = 0; i < f.numel(); ++i)
         static_cast<float*>(f.data())[i] = static_cast<float>(element(o.arrays[k].data(), ur::DType::bf16, i));
       updraft_run::write_npy(path, NpyType::f32, o.shapes[k], f.data());
-      if (!quiet) std::printf("  %-16s bf16%s -> %s (as float32: numpy has no bfloat16)\n", out.name.c_str(),
+      if (!quiet) std::printf("  %-*s bf16%s -> %s (as float32: numpy has no bfloat16)\n", name_width(m), out.name.c_str(),
                               shape_str(o.shapes[k]).c_str(), path.c_str());
       continue;
     }
     updraft_run::write_npy(path, o.arrays[k].type(), o.shapes[k], o.arrays[k].data());
-    if (!quiet) std::printf("  %-16s %-20s -> %s\n", out.name.c_str(), type_str(out.dtype, o.shapes[k]).c_str(), path.c_str());
+    if (!quiet) std::printf("  %-*s %-20s -> %s\n", name_width(m), out.name.c_str(), type_str(out.dtype, o.shapes[k]).c_str(), path.c_str());
   }
 }
 
@@ -730,6 +738,7 @@ void print_arena(ur::Model& m, const char* label, const std::vector<std::vector<
 
 int cmd_info(const Args& a) {
   ur::Model m = load_model(a);
+  const int w = name_width(m);
   const ur::ModelStats& st = m.stats();
   std::printf("file       %s\n", a.file.c_str());
   std::printf("size       %s (%zu bytes); constants %s (%zu bytes), %s\n", bytes_str(st.file_bytes).c_str(), st.file_bytes,
@@ -740,9 +749,9 @@ int cmd_info(const Args& a) {
   if (!st.note.empty()) std::printf("note       %s\n", st.note.c_str());
   std::printf("load       %.2f ms\n", st.load_ms);
   std::printf("inputs:\n");
-  for (const auto& in : m.inputs()) std::printf("  %-16s %s\n", in.name.c_str(), dims_str(in).c_str());
+  for (const auto& in : m.inputs()) std::printf("  %-*s %s\n", w, in.name.c_str(), dims_str(in).c_str());
   std::printf("outputs:\n");
-  for (const auto& out : m.outputs()) std::printf("  %-16s %s\n", out.name.c_str(), dims_str(out).c_str());
+  for (const auto& out : m.outputs()) std::printf("  %-*s %s\n", w, out.name.c_str(), dims_str(out).c_str());
   if (!m.ranges().empty()) {
     std::printf("symbols:\n");
     for (const auto& r : m.ranges()) std::printf("  %s\n", range_str(r).c_str());
@@ -941,17 +950,19 @@ int cmd_bench(const Args& a) {
 // ------------------------------------------------------------------------------------------
 // compare
 
-// Default tolerances per dtype (rtol, atol), the ones updraft.debug's bisect and compare use so
-// one model judged twice gets one verdict. The engine's results differ from a reference by
-// summation order (blocked GEMM/conv, fused kernels, FMA): a few ulps per op, growing with depth,
-// hence 1e-4 for f32 rather than f32's 1.2e-7 epsilon; f16/bf16 keep ~10/8 mantissa bits, hence
-// 1e-2/2e-2; integer and bool outputs (argmax, masks, indices) must be exact.
+// Default tolerances per dtype (rtol, atol). A model file is compared whole, usually against
+// eager PyTorch: the engine sums in another order (blocked oneDNN GEMMs and convolutions, fused
+// kernels, FMA), about 1e-5 relative per op, and tens of layers grow that to ~1e-4 on values of
+// order 1 (ResNet-50 from the zoo: 3.3e-4 at worst). So f32 takes 1e-3, the whole-model
+// tolerance tests/python/test_models.py uses, which still catches a real lowering bug (errors of
+// order 1). f64 keeps 1e-7 (updraft.debug's bisect); f16/bf16 carry ~11/8 mantissa bits, hence
+// 1e-2/2e-2. Integer and bool outputs (indices, masks) must be exact.
 struct Tol {
   double rtol, atol;
 };
 Tol default_tol(ur::DType d) {
   switch (d) {
-    case ur::DType::f32: return {1e-4, 1e-4};
+    case ur::DType::f32: return {1e-3, 1e-3};
     case ur::DType::f64: return {1e-7, 1e-7};
     case ur::DType::f16: return {1e-2, 1e-2};
     case ur::DType::bf16: return {2e-2, 2e-2};
@@ -1008,26 +1019,27 @@ int cmd_compare(const Args& a) {
       if (a.rtol) tol.rtol = *a.rtol;
       if (a.atol) tol.atol = *a.atol;
     }
+    // The worst element: the largest error relative to what the tolerance allows there (above
+    // 1: a mismatch), so a matching output shows the element closest to failing.
+    constexpr double kInf = std::numeric_limits<double>::infinity();
     int64_t bad = 0, worst = -1;
-    double worst_excess = -std::numeric_limits<double>::infinity(), max_abs = 0;
+    double worst_ratio = -1, max_abs = 0;
     for (int64_t i = 0; i < want.numel(); ++i) {
       double g = element(out.arrays[k].data(), d, i), e = element(want.data(), want_d, i);
-      double err = std::fabs(g - e), excess;
+      double err, ratio;
       if (std::isnan(g) || std::isnan(e)) {
-        excess = std::isnan(g) && std::isnan(e) ? -std::numeric_limits<double>::infinity()
-                                                : std::numeric_limits<double>::infinity();
-        err = excess > 0 ? std::numeric_limits<double>::infinity() : 0;
+        err = ratio = std::isnan(g) && std::isnan(e) ? 0 : kInf;
       } else if (g == e) {  // equal infinities included
-        err = 0;
-        excess = -(tol.atol + tol.rtol * std::fabs(e));
+        err = ratio = 0;
       } else {
-        excess = err - (tol.atol + tol.rtol * std::fabs(e));
-        if (std::isnan(excess)) excess = std::numeric_limits<double>::infinity();  // inf - inf
+        err = std::fabs(g - e);  // inf when one side is infinite
+        double allowed = tol.atol + tol.rtol * std::fabs(e);
+        ratio = std::isinf(err) || std::isinf(allowed) ? kInf : allowed > 0 ? err / allowed : kInf;
       }
-      if (excess > 0) ++bad;
-      if (err > max_abs || std::isnan(err)) max_abs = err;
-      if (worst < 0 || excess > worst_excess) {
-        worst_excess = excess;
+      if (ratio > 1) ++bad;
+      max_abs = std::max(max_abs, err);
+      if (ratio > worst_ratio) {
+        worst_ratio = ratio;
         worst = i;
       }
     }
@@ -1043,8 +1055,10 @@ int cmd_compare(const Args& a) {
       double abs_err = std::fabs(g - e);
       if (g == e || (std::isnan(g) && std::isnan(e))) abs_err = 0;
       double rel = e != 0 ? abs_err / std::fabs(e) : (abs_err == 0 ? 0 : std::numeric_limits<double>::infinity());
-      std::printf("  worst at %s: got %s, expected %s (abs error %.3g, rel error %.3g); max abs error %.3g\n",
-                  index_str(worst, want.shape()).c_str(), num(g).c_str(), num(e).c_str(), abs_err, rel, max_abs);
+      std::printf("  worst at %s: got %s, expected %s (abs error %.3g, rel error %.3g", index_str(worst, want.shape()).c_str(),
+                  num(g).c_str(), num(e).c_str(), abs_err, rel);
+      if (is_float(d) && std::isfinite(worst_ratio)) std::printf(", %.3g of the tolerance", worst_ratio);
+      std::printf("); max abs error %.3g\n", max_abs);
     }
   }
   std::printf("%s\n", all_ok ? "match" : "MISMATCH");
