@@ -325,6 +325,14 @@ TEST_F(PublicRuntime, CApi) {
   EXPECT_STREQ(info.name, "rowsum");
   EXPECT_EQ(updraft_model_output_info(m, 2, &info), UPDRAFT_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(updraft_model_signature(m)).find("rowsum"), std::string::npos);
+  ASSERT_EQ(updraft_model_num_symbols(m), 1u);
+  const char* sym = nullptr;
+  int64_t lo = 0, hi = 0;
+  ASSERT_EQ(updraft_model_symbol(m, 0, &sym, &lo, &hi), UPDRAFT_OK);
+  EXPECT_STREQ(sym, "s0");
+  EXPECT_EQ(lo, 1);
+  EXPECT_EQ(hi, 64);
+  EXPECT_EQ(updraft_model_symbol(m, 1, &sym, &lo, &hi), UPDRAFT_ERR_INVALID_ARGUMENT);
 
   const int64_t rows = 3;
   std::vector<float> x = input_rows(rows, 5), y(rows * 3), s(rows);
