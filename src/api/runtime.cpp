@@ -9,6 +9,7 @@
 // kernel failure a Runtime one). What it does not do: copy inputs or outputs, or keep any
 // mutable state of its own: every member is written once in load(), so concurrent runs share
 // nothing but the Executable (whose plan cache is locked and whose arenas are pooled per call).
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -17,6 +18,7 @@
 #include "api/api_error.h"
 #include "core/tensor.h"
 #include "core/version.h"
+#include "ir/op_table.h"
 #include "model/model_file.h"
 #include "runtime/executable.h"
 #include "runtime/plan.h"
@@ -112,7 +114,9 @@ TensorView to_view(const TensorRef& t, const char* role, size_t k, const std::st
       throw KindedError(ErrorKind::Shape, "[runtime] " + where + " has a negative size " + dims_text(t.shape));
     v.sizes[d] = t.shape[d];
     v.strides[d] = t.strides.empty() ? stride : t.strides[d];
-    stride *= t.shape[d];
+    if (__builtin_mul_overflow(stride, t.shape[d], &stride))
+      throw KindedError(ErrorKind::Shape, "[runtime] " + where + " has more elements than fit in 64 bits " +
+                                              dims_text(t.shape));
   }
   return v;
 }
@@ -269,6 +273,9 @@ Model Model::load(const std::string& path, const LoadOptions& opts) {
     throw KindedError(ErrorKind::InvalidArgument, "[runtime] LoadOptions::num_threads is " +
                                                       std::to_string(opts.num_threads) +
                                                       "; use 0 (all cores) or a positive thread count");
+  struct stat file;
+  if (::stat(path.c_str(), &file) == 0 && !S_ISREG(file.st_mode))
+    throw KindedError(ErrorKind::File, "[model] " + path + " is not a regular file; give the path of a model file");
   auto impl = std::make_unique<Impl>();
   LoadedModel lm;
   try {
@@ -321,6 +328,12 @@ Model Model::load(const std::string& path, const LoadOptions& opts) {
     st.engine_version = lm.meta.engine;
     st.note = lm.meta.note;
     st.required_cpu = lm.meta.requires_cpu;
+    std::map<std::string, size_t> op_index;
+    for (const Node* n : impl->exe->graph().nodes()) {
+      auto [it, fresh] = op_index.insert({n->op->name, st.ops.size()});
+      if (fresh) st.ops.push_back({n->op->name, 0});
+      ++st.ops[it->second].second;
+    }
   });
   impl->stats.load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return Model(std::move(impl));

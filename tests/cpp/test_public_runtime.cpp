@@ -146,6 +146,15 @@ TEST_F(PublicRuntime, SignatureAndStats) {
   EXPECT_EQ(m.stats().engine_version, ur::version());
   EXPECT_EQ(m.stats().note, "test mlp");
   EXPECT_NE(m.signature_text().find("s0 in [1, 64]"), std::string::npos) << m.signature_text();
+  int nodes = 0;
+  for (const auto& [op, count] : m.stats().ops) {
+    EXPECT_FALSE(op.empty());
+    EXPECT_GT(count, 0) << op;
+    nodes += count;
+  }
+  auto lm = updraft::load_model_file(mlp_);
+  EXPECT_EQ(nodes, static_cast<int>(lm.graph->num_nodes()));
+  EXPECT_FALSE(m.stats().ops.empty());
   EXPECT_EQ(m.output_shapes({{5, 4}}), (std::vector<std::vector<int64_t>>{{5, 3}, {5}}));
   EXPECT_STREQ(ur::dtype_name(ur::DType::boolean), "bool");
   EXPECT_EQ(ur::dtype_size(ur::DType::bf16), 2u);
@@ -259,6 +268,7 @@ TEST_F(PublicRuntime, BadFilesAreErrors) {
   std::string newer = write_file(dir_ + "/newer.updraft", bytes);
   EXPECT_NE(error_of([&] { ur::Model::load(newer); }), "");
   EXPECT_NE(error_of([&] { ur::Model::load(mlp_, {.num_threads = -1}); }).find("num_threads"), std::string::npos);
+  EXPECT_NE(error_of([&] { ur::Model::load(dir_); }).find("not a regular file"), std::string::npos);
   // Not an updraft::Error, not an abort: the public type.
   EXPECT_THROW(ur::Model::load(corrupt, {.num_threads = 0, .map = false}), ur::Error);
 }
@@ -290,6 +300,9 @@ TEST_F(PublicRuntime, BadInputsAndBuffersAreErrors) {
   EXPECT_NE(run({x_ref}, {{y.data(), ur::DType::f32, {2, 3}, {1, 2}}, s_ref}).find("contiguous"), std::string::npos);
   EXPECT_NE(run({x_ref}, {ur::TensorRef::of(static_cast<void*>(nullptr), ur::DType::f32, {2, 3}), s_ref}).find("no data"), std::string::npos);
   EXPECT_NE(run({ur::TensorRef::of(x.data(), ur::DType::f32, {2, -4})}, {y_ref, s_ref}).find("negative"),
+            std::string::npos);
+  EXPECT_NE(run({x_ref}, {ur::TensorRef::of(y.data(), ur::DType::f32, {int64_t{1} << 40, int64_t{1} << 40}), s_ref})
+                .find("64 bits"),
             std::string::npos);
 
   ur::Model moved = std::move(m);
