@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
       rc = 1;
       goto done;
     }
-    for (int d = 0; d < info.ndim; ++d) in_dims[k * 8 + d] = info.shape[d] < 0 ? smallest(model, info.dims[d]) : info.shape[d];
+    for (int d = 0; d < info.ndim; ++d)
+      in_dims[k * 8 + d] = info.shape[d] < 0 ? smallest(model, info.dims[d]) : info.shape[d];
     in[k].dtype = UPDRAFT_F32;
     in[k].ndim = info.ndim;
     in[k].shape = in_dims + k * 8;

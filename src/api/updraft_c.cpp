@@ -132,9 +132,9 @@ updraft_status io_info(const updraft_model* m, size_t index, updraft_io_info* ou
     need(out, "out");
     const auto& list = input ? m->inputs : m->outputs;
     if (index >= list.size())
-      throw KindedError(ErrorKind::InvalidArgument, std::string("[c-api] ") + (input ? "input" : "output") +
-                                                        " index " + std::to_string(index) + " is out of range; the model has " +
-                                                        std::to_string(list.size()));
+      throw KindedError(ErrorKind::InvalidArgument,
+                        std::string("[c-api] ") + (input ? "input" : "output") + " index " + std::to_string(index) +
+                            " is out of range; the model has " + std::to_string(list.size()));
     *out = list[index].info;
   });
 }

@@ -214,7 +214,8 @@ TEST_F(PublicRuntime, SizeInput) {
       EXPECT_NEAR(out[r * 4 + c], 2.0f + 5.0f + x[c] + x[4 + c] + x[8 + c], 1e-5);
   int64_t too_big = 33;
   EXPECT_NE(error_of([&] {
-              m.run({ur::TensorRef::of(x.data(), ur::DType::f32, {3, 4}), ur::TensorRef::of(&too_big, ur::DType::i64, {})},
+              m.run({ur::TensorRef::of(x.data(), ur::DType::f32, {3, 4}),
+                     ur::TensorRef::of(&too_big, ur::DType::i64, {})},
                     {ur::TensorRef::of(out.data(), ur::DType::f32, {6, 4})});
             }).find("outside the range [0, 32]"),
             std::string::npos);
@@ -289,8 +290,9 @@ TEST_F(PublicRuntime, BadInputsAndBuffersAreErrors) {
   EXPECT_NE(run({ur::TensorRef::of(x.data(), ur::DType::f32, {2, 5})}, {y_ref, s_ref}).find("dim 1 is 5"),
             std::string::npos);
   EXPECT_NE(run({ur::TensorRef::of(xd.data(), ur::DType::f64, {2, 4})}, {y_ref, s_ref}).find("f64"), std::string::npos);
-  EXPECT_NE(run({ur::TensorRef::of(x.data(), ur::DType::f32, {0, 4})}, {y_ref, s_ref}).find("outside the range [1, 64]"),
-            std::string::npos);
+  EXPECT_NE(
+      run({ur::TensorRef::of(x.data(), ur::DType::f32, {0, 4})}, {y_ref, s_ref}).find("outside the range [1, 64]"),
+      std::string::npos);
   EXPECT_NE(error_of([&] { m.output_shapes({{65, 4}}); }).find("outside the range [1, 64]"), std::string::npos);
   EXPECT_NE(error_of([&] { m.arena_bytes({{2, 4, 1}}); }).find("rank"), std::string::npos);
   EXPECT_NE(run({x_ref}, {ur::TensorRef::of(y.data(), ur::DType::f32, {3, 3}), s_ref}).find("these inputs give [2, 3]"),
@@ -298,7 +300,8 @@ TEST_F(PublicRuntime, BadInputsAndBuffersAreErrors) {
   EXPECT_NE(run({x_ref}, {y_ref}).find("2 outputs"), std::string::npos);
   EXPECT_NE(run({x_ref}, {ur::TensorRef::of(y.data(), ur::DType::f64, {2, 3}), s_ref}).find("f64"), std::string::npos);
   EXPECT_NE(run({x_ref}, {{y.data(), ur::DType::f32, {2, 3}, {1, 2}}, s_ref}).find("contiguous"), std::string::npos);
-  EXPECT_NE(run({x_ref}, {ur::TensorRef::of(static_cast<void*>(nullptr), ur::DType::f32, {2, 3}), s_ref}).find("no data"), std::string::npos);
+  auto null_out = ur::TensorRef::of(static_cast<void*>(nullptr), ur::DType::f32, {2, 3});
+  EXPECT_NE(run({x_ref}, {null_out, s_ref}).find("no data"), std::string::npos);
   EXPECT_NE(run({ur::TensorRef::of(x.data(), ur::DType::f32, {2, -4})}, {y_ref, s_ref}).find("negative"),
             std::string::npos);
   EXPECT_NE(run({x_ref}, {ur::TensorRef::of(y.data(), ur::DType::f32, {int64_t{1} << 40, int64_t{1} << 40}), s_ref})
