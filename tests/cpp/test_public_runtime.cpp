@@ -14,6 +14,8 @@
 #include <fstream>
 #include <thread>
 
+#include "core/cpu_features.h"
+#include "core/hash.h"
 #include "ir/text.h"
 #include "model/model_file.h"
 #include "runtime/executable.h"
@@ -268,6 +270,20 @@ TEST_F(PublicRuntime, BadFilesAreErrors) {
   bytes[8] = static_cast<char>(updraft::kModelFormatVersion + 1);  // the header's u32 format version
   std::string newer = write_file(dir_ + "/newer.updraft", bytes);
   EXPECT_NE(error_of([&] { ur::Model::load(newer); }), "");
+  // A file that needs a CPU feature this machine lacks (an unknown name counts as missing): the
+  // "requires" field rewritten, the header's payload checksum made right again.
+  bytes = mlp_bytes_;
+  const std::string need = updraft::engine_required_cpu_features();
+  size_t at = bytes.find(need, bytes.find("requires"));
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at, 2, "zz");
+  uint64_t length = 0;
+  std::memcpy(&length, bytes.data() + 16, 8);
+  uint64_t sum = updraft::xxh3_64(bytes.data() + 32, length);
+  std::memcpy(bytes.data() + 24, &sum, 8);
+  std::string other_cpu = write_file(dir_ + "/other_cpu.updraft", bytes);
+  EXPECT_NE(error_of([&] { ur::Model::load(other_cpu); }).find("this CPU lacks {zz"), std::string::npos)
+      << error_of([&] { ur::Model::load(other_cpu); });
   EXPECT_NE(error_of([&] { ur::Model::load(mlp_, {.num_threads = -1}); }).find("num_threads"), std::string::npos);
   EXPECT_NE(error_of([&] { ur::Model::load(dir_); }).find("not a regular file"), std::string::npos);
   // Not an updraft::Error, not an abort: the public type.
