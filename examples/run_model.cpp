@@ -59,6 +59,9 @@ int main(int argc, char** argv) {
                 ur::version(), model.stats().engine_version.c_str(), model.stats().file_bytes,
                 model.stats().constant_bytes, model.stats().load_ms);
     std::printf("%s", model.signature_text().c_str());
+    std::printf("ops:");
+    for (const auto& [op, count] : model.stats().ops) std::printf(" %s x%d", op.c_str(), count);
+    std::printf("\n");
 
     std::map<std::string, int64_t> symbol_min;
     for (const ur::SymbolRange& r : model.ranges()) symbol_min[r.symbol] = std::max<int64_t>(r.min, 1);

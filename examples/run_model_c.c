@@ -1,16 +1,27 @@
 /* The C API (updraft/updraft_c.h): loads a model file whose inputs are all f32 tensors, runs it
- * on zeros (symbolic dims at 1) and prints each output's shape and first element.
+ * on zeros (each symbolic dim at the smallest size its range allows) and prints each output's shape and first element.
  *
  *   run_model_c MODEL.updraft
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <updraft/updraft_c.h>
 
 static size_t numel(const int64_t* shape, int ndim) {
   size_t n = 1;
   for (int d = 0; d < ndim; ++d) n *= (size_t)shape[d];
   return n;
+}
+
+/* The smallest size the model takes for a symbolic dim (at least 1). */
+static int64_t smallest(const updraft_model* model, const char* dim) {
+  for (size_t i = 0; i < updraft_model_num_symbols(model); ++i) {
+    const char* name;
+    int64_t lo, hi;
+    if (updraft_model_symbol(model, i, &name, &lo, &hi) == UPDRAFT_OK && strcmp(name, dim) == 0) return lo > 1 ? lo : 1;
+  }
+  return 1;
 }
 
 int main(int argc, char** argv) {
@@ -38,7 +49,8 @@ int main(int argc, char** argv) {
       rc = 1;
       goto done;
     }
-    for (int d = 0; d < info.ndim; ++d) in_dims[k * 8 + d] = info.shape[d] < 0 ? 1 : info.shape[d];
+    for (int d = 0; d < info.ndim; ++d)
+      in_dims[k * 8 + d] = info.shape[d] < 0 ? smallest(model, info.dims[d]) : info.shape[d];
     in[k].dtype = UPDRAFT_F32;
     in[k].ndim = info.ndim;
     in[k].shape = in_dims + k * 8;

@@ -18,6 +18,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 // Symbols the shared library libupdraft_runtime exports (it is built with -fvisibility=hidden:
@@ -74,6 +75,8 @@ struct ModelStats {
   bool mapped = false;
   double load_ms = 0;
   std::string engine_version, note, required_cpu;
+  // The graph's ops with how many nodes run each, in order of first use (`updraft-run info`).
+  std::vector<std::pair<std::string, int>> ops;
 };
 
 class UPDRAFT_RUNTIME_API Model {

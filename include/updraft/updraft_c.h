@@ -100,6 +100,11 @@ UPDRAFT_C_API updraft_status updraft_model_input_info(const updraft_model* model
                                                       updraft_io_info* out);
 UPDRAFT_C_API updraft_status updraft_model_output_info(const updraft_model* model, size_t index,
                                                        updraft_io_info* out);
+/* The symbols of the inputs' dims with the range of sizes the model was exported for (max is
+ * INT64_MAX where unbounded). */
+UPDRAFT_C_API size_t updraft_model_num_symbols(const updraft_model* model); /* 0 for NULL */
+UPDRAFT_C_API updraft_status updraft_model_symbol(const updraft_model* model, size_t index, const char** name,
+                                                  int64_t* min, int64_t* max);
 /* The signature as text (inputs, outputs, symbol ranges); NULL for NULL. */
 UPDRAFT_C_API const char* updraft_model_signature(const updraft_model* model);
 

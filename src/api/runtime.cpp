@@ -9,6 +9,7 @@
 // kernel failure a Runtime one). What it does not do: copy inputs or outputs, or keep any
 // mutable state of its own: every member is written once in load(), so concurrent runs share
 // nothing but the Executable (whose plan cache is locked and whose arenas are pooled per call).
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -17,6 +18,7 @@
 #include "api/api_error.h"
 #include "core/tensor.h"
 #include "core/version.h"
+#include "ir/op_table.h"
 #include "model/model_file.h"
 #include "runtime/executable.h"
 #include "runtime/plan.h"
@@ -112,7 +114,9 @@ TensorView to_view(const TensorRef& t, const char* role, size_t k, const std::st
       throw KindedError(ErrorKind::Shape, "[runtime] " + where + " has a negative size " + dims_text(t.shape));
     v.sizes[d] = t.shape[d];
     v.strides[d] = t.strides.empty() ? stride : t.strides[d];
-    stride *= t.shape[d];
+    if (__builtin_mul_overflow(stride, t.shape[d], &stride))
+      throw KindedError(ErrorKind::Shape, "[runtime] " + where + " has more elements than fit in 64 bits " +
+                                              dims_text(t.shape));
   }
   return v;
 }
@@ -161,9 +165,10 @@ void Model::Impl::check_inputs(const std::vector<TensorRef>& in) const {
                                               ", the model takes " + dtype_name(info.dtype) + "; convert it first");
     if (info.is_size) {
       if (!t.shape.empty() || t.data == nullptr)
-        throw KindedError(ErrorKind::Shape, "[runtime] size input " + info.name +
-                                                " is passed as a 0-d i64 tensor holding the value (shape {}), got shape " +
-                                                dims_text(t.shape));
+        throw KindedError(ErrorKind::Shape,
+                          "[runtime] size input " + info.name +
+                              " is passed as a 0-d i64 tensor holding the value (shape {}), got shape " +
+                              dims_text(t.shape));
       int64_t v = *static_cast<const int64_t*>(t.data);
       size_t s = static_cast<size_t>(input_dims[k][0].value);
       ok = v >= sym_min[s] && v <= sym_max[s] && (bound[s] == kUnset || bound[s] == v);
@@ -217,8 +222,8 @@ void Model::Impl::check_outputs(const std::vector<TensorRef>& out) const {
       int64_t stride = 1;
       for (size_t d = t.shape.size(); d-- > 0;) {
         if (t.shape[d] != 1 && t.strides[d] != stride)
-          throw KindedError(ErrorKind::InvalidArgument, "[runtime] output " + info.name +
-                                                            " is strided; outputs must be contiguous (give no strides)");
+          throw KindedError(ErrorKind::InvalidArgument,
+                            "[runtime] output " + info.name + " is strided; outputs must be contiguous (no strides)");
         stride *= t.shape[d];
       }
     }
@@ -264,66 +269,78 @@ const Impl& need(const std::unique_ptr<Impl>& impl) {
 }  // namespace
 
 Model Model::load(const std::string& path, const LoadOptions& opts) {
-  auto t0 = std::chrono::steady_clock::now();
-  if (opts.num_threads < 0)
-    throw KindedError(ErrorKind::InvalidArgument, "[runtime] LoadOptions::num_threads is " +
-                                                      std::to_string(opts.num_threads) +
-                                                      "; use 0 (all cores) or a positive thread count");
-  auto impl = std::make_unique<Impl>();
-  LoadedModel lm;
-  try {
-    lm = guarded(ErrorKind::BadModel, [&] { return load_model_file(path, opts.map); });
-  } catch (const KindedError& e) {
-    // The engine says what is wrong; the kind says whether the file was there to read at all.
-    if (e.kind() == ErrorKind::BadModel && ::access(path.c_str(), R_OK) != 0)
-      throw KindedError(ErrorKind::File, e.what());
-    throw;
-  }
-  guarded(ErrorKind::BadModel, [&] {
-    CompileOptions co;
-    co.num_threads = opts.num_threads;
-    impl->exe = Executable::from_optimized(std::move(lm.graph), co, lm.load_ms);
-    impl->sig = lm.signature;
-    impl->ranges.clear();
-    for (const updraft::SymbolRange& r : lm.signature.ranges) impl->ranges.push_back({r.symbol, r.min, r.max});
-    for (const ModelIO& io : lm.signature.inputs) impl->inputs.push_back(io_info(io));
-    for (const ModelIO& io : lm.signature.outputs) impl->outputs.push_back(io_info(io));
-    // Symbols by index, with their ranges (no range: any size).
-    std::map<std::string, int> index;
-    auto sym_index = [&](const std::string& s) {
-      auto [it, fresh] = index.insert({s, static_cast<int>(impl->sym_min.size())});
-      if (fresh) {
-        int64_t lo = 0, hi = INT64_MAX;
-        for (const updraft::SymbolRange& r : lm.signature.ranges)
-          if (r.symbol == s) lo = r.min, hi = r.max;
-        impl->sym_min.push_back(lo);
-        impl->sym_max.push_back(hi);
-      }
-      return it->second;
-    };
-    for (const ModelIO& io : lm.signature.inputs) {
-      std::vector<DimCheck> dims;
-      if (!io.binds.empty()) {
-        dims.push_back({DimCheck::Symbol, sym_index(io.binds)});
-      } else {
-        for (const Dim& d : io.type.shape) {
-          if (d.is_static()) dims.push_back({DimCheck::Static, d.value()});
-          else if (d.kind() == Dim::Kind::Sym) dims.push_back({DimCheck::Symbol, sym_index(d.str())});
-          else dims.push_back({DimCheck::Expr, 0});
-        }
-      }
-      impl->input_dims.push_back(std::move(dims));
+  // Whatever escapes the steps below (a failed allocation) still leaves as an Error.
+  return guarded(ErrorKind::BadModel, [&]() -> Model {
+    auto t0 = std::chrono::steady_clock::now();
+    if (opts.num_threads < 0)
+      throw KindedError(ErrorKind::InvalidArgument, "[runtime] LoadOptions::num_threads is " +
+                                                        std::to_string(opts.num_threads) +
+                                                        "; use 0 (all cores) or a positive thread count");
+    struct stat file;
+    if (::stat(path.c_str(), &file) == 0 && !S_ISREG(file.st_mode))
+      throw KindedError(ErrorKind::File, "[model] " + path + " is not a regular file; give the path of a model file");
+    auto impl = std::make_unique<Impl>();
+    LoadedModel lm;
+    try {
+      lm = guarded(ErrorKind::BadModel, [&] { return load_model_file(path, opts.map); });
+    } catch (const KindedError& e) {
+      // The engine says what is wrong; the kind says whether the file was there to read at all.
+      if (e.kind() == ErrorKind::BadModel && ::access(path.c_str(), R_OK) != 0)
+        throw KindedError(ErrorKind::File, e.what());
+      throw;
     }
-    ModelStats& st = impl->stats;
-    st.file_bytes = lm.file_bytes;
-    st.constant_bytes = lm.constant_bytes;
-    st.mapped = lm.mapped;
-    st.engine_version = lm.meta.engine;
-    st.note = lm.meta.note;
-    st.required_cpu = lm.meta.requires_cpu;
+    guarded(ErrorKind::BadModel, [&] {
+      CompileOptions co;
+      co.num_threads = opts.num_threads;
+      impl->exe = Executable::from_optimized(std::move(lm.graph), co, lm.load_ms);
+      impl->sig = lm.signature;
+      impl->ranges.clear();
+      for (const updraft::SymbolRange& r : lm.signature.ranges) impl->ranges.push_back({r.symbol, r.min, r.max});
+      for (const ModelIO& io : lm.signature.inputs) impl->inputs.push_back(io_info(io));
+      for (const ModelIO& io : lm.signature.outputs) impl->outputs.push_back(io_info(io));
+      // Symbols by index, with their ranges (no range: any size).
+      std::map<std::string, int> index;
+      auto sym_index = [&](const std::string& s) {
+        auto [it, fresh] = index.insert({s, static_cast<int>(impl->sym_min.size())});
+        if (fresh) {
+          int64_t lo = 0, hi = INT64_MAX;
+          for (const updraft::SymbolRange& r : lm.signature.ranges)
+            if (r.symbol == s) lo = r.min, hi = r.max;
+          impl->sym_min.push_back(lo);
+          impl->sym_max.push_back(hi);
+        }
+        return it->second;
+      };
+      for (const ModelIO& io : lm.signature.inputs) {
+        std::vector<DimCheck> dims;
+        if (!io.binds.empty()) {
+          dims.push_back({DimCheck::Symbol, sym_index(io.binds)});
+        } else {
+          for (const Dim& d : io.type.shape) {
+            if (d.is_static()) dims.push_back({DimCheck::Static, d.value()});
+            else if (d.kind() == Dim::Kind::Sym) dims.push_back({DimCheck::Symbol, sym_index(d.str())});
+            else dims.push_back({DimCheck::Expr, 0});
+          }
+        }
+        impl->input_dims.push_back(std::move(dims));
+      }
+      ModelStats& st = impl->stats;
+      st.file_bytes = lm.file_bytes;
+      st.constant_bytes = lm.constant_bytes;
+      st.mapped = lm.mapped;
+      st.engine_version = lm.meta.engine;
+      st.note = lm.meta.note;
+      st.required_cpu = lm.meta.requires_cpu;
+      std::map<std::string, size_t> op_index;
+      for (const Node* n : impl->exe->graph().nodes()) {
+        auto [it, fresh] = op_index.insert({n->op->name, st.ops.size()});
+        if (fresh) st.ops.push_back({n->op->name, 0});
+        ++st.ops[it->second].second;
+      }
   });
   impl->stats.load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return Model(std::move(impl));
+  });
 }
 
 const std::vector<IOInfo>& Model::inputs() const { return need(impl_).inputs; }

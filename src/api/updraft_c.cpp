@@ -132,9 +132,9 @@ updraft_status io_info(const updraft_model* m, size_t index, updraft_io_info* ou
     need(out, "out");
     const auto& list = input ? m->inputs : m->outputs;
     if (index >= list.size())
-      throw KindedError(ErrorKind::InvalidArgument, std::string("[c-api] ") + (input ? "input" : "output") +
-                                                        " index " + std::to_string(index) + " is out of range; the model has " +
-                                                        std::to_string(list.size()));
+      throw KindedError(ErrorKind::InvalidArgument,
+                        std::string("[c-api] ") + (input ? "input" : "output") + " index " + std::to_string(index) +
+                            " is out of range; the model has " + std::to_string(list.size()));
     *out = list[index].info;
   });
 }
@@ -169,6 +169,23 @@ updraft_status updraft_model_input_info(const updraft_model* model, size_t index
 }
 updraft_status updraft_model_output_info(const updraft_model* model, size_t index, updraft_io_info* out) {
   return io_info(model, index, out, false);
+}
+
+size_t updraft_model_num_symbols(const updraft_model* model) { return model ? model->model.ranges().size() : 0; }
+
+updraft_status updraft_model_symbol(const updraft_model* model, size_t index, const char** name, int64_t* min,
+                                    int64_t* max) {
+  return call([&] {
+    need(model, "model");
+    const auto& ranges = model->model.ranges();
+    if (index >= ranges.size())
+      throw KindedError(ErrorKind::InvalidArgument, "[c-api] symbol index " + std::to_string(index) +
+                                                        " is out of range; the model has " +
+                                                        std::to_string(ranges.size()));
+    if (name) *name = ranges[index].symbol.c_str();
+    if (min) *min = ranges[index].min;
+    if (max) *max = ranges[index].max;
+  });
 }
 
 const char* updraft_model_signature(const updraft_model* model) { return model ? model->signature.c_str() : nullptr; }

@@ -14,6 +14,8 @@
 #include <fstream>
 #include <thread>
 
+#include "core/cpu_features.h"
+#include "core/hash.h"
 #include "ir/text.h"
 #include "model/model_file.h"
 #include "runtime/executable.h"
@@ -146,6 +148,15 @@ TEST_F(PublicRuntime, SignatureAndStats) {
   EXPECT_EQ(m.stats().engine_version, ur::version());
   EXPECT_EQ(m.stats().note, "test mlp");
   EXPECT_NE(m.signature_text().find("s0 in [1, 64]"), std::string::npos) << m.signature_text();
+  int nodes = 0;
+  for (const auto& [op, count] : m.stats().ops) {
+    EXPECT_FALSE(op.empty());
+    EXPECT_GT(count, 0) << op;
+    nodes += count;
+  }
+  auto lm = updraft::load_model_file(mlp_);
+  EXPECT_EQ(nodes, static_cast<int>(lm.graph->num_nodes()));
+  EXPECT_FALSE(m.stats().ops.empty());
   EXPECT_EQ(m.output_shapes({{5, 4}}), (std::vector<std::vector<int64_t>>{{5, 3}, {5}}));
   EXPECT_STREQ(ur::dtype_name(ur::DType::boolean), "bool");
   EXPECT_EQ(ur::dtype_size(ur::DType::bf16), 2u);
@@ -205,7 +216,8 @@ TEST_F(PublicRuntime, SizeInput) {
       EXPECT_NEAR(out[r * 4 + c], 2.0f + 5.0f + x[c] + x[4 + c] + x[8 + c], 1e-5);
   int64_t too_big = 33;
   EXPECT_NE(error_of([&] {
-              m.run({ur::TensorRef::of(x.data(), ur::DType::f32, {3, 4}), ur::TensorRef::of(&too_big, ur::DType::i64, {})},
+              m.run({ur::TensorRef::of(x.data(), ur::DType::f32, {3, 4}),
+                     ur::TensorRef::of(&too_big, ur::DType::i64, {})},
                     {ur::TensorRef::of(out.data(), ur::DType::f32, {6, 4})});
             }).find("outside the range [0, 32]"),
             std::string::npos);
@@ -258,7 +270,22 @@ TEST_F(PublicRuntime, BadFilesAreErrors) {
   bytes[8] = static_cast<char>(updraft::kModelFormatVersion + 1);  // the header's u32 format version
   std::string newer = write_file(dir_ + "/newer.updraft", bytes);
   EXPECT_NE(error_of([&] { ur::Model::load(newer); }), "");
+  // A file that needs a CPU feature this machine lacks (an unknown name counts as missing): the
+  // "requires" field rewritten, the header's payload checksum made right again.
+  bytes = mlp_bytes_;
+  const std::string need = updraft::engine_required_cpu_features();
+  size_t at = bytes.find(need, bytes.find("requires"));
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at, 2, "zz");
+  uint64_t length = 0;
+  std::memcpy(&length, bytes.data() + 16, 8);
+  uint64_t sum = updraft::xxh3_64(bytes.data() + 32, length);
+  std::memcpy(bytes.data() + 24, &sum, 8);
+  std::string other_cpu = write_file(dir_ + "/other_cpu.updraft", bytes);
+  EXPECT_NE(error_of([&] { ur::Model::load(other_cpu); }).find("this CPU lacks {zz"), std::string::npos)
+      << error_of([&] { ur::Model::load(other_cpu); });
   EXPECT_NE(error_of([&] { ur::Model::load(mlp_, {.num_threads = -1}); }).find("num_threads"), std::string::npos);
+  EXPECT_NE(error_of([&] { ur::Model::load(dir_); }).find("not a regular file"), std::string::npos);
   // Not an updraft::Error, not an abort: the public type.
   EXPECT_THROW(ur::Model::load(corrupt, {.num_threads = 0, .map = false}), ur::Error);
 }
@@ -279,8 +306,9 @@ TEST_F(PublicRuntime, BadInputsAndBuffersAreErrors) {
   EXPECT_NE(run({ur::TensorRef::of(x.data(), ur::DType::f32, {2, 5})}, {y_ref, s_ref}).find("dim 1 is 5"),
             std::string::npos);
   EXPECT_NE(run({ur::TensorRef::of(xd.data(), ur::DType::f64, {2, 4})}, {y_ref, s_ref}).find("f64"), std::string::npos);
-  EXPECT_NE(run({ur::TensorRef::of(x.data(), ur::DType::f32, {0, 4})}, {y_ref, s_ref}).find("outside the range [1, 64]"),
-            std::string::npos);
+  EXPECT_NE(
+      run({ur::TensorRef::of(x.data(), ur::DType::f32, {0, 4})}, {y_ref, s_ref}).find("outside the range [1, 64]"),
+      std::string::npos);
   EXPECT_NE(error_of([&] { m.output_shapes({{65, 4}}); }).find("outside the range [1, 64]"), std::string::npos);
   EXPECT_NE(error_of([&] { m.arena_bytes({{2, 4, 1}}); }).find("rank"), std::string::npos);
   EXPECT_NE(run({x_ref}, {ur::TensorRef::of(y.data(), ur::DType::f32, {3, 3}), s_ref}).find("these inputs give [2, 3]"),
@@ -288,8 +316,12 @@ TEST_F(PublicRuntime, BadInputsAndBuffersAreErrors) {
   EXPECT_NE(run({x_ref}, {y_ref}).find("2 outputs"), std::string::npos);
   EXPECT_NE(run({x_ref}, {ur::TensorRef::of(y.data(), ur::DType::f64, {2, 3}), s_ref}).find("f64"), std::string::npos);
   EXPECT_NE(run({x_ref}, {{y.data(), ur::DType::f32, {2, 3}, {1, 2}}, s_ref}).find("contiguous"), std::string::npos);
-  EXPECT_NE(run({x_ref}, {ur::TensorRef::of(static_cast<void*>(nullptr), ur::DType::f32, {2, 3}), s_ref}).find("no data"), std::string::npos);
+  auto null_out = ur::TensorRef::of(static_cast<void*>(nullptr), ur::DType::f32, {2, 3});
+  EXPECT_NE(run({x_ref}, {null_out, s_ref}).find("no data"), std::string::npos);
   EXPECT_NE(run({ur::TensorRef::of(x.data(), ur::DType::f32, {2, -4})}, {y_ref, s_ref}).find("negative"),
+            std::string::npos);
+  EXPECT_NE(run({x_ref}, {ur::TensorRef::of(y.data(), ur::DType::f32, {int64_t{1} << 40, int64_t{1} << 40}), s_ref})
+                .find("64 bits"),
             std::string::npos);
 
   ur::Model moved = std::move(m);
@@ -325,6 +357,14 @@ TEST_F(PublicRuntime, CApi) {
   EXPECT_STREQ(info.name, "rowsum");
   EXPECT_EQ(updraft_model_output_info(m, 2, &info), UPDRAFT_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(updraft_model_signature(m)).find("rowsum"), std::string::npos);
+  ASSERT_EQ(updraft_model_num_symbols(m), 1u);
+  const char* sym = nullptr;
+  int64_t lo = 0, hi = 0;
+  ASSERT_EQ(updraft_model_symbol(m, 0, &sym, &lo, &hi), UPDRAFT_OK);
+  EXPECT_STREQ(sym, "s0");
+  EXPECT_EQ(lo, 1);
+  EXPECT_EQ(hi, 64);
+  EXPECT_EQ(updraft_model_symbol(m, 1, &sym, &lo, &hi), UPDRAFT_ERR_INVALID_ARGUMENT);
 
   const int64_t rows = 3;
   std::vector<float> x = input_rows(rows, 5), y(rows * 3), s(rows);
