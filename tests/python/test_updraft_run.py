@@ -144,6 +144,10 @@ def test_info_shows_signature_sizes_engine_and_arena(small):
     assert "hidden" in out and "probs" in out
     assert f"({os.path.getsize(small['path'])} bytes)" in out
     assert "engine     0.2.0" in out and "requires" in out
+    # The graph's ops, counted (ModelStats::ops): the embedding, linear, layer_norm and softmax are there.
+    ops = next(ln for ln in out.splitlines() if ln.startswith("ops"))
+    for op in ("embedding 1", "linear 1", "layer_norm 1", "softmax 1"):
+        assert op in ops, ops
     arena = [ln for ln in out.splitlines() if ln.strip().startswith("static")]
     assert len(arena) == 1 and "bytes)" in arena[0], out
 

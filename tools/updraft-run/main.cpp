@@ -748,6 +748,25 @@ int cmd_info(const Args& a) {
   std::printf("requires   %s (this CPU has them: the file loaded)\n", st.required_cpu.empty() ? "(nothing)" : st.required_cpu.c_str());
   if (!st.note.empty()) std::printf("note       %s\n", st.note.c_str());
   std::printf("load       %.2f ms\n", st.load_ms);
+  if (!st.ops.empty()) {  // most used first; ties in the graph's order
+    auto ops = st.ops;
+    std::stable_sort(ops.begin(), ops.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
+    int total = 0;
+    for (const auto& [op, n] : ops) total += n;
+    std::string head = "ops        " + std::to_string(total) + " nodes, " + std::to_string(ops.size()) + " kinds:";
+    std::printf("%s", head.c_str());
+    size_t col = head.size();
+    for (const auto& [op, n] : ops) {
+      std::string item = op + " " + std::to_string(n);
+      if (col + item.size() + 2 > 100) {
+        std::printf("\n          ");
+        col = 10;
+      }
+      std::printf(" %s", item.c_str());
+      col += item.size() + 1;
+    }
+    std::printf("\n");
+  }
   std::printf("inputs:\n");
   for (const auto& in : m.inputs()) std::printf("  %-*s %s\n", w, in.name.c_str(), dims_str(in).c_str());
   std::printf("outputs:\n");
