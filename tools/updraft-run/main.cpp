@@ -776,7 +776,9 @@ int cmd_info(const Args& a) {
     std::printf("symbols:\n");
     for (const auto& r : m.ranges()) std::printf("  %s\n", range_str(r).c_str());
   }
-  std::printf("arena (working memory of one run):\n");
+  // Per-thread scratch is part of the arena, so it is given for this --threads.
+  std::printf("arena (working memory of one run on %s):\n",
+              a.threads ? (std::to_string(a.threads) + (a.threads == 1 ? " thread" : " threads")).c_str() : "all cores");
   if (!a.shapes.empty() || m.ranges().empty()) {
     print_arena(m, a.shapes.empty() ? "static" : "given", resolve_shapes(m, a.shapes, {}, nullptr));
     return 0;
