@@ -217,6 +217,9 @@ def test_bench_reports_latency_throughput_and_memory(small, dynamic):
     assert r["peak_rss_mib"] > 1 and r["throughput_per_s"] > 0
     # A symbolic dim nothing binds: the error says which --shape to give.
     assert_error(run_cli("bench", dynamic["path"], "--iters", 1), "--shape", name)
+    # A shape outside the exported range is refused before anything is allocated for it.
+    assert_error(run_cli("bench", dynamic["path"], "--shape", f"{name}=100000000000,16", "--iters", 1),
+                 "100000000000", "[1, 64]")
 
 
 def test_compare_match_mismatch_and_worst_element(small, tmp_path):

@@ -630,15 +630,20 @@ struct Outputs {
   std::vector<ur::TensorRef> refs;
 };
 
-Outputs make_outputs(ur::Model& m, const std::vector<std::vector<int64_t>>& in_shapes) {
-  Outputs o;
+// The output shapes for these input shapes; the runtime checks them against the signature.
+std::vector<std::vector<int64_t>> output_shapes(ur::Model& m, const std::vector<std::vector<int64_t>>& in_shapes) {
   try {
-    o.shapes = m.output_shapes(in_shapes);
+    return m.output_shapes(in_shapes);
   } catch (const ur::Error& e) {  // the shapes do not fit the signature
     std::string msg = e.what();
     if (msg.find(';') != std::string::npos) throw;
     throw ur::Error(msg + "; give inputs of the shapes and ranges `updraft-run info` lists");
   }
+}
+
+Outputs make_outputs(ur::Model& m, const std::vector<std::vector<int64_t>>& in_shapes) {
+  Outputs o;
+  o.shapes = output_shapes(m, in_shapes);
   if (o.shapes.size() != m.outputs().size())
     fail("runtime", "output_shapes gave " + std::to_string(o.shapes.size()) + " shapes for " +
                         std::to_string(m.outputs().size()) + " outputs; report this as a bug");
@@ -883,6 +888,7 @@ int cmd_bench(const Args& a) {
   }
   Bound in;
   in.shapes = resolve_shapes(m, a.shapes, from_files, nullptr);
+  output_shapes(m, in.shapes);  // checked against the signature before any input is allocated
   std::mt19937_64 rng(0);
   for (size_t k = 0; k < m.inputs().size(); ++k) {
     const auto& io = m.inputs()[k];
@@ -915,7 +921,7 @@ int cmd_bench(const Args& a) {
   const double budget_ms = (a.time_s ? *a.time_s : 3.0) * 1e3;
   const int64_t min_iters = 10;
   std::vector<double> lat;
-  lat.reserve(a.iters ? static_cast<size_t>(std::min<int64_t>(*a.iters, 1 << 24)) : 1024);
+  lat.reserve(a.iters ? static_cast<size_t>(std::min<int64_t>(*a.iters, 1 << 20)) : 1024);
   auto t0 = std::chrono::steady_clock::now();
   auto last_print = t0;
   size_t shown = 0;  // runs already summarised on the progress line
