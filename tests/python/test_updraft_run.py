@@ -222,6 +222,30 @@ def test_bench_reports_latency_throughput_and_memory(small, dynamic):
                  "100000000000", "[1, 64]")
 
 
+def test_bench_progress_line_only_on_a_terminal(small):
+    import pty
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.Popen([BIN, "bench", str(small["path"]), "--time", "0.5", "--threads", "1"],
+                             stdout=slave, stderr=subprocess.PIPE)
+        os.close(slave)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+        assert p.wait(timeout=60) == 0, p.stderr.read()
+    finally:
+        os.close(master)
+    text = out.decode()
+    assert "\r\x1b[K  run " in text and "p50" in text, text[:300]
+    assert "latency    p50" in text  # the summary follows, the progress line cleared
+
+
 def test_compare_match_mismatch_and_worst_element(small, tmp_path):
     want = python_outputs(small["path"], small["inputs"], 2)
     np.save(tmp_path / "h.npy", want[0])
