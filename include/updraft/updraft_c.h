@@ -81,7 +81,7 @@ typedef struct updraft_io_info {
   updraft_dtype dtype;
   int ndim;                /* 0 for a size input */
   const int64_t* shape;    /* -1 where symbolic */
-  const char* const* dims; /* each dim as text ("128", "s0", "s0 + 1"); a size input: one entry, its symbol */
+  const char* const* dims; /* each dim as text ("128", "s0", "(s1+1)"); a size input: one entry, its symbol */
   int is_size;             /* a size input: its value binds dims[0]'s symbol */
 } updraft_io_info;
 
