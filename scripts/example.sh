@@ -6,14 +6,20 @@
 # the C++ example's output statistics against the same Executable run from Python.
 #
 # Usage: bash scripts/example.sh   (after scripts/setup.sh has made .venv)
-# Environment: PYTHON (default .venv/bin/python, which must import updraft._C),
-#   UPDRAFT_RUNTIME_BUILD (the runtime's build directory, default build/runtime; kept between
-#   runs so a second run only relinks), UPDRAFT_JOBS (default 2). Prints each phase's time.
+# The library comes from scripts/setup.sh's build (build/py, which builds it beside the tests
+# at the cost of one link) when that has it, else from a build of its own in build/runtime
+# (the engine compiled once more; kept between runs). Environment: PYTHON (default
+# .venv/bin/python, which must import updraft._C), UPDRAFT_RUNTIME_BUILD (a build directory to
+# use instead), UPDRAFT_JOBS (default 2). Prints each phase's time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 PY=${PYTHON:-$ROOT/.venv/bin/python}
-BUILD=${UPDRAFT_RUNTIME_BUILD:-build/runtime}
+BUILD=${UPDRAFT_RUNTIME_BUILD:-}
+if [ -z "$BUILD" ]; then
+  BUILD=build/runtime
+  grep -q "^UPDRAFT_BUILD_RUNTIME:BOOL=ON" build/py/CMakeCache.txt 2>/dev/null && BUILD=build/py
+fi
 JOBS=${UPDRAFT_JOBS:-2}
 [ -x "$PY" ] || { echo "[example] no Python at $PY; run bash scripts/setup.sh first, or set PYTHON"; exit 2; }
 # cmake and ninja come with the environment (scripts/setup.sh installs them there).
@@ -31,15 +37,17 @@ PREFIX=$WORK/prefix
 t0=$(date +%s)
 phase() { echo "[example] $1 ($(( $(date +%s) - t0 )) s so far)"; }
 
-phase "configure + build the runtime in $BUILD"
-"$CMAKE" -S . -B "$BUILD" "${GEN[@]}" "${LAUNCHER[@]}" -DCMAKE_BUILD_TYPE=Release -DUPDRAFT_BUILD_RUNTIME=ON \
-  -DUPDRAFT_BUILD_TESTS=OFF -DUPDRAFT_BUILD_PYTHON=OFF -DPython_EXECUTABLE="$PY" >"$WORK/configure.log" 2>&1 ||
-  { cat "$WORK/configure.log"; echo "[example] configuring the runtime failed"; exit 1; }
+phase "build the runtime in $BUILD"
+if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+  "$CMAKE" -S . -B "$BUILD" "${GEN[@]}" "${LAUNCHER[@]}" -DCMAKE_BUILD_TYPE=Release -DUPDRAFT_BUILD_RUNTIME=ON \
+    -DUPDRAFT_BUILD_TESTS=OFF -DUPDRAFT_BUILD_PYTHON=OFF -DPython_EXECUTABLE="$PY" >"$WORK/configure.log" 2>&1 ||
+    { cat "$WORK/configure.log"; echo "[example] configuring the runtime failed"; exit 1; }
+fi
 "$CMAKE" --build "$BUILD" --target updraft_runtime -j "$JOBS" >"$WORK/build.log" 2>&1 ||
   { tail -50 "$WORK/build.log"; echo "[example] building the runtime failed"; exit 1; }
 
 phase "install into a temporary prefix"
-"$CMAKE" --install "$BUILD" --prefix "$PREFIX" >/dev/null
+"$CMAKE" --install "$BUILD" --component runtime --prefix "$PREFIX" >/dev/null
 # What a user's app may include is the public headers only.
 [ "$(ls "$PREFIX/include/updraft")" = "$(printf 'runtime.h\nupdraft_c.h')" ] ||
   { echo "[example] the install has other headers than runtime.h and updraft_c.h:"; ls "$PREFIX/include/updraft"; exit 1; }

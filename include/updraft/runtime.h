@@ -56,7 +56,7 @@ struct IOInfo {
   std::string name;
   DType dtype;
   std::vector<int64_t> shape;        // -1 where symbolic
-  std::vector<std::string> dims;     // each dim as text: "128", "s0", "s0 + 1"
+  std::vector<std::string> dims;     // each dim as text: "128", "s0", "(s1+1)"
   bool is_size = false;              // a size input: an i64 scalar whose value binds `dims[0]`'s symbol
 };
 

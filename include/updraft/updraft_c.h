@@ -64,7 +64,7 @@ typedef struct updraft_model updraft_model; /* opaque */
  * contiguous. A size input (updraft_io_info.is_size) is a 0-d i64 tensor (ndim 0) holding the value. */
 typedef struct updraft_tensor {
   void* data;
-  updraft_dtype dtype;
+  int32_t dtype; /* an updraft_dtype (a fixed-size field: any value is checked, never trusted) */
   int ndim;
   const int64_t* shape;
   const int64_t* strides;
@@ -81,7 +81,7 @@ typedef struct updraft_io_info {
   updraft_dtype dtype;
   int ndim;                /* 0 for a size input */
   const int64_t* shape;    /* -1 where symbolic */
-  const char* const* dims; /* each dim as text ("128", "s0", "s0 + 1"); a size input: one entry, its symbol */
+  const char* const* dims; /* each dim as text ("128", "s0", "(s1+1)"); a size input: one entry, its symbol */
   int is_size;             /* a size input: its value binds dims[0]'s symbol */
 } updraft_io_info;
 
@@ -125,9 +125,9 @@ UPDRAFT_C_API updraft_status updraft_model_run(updraft_model* model, const updra
 /* The calling thread's last failure message ("" if none). */
 UPDRAFT_C_API const char* updraft_last_error(void);
 /* "UPDRAFT_OK", "UPDRAFT_ERR_SHAPE", ... */
-UPDRAFT_C_API const char* updraft_status_name(updraft_status status);
-UPDRAFT_C_API const char* updraft_dtype_name(updraft_dtype dtype); /* "f32", ...; "?" if unknown */
-UPDRAFT_C_API size_t updraft_dtype_size(updraft_dtype dtype);      /* 0 if unknown */
+UPDRAFT_C_API const char* updraft_status_name(int status);
+UPDRAFT_C_API const char* updraft_dtype_name(int dtype); /* an updraft_dtype: "f32", ...; "?" if unknown */
+UPDRAFT_C_API size_t updraft_dtype_size(int dtype);      /* 0 if unknown */
 UPDRAFT_C_API const char* updraft_version(void);
 
 #ifdef __cplusplus

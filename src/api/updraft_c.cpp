@@ -100,9 +100,8 @@ std::vector<ur::TensorRef> refs(const updraft_tensor* ts, size_t n, const char* 
     if (t.ndim < 0 || t.ndim > 64)
       throw KindedError(ErrorKind::InvalidArgument, where + ".ndim is " + std::to_string(t.ndim));
     if (t.ndim > 0 && !t.shape) throw KindedError(ErrorKind::InvalidArgument, where + ".shape is NULL");
-    if (static_cast<int>(t.dtype) < 0 || static_cast<int>(t.dtype) > UPDRAFT_BOOL)
-      throw KindedError(ErrorKind::InvalidArgument,
-                        where + ".dtype is " + std::to_string(static_cast<int>(t.dtype)) + ", not an updraft_dtype");
+    if (t.dtype < 0 || t.dtype > UPDRAFT_BOOL)
+      throw KindedError(ErrorKind::InvalidArgument, where + ".dtype is " + std::to_string(t.dtype) + ", not an updraft_dtype");
     out[k].data = t.data;
     out[k].dtype = static_cast<ur::DType>(t.dtype);
     out[k].shape.assign(t.shape, t.shape + t.ndim);
@@ -225,7 +224,7 @@ updraft_status updraft_model_run(updraft_model* model, const updraft_tensor* inp
 
 const char* updraft_last_error(void) { return t_last_error.c_str(); }
 
-const char* updraft_status_name(updraft_status status) {
+const char* updraft_status_name(int status) {
   switch (status) {
     case UPDRAFT_OK: return "UPDRAFT_OK";
     case UPDRAFT_ERR_INVALID_ARGUMENT: return "UPDRAFT_ERR_INVALID_ARGUMENT";
@@ -239,8 +238,8 @@ const char* updraft_status_name(updraft_status status) {
   return "UPDRAFT_ERR_UNKNOWN";
 }
 
-const char* updraft_dtype_name(updraft_dtype dtype) { return ur::dtype_name(static_cast<ur::DType>(dtype)); }
-size_t updraft_dtype_size(updraft_dtype dtype) { return ur::dtype_size(static_cast<ur::DType>(dtype)); }
+const char* updraft_dtype_name(int dtype) { return ur::dtype_name(static_cast<ur::DType>(dtype)); }
+size_t updraft_dtype_size(int dtype) { return ur::dtype_size(static_cast<ur::DType>(dtype)); }
 const char* updraft_version(void) { return ur::version(); }
 
 }  // extern "C"

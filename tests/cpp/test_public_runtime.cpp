@@ -393,7 +393,7 @@ TEST_F(PublicRuntime, CApi) {
   int64_t big[] = {rows + 1, 3};
   updraft_tensor bad_out[] = {{y.data(), UPDRAFT_F32, 2, big, nullptr}, out[1]};
   EXPECT_EQ(updraft_model_run(m, &in, 1, bad_out, 2), UPDRAFT_ERR_SHAPE);
-  updraft_tensor bad_dtype = {x.data(), static_cast<updraft_dtype>(42), 2, xs, nullptr};
+  updraft_tensor bad_dtype = {x.data(), 42, 2, xs, nullptr};
   EXPECT_EQ(updraft_model_run(m, &bad_dtype, 1, out, 2), UPDRAFT_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(updraft_model_run(nullptr, &in, 1, out, 2), UPDRAFT_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(updraft_model_run(m, nullptr, 1, out, 2), UPDRAFT_ERR_INVALID_ARGUMENT);
@@ -411,6 +411,8 @@ TEST_F(PublicRuntime, CApi) {
 
   EXPECT_STREQ(updraft_status_name(UPDRAFT_ERR_SHAPE), "UPDRAFT_ERR_SHAPE");
   EXPECT_STREQ(updraft_dtype_name(UPDRAFT_I64), "i64");
+  EXPECT_STREQ(updraft_dtype_name(42), "?");
+  EXPECT_STREQ(updraft_status_name(-1), "UPDRAFT_ERR_UNKNOWN");
   EXPECT_EQ(updraft_dtype_size(UPDRAFT_F64), 8u);
   EXPECT_STREQ(updraft_version(), ur::version());
   EXPECT_EQ(updraft_model_num_inputs(nullptr), 0u);
