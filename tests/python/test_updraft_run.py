@@ -331,3 +331,30 @@ def test_help_per_command():
     assert p.returncode == 0 and "bench" in p.stdout
     p = run_cli()
     assert p.returncode == 2 and "usage" in p.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet50", "mlp"])
+def test_zoo_model_through_cli_bit_identical_and_close_to_eager(name, tmp_path):
+    """A real zoo model: the CLI's outputs equal _C.load_model's bit for bit (2 threads) and
+    `compare` against eager PyTorch passes at its default tolerance."""
+    from updraft import zoo
+
+    model, args = zoo.build(name)
+    outs = ["last_hidden_state", "pooler_output"] if name == "resnet50" else ["y"]
+    path = save_model_file(tmp_path / f"{name}.updraft", model, args, outs)
+    x = args[0].numpy()
+    np.save(tmp_path / "x.npy", x)
+    p = run_cli("run", path, "--input", tmp_path / "x.npy", "--output-dir", tmp_path / "out", "--threads", 2)
+    assert p.returncode == 0, p.stderr
+    for o, w in zip(outs, python_outputs(path, [x], 2)):
+        assert np.load(tmp_path / "out" / f"{o}.npy").tobytes() == w.tobytes(), o
+    with torch.no_grad():
+        eager = model(args[0])
+    eager = [eager] if isinstance(eager, torch.Tensor) else [eager.last_hidden_state, eager.pooler_output]
+    expects = []
+    for o, e in zip(outs, eager):
+        np.save(tmp_path / f"eager_{o}.npy", e.numpy())
+        expects += ["--expect", tmp_path / f"eager_{o}.npy"]
+    p = run_cli("compare", path, "--input", tmp_path / "x.npy", *expects, "--threads", 2)
+    assert p.returncode == 0, p.stdout + p.stderr
