@@ -207,6 +207,10 @@ def test_bench_reports_latency_throughput_and_memory(small, dynamic):
     for word in ("p50", "p90", "p99", "throughput", "peak RSS", "arena"):
         assert word in p.stdout, p.stdout
     assert "\r" not in p.stdout  # no progress line when stdout is not a terminal
+    # Some inputs from files (by name), the rest generated; shapes as the files give them.
+    a, _ = small["names"]
+    p = run_cli("bench", small["path"], "--input", f"{a}={small['files'][0]}", "--iters", 3)
+    assert p.returncode == 0 and f"{a}=2,8 " in p.stdout, p.stdout + p.stderr
     _, sig, _ = _C.load_model(str(dynamic["path"]))
     name = sig.to_dict()["inputs"][0]["name"]
     p = run_cli("bench", dynamic["path"], "--shape", f"{name}=8,16", "--iters", 20, "--warmup", 2, "--json")

@@ -860,26 +860,22 @@ int cmd_bench(const Args& a) {
   std::vector<std::string> names;
   for (const auto& in : m.inputs()) names.push_back(in.name);
   if (!a.inputs.empty()) {
-    // Partial sets are allowed here (generated data for the rest): match by name, or all in order.
+    // Some inputs by NAME=PATH (generated data for the rest), or one file per input as `run` takes them.
     bool all_named = true;
     for (const auto& arg : a.inputs) {
       size_t eq = arg.find('=');
       all_named &= eq != std::string::npos && std::find(names.begin(), names.end(), arg.substr(0, eq)) != names.end();
     }
-    for (size_t k = 0; k < a.inputs.size(); ++k) {
-      std::string name, path;
-      if (all_named) {
-        size_t eq = a.inputs[k].find('=');
-        name = a.inputs[k].substr(0, eq);
-        path = a.inputs[k].substr(eq + 1);
-      } else {
-        if (a.inputs.size() != names.size())
-          fail("cli", "bench got " + std::to_string(a.inputs.size()) + " --input files for " + std::to_string(names.size()) +
-                          " inputs (" + input_names(m) + "); give one per input, or NAME=PATH for some");
-        name = names[k];
-        path = a.inputs[k];
-      }
+    std::vector<std::pair<std::string, std::string>> chosen;  // (input name, path)
+    if (all_named) {
+      for (const auto& arg : a.inputs) chosen.emplace_back(arg.substr(0, arg.find('=')), arg.substr(arg.find('=') + 1));
+    } else {
+      auto paths = match_paths(a.inputs, names, "--input", "input");
+      for (size_t k = 0; k < names.size(); ++k) chosen.emplace_back(names[k], paths[k]);
+    }
+    for (const auto& [name, path] : chosen) {
       size_t idx = static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin());
+      if (file_arrays.count(name)) fail("cli", "--input given twice for input " + name + "; give it once");
       NpyArray arr = updraft_run::read_npy(path);
       check_input_array(m.inputs()[idx], arr, path);
       from_files[name] = m.inputs()[idx].is_size ? std::vector<int64_t>{size_value(arr)} : arr.shape();
