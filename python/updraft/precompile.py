@@ -540,3 +540,18 @@ class _LoadedPartition(EnginePartition):
 
 
 __all__ = ["FORMAT_VERSION", "PrecompileError", "PrecompiledGraph", "capture", "requested"]
+
+
+def serializable_guards(entries: list) -> list[bool]:
+    """A guard_filter_fn keeping every guard torch can save with a precompiled function:
+    torch.compile(..., options={"guard_filter_fn": updraft.precompile.serializable_guards}).
+
+    torch's default for aot_compile drops guards on globals and guards whose own type it cannot
+    serialise, but not guards that only derive such a type (BERT's forward has ID_MATCH ones:
+    "ID_MATCH guard cannot be serialized"). This drops those too; what they checked (an
+    object's identity, e.g. a config object) is then not checked on load."""
+    from torch._dynamo.guards import CheckFunctionManager
+
+    bad = set(CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES)
+    return [not (e.is_global or e.guard_type in bad or bad.intersection(e.derived_guard_types or ()))
+            for e in entries]
