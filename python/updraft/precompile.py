@@ -555,3 +555,23 @@ def serializable_guards(entries: list) -> list[bool]:
     bad = set(CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES)
     return [not (e.is_global or e.guard_type in bad or bad.intersection(e.derived_guard_types or ()))
             for e in entries]
+
+
+def input_guards(entries: list) -> list[bool]:
+    """A guard_filter_fn for deployment: keeps the global state guards (grad mode, autocast:
+    GLOBAL_STATE), the dynamic-shape relations (SHAPE_ENV) and the dtype/shape/stride guards of
+    the tensors that are not parameters (the inputs, buffers); drops the rest, as
+    torch.compiler.keep_portable_guards_unsafe does, and the parameters' tensor guards too.
+
+    A parameter's dtype and shape are checked anyway when its partition binds it (the entry
+    load refuses another dtype or shape), and rebuilding a guard per parameter is most of a
+    load's time (BERT-base: 200 of them, docs/precompile.md). Like torch's *_unsafe filters,
+    it trusts the model's code and attributes not to change between save and load."""
+    keep = []
+    for e in entries:
+        if e.guard_type in ("GLOBAL_STATE", "SHAPE_ENV"):
+            keep.append(True)
+        else:
+            keep.append(e.guard_type == "TENSOR_MATCH" and not e.is_global
+                        and not isinstance(e.value, torch.nn.Parameter))
+    return keep
