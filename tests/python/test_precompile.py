@@ -253,3 +253,31 @@ def test_plain_torch_compile_is_not_affected():
         out = torch.compile(model, backend="updraft")(x)
         assert torch.allclose(out, model(x), atol=1e-5)
     assert not precompile.requested()
+
+
+def test_input_guards_keep_input_shapes_and_grad_mode_but_not_parameters():
+    model, x = _MLP().eval(), torch.randn(3, 16)
+    with torch.no_grad():
+        fn = _aot(model, x, options={"guard_filter_fn": precompile.input_guards})
+        assert torch.allclose(fn(model, x), model(x), atol=1e-5)
+        other = _MLP().eval()  # other weights: parameters are not guarded, they are bound at the call
+        assert torch.allclose(fn(other, x), other(x), atol=1e-5)
+        with pytest.raises(RuntimeError, match="GuardManager check failed"):
+            fn(model, torch.randn(5, 16))  # the input's shape is guarded
+    with pytest.raises(RuntimeError, match="GuardManager check failed"):
+        fn(model, x)  # grad mode is guarded (an inference graph)
+
+
+def test_dynamic_batch_round_trip(tmp_path):
+    model, x = _MLP().eval(), torch.randn(3, 16)
+    path = tmp_path / "fn.bin"
+    with torch.no_grad():
+        fn = torch.compile(model.forward, backend="updraft", fullgraph=True, dynamic=True).aot_compile(((x,), {}))
+        fn.save_compiled_function(str(path))
+        with open(path, "rb") as f:
+            loaded = torch.compiler.load_compiled_function(f)
+        for batch in (3, 7, 2):  # 1 is outside the symbol's range (0/1 specialisation)
+            xb = torch.randn(batch, 16)
+            got = loaded(model, xb)
+            assert torch.equal(got, fn(model, xb)), batch
+            assert torch.allclose(got, model(xb), atol=1e-5), batch
