@@ -63,6 +63,14 @@ _WORKER = textwrap.dedent('''
         fn.save_compiled_function(d + "/fn.bin")
         torch.save({"x": x, "out": out}, d + "/ref.pt")
     else:
+        # What must not run on load: Dynamo tracing, the backend (AOTAutograd), the engine's passes.
+        import updraft.backend
+        from updraft import _C
+        from torch._dynamo.utils import counters
+        ran = []
+        real_compile, real_backend = _C.compile, updraft.backend._compile
+        _C.compile = lambda *a, **k: (ran.append("engine compile"), real_compile(*a, **k))[1]
+        updraft.backend._compile = lambda *a, **k: (ran.append("backend"), real_backend(*a, **k))[1]
         ref = torch.load(d + "/ref.pt")
         t0 = time.perf_counter()
         with open(d + "/fn.bin", "rb") as f:
@@ -82,6 +90,7 @@ _WORKER = textwrap.dedent('''
             "other_diff": (first(out_other) - first(eager_other)).abs().max().item(),
             "partitions": [p.cache for g in rep.graphs for p in g.partitions],
             "seconds": time.perf_counter() - t0,
+            "ran": ran + ["dynamo frame"] * counters["frames"]["total"],
         }))
 ''')
 
@@ -102,6 +111,7 @@ def _save_then_load(tmp_path, name):
 
 def test_mlp_saved_then_loaded_in_a_fresh_process(tmp_path):
     r = _save_then_load(tmp_path, "mlp")
+    assert r["ran"] == [], r  # no Dynamo trace, no backend/AOTAutograd, no engine passes
     assert r["identical"], r  # bit-identical to the saving process's updraft call
     assert r["eager_diff"] < 1e-5, r
     assert r["other_diff"] < 1e-5, r  # parameters by reference: another instance's weights are used
@@ -111,6 +121,7 @@ def test_mlp_saved_then_loaded_in_a_fresh_process(tmp_path):
 @pytest.mark.slow
 def test_small_bert_saved_then_loaded_in_a_fresh_process(tmp_path):
     r = _save_then_load(tmp_path, "bert")
+    assert r["ran"] == [], r
     assert r["identical"], r
     assert r["eager_diff"] < 1e-4, r
     assert r["other_diff"] < 1e-4, r
