@@ -292,3 +292,29 @@ def test_dynamic_batch_round_trip(tmp_path):
             got = loaded(model, xb)
             assert torch.equal(got, fn(model, xb)), batch
             assert torch.allclose(got, model(xb), atol=1e-5), batch
+
+
+class _Wide(torch.nn.Module):
+    def __init__(self, hidden=32):
+        super().__init__()
+        self.a = torch.nn.Linear(16, hidden)
+        self.b = torch.nn.Linear(hidden, 8)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def test_parameters_of_other_shapes_run_in_pytorch_with_a_warning(tmp_path):
+    model, x = _Wide().eval(), torch.randn(3, 16)
+    path = tmp_path / "fn.bin"
+    with torch.no_grad():
+        fn = _aot(model, x, options={"guard_filter_fn": precompile.input_guards})  # parameters unguarded
+        fn.save_compiled_function(str(path))
+        with open(path, "rb") as f:
+            loaded = torch.compiler.load_compiled_function(f)
+        other = _Wide(hidden=24).eval()
+        with pytest.warns(RuntimeWarning, match=r"f32\[24, 16\], the entry was compiled for f32\[32, 16\]"):
+            got = loaded(other, x)
+        assert torch.allclose(got, other(x), atol=1e-5)
+        assert torch.equal(loaded(model, x), fn(model, x))  # its own parameters: back in the engine
+    assert updraft.last_report().partitions[0].cache == "precompiled"
