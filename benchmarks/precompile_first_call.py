@@ -12,9 +12,11 @@ Reported separately, never inside the figures: importing torch and updraft, buil
 (the user's own weights), and importing torch._dynamo (both paths need it; torch's loader
 imports it). "first call" includes binding the parameters, replaying the folds and building
 the plan (its wall and CPU ms are shown apart). Process CPU time is shown beside wall time (all
-threads: the engine runs on 2 by default): on a loaded machine it is the steadier figure. Outputs are compared with eager (max abs diff)
-and with the saving process's call (bit-identical). Medians, with `uptime`: the machine is
-shared, read the figures with the load beside them. `--worker` is the per-process half.
+threads: the engine runs on 2 by default): on a loaded machine it is the steadier figure.
+Outputs are compared with eager (max abs diff) and with the saving process's call
+(bit-identical). Medians, with `uptime`: the machine is shared, read the figures with the load
+beside them. PRECOMPILE_GUARDS=inputs (default) | serializable | portable picks the guard filter
+(docs/precompile.md, "Guards"). `--worker` is the per-process half.
 """
 from __future__ import annotations
 
@@ -160,9 +162,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for m, label in (("load", "precompile"), ("compile", "torch.compile")):
         rs = rows[m]
-        print(f"| {label} | {med(rs, 'import_s'):.2f} | {med(rs, 'dynamo_import_s'):.2f} | {med(rs, 'load_s'):.3f} ({med(rs, 'load_cpu_s'):.3f}) | "
-              f"{med(rs, 'first_s'):.3f} ({med(rs, 'first_cpu_s'):.3f}; {med(rs, 'plan_ms'):.0f} / {med(rs, 'plan_cpu_ms'):.0f}, "
-              f"{med(rs, 'bind_ms'):.0f}) | {statistics.median(r['load_s'] + r['first_s'] for r in rs):.3f} | "
+        print(f"| {label} | {med(rs, 'import_s'):.2f} | {med(rs, 'dynamo_import_s'):.2f} | "
+              f"{med(rs, 'load_s'):.3f} ({med(rs, 'load_cpu_s'):.3f}) | "
+              f"{med(rs, 'first_s'):.3f} ({med(rs, 'first_cpu_s'):.3f}; "
+              f"{med(rs, 'plan_ms'):.0f} / {med(rs, 'plan_cpu_ms'):.0f}, {med(rs, 'bind_ms'):.0f}) | "
+              f"{statistics.median(r['load_s'] + r['first_s'] for r in rs):.3f} | "
               f"{med(rs, 'warm_s'):.3f} | "
               f"{max(r['eager_diff'] for r in rs):.2g} | {all(r['identical'] for r in rs)} |")
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())

@@ -107,7 +107,6 @@ def capture(gm: torch.fx.GraphModule, example_inputs: list, config: CompilerConf
         tc = TracingContext.try_get()
         seen["meta"] = getattr(tc, "fw_metadata", None) if tc is not None else None
         seen["inputs"] = sum(1 for n in aot_gm.graph.nodes if n.op == "placeholder")
-        seen["graph"] = aot_gm
         seen["compiled"] = compiled = inference(aot_gm, aot_inputs)
         return compiled
 
@@ -166,8 +165,7 @@ def _check_plain_wrapper(meta: Any, aot_inputs: int, dynamo_inputs: int) -> None
         problems.append(f"{meta.num_intermediate_bases} output(s) alias an intermediate base")
     if meta.tokens:
         problems.append("it has side effects (effect tokens)")
-    if any(not isinstance(m, torch.fx.Node) and type(m).__name__ == "SubclassCreationMeta"
-           for m in getattr(meta, "subclass_inp_meta", []) or []):
+    if any(type(m).__name__ == "SubclassCreationMeta" for m in getattr(meta, "subclass_inp_meta", None) or []):
         problems.append("an input is a tensor subclass")
     if aot_inputs != dynamo_inputs:
         problems.append(f"AOTAutograd's graph takes {aot_inputs} inputs for Dynamo's {dynamo_inputs} "
