@@ -38,6 +38,7 @@ load execs. Load artifacts only from where you would import code from (docs/prec
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import importlib
 import io
@@ -141,7 +142,7 @@ def capture(gm: torch.fx.GraphModule, example_inputs: list, config: CompilerConf
             raise PrecompileError(f"[updraft.precompile] the backend returned {type(compiled).__name__}, "
                                   "which has no graph to save; this is a bug in updraft")
         graph, parts, frozen = compiled, [], []
-    pg = PrecompiledGraph(graph, _Recipe(outer, parts, frozen, names, config))
+    pg = PrecompiledGraph(graph, _Recipe(outer, parts, frozen, names, config, getattr(compiled, "report", None)))
     with torch.no_grad():  # builds every partition now: the entries are saved from the builds
         pg.graph(list(example_inputs))
     return pg
@@ -183,6 +184,7 @@ class _Recipe:
     frozen: list
     names: list
     config: CompilerConfig
+    report: Any = None  # the graph's GraphReport: what runs in PyTorch and why
 
 
 # ----------------------------------------------------------------------------- the callable
@@ -248,9 +250,22 @@ def _save(recipe: _Recipe) -> bytes:
         "config": _config_fields(recipe.config),
         "outer": _code_spec(recipe.outer, "the outer graph", blob),
         "frozen": recipe.frozen, "names": recipe.names, "partitions": parts,
+        "report": _report_fields(recipe.report),
         "blobs": [len(b) for b in blobs],
     }
     return _pack(meta, blobs)
+
+
+# What a loaded graph's report restores (the partitions' own ops are restored with them).
+_REPORT_FIELDS = ("fallback_ops", "fallback_compute", "reasons", "shape_ops", "free_views", "cost_notes")
+
+
+def _report_fields(report: Any) -> dict:
+    if report is None:
+        return {}
+    out = {f: getattr(report, f) for f in _REPORT_FIELDS}
+    out["fallback_ops"] = dict(out["fallback_ops"])
+    return out
 
 
 def _entry_key(i: int, name: str) -> str:
@@ -406,6 +421,9 @@ def _build_loaded(meta: dict, blobs: list, data: bytes, C: Any, PartitionedGraph
             fields[k] = tuple(v)
     config = CompilerConfig(**fields, **_LOCAL_FIELDS)
     report = report_for_new_graph().new_graph("inference (precompiled)")
+    for k, v in meta.get("report", {}).items():
+        if k in _REPORT_FIELDS:
+            setattr(report, k, collections.Counter(v) if k == "fallback_ops" else v)
     outer = _Holder(_function(meta["outer"], "the outer graph", blobs))
     parts = []
     for spec in meta["partitions"]:

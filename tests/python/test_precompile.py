@@ -318,3 +318,35 @@ def test_parameters_of_other_shapes_run_in_pytorch_with_a_warning(tmp_path):
         assert torch.allclose(got, other(x), atol=1e-5)
         assert torch.equal(loaded(model, x), fn(model, x))  # its own parameters: back in the engine
     assert updraft.last_report().partitions[0].cache == "precompiled"
+
+
+class _Mixed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(16, 32)
+        self.b = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        return self.b(h) * torch.tensor([1.0, 2.0, 3.0, 4.0]), h.sum(dim=0)  # a tensor constant, two outputs
+
+
+def test_partitions_with_pytorch_ops_between_and_tensor_constants(tmp_path):
+    model, x = _Mixed().eval(), torch.randn(3, 16)
+    config = updraft.CompilerConfig(eager_ops=("aten.relu",), partition_cost=False)
+    path = tmp_path / "fn.bin"
+    with torch.no_grad():
+        fn = torch.compile(model.forward, backend=updraft.get_backend(config), fullgraph=True).aot_compile(((x,), {}))
+        want = fn(model, x)
+        fn.save_compiled_function(str(path))
+        with open(path, "rb") as f:
+            loaded = torch.compiler.load_compiled_function(f)
+        got = loaded(model, x)
+        eager = model(x)
+    parts = [p for g in updraft.last_report().graphs for p in g.partitions]
+    assert len(parts) >= 2 and all(p.cache == "precompiled" for p in parts), parts
+    assert updraft.last_report().fallback_ops["aten.relu.default"] >= 1
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(got, eager))
+    meta, _ = precompile._unpack(PrecompiledGraph.serialize_compile_artifacts(loaded._artifacts.compiled_fn))
+    assert any("attrs" in spec for spec in [meta["outer"]] + [p["fallback"] for p in meta["partitions"]]), meta
