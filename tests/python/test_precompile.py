@@ -350,3 +350,20 @@ def test_partitions_with_pytorch_ops_between_and_tensor_constants(tmp_path):
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(got, eager))
     meta, _ = precompile._unpack(PrecompiledGraph.serialize_compile_artifacts(loaded._artifacts.compiled_fn))
     assert any("attrs" in spec for spec in [meta["outer"]] + [p["fallback"] for p in meta["partitions"]]), meta
+
+
+def test_module_level_aot_compile_round_trip():
+    """torch's module-level variant (OptimizedModule._aot_compile, private in torch 2.13) uses
+    the same backend protocol; a module loaded with it runs its own weights."""
+    from torch._dynamo.aot_compile import ModelInput
+
+    model, x = _MLP().eval(), torch.randn(3, 16)
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="updraft", fullgraph=True)
+        compiled._aot_compile([ModelInput((x,), {}, [])])
+        data = compiled._save_aot_compiled_module()
+        other = _MLP().eval()
+        loaded = torch.compile(other, backend="updraft", fullgraph=True)
+        loaded._load_aot_compiled_module(data)
+        assert torch.allclose(loaded(x), other(x), atol=1e-5)
+    assert updraft.last_report().partitions[0].cache == "precompiled"
