@@ -1,7 +1,8 @@
 """torch's precompile with the updraft backend: compile once, save, load in a fresh process.
 
     with torch.no_grad():
-        fn = torch.compile(model.forward, backend="updraft", fullgraph=True).aot_compile(((x,), {}))
+        fn = torch.compile(model.forward, backend="updraft", fullgraph=True,
+                           options={"guard_filter_fn": input_guards}).aot_compile(((x,), {}))
     fn.save_compiled_function("model.pt2")
     ...                                                  # another process, same model class
     with open("model.pt2", "rb") as f:
@@ -24,7 +25,7 @@ from them (replayed at the first call: a new checkpoint gives the right answer) 
 constant by value. Beside the entries: the Python code of the outer graph (what runs in
 PyTorch, and the calls to the partitions) and of each partition (its PyTorch fallback), the
 names those codes use, the graph's tensor attributes by value, and the compile options. Loading
-execs that code and reads the entries' headers; the first call binds the parameters, replays the
+execs that code and checks the entries' containers (checksums); the first call binds the parameters, replays the
 folds and builds the plans. Nothing of Dynamo's tracing, AOTAutograd or the engine's passes runs.
 
 It does not support (refused with an error saying so, at aot_compile time): training graphs
@@ -555,9 +556,6 @@ class _LoadedPartition(EnginePartition):
         return _Built(cg, self._runtime_pos, got, [args[j].dtype for j in self._runtime_pos], self._size_pos)
 
 
-__all__ = ["FORMAT_VERSION", "PrecompileError", "PrecompiledGraph", "capture", "requested"]
-
-
 def serializable_guards(entries: list) -> list[bool]:
     """A guard_filter_fn keeping every guard torch can save with a precompiled function:
     torch.compile(..., options={"guard_filter_fn": updraft.precompile.serializable_guards}).
@@ -591,3 +589,7 @@ def input_guards(entries: list) -> list[bool]:
             keep.append(e.guard_type == "TENSOR_MATCH" and not e.is_global
                         and not isinstance(e.value, torch.nn.Parameter))
     return keep
+
+
+__all__ = ["FORMAT_VERSION", "PrecompileError", "PrecompiledGraph", "capture", "input_guards", "requested",
+           "serializable_guards"]
