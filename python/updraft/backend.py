@@ -75,6 +75,7 @@ def _boxed(fn: Callable) -> Callable:
     def run(args: list) -> Any:
         return fn(*args)
     run._boxed_call = True
+    run.__wrapped__ = fn  # precompile.py saves the graph behind it
     return run
 
 
@@ -364,6 +365,11 @@ def _make_compilers(config: CompilerConfig, input_names: Optional[list] = None, 
 def _compile(gm: fx.GraphModule, example_inputs: list, config: CompilerConfig) -> Callable:
     from torch._dynamo.backends.common import aot_autograd
 
+    if torch._functorch.config.force_autograd_cache:  # maybe torch's aot_compile: precompile.py
+        from . import precompile
+
+        if precompile.requested():
+            return precompile.capture(gm, example_inputs, config)
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     dump = None
     if config.dump_dir:
