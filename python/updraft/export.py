@@ -170,8 +170,9 @@ def _check_no_mutations(sig: Any) -> None:
     """A model file has no state between calls: a forward that writes a buffer or an input is refused."""
     from torch.export.graph_signature import OutputKind
 
+    # An effect token (OutputKind.TOKEN) orders an effectful op, which the op check lists.
     written = [f"{s.kind.name.lower()} {s.target or s.arg.name}" for s in sig.output_specs
-               if s.kind != OutputKind.USER_OUTPUT]
+               if s.kind not in (OutputKind.USER_OUTPUT, OutputKind.TOKEN)]
     if written:
         raise ExportError(f"[updraft.export] the model's forward writes state ({', '.join(written)}), which a "
                           "model file cannot keep between calls; call model.eval() (training-mode batch norm "
@@ -274,8 +275,9 @@ def _ranges(ep: Any, in_syms: set) -> list:
         name = getattr(sym, "name", None)
         if name not in in_syms:
             continue
-        lo = int(vr.lower) if vr.lower.is_finite else 0
-        hi = int(vr.upper) if vr.upper.is_finite else _INT64_MAX
+        # torch's int_oo says is_finite (to keep sympy's arithmetic going): ask for an Integer.
+        lo = int(vr.lower) if vr.lower.is_Integer else 0
+        hi = int(vr.upper) if vr.upper.is_Integer else _INT64_MAX
         out.append((name, max(lo, 0), min(hi, _INT64_MAX)))
     return sorted(out)
 
