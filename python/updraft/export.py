@@ -113,7 +113,7 @@ def export(model: torch.nn.Module, example_inputs: Any, path: str | os.PathLike,
     gm = ep.graph_module
     sig = ep.graph_signature
     _check_no_mutations(sig)
-    _check_supported(gm, config, _drop_asserts(ep))
+    _check_supported(gm, config, _drop_asserts(ep), training=model.training)
 
     from . import _C
     from .engine_partition import check_out_dtypes, lower_graph
@@ -209,9 +209,9 @@ def _drop_asserts(ep: Any) -> dict:
     return kept
 
 
-def _check_supported(gm: Any, config: CompilerConfig, reasons: Optional[dict] = None) -> None:
+def _check_supported(gm: Any, config: CompilerConfig, reasons: Optional[dict] = None, training: bool = False) -> None:
     """Every op the engine cannot run, with why, in one ExportError (the partitioner's check);
-    `reasons`: nodes refused already, with why."""
+    `reasons`: nodes refused already, with why; `training`: the model was in training mode."""
     from .lowering import is_shape_arithmetic, meta, op_name
     from .support import EngineSupport
 
@@ -227,11 +227,12 @@ def _check_supported(gm: Any, config: CompilerConfig, reasons: Optional[dict] = 
         return
     lines = []
     for op, where in sorted(bad.items(), key=lambda kv: -len(kv[1])):
-        reasons = collections.Counter(r for _, r in where)
+        why = collections.Counter(r for _, r in where)
         nodes = ", ".join(name for name, _ in where[:3]) + (", ..." if len(where) > 3 else "")
-        lines.append(f"  {op} x{len(where)} ({nodes}): " + "; ".join(reasons))
+        lines.append(f"  {op} x{len(where)} ({nodes}): " + "; ".join(why))
     raise ExportError(f"[updraft.export] {sum(len(w) for w in bad.values())} node(s) of {len(bad)} op(s) cannot run "
                       "in the engine, and a model file runs without PyTorch:\n" + "\n".join(lines) +
+                      ("\nthe model is in training mode (dropout...): call model.eval() first" if training else "") +
                       "\nchange the model to avoid them (or export the part before them), or run it with "
                       "torch.compile(backend='updraft'), which leaves them to PyTorch")
 
