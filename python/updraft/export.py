@@ -113,6 +113,7 @@ def export(model: torch.nn.Module, example_inputs: Any, path: str | os.PathLike,
     gm = ep.graph_module
     sig = ep.graph_signature
     _check_no_mutations(sig)
+    _check_size_guards(ep)
     _check_supported(gm, config, _drop_asserts(ep), training=model.training)
 
     from . import _C
@@ -179,11 +180,43 @@ def _check_no_mutations(sig: Any) -> None:
                           "updates its running stats) or remove the in-place update")
 
 
+def _implied(cond: Any, ranges: dict) -> bool:
+    """Whether a condition on sizes holds for every size in the symbols' ranges."""
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    try:
+        vr = bound_sympy(cond, ranges)
+        return vr.is_singleton() and bool(vr.lower)
+    except Exception:  # an expression the range analysis cannot bound
+        return False
+
+
+def _check_size_guards(ep: Any) -> None:
+    """Refuses a model that holds only for some sizes in its ranges. torch.export keeps such
+    conditions (a reshape into halves: the batch must be even) beside the graph, and its own
+    module checks them per call; a model file checks each symbol's range only, so a size outside
+    the conditions would run, wrongly."""
+    from torch.export.exported_program import _get_shape_env
+
+    shape_env = _get_shape_env(ep.graph_module)
+    if shape_env is None:
+        return
+    ranges = dict(ep.range_constraints)
+    syms = set(ranges)
+    unmet = sorted({str(g.expr) for g in shape_env.guards
+                    if g.expr.free_symbols and g.expr.free_symbols <= syms and not _implied(g.expr, ranges)})
+    if unmet:
+        shown = "; ".join(unmet[:6]) + (f"; and {len(unmet) - 6} more" if len(unmet) > 6 else "")
+        ranges_text = ", ".join(f"{k} in [{v.lower}, {v.upper if v.upper.is_Integer else 'inf'}]"
+                                for k, v in sorted(ranges.items(), key=str))
+        raise ExportError(f"[updraft.export] the model holds only for sizes where {shown} ({ranges_text}), and a "
+                          "model file checks each size's range only; export those dims static (leave them out of "
+                          "dynamic_shapes) or change the model so that every size in the range works")
+
+
 def _drop_asserts(ep: Any) -> dict:
     """Erases the run-time asserts the file checks otherwise (_ASSERTS). An _assert_scalar
     whose condition the symbols' ranges do not imply (s0 % 8 == 0) stays: returns why, per node."""
-    from torch.utils._sympy.value_ranges import bound_sympy
-
     from .lowering import meta
 
     gm = ep.graph_module
@@ -196,12 +229,7 @@ def _drop_asserts(ep: Any) -> dict:
             cond = meta(n.args[0]) if n.args else True
             if isinstance(cond, torch.SymBool):
                 expr = cond.node.expr
-                try:
-                    vr = bound_sympy(expr, ranges)
-                    implied = vr.is_singleton() and bool(vr.lower)
-                except Exception:  # an expression the range analysis cannot bound
-                    implied = False
-                if not implied:
+                if not _implied(expr, ranges):
                     kept[n] = (f"checks {expr} at run time, which the symbols' ranges do not imply and a model "
                                "file cannot check; constrain the dims (torch.export.Dim min/max) or fix the size")
                     continue

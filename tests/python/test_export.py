@@ -173,6 +173,21 @@ def test_unsupported_ops_fail_the_export_with_the_list(tmp_path):
     assert not path.exists()
 
 
+def test_size_conditions_the_file_cannot_check_refuse_the_export(tmp_path):
+    # Halving the batch holds for even batches only; torch.export keeps that beside the graph
+    # (its own module checks it per call), the file checks ranges only: an odd batch ran and
+    # returned a wrong shape before the export refused this.
+    class Halves(torch.nn.Module):
+        def forward(self, x):
+            return x.reshape(x.shape[0] // 2, 2, -1).sum(1)
+
+    with pytest.raises(ExportError, match=r"holds only for sizes where .*Mod\(3\*s\d+, 2\*\(\(s\d+//2\)\)\), 0\).*"
+                                          r"s\d+ in \[2, inf\].*export those dims static"):
+        updraft.export(Halves(), (torch.randn(4, 3),), tmp_path / "h.updraft", dynamic_shapes=({0: Dim.AUTO},))
+    updraft.export(Halves(), (torch.randn(4, 3),), tmp_path / "h.updraft")  # static: fine
+    torch.testing.assert_close(updraft.load(tmp_path / "h.updraft")(torch.ones(4, 3)), torch.full((2, 3), 2.0))
+
+
 def test_eager_ops_of_the_config_are_refused_too(tmp_path):
     # The partitioner's own check decides: what CompilerConfig leaves to PyTorch cannot go in a file.
     with pytest.raises(ExportError, match=r"aten.relu.default x1 \(relu\): listed in CompilerConfig.eager_ops"):
@@ -259,6 +274,35 @@ def test_the_call_path_runs_no_dynamo_or_aot(mlp_file):
     assert not {f for f in torch_files if any(b in f for b in banned)}, torch_files
 
 
+def test_calls_from_several_threads_at_once(mlp_file):
+    import threading
+
+    _, path = mlp_file
+    loaded = updraft.load(path, num_threads=1)
+    xs = [torch.randn(b, 64) for b in (1, 2, 3, 5, 8, 13)]
+    want = [loaded(x) for x in xs]
+    fresh = updraft.load(path, num_threads=1)  # shapes bound concurrently, not before
+    errors, barrier = [], threading.Barrier(4)
+
+    def worker(k):
+        try:
+            barrier.wait()
+            for i in range(60):
+                j = (i + k) % len(xs)
+                got = fresh(xs[j])
+                if not torch.equal(got, want[j]):
+                    errors.append(f"thread {k} call {i}: batch {xs[j].shape[0]} differs")
+        except Exception as e:  # reported below, with the thread
+            errors.append(f"thread {k}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:5]
+
+
 def test_the_file_is_replaced_atomically(mlp_file, tmp_path):
     # A loaded model keeps running from its mapping while the file is exported again over it.
     model, path = mlp_file
@@ -314,3 +358,16 @@ def test_cli_export_refuses_unknown_model_and_bad_seq(tmp_path, capsys):
     assert cli.main(["export", "nosuchmodel", "-o", str(tmp_path / "x")]) == 2
     assert cli.main(["export", "mlp", "--seq", "8", "-o", str(tmp_path / "x")]) == 2
     assert "takes no sequence length" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, kwargs", [("bert", {"seq": 128}), ("resnet50", {}), ("gpt2", {"seq": 64})])
+def test_full_size_zoo_models_bit_identical(name, kwargs, tmp_path):
+    from updraft import zoo
+
+    model, (x,) = zoo.build(name, batch=1, **kwargs)
+    if getattr(getattr(model, "config", None), "use_cache", False):
+        model.config.use_cache = False
+    updraft.export(model, (x,), tmp_path / f"{name}.updraft", config=CONFIG)
+    loaded = updraft.load(tmp_path / f"{name}.updraft", num_threads=THREADS)
+    _check_same_as_compile_and_close_to_eager(model, loaded, _compiled(model), x)
