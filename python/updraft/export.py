@@ -131,6 +131,12 @@ def export(model: torch.nn.Module, example_inputs: Any, path: str | os.PathLike,
         raise ExportError(f"[updraft.export] the engine cannot build this model's graph: {e}; "
                           "run it with torch.compile(backend='updraft') instead, which leaves such parts to "
                           "PyTorch") from None
+    if lw.opaque:
+        # An input dim that is an expression (a derived Dim, 2*half) gets an engine symbol of
+        # its own, which the file has no range for: it would take any value, odd ones too.
+        dims = ", ".join(f"{e} (engine symbol {n})" for e, n in lw.opaque.items())
+        raise ExportError(f"[updraft.export] input dims {dims} are expressions of other sizes, and a model file "
+                          "checks plain sizes' ranges only; give each such dim its own torch.export.Dim")
     cg = _C.compile(lw.g, config.engine_options())
 
     in_syms = {d.node.expr.name for j in runtime_pos for d in meta(placeholders[j]).shape

@@ -188,6 +188,18 @@ def test_size_conditions_the_file_cannot_check_refuse_the_export(tmp_path):
     torch.testing.assert_close(updraft.load(tmp_path / "h.updraft")(torch.ones(4, 3)), torch.full((2, 3), 2.0))
 
 
+def test_a_derived_input_dim_is_refused(tmp_path):
+    # 2*h as an input dim: the engine would bind a symbol of its own to it, with no range in the
+    # file, and take odd sizes that torch.export's module refuses.
+    class Double(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    with pytest.raises(ExportError, match=r"input dims 2\*s\d+ \(engine symbol e_0\) are expressions"):
+        updraft.export(Double(), (torch.randn(4, 3),), tmp_path / "d.updraft",
+                       dynamic_shapes=({0: 2 * Dim("h", min=1, max=32)},))
+
+
 def test_eager_ops_of_the_config_are_refused_too(tmp_path):
     # The partitioner's own check decides: what CompilerConfig leaves to PyTorch cannot go in a file.
     with pytest.raises(ExportError, match=r"aten.relu.default x1 \(relu\): listed in CompilerConfig.eager_ops"):
