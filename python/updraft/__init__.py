@@ -56,7 +56,8 @@ try:
 except Exception:  # running from a source tree without an installed distribution
     __version__ = "0.2.0"
 
-__all__ = ["CompilerConfig", "Gear", "Report", "__version__", "explain", "get_backend", "last_report", "profile"]
+__all__ = ["CompilerConfig", "Gear", "Report", "__version__", "explain", "export", "get_backend", "last_report", "load",
+           "profile"]
 
 
 def get_backend(config: CompilerConfig | None = None):
@@ -80,3 +81,17 @@ def explain(model, *inputs, config: CompilerConfig | None = None, **kwargs) -> R
     from .explainer import explain as _explain
 
     return _explain(model, *inputs, config=config, **kwargs)
+
+
+
+def __getattr__(name: str):
+    # updraft.export and updraft.load are modules that can be called as their function
+    # (updraft.export(model, inputs, path), updraft.load(path)): Python sets the package
+    # attribute to the submodule whenever it is imported, so a function of the same name here
+    # would be replaced by the module at the first `import updraft.export`. Imported on first
+    # use: `import updraft` stays free of torch.
+    if name in ("export", "load"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'updraft' has no attribute {name!r}")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 import torch.autograd.profiler as _torch_profiler
@@ -24,7 +24,7 @@ from torch import fx
 
 from . import partition_cache, profiler
 from .config import CompilerConfig
-from .lowering import TORCH_DTYPES, Lowerer, Unsupported, meta
+from .lowering import TORCH_DTYPES, Lowerer, Unsupported, is_shape_arithmetic, meta
 from .lowerer import size_input_exprs
 from .report import PartitionReport, warn_once
 
@@ -217,37 +217,7 @@ class EnginePartition(torch.nn.Module):
             if loaded is not None:
                 cg, out_dtypes = loaded
                 return _Built(cg, runtime_pos, out_dtypes, [args[j].dtype for j in runtime_pos], size_pos)
-        lw = Lowerer(C.Graph())
-        # Dynamic dims stay symbolic: every runtime input's symbols are known before any input
-        # is bound, so one engine compile serves every size (see Lowerer.dim). SymInts that no
-        # tensor carries are size inputs, after the tensors: their values bind their symbols.
-        lw.declare_inputs([meta(placeholders[j]) for j in runtime_pos])
-        lw.declare_sizes([placeholders[j].name for j in size_pos], [placeholders[j] for j in size_pos])
-        bound_ids = set()
-        n_const = 0
-        for j, (ph, arg) in enumerate(zip(placeholders, args)):
-            if not isinstance(arg, torch.Tensor):
-                continue  # SymInts: size inputs (below), or sizes the engine reads off the tensors
-            if self.const_mask[j]:
-                vid = lw.constant(arg, name=ph.name, source=j if self.const_kinds[j] == "param" else -1)
-                lw.env[ph] = vid
-                n_const += 1
-            else:
-                vid = lw.bind_input(ph, ph.name)
-            bound_ids.add(vid)
-        lw.add_size_inputs()
-        for n in self.sub.graph.nodes:
-            if n.op == "call_function" and n not in lw.env and n.target not in _DEFERRED:
-                lw.lower(n)
-        outs = self._outputs()
-        ids, seen = [], set()
-        for o in outs:
-            vid = lw.value(o)
-            if vid in seen or vid in bound_ids:
-                vid = lw.emit1("copy", [vid])  # the engine writes each output buffer once
-            seen.add(vid)
-            ids.append(vid)
-        lw.g.set_outputs(ids)
+        lw, ids, n_const = lower_graph(self.sub.graph, args, self.const_kinds, runtime_pos, size_pos, self._outputs())
         out_dtypes = self._check_out_dtypes([lw.g.value_type(i)[0] for i in ids])
         debug_text = lw.g.text() if self.config.debug >= 2 else None
         if lowered_hook is not None:
@@ -283,11 +253,66 @@ class EnginePartition(torch.nn.Module):
         return list(out) if self._multi else [out]
 
     def _check_out_dtypes(self, engine_dtypes: list[str]) -> list[torch.dtype]:
-        out_dtypes = [TORCH_DTYPES[d] for d in engine_dtypes]
-        for o, got in zip(self._outputs(), out_dtypes):
-            if got != meta(o).dtype:
-                raise Unsupported(f"output {o.name}: engine dtype {got} differs from torch's {meta(o).dtype}")
-        return out_dtypes
+        return check_out_dtypes(self._outputs(), engine_dtypes)
+
+
+def lower_graph(graph: fx.Graph, args: Sequence, const_kinds: Sequence[Optional[str]], runtime_pos: list[int],
+                size_pos: list[int], outputs: list) -> tuple[Lowerer, list[int], int]:
+    """Lowers `graph` into a new engine graph, its outputs set; returns (lowerer, output ids,
+    number of constants). Shared by a partition's build and updraft.export, so a model file
+    holds the graph torch.compile would build.
+
+    `args` holds a value per placeholder (real tensors for the constants; FakeTensors or
+    anything for the rest: only their node's metadata is read). const_kinds[j]: "param" (an
+    engine constant that records placeholder j as its source, so a compile-cache entry refers
+    to the caller's tensor), "literal" (a constant stored by value), or None. runtime_pos: the
+    tensor inputs, in call order; size_pos: the size inputs (lowerer.size_input_exprs), after
+    them. `outputs`: the FX nodes whose values the graph returns, in order.
+    """
+    placeholders = list(graph.find_nodes(op="placeholder"))  # indexed: no walk over the graph
+    lw = Lowerer(_c().Graph())
+    # Dynamic dims stay symbolic: every runtime input's symbols are known before any input
+    # is bound, so one engine compile serves every size (see Lowerer.dim). SymInts that no
+    # tensor carries are size inputs, after the tensors: their values bind their symbols.
+    lw.declare_inputs([meta(placeholders[j]) for j in runtime_pos])
+    lw.declare_sizes([placeholders[j].name for j in size_pos], [placeholders[j] for j in size_pos])
+    bound_ids = set()
+    n_const = 0
+    for j, (ph, arg) in enumerate(zip(placeholders, args)):
+        if not isinstance(arg, torch.Tensor):
+            continue  # SymInts: size inputs (below), or sizes the engine reads off the tensors
+        if const_kinds[j] is not None:
+            vid = lw.constant(arg, name=ph.name, source=j if const_kinds[j] == "param" else -1)
+            lw.env[ph] = vid
+            n_const += 1
+        else:
+            vid = lw.bind_input(ph, ph.name)
+        bound_ids.add(vid)
+    lw.add_size_inputs()
+    for n in graph.nodes:
+        # A node computing a size (sym_size in an exported graph) emits nothing: lowerings read
+        # sizes from the nodes' metadata (Lowerer.dim). A partition holds no such node.
+        if n.op == "call_function" and n not in lw.env and n.target not in _DEFERRED and not is_shape_arithmetic(n):
+            lw.lower(n)
+    ids, seen = [], set()
+    for o in outputs:
+        vid = lw.value(o)
+        if vid in seen or vid in bound_ids:
+            vid = lw.emit1("copy", [vid])  # the engine writes each output buffer once
+        seen.add(vid)
+        ids.append(vid)
+    lw.g.set_outputs(ids)
+    return lw, ids, n_const
+
+
+def check_out_dtypes(outputs: list, engine_dtypes: list[str]) -> list[torch.dtype]:
+    """The torch dtypes of the engine graph's outputs; Unsupported where one differs from the
+    dtype torch gives the FX output node."""
+    out_dtypes = [TORCH_DTYPES[d] for d in engine_dtypes]
+    for o, got in zip(outputs, out_dtypes):
+        if got != meta(o).dtype:
+            raise Unsupported(f"output {o.name}: engine dtype {got} differs from torch's {meta(o).dtype}")
+    return out_dtypes
 
 
 class _Built:
