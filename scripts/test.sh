@@ -8,5 +8,7 @@ bash scripts/setup.sh
 . .venv/bin/activate
 echo "[test] C++ unit tests"
 ctest --test-dir build/py --output-on-failure -j2
+echo "[test] the C/C++ runtime as a user installs it (examples/ against the installed package)"
+bash scripts/example.sh
 echo "[test] Python tests"
 python -m pytest -q "$@"
