@@ -372,14 +372,5 @@ def test_cli_export_refuses_unknown_model_and_bad_seq(tmp_path, capsys):
     assert "takes no sequence length" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name, kwargs", [("bert", {"seq": 128}), ("resnet50", {}), ("gpt2", {"seq": 64})])
-def test_full_size_zoo_models_bit_identical(name, kwargs, tmp_path):
-    from updraft import zoo
-
-    model, (x,) = zoo.build(name, batch=1, **kwargs)
-    if getattr(getattr(model, "config", None), "use_cache", False):
-        model.config.use_cache = False
-    updraft.export(model, (x,), tmp_path / f"{name}.updraft", config=CONFIG)
-    loaded = updraft.load(tmp_path / f"{name}.updraft", num_threads=THREADS)
-    _check_same_as_compile_and_close_to_eager(model, loaded, _compiled(model), x)
+# The full-size zoo models (BERT-base, ResNet-50, GPT-2): test_one_behaviour.py, which checks the
+# C++ runtime too.
