@@ -1,6 +1,7 @@
 // The shared binary container (cache/container.h, docs/format.md).
 #include "cache/container.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <vector>
@@ -119,25 +120,28 @@ Tensor blob_tensor(const std::string& name, std::string_view s, const Buffer& bu
   return Tensor(dt, shape, std::shared_ptr<void>(buf.owner, const_cast<char*>(data)));
 }
 
-Header read_header(std::string_view bytes, const Kind& kind) {
-  UPDRAFT_CHECK(bytes.size() >= 8 && std::memcmp(bytes.data(), kind.magic, 8) == 0, kind.component,
+Header read_header(std::string_view bytes, const Kind& kind) { return read_header(bytes, bytes.size(), kind); }
+
+Header read_header(std::string_view head, uint64_t file_size, const Kind& kind) {
+  const uint64_t have = std::min<uint64_t>(head.size(), file_size);
+  UPDRAFT_CHECK(have >= 8 && std::memcmp(head.data(), kind.magic, 8) == 0, kind.component,
                 std::string("not an updraft ") + kind.what + " (bad magic)");
-  UPDRAFT_CHECK(bytes.size() >= kHeaderBytes, kind.component,
-                noun(kind) + " is truncated (" + std::to_string(bytes.size()) + " bytes, shorter than its header)");
+  UPDRAFT_CHECK(have >= kHeaderBytes, kind.component,
+                noun(kind) + " is truncated (" + std::to_string(file_size) + " bytes, shorter than its header)");
   Header h;
-  std::memcpy(&h.version, bytes.data() + 8, 4);
-  std::memcpy(&h.nfields, bytes.data() + 12, 4);
-  std::memcpy(&h.length, bytes.data() + 16, 8);
-  std::memcpy(&h.checksum, bytes.data() + 24, 8);
+  std::memcpy(&h.version, head.data() + 8, 4);
+  std::memcpy(&h.nfields, head.data() + 12, 4);
+  std::memcpy(&h.length, head.data() + 16, 8);
+  std::memcpy(&h.checksum, head.data() + 24, 8);
   UPDRAFT_CHECK(h.version == kind.version, kind.component,
                 noun(kind) + " has format version " + std::to_string(h.version) + ", this engine reads version " +
                     std::to_string(kind.version) + kind.fix);
-  UPDRAFT_CHECK(bytes.size() - kHeaderBytes >= h.length, kind.component,
-                noun(kind) + " is truncated: " + std::to_string(bytes.size() - kHeaderBytes) + " payload bytes of " +
+  const uint64_t payload = file_size - kHeaderBytes;
+  UPDRAFT_CHECK(payload >= h.length, kind.component,
+                noun(kind) + " is truncated: " + std::to_string(payload) + " payload bytes of " +
                     std::to_string(h.length));
-  UPDRAFT_CHECK(bytes.size() - kHeaderBytes == h.length, kind.component,
-                noun(kind) + " has " + std::to_string(bytes.size() - kHeaderBytes - h.length) +
-                    " stray bytes after its payload");
+  UPDRAFT_CHECK(payload == h.length, kind.component,
+                noun(kind) + " has " + std::to_string(payload - h.length) + " stray bytes after its payload");
   return h;
 }
 
@@ -162,7 +166,10 @@ Fields read_fields(std::string_view bytes, const Header& h, const Kind& kind) {
     std::memcpy(&dlen, p + at, 8);
     at += 8;
     need(dlen);
-    c[name] = std::string_view(p + at, dlen);
+    // A second field of a name would be one the checks never saw: which one is used depends on
+    // the reader.
+    auto [it, fresh] = c.emplace(std::move(name), std::string_view(p + at, dlen));
+    UPDRAFT_CHECK(fresh, kind.component, noun(kind) + " is corrupt (field '" + it->first + "' appears twice)");
     at += dlen;
   }
   UPDRAFT_CHECK(at == length, kind.component, noun(kind) + " is corrupt (payload longer than its fields)");

@@ -63,6 +63,9 @@ using Fields = std::map<std::string, std::string_view, std::less<>>;
 
 // Magic, version, and the length against the bytes (truncated, stray bytes).
 Header read_header(std::string_view bytes, const Kind& kind);
+// The same checks from the first bytes of a file of `file_size` bytes (`head`: at least its first
+// min(file_size, kHeaderBytes)), so a reader can refuse a file before allocating its size.
+Header read_header(std::string_view head, uint64_t file_size, const Kind& kind);
 // The field table, bounds-checked but not checksummed: trusted only once check_sum has passed.
 Fields read_fields(std::string_view bytes, const Header& h, const Kind& kind);
 uint64_t payload_sum(std::string_view bytes, const Header& h);

@@ -672,8 +672,9 @@ class Parser {
     if (seed < 0) fail("random() needs seed=N (N >= 0)");
     if (t.dtype() == DType::f16 || t.dtype() == DType::bf16) fail("random() does not fill f16/bf16 constants; use bits[...]");
     // Integers are floor(x) through int64: lo and hi must keep that in range (a double outside
-    // int64 has no defined conversion). Narrower types keep the low bits.
-    if (is_integral(t.dtype()) && !(std::isfinite(lo) && std::isfinite(hi) && lo >= -0x1p62 && hi <= 0x1p62))
+    // int64 has no defined conversion). Each bound is checked both ways: lo may exceed hi (x
+    // then runs from lo down), so lo <= 2^62 is not implied. Narrower types keep the low bits.
+    if (is_integral(t.dtype()) && !(std::fabs(lo) <= 0x1p62 && std::fabs(hi) <= 0x1p62))
       fail("random() bounds for an integer constant must be finite and within +-2^62");
     std::mt19937_64 rng(static_cast<uint64_t>(seed));
     for (int64_t i = 0; i < t.numel(); ++i) {

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstring>
@@ -50,6 +51,19 @@ int64_t parse_i64(const std::string& w, const std::string& line) {
   return v;
 }
 
+// Output names become file names (updraft-run writes NAME.npy under --output-dir), so a file
+// cannot name one that leaves the directory or hides: ASCII letters, digits, '_', '-' and '.',
+// not first '.'. Checked when saved and when loaded.
+void check_output_name(const std::string& name) {
+  bool ok = !name.empty() && name[0] != '.';
+  for (char c : name)
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+                c == '.');
+  UPDRAFT_CHECK(ok, "model",
+                "output name '" + name +
+                    "' is not a plain file name: use ASCII letters, digits, '_', '-' and '.' (not first)");
+}
+
 // The symbols the graph's inputs carry (tensor dims and size inputs), each once.
 std::set<std::string> input_symbols(const Graph& g) {
   std::set<std::string> out;
@@ -72,8 +86,7 @@ std::string signature_text(const Graph& g, const ModelMeta& meta) {
   std::string s;
   for (size_t k = 0; k < nout; ++k) {
     std::string name = meta.output_names.empty() ? "out" + std::to_string(k) : meta.output_names[k];
-    UPDRAFT_CHECK(!name.empty() && name.find_first_of(" \n") == std::string::npos, "model",
-                  "output name '" + name + "' is empty or has a space or newline");
+    check_output_name(name);
     s += "output " + name + "\n";
   }
   for (const SymbolRange& r : meta.ranges) {
@@ -90,10 +103,12 @@ ModelSignature parse_signature(const Graph& g, std::string_view text, ModelMeta&
   ModelSignature sig;
   for (const Value* in : g.inputs()) sig.inputs.push_back({in->name, in->type, in->binds});
   const std::set<std::string> syms = input_symbols(g);
-  std::set<std::string> ranged;
+  std::set<std::string> ranged, named;
   for (const std::string& line : split(text, '\n')) {
     std::vector<std::string> w = split(line, ' ');
     if (w.size() == 2 && w[0] == "output") {
+      check_output_name(w[1]);
+      UPDRAFT_CHECK(named.insert(w[1]).second, "model", "model file's output name '" + w[1] + "' is given twice");
       meta.output_names.push_back(w[1]);
     } else if (w.size() == 4 && w[0] == "range") {
       UPDRAFT_CHECK(syms.count(w[1]) && ranged.insert(w[1]).second, "model",
@@ -122,7 +137,12 @@ container::Buffer map_or_read(const std::string& path, bool map) {
   std::unique_ptr<int, void (*)(int*)> closer(&fd, [](int* f) { ::close(*f); });
   struct stat st;
   UPDRAFT_CHECK(::fstat(fd, &st) == 0, "model", "cannot stat model file " + path + ": " + std::strerror(errno));
-  UPDRAFT_CHECK(S_ISREG(st.st_mode), "model", "model file " + path + " is not a regular file");
+  UPDRAFT_CHECK(S_ISREG(st.st_mode), "model",
+                "model file " + path + " is not a regular file (" +
+                    (S_ISFIFO(st.st_mode)  ? "a FIFO"
+                     : S_ISDIR(st.st_mode) ? "a directory"
+                                           : "a device or socket") +
+                    "); give the path of a model file");
   const size_t size = static_cast<size_t>(st.st_size);
   if (map && size >= container::kHeaderBytes) {
     // PROT_WRITE with MAP_PRIVATE: kernels never write constants, but if anything did, it would
@@ -134,16 +154,31 @@ container::Buffer map_or_read(const std::string& path, bool map) {
     });
     return {owner, size};
   }
-  std::shared_ptr<void> mem = aligned_alloc_shared(size);
-  char* p = static_cast<char*>(mem.get());
-  size_t got = 0;
-  while (got < size) {
-    ssize_t n = ::read(fd, p + got, size - got);
-    if (n < 0 && errno == EINTR) continue;
-    UPDRAFT_CHECK(n >= 0, "model", "cannot read model file " + path + ": " + std::strerror(errno));
-    if (n == 0) break;  // truncated meanwhile: the header check reports it
-    got += static_cast<size_t>(n);
+  auto read_into = [&](char* p, size_t want) {
+    size_t got = 0;
+    while (got < want) {
+      ssize_t n = ::read(fd, p + got, want - got);
+      if (n < 0 && errno == EINTR) continue;
+      UPDRAFT_CHECK(n >= 0, "model", "cannot read model file " + path + ": " + std::strerror(errno));
+      if (n == 0) break;  // truncated meanwhile: the header check reports it
+      got += static_cast<size_t>(n);
+    }
+    return got;
+  };
+  // The header first: a file that is not a model file, or whose header does not account for its
+  // size (a large file given by mistake, a sparse one), is refused before its size is allocated.
+  char head[container::kHeaderBytes];
+  const size_t head_got = read_into(head, std::min(size, container::kHeaderBytes));
+  container::read_header(std::string_view(head, head_got), size, kModel);
+  std::shared_ptr<void> mem;
+  try {
+    mem = aligned_alloc_shared(size);
+  } catch (const Error& e) {
+    throw Error("model", "cannot read model file " + path + " into memory (" + e.what() + "); load it mapped");
   }
+  char* p = static_cast<char*>(mem.get());
+  std::memcpy(p, head, head_got);
+  const size_t got = head_got + read_into(p + head_got, size - head_got);
   return {std::shared_ptr<const char>(mem, p), got};
 }
 
@@ -176,7 +211,13 @@ LoadedModel load_buffer(const container::Buffer& buf, bool mapped) {
   ParseOptions opts;
   opts.externs = &res;
   opts.max_generated_bytes = 0;  // every constant byte is in the file
-  m.graph = parse_graph(field("graph"), opts);
+  // Every defect of the file is a model error: the parser's (line, column, what) is kept.
+  try {
+    m.graph = parse_graph(field("graph"), opts);
+  } catch (const Error& e) {
+    if (e.component() == "model") throw;
+    throw Error("model", std::string("model file has a bad graph: ") + e.what());
+  }
   m.signature = parse_signature(*m.graph, container::field(c, "signature", kModel), m.meta);
   m.load_ms = ms_since(t0);
   return m;

@@ -90,6 +90,25 @@ TEST(HardeningParse, ConstantWhoseByteCountWrapsIsAParseError) {
                "parse", "overflows");
 }
 
+// Found by fuzz_text_ir (issue 16's campaign): lo far above 2^62 with the default hi passed the
+// bounds check (it tested lo >= -2^62 and hi <= 2^62 only), and floor(x) of ~7.8e37 was
+// converted to int64 (UBSan: float-cast-overflow). Each bound must be within +-2^62.
+TEST(HardeningParse, RandomBoundsOfAnIntegerConstantAreEachInRange) {
+  for (const char* bounds : {"lo=77777777777777777777777777777777777777.0", "hi=-77777777777777777777777777777777777777.0",
+                             "lo=1e19, hi=0", "lo=0, hi=inf", "lo=nan"}) {
+    for (const char* dt : {"i64", "i32", "u8"}) {
+      SCOPED_TRACE(std::string(dt) + " " + bounds);
+      expect_error([&] { parse_graph(std::string("graph() {\n  %c = constant ") + dt + "[4] random(seed=4, " + bounds +
+                                     ")\n  return (%c)\n}"); },
+                   "parse", "within +-2^62");
+    }
+  }
+  // At the edges, and reversed, it fills.
+  auto g = parse_graph("graph() {\n  %c = constant i64[64] random(seed=4, lo=4611686018427387904.0, hi=-4611686018427387904.0)\n  return (%c)\n}");
+  const int64_t* v = g->outputs()[0]->constant->ptr<int64_t>();
+  for (int i = 0; i < 64; ++i) EXPECT_LE(std::abs(v[i]), int64_t{1} << 62);
+}
+
 TEST(HardeningParse, NegativeSizesAreParseErrors) {
   // [-2, -2] has 4 elements by product: it was accepted and kernels saw negative sizes.
   expect_error([] { parse_graph("graph() {\n  %c = constant f32[-2, -2] [1.0, 2.0, 3.0, 4.0]\n  return (%c)\n}"); },
