@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import re
 import sys
 import time
 import types
@@ -339,7 +340,10 @@ def _output_names(ep: Any, n: int) -> list[str]:
     names = []
     for i, p in enumerate(paths):
         if any(isinstance(k, str) for k in p):
-            names.append(".".join(str(k) for k in p).replace(" ", "_"))
+            # A model file's output names are plain file names (updraft-run writes NAME.npy):
+            # ASCII letters, digits, '_', '-', '.', not first '.' (src/model/model_file.cpp).
+            name = re.sub(r"[^A-Za-z0-9_.-]", "_", ".".join(str(k) for k in p))
+            names.append(name if not name.startswith(".") else "_" + name)
         else:
             names.append(f"out{i}")
     if len(names) != n or len(set(names)) != n or not all(names):

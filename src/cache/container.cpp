@@ -1,7 +1,10 @@
 // The shared binary container (cache/container.h, docs/format.md).
 #include "cache/container.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <vector>
@@ -188,6 +191,18 @@ Fields read_verified(std::string_view bytes, const Kind& kind) {
   Header h = read_header(bytes, kind);
   check_sum(h, payload_sum(bytes, h), kind);
   return read_fields(bytes, h, kind);
+}
+
+size_t read_fd(int fd, char* p, size_t want, const std::string& path, const Kind& kind) {
+  size_t got = 0;
+  while (got < want) {
+    ssize_t n = ::read(fd, p + got, want - got);
+    if (n < 0 && errno == EINTR) continue;
+    UPDRAFT_CHECK(n >= 0, kind.component, "cannot read " + noun(kind) + " " + path + ": " + std::strerror(errno));
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  return got;
 }
 
 std::string_view field(const Fields& c, const std::string& name, const Kind& kind) {

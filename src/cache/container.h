@@ -72,6 +72,10 @@ uint64_t payload_sum(std::string_view bytes, const Header& h);
 void check_sum(const Header& h, uint64_t got, const Kind& kind);
 // All three, in order: the fields of a verified container.
 Fields read_verified(std::string_view bytes, const Kind& kind);
+// Reads up to `want` bytes of the open file `fd` into `p`, retrying on EINTR; fewer when the file
+// was truncated meanwhile (the header or length check then reports it). A read error is an Error
+// naming `path`.
+size_t read_fd(int fd, char* p, size_t want, const std::string& path, const Kind& kind);
 // A field that must be there.
 std::string_view field(const Fields& c, const std::string& name, const Kind& kind);
 // A tensor over stored bytes `s` of field `name` (see Writer::add_tensor), sharing `buf`'s memory

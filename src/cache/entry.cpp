@@ -452,14 +452,7 @@ Buffer read_trusted_entry(const std::string& path) {
   // 64-byte aligned (2 MB and huge-page backed when large), so stored tensors are used in place.
   std::shared_ptr<void> mem = aligned_alloc_shared(size);
   char* p = static_cast<char*>(mem.get());
-  size_t got = 0;
-  while (got < size) {
-    ssize_t n = ::read(fd, p + got, size - got);
-    if (n < 0 && errno == EINTR) continue;
-    UPDRAFT_CHECK(n >= 0, "cache", "cannot read entry " + path + ": " + std::strerror(errno));
-    if (n == 0) break;  // truncated meanwhile: the header check reports it
-    got += static_cast<size_t>(n);
-  }
+  const size_t got = container::read_fd(fd, p, size, path, kEntry);
   return Buffer{std::shared_ptr<const char>(mem, p), got};
 }
 

@@ -154,17 +154,7 @@ container::Buffer map_or_read(const std::string& path, bool map) {
     });
     return {owner, size};
   }
-  auto read_into = [&](char* p, size_t want) {
-    size_t got = 0;
-    while (got < want) {
-      ssize_t n = ::read(fd, p + got, want - got);
-      if (n < 0 && errno == EINTR) continue;
-      UPDRAFT_CHECK(n >= 0, "model", "cannot read model file " + path + ": " + std::strerror(errno));
-      if (n == 0) break;  // truncated meanwhile: the header check reports it
-      got += static_cast<size_t>(n);
-    }
-    return got;
-  };
+  auto read_into = [&](char* p, size_t want) { return container::read_fd(fd, p, want, path, kModel); };
   // The header first: a file that is not a model file, or whose header does not account for its
   // size (a large file given by mistake, a sparse one), is refused before its size is allocated.
   char head[container::kHeaderBytes];

@@ -104,6 +104,13 @@ def test_output_names_come_from_the_model_output(tmp_path):
     updraft.export(_mlp(), (torch.randn(1, 64),), tmp_path / "m.updraft")
     assert updraft.load(tmp_path / "m.updraft").output_names == ["out0"]
 
+    class Keys(torch.nn.Module):  # dict keys that are no file names become plain ones
+        def forward(self, x):
+            return {"a/b": x + 1, ".hidden": x * 2}
+
+    updraft.export(Keys(), (torch.randn(2, 3),), tmp_path / "k.updraft")
+    assert updraft.load(tmp_path / "k.updraft").output_names == ["a_b", "_.hidden"]
+
 
 @pytest.fixture(scope="module")
 def dynamic_bert(tmp_path_factory):
