@@ -323,7 +323,7 @@ TEST(ModelFile, LargeFileIsRefusedFromItsHeaderBeforeItIsRead) {
   const uint64_t big = uint64_t{1} << 40;
   for (const std::string& head : {std::string(32, 'x'), saved().substr(0, 32)}) {
     const std::string path = write_file("sparse.updraft", head);
-    if (::truncate(path.c_str(), static_cast<off_t>(big)) != 0) GTEST_SKIP() << "no sparse 1 TiB file here";
+    if (::truncate(path.c_str(), static_cast<off_t>(big)) != 0) GTEST_SKIP() << "this filesystem cannot hold a sparse 1 TiB file (truncate failed), so the case cannot be made here";
     const std::string words = head[0] == 'x' ? "not an updraft model file (bad magic)" : "stray bytes after its payload";
     expect_model_error([&] { load_model_file(path, false); }, {words});
     // Mapped: refused too (a private writable mapping of 1 TiB may itself be refused, by the

@@ -20,14 +20,11 @@ import updraft
 from updraft import CompilerConfig
 
 from test_export import _leaves, _tiny_bert, _tiny_gpt2, _tiny_resnet
-from test_updraft_run import BIN
+from test_updraft_run import BIN, require_binary  # noqa: F401 (autouse: fails without updraft-run)
 
 THREADS = 2
 CONFIG = CompilerConfig(num_threads=THREADS)
 TOL = dict(rtol=1e-3, atol=1e-3)
-
-pytestmark = pytest.mark.skipif(BIN is None, reason="updraft-run is not built (see test_updraft_run.py)")
-
 
 def _cli_outputs(path, inputs, names, tmp_path):
     """The file run by `updraft-run run` (C++, no Python) on these inputs, read back from .npy."""

@@ -33,9 +33,15 @@ def _find_binary() -> str | None:
 
 
 BIN = _find_binary()
-pytestmark = pytest.mark.skipif(
-    BIN is None, reason="updraft-run is not built: build the runtime library and tools/updraft-run "
-                        "(cmake --build build/dev, or scripts/setup.sh for build/py), or set UPDRAFT_RUN")
+MISSING = ("updraft-run is not built: scripts/setup.sh builds it in build/py (UPDRAFT_BUILD_RUNTIME, on by "
+           "default); for build/dev run cmake --build build/dev, or set UPDRAFT_RUN to the binary")
+
+
+@pytest.fixture(autouse=True)
+def require_binary():
+    """A missing binary is a broken set-up, not a reason to pass: every test here fails saying so."""
+    if BIN is None:
+        pytest.fail(MISSING)
 
 
 def run_cli(*args, timeout=120) -> subprocess.CompletedProcess:
