@@ -50,7 +50,9 @@ class EnginePartition(torch.nn.Module):
     """One fused partition: a sub-GraphModule run by the engine (eagerly if building fails)."""
 
     def __init__(self, sub: fx.GraphModule, const_kinds: list[Optional[str]], config: CompilerConfig,
-                 report: PartitionReport) -> None:
+                 report: PartitionReport, multi: Optional[bool] = None) -> None:
+        # multi: whether it returns a tuple; None reads it off sub's graph (a partition loaded by
+        # precompile.py has saved code, no graph, and passes it).
         super().__init__()
         self.sub = sub
         # Per placeholder: "param" (a frozen parameter/buffer: an engine constant the compile
@@ -65,8 +67,10 @@ class EnginePartition(torch.nn.Module):
         self.report = report
         self._state: Any = None  # None: not built; _Built; or the failure reason (str)
         self._lock = threading.Lock()
-        out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
-        self._multi = isinstance(out, (tuple, list))
+        if multi is None:
+            out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
+            multi = isinstance(out, (tuple, list))
+        self._multi = multi
         self.dump: Any = None  # updraft.debug.dump.PartitionDump when CompilerConfig.dump_dir is set
         profiler.register(self)
 

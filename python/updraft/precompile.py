@@ -45,7 +45,6 @@ import importlib
 import io
 import json
 import struct
-import threading
 import time
 import types
 import zlib
@@ -514,19 +513,8 @@ class _LoadedPartition(EnginePartition):
 
     def __init__(self, sub: Any, spec: dict, config: CompilerConfig, report: PartitionReport,
                  entry: Optional[bytes]) -> None:
-        torch.nn.Module.__init__(self)
-        kinds = spec["const_kinds"]
-        self.sub = sub
-        self.const_kinds = kinds
-        self.const_mask = [k is not None for k in kinds]
-        self._param_pos = [j for j, k in enumerate(kinds) if k == "param"]
-        self._other_pos = [j for j, k in enumerate(kinds) if k != "param"]
-        self.config = config
-        self.report = report
-        self._state = None
-        self._lock = threading.Lock()
-        self._multi = bool(spec["multi"])
-        self.dump = None
+        # The partition's own set-up (fields, profiler registration), with the saved tuple flag.
+        super().__init__(sub, spec["const_kinds"], config, report, multi=bool(spec["multi"]))
         self._entry = entry
         self._key = spec.get("key", "")
         self._runtime_pos = list(spec.get("runtime_pos", []))
