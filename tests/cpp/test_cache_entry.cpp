@@ -23,6 +23,7 @@
 using namespace updraft;
 using updraft::testing::random_tensor;
 using updraft::testing::same_bits;
+using updraft::testing::test_temp_path;
 
 namespace {
 
@@ -158,7 +159,7 @@ TEST(CacheEntry, LoadFromAMappedFile) {
   auto g = model();
   auto params = params_of(*g);
   auto cold = Executable::compile(std::move(g), CompileOptions{});
-  std::string path = ::testing::TempDir() + "updraft_entry_test.updraft";
+  std::string path = test_temp_path("updraft_entry_test.updraft");
   {
     std::string bytes = save_entry(cold->graph(), {"k1", "", "", ""});
     std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -305,7 +306,7 @@ std::vector<std::optional<Tensor>> large_params(const Graph& g) {
 }
 
 std::string write_temp(const std::string& name, const std::string& bytes) {
-  std::string path = ::testing::TempDir() + name;
+  std::string path = test_temp_path(name);
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   ::chmod(path.c_str(), 0600);  // as the cache writes it: a load refuses files others may write (any umask)
   return path;
@@ -394,19 +395,19 @@ TEST(CacheEntry, FileOthersCouldHaveWrittenIsRefused) {
   std::string path = write_temp("updraft_trusted_entry.updraft", bytes);
   load_entry_file(path, "k1", params);  // as written: loads
 
-  std::string link = ::testing::TempDir() + "updraft_link_entry.updraft";
+  std::string link = test_temp_path("updraft_link_entry.updraft");
   std::remove(link.c_str());
   ASSERT_EQ(::symlink(path.c_str(), link.c_str()), 0);
   expect_cache_error([&] { load_entry_file(link, "k1", params); }, "is a symbolic link");
   std::remove(link.c_str());
 
-  std::string fifo = ::testing::TempDir() + "updraft_fifo_entry.updraft";
+  std::string fifo = test_temp_path("updraft_fifo_entry.updraft");
   std::remove(fifo.c_str());
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   expect_cache_error([&] { load_entry_file(fifo, "k1", params); }, "is not a regular file (a FIFO)");  // not a hang
   std::remove(fifo.c_str());
 
-  std::string dir = ::testing::TempDir() + "updraft_dir_entry.updraft";
+  std::string dir = test_temp_path("updraft_dir_entry.updraft");
   ::rmdir(dir.c_str());
   ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
   expect_cache_error([&] { load_entry_file(dir, "k1", params); }, "is not a regular file (a directory)");

@@ -31,6 +31,7 @@
 using namespace updraft;
 using updraft::testing::random_tensor;
 using updraft::testing::same_bits;
+using updraft::testing::test_temp_path;
 
 namespace {
 
@@ -78,7 +79,7 @@ const std::string& saved() {
   return bytes;
 }
 
-std::string temp_path(const std::string& name) { return ::testing::TempDir() + "updraft_model_" + name; }
+std::string temp_path(const std::string& name) { return test_temp_path(name); }
 
 std::string write_file(const std::string& name, const std::string& bytes) {
   std::string path = temp_path(name);

@@ -1,6 +1,7 @@
 // Helpers shared by the C++ tests: random tensors, strided views, closeness checks.
 #pragma once
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -11,6 +12,15 @@
 #include "core/tensor.h"
 
 namespace updraft::testing {
+
+// A file name under the test temp folder that no other test can use at the same time: ctest runs
+// tests in parallel (one process each), so a fixed name lets one test remove another's file.
+inline std::string test_temp_path(const std::string& name) {
+  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string who = t ? std::string(t->test_suite_name()) + "." + t->name() : "global";
+  for (char& c : who) if (c == '/') c = '_';  // parameterised names hold '/'
+  return ::testing::TempDir() + "updraft_" + who + "_" + std::to_string(::getpid()) + "_" + name;
+}
 
 // Uniform in [lo, hi) for floats; integers in [lo, hi); bools 50/50. Deterministic per seed.
 inline Tensor random_tensor(DType dt, const std::vector<int64_t>& shape, uint32_t seed = 0,
