@@ -37,6 +37,7 @@ static const std::vector<std::pair<const char*, OptionSetter>>& option_setters()
       {"num_threads", [](CompileOptions& o, nb::handle v) { o.num_threads = nb::cast<int>(v); }},
       {"debug", [](CompileOptions& o, nb::handle v) { o.debug = nb::cast<int>(v); }},
       {"plan_cache_size", [](CompileOptions& o, nb::handle v) { o.plan_cache_size = nb::cast<size_t>(v); }},
+      {"range_plans", [](CompileOptions& o, nb::handle v) { o.range_plans = nb::cast<bool>(v); }},
       {"channel_block", [](CompileOptions& o, nb::handle v) { o.channel_block = nb::cast<int>(v); }},
       // The kernel knobs (kernels/kernel_options.h); updraft.CompilerConfig validated them.
       {"prepack_weights", [](CompileOptions& o, nb::handle v) { o.kernels.prepack_weights = nb::cast<bool>(v); }},
@@ -327,7 +328,11 @@ void bind_runtime(nb::module_& m) {
              return r;
            })
       .def_prop_ro("plans_built", [](const CG& cg) { return cg.plan_stats().built; },
-                   "Plans built so far (one per new input-shape signature; evicted ones count).")
+                   "Plans built so far (one per new input-shape signature or size bucket; evicted ones count).")
+      .def_prop_ro("plans_instantiated", [](const CG& cg) { return cg.plan_stats().instantiated; },
+                   "Plans made from a range plan's template without a build (one per size in a bucket).")
+      .def_prop_ro("range_plans", [](const CG& cg) { return cg.plan_stats().range; },
+                   "'' (no symbolic sizes seen), 'on', or why this graph builds a plan per signature.")
       .def_prop_ro("last_plan_ms", [](const CG& cg) { return cg.plan_stats().last_ms; },
                    "Milliseconds the most recent plan build took (Executable::prepare on a new shape).")
       .def_prop_ro("total_plan_ms", [](const CG& cg) { return cg.plan_stats().total_ms; })

@@ -102,6 +102,15 @@ class CompilerConfig:
     recompile_limit: engine compiles allowed per graph after its first (Dynamo recompiling a
         graph for new static shapes or dtypes, or a rebuild after parameters changed). Past it,
         that graph runs in PyTorch, with a warning naming what changed.
+    plan_cache_size: plans each engine graph keeps, one per input-shape signature (least recently
+        used out). A plan holds kernels, a memory plan and its arenas; a signature whose plan was
+        evicted builds it again (counted in the report's plans built).
+    range_plans: a graph with symbolic sizes builds one plan per size bucket (powers of two: 9-16,
+        17-32, ...; memory planned for the bucket's top) and makes the plan of each size in it
+        without a build, so a size that changes on every call (a KV cache growing by one token
+        per decode step) builds a plan once per bucket, not once per size. A graph that does not
+        qualify (a kernel built for one size, attributes bound per size, size inputs) builds one
+        plan per signature, and `explain` says why. False: one plan per signature always.
     gears: updraft.Gear entries: sizes of a dynamic dim planned at compile time, with padding
         up to the next gear where the caller says it is safe (updraft/gears.py).
     conv_layout: activation layout between convolutions. "auto" (default): channel-blocked
@@ -160,6 +169,8 @@ class CompilerConfig:
     cache_dir: Optional[str] = None
     cache_max_bytes: int = 1 << 30
     recompile_limit: int = 8
+    plan_cache_size: int = 16
+    range_plans: bool = True
     gears: tuple = ()
     conv_layout: str = dataclasses.field(default_factory=lambda: os.environ.get(_CONV_LAYOUT_ENV, "auto"))
     prepack_weights: bool = _knob("prepack_weights", True)
@@ -174,12 +185,12 @@ class CompilerConfig:
 
     def __post_init__(self) -> None:
         for name in ("freeze", "fold_constants", "fuse", "fallback", "partition_cost", "prepack_weights",
-                     "static_gemm"):
+                     "static_gemm", "range_plans"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise TypeError(f"[updraft.config] {name} must be a bool, got {type(value).__name__} {value!r}")
         for name, low in (("num_threads", 0), ("min_partition_size", 1), ("debug", 0),
-                          ("cache_max_bytes", 0), ("recompile_limit", 0)):
+                          ("cache_max_bytes", 0), ("recompile_limit", 0), ("plan_cache_size", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"[updraft.config] {name} must be an int, got {type(value).__name__} {value!r}")
@@ -301,7 +312,8 @@ class CompilerConfig:
                 "num_threads": self.num_threads, "debug": self.debug,
                 "channel_block": _CONV_LAYOUTS[self.conv_layout],
                 "prepack_weights": self.prepack_weights, "static_gemm": self.static_gemm,
-                "cpu_isa": self.cpu_isa}
+                "cpu_isa": self.cpu_isa, "plan_cache_size": self.plan_cache_size,
+                "range_plans": self.range_plans}
         if self.min_work_per_thread is not None:
             opts["min_work_per_thread"] = float(self.min_work_per_thread)
         if self.disable_passes:

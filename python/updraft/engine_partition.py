@@ -163,14 +163,11 @@ class EnginePartition(torch.nn.Module):
                 st.shapes[key] = shapes
                 if self.dump is not None:
                     self.dump.plan(st.cg, sig)
-                # New shape signature: one more plan over the same engine compile.
-                self.report.plans_built = st.cg.plans_built
-                self.report.plan_ms = st.cg.total_plan_ms
-                self.report.plan_cpu_ms = st.cg.total_plan_cpu_ms
-                self.report.kernels_created = st.cg.kernels_created
-                self.report.kernels_reused = st.cg.kernels_reused
             outs = [torch.empty(s, dtype=d) for s, d in zip(shapes, st.out_dtypes)]
             st.cg.run(ins, outs, observer)
+            # After every call on this path (new signatures, and plans the engine's LRU evicted
+            # and rebuilt inside run), so the report counts every plan build.
+            self._record_plan_stats(st.cg)
             if key not in st.calls:  # later calls with this signature take the fast path
                 # Bound outside the lock (a plan build releases the GIL); added and evicted under
                 # it, as threads binding other signatures change the table meanwhile. Readers
@@ -185,6 +182,12 @@ class EnginePartition(torch.nn.Module):
         except C.UpdraftError as e:
             return self._engine_failed(e, args)
         return tuple(outs) if self._multi else outs[0]
+
+    def _record_plan_stats(self, cg: Any) -> None:
+        r = self.report
+        r.plans_built, r.plans_instantiated, r.range_plans = cg.plans_built, cg.plans_instantiated, cg.range_plans
+        r.plan_ms, r.plan_cpu_ms = cg.total_plan_ms, cg.total_plan_cpu_ms
+        r.kernels_created, r.kernels_reused = cg.kernels_created, cg.kernels_reused
 
     def _build_once(self, args: tuple) -> Any:
         with self._lock:

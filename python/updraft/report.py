@@ -40,6 +40,10 @@ class PartitionReport:
     # built (one per input-shape signature, over the same compile).
     engine_compiles: int = 0
     plans_built: int = 0
+    # Range plans (CompilerConfig.range_plans): plans made from a size bucket's template without
+    # a build, and the engine's state: "" (no symbolic sizes), "on", or why it is off.
+    plans_instantiated: int = 0
+    range_plans: str = ""
     plan_ms: float = 0.0  # total Plan::build time
     plan_cpu_ms: float = 0.0  # the same in the building thread's CPU time (load does not inflate it)
     # Kernels the plans made vs took from the compile's kernel cache (new shapes reuse most).
@@ -251,6 +255,10 @@ class Report:
                              + (f" (folds {p.cache_folds})" if p.cache_folds else "")
                              + (f", passes skipped (disable_passes): {', '.join(p.skipped_passes)}"
                                 if p.skipped_passes else ""))
+                if p.plans_instantiated or p.range_plans not in ("", "on"):
+                    lines.append(f"      range plans: {p.plans_instantiated} size(s) run on a bucket's plan "
+                                 f"without a build" if p.range_plans == "on"
+                                 else f"      range plans off, one plan per size: {p.range_plans}")
         if any(p.cache for p in self.partitions):
             lines.append(f"  compile cache: {self.cache_hits} hit(s), {self.cache_misses} miss(es)   "
                          f"process total: {dict(cache_stats())}")

@@ -19,6 +19,9 @@ struct CompileOptions {
   int num_threads = 0;        // 0: all cores
   int debug = 0;              // UPDRAFT_DEBUG: 1 pass summary, 2 IR after each pass + plans
   size_t plan_cache_size = 16;
+  // Range plans (runtime/plan.h, Plan::build_range): a graph with symbolic sizes builds one plan
+  // per size bucket and instantiates it per size, rather than building a plan per size.
+  bool range_plans = true;
   // Channel block of conv activations (passes/block_conv_layout.h): -1 the kernels' preference
   // on this CPU (preferred_channel_block()), 0 plain NCHW, 8 or 16.
   int channel_block = -1;

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "kernels/kernel.h"
 #include "passes/pipeline.h"
+#include "runtime/bind_inputs.h"
 #include "runtime/plan.h"
 #include "runtime/cross_shape_cache.h"
 #include "runtime/watchdog.h"
@@ -33,6 +34,10 @@ std::string dims_str(const int64_t* s, int n) {
   for (int i = 0; i < n; ++i) r += (i ? ", " : "") + std::to_string(s[i]);
   return r + "]";
 }
+
+// Range templates kept per graph: a decode loop moves through one bucket at a time, a server
+// with mixed lengths through a few; each template holds only kernels and a schedule.
+constexpr size_t kMaxRangeTemplates = 8;
 
 }  // namespace
 
@@ -88,6 +93,17 @@ std::shared_ptr<Plan> Executable::plan_for(const std::vector<std::vector<int64_t
     }
   }
   // Built under the lock: a plan is built once per signature even when many threads miss.
+  std::shared_ptr<Plan> plan = make_plan(input_shapes);
+  if (profiling_) plan->set_profiling(true);
+  if (opts_.debug >= 2) std::fprintf(stderr, "[updraft] new plan\n%s", plan->str().c_str());
+  plans_.insert(plans_.begin(), {input_shapes, plan});
+  size_t cap = std::max<size_t>(opts_.plan_cache_size, 1);
+  if (plans_.size() > cap) plans_.resize(cap);  // drop the least recently used
+  return plan;
+}
+
+std::shared_ptr<Plan> Executable::build_timed(const std::vector<std::vector<int64_t>>& input_shapes, bool range,
+                                              std::string* why) {
   // The CrossShapeCache is made with the first plan, whichever way this Executable was made.
   // Shape-specific kernels: twice the plan LRU per node, so a signature whose plan was evicted
   // and comes back finds its kernels (shape-generic ones are shared by every plan anyway).
@@ -95,18 +111,56 @@ std::shared_ptr<Plan> Executable::plan_for(const std::vector<std::vector<int64_t
     cross_shape_cache_ = std::make_unique<CrossShapeCache>(*graph_, 2 * std::max<size_t>(opts_.plan_cache_size, 1));
   auto t0 = std::chrono::steady_clock::now();
   const double cpu0 = thread_cpu_ms();
-  std::shared_ptr<Plan> plan = Plan::build(*graph_, input_shapes, opts_, cross_shape_cache_.get());
+  std::shared_ptr<Plan> plan = range ? Plan::build_range(*graph_, input_shapes, opts_, *cross_shape_cache_, why)
+                                     : Plan::build(*graph_, input_shapes, opts_, cross_shape_cache_.get());
   last_plan_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   total_plan_ms_ += last_plan_ms_;
   last_plan_cpu_ms_ = thread_cpu_ms() - cpu0;
   total_plan_cpu_ms_ += last_plan_cpu_ms_;
-  ++plans_built_;
-  if (profiling_) plan->set_profiling(true);
-  if (opts_.debug >= 2) std::fprintf(stderr, "[updraft] new plan\n%s", plan->str().c_str());
-  plans_.insert(plans_.begin(), {input_shapes, plan});
-  size_t cap = std::max<size_t>(opts_.plan_cache_size, 1);
-  if (plans_.size() > cap) plans_.resize(cap);  // drop the least recently used
+  ++plans_built_;  // a range attempt that did not qualify still built (and counts)
   return plan;
+}
+
+std::shared_ptr<Plan> Executable::make_plan(const std::vector<std::vector<int64_t>>& input_shapes) {
+  if (!opts_.range_plans || (!range_state_.empty() && range_state_ != "on"))
+    return build_timed(input_shapes, false, nullptr);
+  for (const Value* in : graph_->inputs())
+    if (!in->binds.empty()) {
+      range_state_ = "the graph has size inputs (each value is a signature of its own)";
+      return build_timed(input_shapes, false, nullptr);
+    }
+  const SymBindings b = bind_input_shapes(*graph_, input_shapes, "runtime");
+  if (Plan::bucket_of(b).empty()) return build_timed(input_shapes, false, nullptr);  // static, or a size of 0
+  if (range_state_.empty()) {
+    // The first symbolic signature: an ordinary plan, which also tells whether the graph
+    // qualifies for range plans (the next buckets' templates are built only if it does).
+    std::shared_ptr<Plan> p = build_timed(input_shapes, false, nullptr);
+    std::string why = p->range_refusal(*graph_, opts_, *cross_shape_cache_);
+    range_state_ = why.empty() ? "on" : why;
+    return p;
+  }
+  std::string why;
+  std::shared_ptr<Plan> t;
+  for (size_t i = 0; i < ranges_.size() && !t; ++i) {
+    if (!ranges_[i]->covers(b)) continue;
+    std::rotate(ranges_.begin(), ranges_.begin() + static_cast<std::ptrdiff_t>(i),
+                ranges_.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+    t = ranges_.front();
+  }
+  if (!t) {
+    t = build_timed(input_shapes, true, &why);
+    if (!t) {
+      range_state_ = why;  // one plan per signature from now on
+      return build_timed(input_shapes, false, nullptr);
+    }
+    ranges_.insert(ranges_.begin(), t);
+    if (ranges_.size() > kMaxRangeTemplates) ranges_.resize(kMaxRangeTemplates);
+  }
+  if (auto p = t->instantiate(input_shapes, b, opts_, &why)) {
+    ++plans_instantiated_;
+    return p;
+  }
+  return build_timed(input_shapes, false, nullptr);  // this size does not fit the bucket's plan
 }
 
 std::vector<std::vector<int64_t>> Executable::prepare(const std::vector<std::vector<int64_t>>& input_shapes) {
@@ -120,7 +174,8 @@ std::string Executable::plan_text(const std::vector<std::vector<int64_t>>& input
 PlanStats Executable::plan_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   KernelCache::Stats k = cross_shape_cache_ ? cross_shape_cache_->kernels.stats() : KernelCache::Stats{};
-  return {plans_built_, last_plan_ms_, total_plan_ms_, k.created, k.reused, last_plan_cpu_ms_, total_plan_cpu_ms_};
+  return {plans_built_,        last_plan_ms_,        total_plan_ms_, k.created, k.reused, last_plan_cpu_ms_,
+          total_plan_cpu_ms_, plans_instantiated_, range_state_};
 }
 
 void Executable::set_profiling(bool on) {

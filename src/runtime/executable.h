@@ -47,6 +47,11 @@ struct PlanStats {
   // wall time also counts waiting for a core, this does not (threads a factory starts for
   // oneDNN reorders are not counted either).
   double last_cpu_ms = 0, total_cpu_ms = 0;
+  // Range plans (Plan::build_range): plans made from a bucket's template without a build, and
+  // the state of range planning: "" (not tried: no symbolic sizes seen yet), "on", or why the
+  // graph builds one plan per signature instead.
+  size_t instantiated = 0;
+  std::string range;
 };
 
 class Executable {
@@ -115,6 +120,14 @@ class Executable {
   std::vector<std::pair<std::vector<std::vector<int64_t>>, std::shared_ptr<Plan>>> plans_;  // LRU, front = newest
   std::unique_ptr<CrossShapeCache> cross_shape_cache_;  // liveness + kernels its plans share; guarded by mu_
   size_t plans_built_ = 0;  // guarded by mu_, like the timings
+  // Range plans: templates, most recently used first (a few buckets live at once), and why
+  // range planning is off for this graph once it failed to qualify. Guarded by mu_.
+  std::vector<std::shared_ptr<Plan>> ranges_;
+  std::string range_state_;
+  size_t plans_instantiated_ = 0;
+  // The plan for a signature no cached plan has: an instance of a range template, or a build.
+  std::shared_ptr<Plan> make_plan(const std::vector<std::vector<int64_t>>& input_shapes);
+  std::shared_ptr<Plan> build_timed(const std::vector<std::vector<int64_t>>& input_shapes, bool range, std::string* why);
   bool profiling_ = false;  // guarded by mu_
   double last_plan_ms_ = 0, total_plan_ms_ = 0, last_plan_cpu_ms_ = 0, total_plan_cpu_ms_ = 0;
 };

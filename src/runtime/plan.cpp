@@ -353,6 +353,175 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
   }
   return std::move(b.p);
 }
+namespace {
+
+// The symbolic shape a slot takes its sizes from: its value's type (a graph output slot: the
+// output's). Constants are static.
+const Shape& slot_type_shape(const Graph& g, const Slot& sl) {
+  return sl.kind == SlotKind::Output ? g.outputs()[static_cast<size_t>(sl.index)]->type.shape : sl.value->type.shape;
+}
+
+// A node's kernel context at the sizes `b` gives its values' types.
+KernelContext context_at(const Node& n, const SymBindings& b, const CompileOptions& opts) {
+  std::vector<std::vector<int64_t>> in, out;
+  std::vector<const Tensor*> consts;
+  for (const Value* v : n.inputs) {
+    in.push_back(shape_eval(v->type.shape, b));
+    consts.push_back(v->is_constant() ? &*v->constant : nullptr);
+  }
+  for (const Value* v : n.outputs) out.push_back(shape_eval(v->type.shape, b));
+  return KernelContext{n, std::move(in), std::move(out), std::move(consts), opts.num_threads, nullptr, opts.kernels};
+}
+
+std::string node_label(const Node& n) { return "node %" + std::to_string(n.id) + " (" + n.op_name() + ")"; }
+
+}  // namespace
+
+std::vector<SizeRange> Plan::bucket_of(const SymBindings& b) {
+  std::vector<SizeRange> out;
+  for (const auto& [sym, v] : b) {
+    if (v <= 0) return {};
+    int64_t hi = 8;
+    while (hi < v) hi *= 2;
+    out.push_back({sym, hi == 8 ? 1 : hi / 2 + 1, hi});
+  }
+  return out;
+}
+
+bool Plan::covers(const SymBindings& b) const {
+  if (ranges_.empty() || b.size() != ranges_.size()) return false;
+  size_t i = 0;
+  for (const auto& [sym, v] : b) {  // both in symbol order (SymBindings is a std::map)
+    const SizeRange& r = ranges_[i++];
+    if (r.sym != sym || v < r.lo || v > r.hi) return false;
+  }
+  return true;
+}
+
+bool Plan::find_moving_parts(const Graph& g, std::string* why) {
+  // Slots whose shapes move with a symbol: their types must give exactly this plan's shapes.
+  sym_slots_.clear();
+  sym_steps_.clear();
+  std::vector<bool> sym_slot(slots_.size(), false);
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    const Slot& sl = slots_[s];
+    if (sl.kind == SlotKind::Constant) continue;
+    const Shape& ty = slot_type_shape(g, sl);
+    if (shape_is_static(ty)) continue;
+    std::string label = sl.value ? value_label(sl.value) : "output " + std::to_string(sl.index);
+    try {
+      if (shape_eval(ty, bindings_) != sl.shape) {
+        *why = label + " is " + shape_str(ty) + " in the graph but " + dims_str(sl.shape) + " in the plan";
+        return false;
+      }
+    } catch (const Error& e) {
+      *why = label + ": " + e.what();
+      return false;
+    }
+    sym_slot[s] = true;
+    sym_slots_.push_back({static_cast<int>(s), &ty});
+  }
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& st = steps_[i];
+    if (st.kind != Step::Kind::Kernel) continue;
+    bool moves = false;
+    for (int sl : st.in_slots) moves = moves || sym_slot[static_cast<size_t>(sl)];
+    for (int sl : st.out_slots) moves = moves || sym_slot[static_cast<size_t>(sl)];
+    if (moves) sym_steps_.push_back(i);
+  }
+  return true;
+}
+
+std::string Plan::range_refusal(const Graph& g, const CompileOptions& opts, const CrossShapeCache& cache) {
+  std::string why;
+  if (!find_moving_parts(g, &why)) return why;
+  std::vector<SizeRange> ranges = bucket_of(bindings_);
+  if (ranges.empty()) return "a symbolic size is 0";
+  SymBindings lo, hi;
+  for (const SizeRange& r : ranges) {
+    lo[r.sym] = r.lo;
+    hi[r.sym] = r.hi;
+  }
+  for (size_t i : sym_steps_) {
+    const Step& st = steps_[i];
+    if (cache.symbolic_attrs[static_cast<size_t>(st.time)])
+      return node_label(*st.node) + " has attributes that depend on a size";
+    try {
+      if (!st.kernel->runs_shapes_of(context_at(*st.node, lo, opts)) ||
+          !st.kernel->runs_shapes_of(context_at(*st.node, hi, opts)))
+        return node_label(*st.node) + ": its kernel " + st.kernel->name() + " is built for one size";
+    } catch (const Error& e) {
+      return node_label(*st.node) + ": " + e.what();
+    }
+  }
+  sym_slots_.clear();  // only templates keep them
+  sym_steps_.clear();
+  return "";
+}
+
+std::shared_ptr<Plan> Plan::build_range(const Graph& g, const std::vector<std::vector<int64_t>>& input_shapes,
+                                        const CompileOptions& opts, CrossShapeCache& cache, std::string* why) {
+  for (const Value* in : g.inputs())
+    UPDRAFT_CHECK(in->binds.empty(), "plan", "internal error: build_range() on a graph with size inputs");
+  std::vector<SizeRange> ranges = bucket_of(bind_input_shapes(g, input_shapes, "runtime"));
+  UPDRAFT_CHECK(!ranges.empty(), "plan", "internal error: build_range() for sizes with no bucket");
+  SymBindings hi;
+  for (const SizeRange& r : ranges) hi[r.sym] = r.hi;
+  std::vector<std::vector<int64_t>> top;
+  for (const Value* in : g.inputs()) top.push_back(shape_eval(in->type.shape, hi));
+  std::shared_ptr<Plan> t;
+  try {
+    t = build(g, top, opts, &cache);
+  } catch (const Error& e) {
+    *why = std::string("the plan for the top of the bucket failed: ") + e.what();
+    return nullptr;
+  }
+  if (!t->find_moving_parts(g, why)) return nullptr;
+  t->ranges_ = std::move(ranges);
+  return t;
+}
+
+std::shared_ptr<Plan> Plan::instantiate(const std::vector<std::vector<int64_t>>& input_shapes, const SymBindings& b,
+                                        const CompileOptions& opts, std::string* why) const {
+  UPDRAFT_CHECK(covers(b), "plan", "internal error: instantiate() outside the template's ranges");
+  std::shared_ptr<Plan> p(new Plan());
+  p->input_shapes_ = input_shapes;
+  p->bindings_ = b;
+  p->slots_ = slots_;
+  p->steps_ = steps_;
+  p->input_slot_ = input_slot_;
+  p->output_slot_ = output_slot_;
+  p->pack_buffer_ = pack_buffer_;
+  p->size_input_ = size_input_;
+  p->memory_ = memory_;
+  p->num_inplace_ = num_inplace_;
+  p->num_threads_ = num_threads_;
+  p->num_views_ = num_views_;
+  for (const auto& [s, ty] : sym_slots_) {
+    Slot& sl = p->slots_[static_cast<size_t>(s)];
+    std::vector<int64_t> shape = shape_eval(*ty, b);
+    if (sl.kind == SlotKind::Arena &&
+        shape_nbytes(shape, sl.dtype, "plan") > shape_nbytes(slots_[static_cast<size_t>(s)].shape, sl.dtype, "plan")) {
+      *why = (sl.value ? value_label(sl.value) : "a buffer") + " outgrows the template's buffer";
+      return nullptr;
+    }
+    sl.shape = std::move(shape);
+  }
+  for (size_t i : sym_steps_) {
+    const Step& st = p->steps_[i];
+    KernelContext ctx = context_at(*st.node, b, opts);
+    if (!st.kernel->runs_shapes_of(ctx) || st.kernel->scratch_bytes_for(ctx) > st.scratch_bytes) {
+      *why = node_label(*st.node) + ": its kernel does not run these sizes in the template's scratch";
+      return nullptr;
+    }
+  }
+  for (int s : output_slot_) p->output_shapes_.push_back(p->slots_[static_cast<size_t>(s)].shape);
+  for (const SizeRange& r : ranges_)
+    p->instance_of_ += (p->instance_of_.empty() ? "" : ", ") + r.sym + " in [" + std::to_string(r.lo) + ", " +
+                       std::to_string(r.hi) + "]";
+  return p;
+}
+
 int64_t runtime_clock_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -544,6 +713,8 @@ std::string Plan::str() const {
   std::string s = "plan for inputs";
   for (const auto& sh : input_shapes_) s += " " + dims_str(sh);
   for (const auto& [name, val] : bindings_) s += "  " + name + "=" + std::to_string(val);
+  if (!instance_of_.empty())
+    s += "\n(no build: an instance of the range plan for " + instance_of_ + ", memory planned for the top)";
   s += "\nslots:\n";
   static const char* kinds[] = {"input", "output", "const", "arena", "alias"};
   char line[512];

@@ -116,6 +116,12 @@ struct CallState {
   std::vector<TensorView> packed;  // by input: contiguous view of its pack buffer in this arena
 };
 
+// One symbol's size bucket in a range plan: every value in [lo, hi] runs on the plan built at hi.
+struct SizeRange {
+  std::string sym;
+  int64_t lo = 0, hi = 0;
+};
+
 class Plan {
  public:
   // Binds symbols from the input shapes, infers concrete shapes, creates kernels, plans
@@ -125,6 +131,30 @@ class Plan {
   // A size input's entry in input_shapes is {value} (Executable::prepare).
   static std::shared_ptr<Plan> build(const Graph& g, const std::vector<std::vector<int64_t>>& input_shapes,
                                      const CompileOptions& opts, CrossShapeCache* cache = nullptr);
+
+  // Range plans (size buckets), so that a size that changes on every call (a decode step's KV
+  // length, a prompt length) builds one plan per bucket rather than one per size:
+  // - range_refusal, asked of the first plan built for symbolic sizes, says whether the graph
+  //   qualifies ("" when it does): no size inputs (the caller checks); every value's symbolic
+  //   type evaluates to its concrete shape; every kernel whose shapes move with a symbol runs
+  //   other sizes as it is (Kernel::runs_shapes_of at the bucket's bottom and top) and binds
+  //   no symbolic attributes. A graph that does not qualify builds a plan per signature.
+  // - build_range builds a template at the top of each symbol's bucket (bucket_of), so its
+  //   memory plan has room for every size in the bucket (null and `why` if that fails).
+  // - instantiate makes the plan of one signature in the bucket without a build: the
+  //   template's kernels, schedule and memory plan, with shapes evaluated from the types. It
+  //   returns null (and why) when a buffer or a kernel's scratch would outgrow the template's.
+  // A template is not run itself; its instances are ordinary plans of one signature each.
+  std::string range_refusal(const Graph& g, const CompileOptions& opts, const CrossShapeCache& cache);
+  static std::shared_ptr<Plan> build_range(const Graph& g, const std::vector<std::vector<int64_t>>& input_shapes,
+                                           const CompileOptions& opts, CrossShapeCache& cache, std::string* why);
+  static std::vector<SizeRange> bucket_of(const SymBindings& b);
+  const std::vector<SizeRange>& ranges() const { return ranges_; }  // empty: not a template
+  bool covers(const SymBindings& b) const;  // a template whose ranges hold every bound value
+  std::shared_ptr<Plan> instantiate(const std::vector<std::vector<int64_t>>& input_shapes, const SymBindings& b,
+                                    const CompileOptions& opts, std::string* why) const;
+  // An instance's template ranges as text ("s0 in [33, 64]"); empty for a plan built for its own signature.
+  const std::string& instance_of() const { return instance_of_; }
 
   const std::vector<std::vector<int64_t>>& input_shapes() const { return input_shapes_; }
   const std::vector<std::vector<int64_t>>& output_shapes() const { return output_shapes_; }
@@ -159,6 +189,9 @@ class Plan {
   struct Builder;  // build()'s phases (plan.cpp)
   Plan() = default;
   std::unique_ptr<CallState> make_state() const;
+  // Fills sym_slots_/sym_steps_ from this plan's bindings; false (and why) when a value's type
+  // does not give its concrete shape.
+  bool find_moving_parts(const Graph& g, std::string* why);
 
   std::vector<std::vector<int64_t>> input_shapes_, output_shapes_;
   SymBindings bindings_;
@@ -169,6 +202,12 @@ class Plan {
   std::vector<int> pack_buffer_;     // by input: arena slot for a packed copy, or -1
   std::vector<bool> size_input_;     // by input: a size input (its signature entry is {value})
   MemoryPlan memory_;
+  // Range templates (build_range): the buckets, and the slots and kernel steps whose shapes
+  // move with a symbol, with the symbolic shape each slot takes its sizes from.
+  std::vector<SizeRange> ranges_;
+  std::vector<std::pair<int, const Shape*>> sym_slots_;
+  std::vector<size_t> sym_steps_;
+  std::string instance_of_;
   int num_inplace_ = 0;
   int num_threads_ = 0;  // CompileOptions::num_threads, for the plan's own copies as for its kernels
   size_t num_views_ = 0;

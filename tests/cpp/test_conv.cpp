@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "kernel_test_util.h"
+#include "core/cpu_features.h"
 #include "core/error.h"
 
 using namespace updraft;
@@ -248,5 +249,8 @@ TEST(Conv, NoProblemRunsOnAReferenceImplementation) {
     }
   }
   EXPECT_GT(via_plain, 0) << "the sweep no longer reaches a problem oneDNN serves only plain";
-  EXPECT_GT(pre_padded, 0) << "the sweep no longer reaches a problem oneDNN serves only unpadded";
+  // oneDNN's AVX-512 blocked kernels decline some padded problems (the engine then pre-pads);
+  // its AVX2 kernels serve them all, so on an AVX2-only CPU no problem needs it.
+  if (cpu_has_features("avx512f"))
+    EXPECT_GT(pre_padded, 0) << "the sweep no longer reaches a problem oneDNN serves only unpadded";
 }

@@ -1,0 +1,149 @@
+// Range plans (runtime/plan.h, Plan::build_range / instantiate): a graph whose KV-cache length
+// grows by one per call builds one plan per size bucket, not one per size, and every size run
+// on a bucket's plan gives the reference interpreter's results; graphs that do not qualify
+// build a plan per size and say why; the option turns it off.
+//
+// Tolerance rtol = atol = 1e-4 (f32): oneDNN's gemm and the engine's attention sum in another
+// order than the reference kernels (double accumulation); a kernel reading a stale size or a
+// buffer planned too small gives O(1) errors.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "ir/text.h"
+#include "runtime/executable.h"
+#include "runtime/interpreter.h"
+#include "runtime/plan.h"
+#include "test_util.h"
+
+using namespace updraft;
+using updraft::testing::all_close;
+using updraft::testing::random_tensor;
+
+namespace {
+
+constexpr double kTol = 1e-4;
+
+// One decode step of attention with a KV cache of s0 positions: project the new token, append
+// its key and value to the cache (outputs: the grown cache), attend over s0 + 1 positions.
+const char* kDecode = R"(graph(%x: f32[1, 32], %k: f32[1, 2, s0, 8], %v: f32[1, 2, s0, 8]) {
+  %wq = constant f32[16, 32] random(seed=1, lo=-0.3, hi=0.3)
+  %wk = constant f32[16, 32] random(seed=2, lo=-0.3, hi=0.3)
+  %wv = constant f32[16, 32] random(seed=3, lo=-0.3, hi=0.3)
+  %wo = constant f32[32, 16] random(seed=4, lo=-0.3, hi=0.3)
+  %h = add(%x, %x)
+  %q = linear(%h, %wq)
+  %kn = linear(%h, %wk)
+  %vn = linear(%h, %wv)
+  %q4 = reshape(%q) {shape=[1, 2, 1, 8]}
+  %k4 = reshape(%kn) {shape=[1, 2, 1, 8]}
+  %v4 = reshape(%vn) {shape=[1, 2, 1, 8]}
+  %kc = concat(%k, %k4) {dim=2}
+  %vc = concat(%v, %v4) {dim=2}
+  %a = sdpa(%q4, %kc, %vc)
+  %a2 = reshape(%a) {shape=[1, 16]}
+  %o = linear(%a2, %wo)
+  return (%kc, %vc, %o)
+})";
+
+// A linear straight on a graph input with a symbolic batch keeps a shape-specific primitive
+// (test_kernel_reuse.cpp): a moving kernel built for one size, so no range plans.
+const char* kStaticKernel = R"(graph(%x: f32[s0, 32]) {
+  %w = constant f32[16, 32] random(seed=5, lo=-0.3, hi=0.3)
+  %y = linear(%x, %w)
+  return (%y)
+})";
+
+std::vector<Tensor> decode_inputs(int64_t past) {
+  auto seed = static_cast<uint32_t>(past * 7 + 1);
+  return {random_tensor(DType::f32, {1, 32}, seed), random_tensor(DType::f32, {1, 2, past, 8}, seed + 1),
+          random_tensor(DType::f32, {1, 2, past, 8}, seed + 2)};
+}
+
+// Runs `cg` on `in` and checks every output against the reference interpreter.
+void run_and_check(Executable& cg, const Graph& ref, const std::vector<Tensor>& in, const std::string& what) {
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<TensorView> in_views;
+  for (const Tensor& t : in) {
+    shapes.push_back(t.shape());
+    in_views.push_back(t.view());
+  }
+  auto out_shapes = cg.prepare(shapes);
+  std::vector<Tensor> outs;
+  std::vector<TensorView> out_views;
+  for (const auto& s : out_shapes) outs.emplace_back(DType::f32, s);
+  for (Tensor& t : outs) out_views.push_back(t.view());
+  cg.run(in_views, out_views);
+  std::vector<Tensor> want = interpret(ref, in, Device::ref);
+  ASSERT_EQ(want.size(), outs.size()) << what;
+  for (size_t k = 0; k < outs.size(); ++k) {
+    ASSERT_EQ(outs[k].shape(), want[k].shape()) << what << " output " << k;
+    EXPECT_TRUE(all_close(outs[k], want[k], kTol, kTol)) << what << " output " << k;
+  }
+}
+
+}  // namespace
+
+TEST(RangePlans, BucketsArePowersOfTwo) {
+  auto b = Plan::bucket_of({{"s0", 5}, {"s1", 33}});
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0].lo, 1);
+  EXPECT_EQ(b[0].hi, 8);
+  EXPECT_EQ(b[1].lo, 33);
+  EXPECT_EQ(b[1].hi, 64);
+  EXPECT_EQ(Plan::bucket_of({{"s0", 64}})[0].lo, 33);
+  EXPECT_TRUE(Plan::bucket_of({{"s0", 0}}).empty());  // an empty size has no bucket
+  EXPECT_TRUE(Plan::bucket_of({}).empty());
+}
+
+TEST(RangePlans, GrowingCacheBuildsOncePerBucketAndMatchesReference) {
+  auto cg = Executable::compile(parse_graph(kDecode), CompileOptions{});
+  auto ref = parse_graph(kDecode);
+  // 0: no bucket (exact plan); 20: the first symbolic plan, built as usual (and checked);
+  // 21..32 on the [17, 32] template; 33..64 and 65..70 one template each.
+  run_and_check(*cg, *ref, decode_inputs(0), "past=0");
+  for (int64_t past = 20; past <= 70; ++past) run_and_check(*cg, *ref, decode_inputs(past), "past=" + std::to_string(past));
+  PlanStats st = cg->plan_stats();
+  EXPECT_EQ(st.range, "on");
+  EXPECT_EQ(st.built, 5u);          // past=0, past=20, three templates
+  EXPECT_EQ(st.instantiated, 50u);  // 21..70
+  // Sizes seen before in the bucket run again without a build or an instance.
+  for (int64_t past : {25, 40, 66}) run_and_check(*cg, *ref, decode_inputs(past), "again past=" + std::to_string(past));
+  EXPECT_EQ(cg->plan_stats().built, 5u);
+  EXPECT_EQ(cg->plan_text({{1, 32}, {1, 2, 45, 8}, {1, 2, 45, 8}}).find("s0 in [33, 64]") != std::string::npos, true);
+}
+
+TEST(RangePlans, OffBuildsOnePlanPerSize) {
+  CompileOptions o;
+  o.range_plans = false;
+  auto cg = Executable::compile(parse_graph(kDecode), o);
+  auto ref = parse_graph(kDecode);
+  for (int64_t past = 17; past <= 24; ++past) run_and_check(*cg, *ref, decode_inputs(past), "past=" + std::to_string(past));
+  EXPECT_EQ(cg->plan_stats().built, 8u);
+  EXPECT_EQ(cg->plan_stats().instantiated, 0u);
+}
+
+TEST(RangePlans, ShapeSpecificKernelKeepsOnePlanPerSizeAndSaysWhy) {
+  auto cg = Executable::compile(parse_graph(kStaticKernel), CompileOptions{});
+  auto ref = parse_graph(kStaticKernel);
+  for (int64_t b : {20, 21, 22})
+    run_and_check(*cg, *ref, {random_tensor(DType::f32, {b, 32}, static_cast<uint32_t>(b))}, "b=" + std::to_string(b));
+  PlanStats st = cg->plan_stats();
+  EXPECT_NE(st.range.find("is built for one size"), std::string::npos) << st.range;
+  EXPECT_EQ(st.built, 3u);  // no template was built for a graph that does not qualify
+  EXPECT_EQ(st.instantiated, 0u);
+}
+
+TEST(RangePlans, ConcurrentCallsAcrossBucketsMatchReference) {
+  auto cg = Executable::compile(parse_graph(kDecode), CompileOptions{});
+  auto ref = parse_graph(kDecode);
+  run_and_check(*cg, *ref, decode_inputs(18), "warm");
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int64_t past = 19 + t; past < 90; past += 4) run_and_check(*cg, *ref, decode_inputs(past), "thread");
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(cg->plan_stats().range, "on");
+  EXPECT_LE(cg->plan_stats().built, 4u);  // 18 exact, then [17, 32], [33, 64], [65, 128]
+}

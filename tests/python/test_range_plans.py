@@ -1,0 +1,81 @@
+"""Range plans (CompilerConfig.range_plans, src/runtime/plan.h): `generate()` with the default
+dynamic KV cache compiles a decode graph whose cache length grows by one on every step. The
+engine builds one plan per size bucket (9-16, 17-32, ...) and makes the plan of every other
+length from the bucket's template without a build, so after a first generation a second one
+builds no plan at all; the report counts both. Tokens must equal eager's (greedy decoding,
+f32: the logits differ by rounding only, far below the gaps argmax decides on with random
+weights and a 1000-token vocabulary)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import updraft
+from updraft.report import Report, set_collector
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture
+def report():
+    rep = Report()
+    set_collector(rep)
+    yield rep
+    set_collector(None)
+
+
+def _llama():
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, vocab_size=1000, max_position_embeddings=256)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def _generate(model, prompt, new_tokens):
+    with torch.no_grad():
+        return model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                              pad_token_id=0)
+
+
+def _decode_partition(rep):
+    """The partition that ran the most sizes: the decode graph with a dynamic cache length."""
+    parts = [p for p in rep.partitions if p.status == "ok"]
+    assert parts, str(rep)
+    return max(parts, key=lambda p: p.plans_built + p.plans_instantiated)
+
+
+def test_generate_builds_a_plan_per_bucket_then_none(report):
+    eager = _llama()
+    model = _llama()
+    model.forward = torch.compile(model.forward, backend="updraft")
+    prompt = torch.randint(0, 1000, (1, 12))
+    want = _generate(eager, prompt, 40)
+    torch.testing.assert_close(_generate(model, prompt, 40), want, rtol=0, atol=0)
+    part = _decode_partition(report)
+    assert part.range_plans == "on", str(report)
+    # Cache lengths 13..51 after the static first steps: at most one exact plan and the
+    # templates of 17-32, 33-64 (and 9-16) are built; every other length is an instance.
+    assert part.plans_built <= 4, str(report)
+    assert part.plans_instantiated >= 30, str(report)
+    built = part.plans_built
+    torch.testing.assert_close(_generate(model, prompt, 40), want, rtol=0, atol=0)
+    assert part.plans_built == built, f"the second generation built plans: {report}"
+    assert "range plans:" in str(report)
+
+
+def test_range_plans_off_builds_a_plan_per_length(report):
+    model = _llama()
+    model.forward = torch.compile(model.forward, backend="updraft", options={"range_plans": False})
+    prompt = torch.randint(0, 1000, (1, 12))
+    _generate(model, prompt, 24)
+    part = _decode_partition(report)
+    assert part.plans_instantiated == 0, str(report)
+    assert part.plans_built >= 20, str(report)
+
+
+def test_plan_options_are_validated():
+    with pytest.raises(ValueError, match="plan_cache_size=0 must be >= 1"):
+        updraft.CompilerConfig(plan_cache_size=0)
+    with pytest.raises(TypeError, match="range_plans must be a bool"):
+        updraft.CompilerConfig(range_plans="yes")
+    assert updraft.CompilerConfig(plan_cache_size=64).engine_options()["plan_cache_size"] == 64
