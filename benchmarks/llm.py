@@ -141,12 +141,14 @@ def install_peers(jobs: int) -> None:
                     members.append(m)
             tar.extractall(CONVERTER, members=members, filter="data")
     # The converter imports torch, transformers (AutoConfig, AutoTokenizer for the vocabulary),
-    # numpy and gguf-py (+ its tqdm, pyyaml, requests); sentencepiece and protobuf only for
-    # tokenizer.model files, which write_vocab does not produce. The same torch and transformers
-    # as this venv's, so the checkpoint reads the same.
+    # numpy and gguf-py (+ its tqdm, pyyaml, requests), and sentencepiece: a Llama's vocabulary
+    # is first tried as a tokenizer.model, and that import comes before the check for the file
+    # (protobuf is not needed: write_vocab writes no tokenizer.model). The same torch and
+    # transformers as this venv's, so the checkpoint reads the same.
     need = [f"torch=={_dist_version('torch')}", f"transformers=={_dist_version('transformers')}", "numpy",
-            str(CONVERTER / "gguf-py")]
-    ok = subprocess.run([str(PEER_PY), "-c", "import torch, transformers, gguf, numpy"], capture_output=True)
+            "sentencepiece", str(CONVERTER / "gguf-py")]
+    ok = subprocess.run([str(PEER_PY), "-c", "import torch, transformers, gguf, numpy, sentencepiece"],
+                        capture_output=True)
     if ok.returncode != 0:
         _run_logged([*pip, "install", *need])
     log("peers ready: " + subprocess.run(
@@ -322,7 +324,14 @@ def torch_worker(spec: dict) -> dict:
         if rep is not None:
             res["engine_ops"] = f"{rep.num_engine_compute}/{rep.num_engine_compute + rep.num_fallback_compute}"
     res["vmhwm_mb"] = _vmhwm_mb()
+    res["wait"] = _wait_env()
     return res
+
+
+def _wait_env() -> str:
+    """The OpenMP wait setting this process runs with (updraft's import may have set it)."""
+    got = [f"{k}={os.environ[k]}" for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in os.environ]
+    return " ".join(got) or "libgomp default"
 
 
 def llama_worker(spec: dict) -> dict:
@@ -368,6 +377,7 @@ def llama_worker(spec: dict) -> dict:
         res["runs"].append(generate(ids))
     res["system_info"] = llama_cpp.llama_print_system_info().decode(errors="replace").strip()
     res["vmhwm_mb"] = _vmhwm_mb()
+    res["wait"] = _wait_env()
     return res
 
 
@@ -439,13 +449,14 @@ def aggregate(rows: list[dict]) -> list[dict]:
             a = out.setdefault(key + (run["plen"],), {"model": r["model"], "threads": r["threads"],
                                                       "backend": r["backend"], "plen": run["plen"], "status": "ok",
                                                       "decode": [], "prompt": [], "rss": [], "first": [],
-                                                      "tokens": run["tokens"], "notes": r.get("engine_ops")})
+                                                      "tokens": run["tokens"], "notes": ""})
             a["decode"].append(run["decode_ms"])
             a["prompt"].append(run["plen"] / run["prompt_s"])
             a["rss"].append(r.get("vmhwm_mb", r["peak_rss_mb"]))
             a["first"].append(r["first_call_s"])
-            if run.get("own"):
-                a["notes"] = run["own"] + " (last run)"
+            notes = [f"engine ops {r['engine_ops']}" if r.get("engine_ops") else "", r.get("wait", ""),
+                     run["own"] + " (last run)" if run.get("own") else ""]
+            a["notes"] = "; ".join(n for n in notes if n)
     aggs = list(out.values())
     for a in aggs:  # a backend that failed in one run but not in another keeps its good runs
         if a["status"] != "ok" and any(b["status"] == "ok" and b["model"] == a["model"] and b["threads"] == a["threads"]
@@ -601,6 +612,7 @@ def main(argv=None) -> int:
     p.add_argument("--loads", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1],
                    help="busy neighbours for --wait-policy (default 0,1)")
     p.add_argument("--zoo-iters", type=int, default=200)
+    p.add_argument("--from-json", type=Path, help="redraw the table, chart and doc block from a --json file")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -640,7 +652,15 @@ def main(argv=None) -> int:
 
     backends = args.backends or (TORCH_BACKENDS + [f"updraft_static_{d}" for d in weight_dtypes()] + LLAMA_BACKENDS)
     rows: list[dict] = []
-    for model in args.models:
+    meta = {"machine": machine, "priority": priority, "load_start": load[0],
+            "command": cmdline.strip(), "date": time.strftime("%Y-%m-%d %H:%M")}
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        rows, meta = (saved["rows"], saved["meta"]) if isinstance(saved, dict) else (saved, meta)
+        backends = list(dict.fromkeys(r["backend"] for r in rows))
+        args.runs = max(r["run"] for r in rows) + 1
+        args.new_tokens = len(next(x["tokens"] for r in rows if r["status"] == "ok" for x in r["runs"]))
+    for model in ([] if args.from_json else args.models):
         hf, ggufs = prepare(model)
         vocab = MODELS[model]["vocab_size"]
         for threads in args.threads:
@@ -664,23 +684,26 @@ def main(argv=None) -> int:
                                        f"prompt tok/s" for x in row["runs"]) if row["status"] == "ok" else row["status"])
                     log(f"{model} {threads}t run {run} {b:<22} {brief} (rss {row['peak_rss_mb']:.0f} MB, "
                         f"{row.get('wall_s', 0):.0f} s)")
+    if not args.from_json:
+        meta["load_end"] = os.getloadavg()[0]
     aggs = aggregate(rows)
     body = table(aggs, backends)
-    end = os.getloadavg()
     info = next((r["system_info"] for r in rows if r.get("system_info")), None)
     print(body)
     notes = [chart(aggs, backends, args.chart)]
-    if args.json and str(args.json) != "-":
+    if args.json and str(args.json) != "-" and not args.from_json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=1))
+        args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
         notes.append(f"raw rows: {args.json}")
     print("\n".join(notes))
     if str(args.doc) != "-":
         rel = lambda q: os.path.relpath(q, args.doc.parent)  # noqa: E731
-        doc_body = (f"Machine: {machine}\n\nPriority: {priority}; load average {load[0]:.1f} at the start, "
-                    f"{end[0]:.1f} at the end\n\n" + (f"llama.cpp: `{info}`\n\n" if info else "") +
-                    f"Command: `{cmdline.strip()}` ({time.strftime('%Y-%m-%d %H:%M')}; {args.runs} fresh "
-                    f"processes per row, interleaved; {args.new_tokens} new tokens)\n\n{body}\n"
+        loads = (f"; load average {meta['load_start']:.1f} at the start, {meta['load_end']:.1f} at the end"
+                 if "load_end" in meta else "")
+        doc_body = (f"Machine: {meta['machine']}\n\nPriority: {meta['priority']}{loads}\n\n" +
+                    (f"llama.cpp: `{info}`\n\n" if info else "") +
+                    f"Command: `{meta['command']}` ({meta['date']}; {args.runs} fresh processes per row, "
+                    f"interleaved; {args.new_tokens} new tokens)\n\n{body}\n"
                     f"![decode and prompt tokens/s]({rel(args.chart)})\n")
         suite.write_doc(args.doc, doc_body, "<!-- llm:begin -->", "<!-- llm:end -->", "Issue 20: LLM benchmark")
         print(f"updated {args.doc}")
