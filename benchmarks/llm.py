@@ -396,7 +396,31 @@ def zoo_worker(spec: dict) -> dict:
     return {"runs": [{"decode_ms": statistics.median(ts)}], "vmhwm_mb": _vmhwm_mb()}
 
 
-def worker(spec: dict) -> dict:
+def _memory_guard(min_free_mb: float, result_path: str) -> None:
+    """Ends this process when the machine's MemAvailable falls below `min_free_mb`: a 1B model
+    with several weight copies can exhaust a shared machine, and the kernel's OOM killer would
+    then pick some other process. The row reports why."""
+    import threading
+
+    def watch():
+        while True:
+            try:
+                avail = next(int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemAvailable:")) / 1024
+            except (OSError, StopIteration):
+                return
+            if avail < min_free_mb:
+                with open(result_path, "w") as f:
+                    json.dump({"error": f"stopped by --min-free-mb: the machine had {avail:.0f} MB available "
+                                        f"at {_vmhwm_mb():.0f} MB peak RSS of this process"}, f)
+                os._exit(3)
+            time.sleep(0.2)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def worker(spec: dict, result_path: str) -> dict:
+    if spec.get("min_free_mb"):
+        _memory_guard(spec["min_free_mb"], result_path)
     if spec.get("boost"):
         suite.boost_priority()  # before any runtime starts its threads: they inherit the nice value
     kind = spec["kind"]
@@ -602,6 +626,8 @@ def main(argv=None) -> int:
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--runs", type=int, default=3, help="fresh processes per row (default 3)")
     p.add_argument("--spin", help="one OpenMP wait setting for every row: passive or a GOMP_SPINCOUNT")
+    p.add_argument("--min-free-mb", type=float, default=1500,
+                   help="a row stops when the machine's available memory falls below this (default 1500)")
     p.add_argument("--boost", action="store_true", help="raise the workers' CPU priority (root only; see suite.py)")
     p.add_argument("--timeout", type=float, default=1200, help="seconds per process before its row fails")
     p.add_argument("--doc", type=Path, default=ROOT / "docs" / "BENCHMARKS.md", help="'-' for none")
@@ -612,7 +638,8 @@ def main(argv=None) -> int:
     p.add_argument("--loads", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1],
                    help="busy neighbours for --wait-policy (default 0,1)")
     p.add_argument("--zoo-iters", type=int, default=200)
-    p.add_argument("--from-json", type=Path, help="redraw the table, chart and doc block from a --json file")
+    p.add_argument("--from-json", type=Path, nargs="+",
+                   help="redraw the table, chart and doc block from --json files (their rows together)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -620,7 +647,7 @@ def main(argv=None) -> int:
     if args.worker:
         spec = json.loads(args.worker)
         try:
-            res = worker(spec)
+            res = worker(spec, args.result)
         except BaseException as e:
             import traceback
 
@@ -655,8 +682,15 @@ def main(argv=None) -> int:
     meta = {"machine": machine, "priority": priority, "load_start": load[0],
             "command": cmdline.strip(), "date": time.strftime("%Y-%m-%d %H:%M")}
     if args.from_json:
-        saved = json.loads(args.from_json.read_text())
-        rows, meta = (saved["rows"], saved["meta"]) if isinstance(saved, dict) else (saved, meta)
+        metas = []
+        for f in args.from_json:
+            saved = json.loads(f.read_text())
+            rows += saved["rows"] if isinstance(saved, dict) else saved
+            metas.append(saved["meta"] if isinstance(saved, dict) else meta)
+        meta = dict(metas[0], command="`; `".join(m["command"] for m in metas),
+                    date=", ".join(dict.fromkeys(m["date"] for m in metas)),
+                    load_start=min(m["load_start"] for m in metas),
+                    load_end=max(m.get("load_end", m["load_start"]) for m in metas))
         backends = list(dict.fromkeys(r["backend"] for r in rows))
         args.runs = max(r["run"] for r in rows) + 1
         args.new_tokens = len(next(x["tokens"] for r in rows if r["status"] == "ok" for x in r["runs"]))
@@ -667,6 +701,7 @@ def main(argv=None) -> int:
             for run in range(args.runs):
                 for b in backends:  # round-robin: one process per backend, then the next run
                     spec = dict(backend=b, model=model, threads=threads, vocab=vocab, boost=args.boost,
+                                min_free_mb=args.min_free_mb,
                                 prompt_lens=args.prompt_lens, new_tokens=args.new_tokens)
                     if b.startswith("llamacpp_"):
                         g = ggufs[b[len("llamacpp_"):]]
@@ -699,6 +734,8 @@ def main(argv=None) -> int:
     if str(args.doc) != "-":
         rel = lambda q: os.path.relpath(q, args.doc.parent)  # noqa: E731
         loads = (f"; load average {meta['load_start']:.1f} at the start, {meta['load_end']:.1f} at the end"
+                 if "load_end" in meta and not args.from_json else
+                 f"; load average {meta['load_start']:.1f}-{meta['load_end']:.1f} at the starts and ends of the runs"
                  if "load_end" in meta else "")
         doc_body = (f"Machine: {meta['machine']}\n\nPriority: {meta['priority']}{loads}\n\n" +
                     (f"llama.cpp: `{info}`\n\n" if info else "") +
