@@ -553,7 +553,7 @@ def chart(aggs: list[dict], backends: list[str], path: Path) -> str:
                       else "tab:gray" for b in bs]
             ax.barh(range(len(bs)), vals, xerr=[lo, hi], color=colors)
             for i, (b, v) in enumerate(zip(bs, vals)):
-                ax.text(v, i, f" {v:.0f}" if v else " failed", va="center", fontsize=8,
+                ax.text(v + hi[i], i, f" {v:.0f}" if v else " failed", va="center", fontsize=8,
                         color="black" if v else "red")
             ax.set_yticks(range(len(bs)))
             ax.set_yticklabels(bs)
