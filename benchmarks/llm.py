@@ -733,14 +733,16 @@ def main(argv=None) -> int:
     print("\n".join(notes))
     if str(args.doc) != "-":
         rel = lambda q: os.path.relpath(q, args.doc.parent)  # noqa: E731
+        runs = ", ".join(f"{m} {max(r['run'] for r in rows if r['model'] == m) + 1}"
+                         for m in dict.fromkeys(r["model"] for r in rows))
         loads = (f"; load average {meta['load_start']:.1f} at the start, {meta['load_end']:.1f} at the end"
                  if "load_end" in meta and not args.from_json else
                  f"; load average {meta['load_start']:.1f}-{meta['load_end']:.1f} at the starts and ends of the runs"
                  if "load_end" in meta else "")
         doc_body = (f"Machine: {meta['machine']}\n\nPriority: {meta['priority']}{loads}\n\n" +
                     (f"llama.cpp: `{info}`\n\n" if info else "") +
-                    f"Command: `{meta['command']}` ({meta['date']}; {args.runs} fresh processes per row, "
-                    f"interleaved; {args.new_tokens} new tokens)\n\n{body}\n"
+                    f"Command: `{meta['command']}` ({meta['date']}; fresh processes per row, interleaved: {runs}; "
+                    f"{args.new_tokens} new tokens)\n\n{body}\n"
                     f"![decode and prompt tokens/s]({rel(args.chart)})\n")
         suite.write_doc(args.doc, doc_body, "<!-- llm:begin -->", "<!-- llm:end -->", "Issue 20: LLM benchmark")
         print(f"updated {args.doc}")
