@@ -182,11 +182,15 @@ def worker(spec: dict) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Driver
 
-def _run_child(spec: dict, timeout: float, env: dict, log: Path) -> dict:
-    """Runs one worker process; returns its result plus peak_rss_mb, or status=failed."""
+def _run_child(spec: dict, timeout: float, env: dict, log: Path, *, script: Path | None = None,
+               python: str | None = None, done_key: str = "median_ms") -> dict:
+    """Runs one worker process (`python script --worker SPEC --result FILE`; default: this
+    script under this interpreter); returns its result plus peak_rss_mb, or status=failed when
+    the result lacks `done_key`. benchmarks/llm.py runs its own workers, some in a peer venv."""
     with tempfile.NamedTemporaryFile("r", suffix=".json", delete=False) as f:
         result_path = f.name
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec), "--result", result_path]
+    cmd = [python or sys.executable, str(script or Path(__file__).resolve()), "--worker", json.dumps(spec),
+           "--result", result_path]
     t0 = time.perf_counter()
     with open(log, "w") as logf:
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -215,7 +219,7 @@ def _run_child(spec: dict, timeout: float, env: dict, log: Path) -> dict:
         row["error"] = re.sub(r"\x1b\[[0-9;]*m", "", row["error"])
     if timed_out:
         row["status"] = f"failed: timed out after {timeout:.0f} s"
-    elif "median_ms" not in row:
+    elif done_key not in row:
         row["status"] = "failed: " + (row.get("error") or _last_error(log, proc.returncode))
     else:
         row["status"] = "ok"
@@ -361,14 +365,17 @@ def chart(rows: list[dict], path: Path) -> str:
 BEGIN, END = "<!-- suite:begin -->", "<!-- suite:end -->"
 
 
-def write_doc(doc: Path, body: str) -> None:
-    block = f"{BEGIN}\n{body}\n{END}"
+def write_doc(doc: Path, body: str, begin: str = BEGIN, end: str = END,
+              heading: str = "Latest suite run") -> None:
+    """Replaces the block between the `begin`/`end` markers of `doc` with `body`, or appends
+    it under a new `## heading` (benchmarks/llm.py writes its own block this way)."""
+    block = f"{begin}\n{body}\n{end}"
     text = doc.read_text() if doc.exists() else ""
-    if BEGIN in text and END in text:
-        pre, rest = text.split(BEGIN, 1)
-        text = pre + block + rest.split(END, 1)[1]
+    if begin in text and end in text:
+        pre, rest = text.split(begin, 1)
+        text = pre + block + rest.split(end, 1)[1]
     else:
-        text = (text or "# Benchmarks\n\n") + "\n## Latest suite run\n\n" + block + "\n"
+        text = (text or "# Benchmarks\n\n") + f"\n## {heading}\n\n" + block + "\n"
     doc.write_text(text)
 
 

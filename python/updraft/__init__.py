@@ -11,24 +11,39 @@ from __future__ import annotations
 import os
 
 
-_SPIN_COUNT = "1000"
+# (variable, value) for a machine whose other work leaves cores free at import, and for one it
+# already fills. Measured in docs/BENCHMARKS.md, "Issue 20: OpenMP wait policy".
+_WAIT_CALM = ("GOMP_SPINCOUNT", "1000")
+_WAIT_LOADED = ("OMP_WAIT_POLICY", "passive")
+
+
+def _wait_setting(load_1min: float, cores: int) -> tuple[str, str]:
+    """The OpenMP wait setting for a machine with this 1-minute load average and core count.
+
+    How long a thread that waits for work should spin before it sleeps depends on whether
+    another process wants its core. With the cores to itself, spinning longer is faster (156M
+    Llama decode at 2 threads: 27-31 ms/token with GOMP_SPINCOUNT 10^4-3*10^5, 33-36 passive,
+    39-41 with 1000); with one busy neighbour a long spin collapses (90-770 ms/token) and
+    sleeping at once is best (33-42; 1000: 44). Long spins are never chosen: load can come after
+    the import, and the loss is up to 20x where a short wait costs 10-40% on a calm machine.
+    Between the two short settings: on a machine already busy at import (load average at least
+    the core count) passive waiting measured better in every case; otherwise the short spin,
+    which beat passive on an idle machine (session 3). libgomp reads the setting once, when it
+    loads, so this is one decision per process; the engine's small steps run with no OpenMP
+    region at all (src/kernels/cpu/threads.h), so it only concerns multi-threaded steps.
+    Figures: docs/BENCHMARKS.md, "Issue 20: OpenMP wait policy".
+    """
+    return _WAIT_LOADED if load_1min >= cores else _WAIT_CALM
 
 
 def _default_openmp_wait_policy() -> None:
-    """Makes idle OpenMP threads spin only briefly before they sleep (GOMP_SPINCOUNT=1000).
+    """Sets the process's OpenMP wait policy (_wait_setting) unless the user chose one.
 
-    libgomp's default spins for a long time (about 300,000 iterations) before a waiting thread
-    sleeps. On a machine whose cores are busy with other processes that turns every 2-thread
-    parallel region into a wait for a time slice (measured: MLP batch 64 with one busy
-    neighbour, 216 ms per call with the default spin vs 2.0 ms with threads that sleep at once,
-    OMP_WAIT_POLICY=passive). But sleeping at once costs a futex wake-up per region on an idle
-    machine (this VM: ~50 us; MLP batch 64 idle 1.72 ms passive vs 1.25 ms spinning). A short
-    spin keeps most of both: idle 1.33 ms, busy neighbour 2.31 ms (docs/BENCHMARKS.md, "OpenMP
-    under load"). The engine, oneDNN and PyTorch share one libgomp per process (whichever copy
-    loads first), and libgomp reads the setting once, when it loads; so this only acts when
-    `updraft` is imported before torch or the engine, and never when the user set
-    OMP_WAIT_POLICY or GOMP_SPINCOUNT. It does not restore the variable: the runtime loads
-    later, and child processes inherit it.
+    The engine, oneDNN and PyTorch share one libgomp per process (whichever copy loads first),
+    and libgomp reads the setting once, when it loads; so this only acts when `updraft` is
+    imported before torch or the engine, and never when the user set OMP_WAIT_POLICY or
+    GOMP_SPINCOUNT. It does not restore the variable: the runtime loads later, and child
+    processes inherit it. When the load average cannot be read, the calm setting applies.
     """
     env = os.environ
     if "OMP_WAIT_POLICY" in env or "GOMP_SPINCOUNT" in env:
@@ -40,7 +55,12 @@ def _default_openmp_wait_policy() -> None:
         return  # not Linux (or no procfs): leave the runtime's default
     if "libgomp" in maps or "libiomp" in maps or "libomp" in maps:
         return  # an OpenMP runtime is already loaded and has read its settings
-    env["GOMP_SPINCOUNT"] = _SPIN_COUNT
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = 0.0
+    name, value = _wait_setting(load, os.cpu_count() or 1)
+    env[name] = value
 
 
 _default_openmp_wait_policy()

@@ -1,5 +1,7 @@
-"""updraft's default OpenMP wait (python/updraft/__init__.py): a short spin (GOMP_SPINCOUNT=1000)
-when updraft is imported before any OpenMP runtime loads, and never over a user's own setting."""
+"""updraft's default OpenMP wait (python/updraft/__init__.py): when updraft is imported before any
+OpenMP runtime loads, a short spin (GOMP_SPINCOUNT=1000) on a machine with free cores and
+passive waiting (OMP_WAIT_POLICY=passive) on one whose load average already fills them; never
+over a user's own setting."""
 import os
 import subprocess
 import sys
@@ -15,16 +17,34 @@ def _policy_after(code: str, **env_overrides: str) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-def test_short_spin_when_imported_first():
-    assert _policy_after("import updraft") == "<unset> 1000"
+CALM = "import os\nos.getloadavg = lambda: (0.0, 0.0, 0.0)\nimport updraft"
+LOADED = "import os\nos.getloadavg = lambda: (float(os.cpu_count()), 0.0, 0.0)\nimport updraft"
+
+
+def test_short_spin_on_a_calm_machine():
+    assert _policy_after(CALM) == "<unset> 1000"
+
+
+def test_passive_when_the_load_already_fills_the_cores():
+    assert _policy_after(LOADED) == "passive <unset>"
+
+
+def test_rule_boundaries():
+    from updraft import _wait_setting
+
+    assert _wait_setting(0.0, 2) == ("GOMP_SPINCOUNT", "1000")
+    assert _wait_setting(1.9, 2) == ("GOMP_SPINCOUNT", "1000")
+    assert _wait_setting(2.0, 2) == ("OMP_WAIT_POLICY", "passive")
+    assert _wait_setting(20.0, 64) == ("GOMP_SPINCOUNT", "1000")
 
 
 def test_user_setting_wins():
-    assert _policy_after("import updraft", OMP_WAIT_POLICY="active") == "active <unset>"
-    assert _policy_after("import updraft", GOMP_SPINCOUNT="5") == "<unset> 5"
+    for code in (CALM, LOADED):
+        assert _policy_after(code, OMP_WAIT_POLICY="active") == "active <unset>"
+        assert _policy_after(code, GOMP_SPINCOUNT="5") == "<unset> 5"
 
 
 def test_untouched_once_an_openmp_runtime_is_loaded():
     # torch loads libgomp, which has then read its settings: changing the variable would only
     # mislead (and leak into child processes).
-    assert _policy_after("import torch\nimport updraft") == "<unset> <unset>"
+    assert _policy_after("import torch\n" + LOADED) == "<unset> <unset>"
