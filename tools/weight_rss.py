@@ -9,7 +9,8 @@ Each run: LlamaConfig(hidden 1024, intermediate 2816, 8 layers, 16 query / 4 key
 vocab 32000), torch.manual_seed(0), 2 threads, batch 1, a 32-token prompt, 64 new tokens,
 greedy, `model.forward = torch.compile(model.forward, backend="updraft")`. Printed: VmHWM
 (peak RSS) and VmRSS at the end, from /proc/self/status; with --stages, VmRSS after building
-the model, after the first generate and after the second, and the report's engine weight bytes.
+the model, after the first generate and after the second, the second's time per token (prompt
+included; a rough figure: benchmarks/ has the timing), and the report's engine weight bytes.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 
 def _status_gb(field: str) -> float:
@@ -47,7 +49,9 @@ def child(mode: str, options: dict, stages: bool) -> None:
         model.generate(ids, max_new_tokens=64, min_new_tokens=64, do_sample=False)
         out["rss_first_gb"] = _status_gb("VmRSS")
         if stages:
+            t0 = time.perf_counter()
             model.generate(ids, max_new_tokens=64, min_new_tokens=64, do_sample=False)
+            out["second_generate_ms_per_token"] = (time.perf_counter() - t0) * 1e3 / 64  # prompt included
             out["rss_second_gb"] = _status_gb("VmRSS")
     out["peak_rss_gb"] = _status_gb("VmHWM")
     out["rss_end_gb"] = _status_gb("VmRSS")
