@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "graph_handle.h"
 #include "ir/text.h"
+#include "kernels/onednn/packed_weights.h"
 #include "passes/pipeline.h"
 #include "runtime/executable.h"
 #include "runtime/plan.h"
@@ -341,7 +342,43 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("kernels_created", [](const CG& cg) { return cg.plan_stats().kernels_created; },
                    "Kernels made by a factory over all plans (shape-generic ones once per compile).")
       .def_prop_ro("kernels_reused", [](const CG& cg) { return cg.plan_stats().kernels_reused; },
-                   "Plan nodes served by an already built kernel (KernelCache).");
+                   "Plan nodes served by an already built kernel (KernelCache).")
+      .def_prop_ro(
+          "constant_bytes",
+          [](const CG& cg) {
+            // Who owns each constant's bytes: the caller (a frozen parameter, zero copy), the
+            // engine (a value folded from parameters), or the graph (a literal).
+            size_t param = 0, folded = 0, literal = 0;
+            for (const Value* v : cg.graph().constants()) {
+              const size_t n = v->constant->nbytes();
+              (v->source >= 0 ? param : v->from_parameter ? folded : literal) += n;
+            }
+            nb::dict d;
+            d["param"] = param;
+            d["folded"] = folded;
+            d["literal"] = literal;
+            return d;
+          },
+          "Bytes of the optimised graph's constants by owner: 'param' (the caller's parameters, read in "
+          "place), 'folded' (computed from parameters by a pass: engine-owned copies), 'literal'.");
+
+  m.def(
+      "packed_weight_stats",
+      [] {
+        onednn::PackedWeightStats s = onednn::PackedWeights::stats();
+        nb::dict d;
+        d["entries"] = s.entries;
+        d["bytes"] = s.bytes;
+        d["shared_bytes"] = s.shared_bytes;
+        d["holders"] = s.holders;
+        d["packs"] = s.packs;
+        d["hits"] = s.hits;
+        return d;
+      },
+      "The process's prepacked weights (src/kernels/onednn/packed_weights.h): live copies ('entries', "
+      "'bytes', each once), references to them ('holders'), the bytes that sharing saved ('shared_bytes': "
+      "size x (holders - 1)), and over the process's life the copies made ('packs') and lookups served "
+      "by an existing copy ('hits').");
 
   m.def("pass_names", [] { return pipeline_pass_names(); },
         "The pipeline's pass names in order (what disable_passes and a pass fault may name).");

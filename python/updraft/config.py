@@ -128,7 +128,11 @@ class CompilerConfig:
     Kernel knobs (the engine's KernelOptions; each defaults to its environment variable, then
     to the value shown):
     prepack_weights (UPDRAFT_PREPACK_WEIGHTS=0/1, True): linear/matmul keep a prepacked copy of
-        constant weights; False reads them in place (less memory, some speed).
+        constant weights, one per weight and layout in the process, shared by every compiled graph
+        (prefill and decode; src/kernels/onednn/packed_weights.h); False reads them in place: the
+        user's parameters are then the only copy (less memory, some speed: docs/BENCHMARKS.md,
+        "Issue 20: one copy of the weights"). The parameters themselves are never released
+        (docs/decisions.md says why).
     static_gemm (UPDRAFT_STATIC_GEMM=0/1, False): True turns off the runtime-M linear for a
         symbolic batch (static primitives per shape), for comparing the two.
     cpu_isa (UPDRAFT_CPU_ISA, "native"): "avx2" keeps the engine's own kernels (sdpa tiles, f64

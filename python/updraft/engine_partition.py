@@ -223,6 +223,7 @@ class EnginePartition(torch.nn.Module):
             loaded = partition_cache.load(self, disk, key, params, args, runtime_pos, size_pos, t0)
             if loaded is not None:
                 cg, out_dtypes = loaded
+                self.report.constant_bytes = dict(cg.constant_bytes)
                 return _Built(cg, runtime_pos, out_dtypes, [args[j].dtype for j in runtime_pos], size_pos)
         lw, ids, n_const = lower_graph(self.sub.graph, args, self.const_kinds, runtime_pos, size_pos, self._outputs())
         out_dtypes = self._check_out_dtypes([lw.g.value_type(i)[0] for i in ids])
@@ -237,6 +238,7 @@ class EnginePartition(torch.nn.Module):
         self.report.compile_ms = cg.compile_ms
         self.report.num_inputs = len(runtime_pos) + len(size_pos)
         self.report.num_constants = n_const
+        self.report.constant_bytes = dict(cg.constant_bytes)
         if self.config.debug >= 2:
             print(f"[updraft] {self.report.name} engine graph:\n{debug_text}\n"
                   f"[updraft] after passes:\n{cg.graph_text()}", file=sys.stderr)

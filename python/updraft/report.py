@@ -55,6 +55,10 @@ class PartitionReport:
     # On a hit with folded constants: "mapped" (stored ones, the weights matched their
     # fingerprints) or "replayed" (recomputed from the recipes: other weights).
     cache_folds: str = ""
+    # Bytes of the engine graph's constants by owner (Executable.constant_bytes): "param" (the
+    # caller's parameters, read in place: no copy), "folded" (computed from parameters by a
+    # pass: engine-owned), "literal". Prepacked copies are process-wide: weight_stats().
+    constant_bytes: dict = dataclasses.field(default_factory=dict)
     # Engine passes CompilerConfig.disable_passes switched off in this partition's compile.
     skipped_passes: list = dataclasses.field(default_factory=list)
     # The partition's ops [(aten op name, is compute)] and the graph report counting them: a
@@ -209,6 +213,19 @@ class Report:
         return sum(p.plans_built for p in self.partitions)
 
     @property
+    def weights(self) -> dict:
+        """Weight bytes: this report's partitions' constants by owner (the caller's parameters read
+        in place, engine-owned folded values, literals), and the process's prepacked copies
+        (`weight_stats()`: one per weight and layout, shared by every compiled graph)."""
+        d = {"param_bytes": 0, "folded_bytes": 0, "literal_bytes": 0}
+        for p in self.partitions:
+            for k, v in p.constant_bytes.items():
+                d[f"{k}_bytes"] = d.get(f"{k}_bytes", 0) + v
+        d["packed"] = weight_stats()
+        d["engine_bytes"] = d["folded_bytes"] + d["packed"].get("bytes", 0)
+        return d
+
+    @property
     def failed_partitions(self) -> list:
         return [p for p in self.partitions if p.status.startswith("failed")]
 
@@ -262,6 +279,13 @@ class Report:
         if any(p.cache for p in self.partitions):
             lines.append(f"  compile cache: {self.cache_hits} hit(s), {self.cache_misses} miss(es)   "
                          f"process total: {dict(cache_stats())}")
+        if self.partitions:
+            w = self.weights
+            pk = w["packed"]
+            lines.append(f"  weights: {_mb(w['param_bytes'])} of parameters read in place, "
+                         f"{_mb(w['folded_bytes'])} folded (engine-owned); process: {pk.get('entries', 0)} prepacked "
+                         f"copies, {_mb(pk.get('bytes', 0))}, shared by {pk.get('holders', 0)} kernels "
+                         f"({_mb(pk.get('shared_bytes', 0))} of copies saved)")
         if self.recompiles:
             lines.append(f"  recompiles: {len(self.recompiles)}")
         if self.reasons:
@@ -276,6 +300,21 @@ class Report:
         return "\n".join(lines)
 
     __repr__ = __str__
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.1f} MB"
+
+
+def weight_stats() -> dict:
+    """The process's prepacked weights (src/kernels/onednn/packed_weights.h): 'entries' and 'bytes'
+    (live copies, each once), 'holders' (kernels reading them), 'shared_bytes' (copies that sharing
+    saved), 'packs' and 'hits' (over the process's life). Empty when the engine is not built."""
+    try:
+        from . import _C
+    except ImportError:
+        return {}
+    return dict(_C.packed_weight_stats())
 
 
 # Compile-cache events of this process (hit / miss / rebuilt), for reports and benchmarks.

@@ -21,7 +21,10 @@ TEST(Linear, ShapesWithConstantAndInputWeights) {
     for (int64_t N : {1, 7, 17}) {
       SCOPED_TRACE(shape_str(shape_from(x)) + " N=" + std::to_string(N));
       std::string name = expect_matches_ref("linear", {input(rnd(x, 1)), constant(rnd({N, 5}, 2))}, {});
-      EXPECT_NE(name.find("prepacked"), std::string::npos) << name;
+      // N = 1: oneDNN's preferred layout for a [5, 1] weight is its own, read in place (a
+      // "prepacked" copy would be the same bytes).
+      EXPECT_TRUE(name.find("prepacked") != std::string::npos || (N == 1 && name.find("inplace_w") != std::string::npos))
+          << name;
       expect_matches_ref("linear", {input(rnd(x, 3)), input(rnd({N, 5}, 4))}, {});
     }
   }

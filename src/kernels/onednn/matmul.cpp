@@ -28,6 +28,7 @@
 #include <optional>
 
 #include "kernels/onednn/onednn_util.h"
+#include "kernels/onednn/packed_weights.h"
 
 namespace updraft::onednn {
 
@@ -106,6 +107,36 @@ struct Operand {
   }
 };
 
+// Sharing a packed weight across primitives: when `v`'s primitive (made with the weight layout
+// `any`) prefers a layout not yet packed from this weight, but the weight was packed before in
+// another layout (another graph's primitive: prefill's M = 32 and decode's M = 1 may prefer
+// different blockings), the primitive is made again asking for each known layout. One is
+// taken when oneDNN serves it with the same implementation and no more scratchpad: a larger
+// scratchpad would mean the primitive repacks the weight per call. `bmd` then points at it.
+template <typename MakePd, typename Variant>
+void adopt_known_layout(Variant& v, const std::vector<dnnl::memory::desc>& known, const dnnl::memory::desc*& bmd,
+                        const MakePd& make_pd) {
+  const dnnl::memory::desc want = v.pd.weights_desc();
+  for (const auto& md : known)
+    if (md == want) return;
+  const std::string impl = v.pd.impl_info_str();
+  const size_t scratch = scratchpad_bytes(v.pd);
+  for (const auto& md : known) {
+    const dnnl::memory::desc* saved = bmd;
+    bmd = &md;
+    try {
+      auto pd = make_pd(v.residual);
+      if (impl == pd.impl_info_str() && scratchpad_bytes(pd) <= scratch && pd.weights_desc() == md) {
+        v.pd = pd;
+        return;
+      }
+    } catch (const dnnl::error&) {
+      // oneDNN takes no such layout for this problem: try the next, or keep the preferred one
+    }
+    bmd = saved;
+  }
+}
+
 class GemmKernel final : public Kernel {
  public:
   void run(const TensorView* in, TensorView* out, void* scratch) const override {
@@ -165,6 +196,8 @@ class GemmKernel final : public Kernel {
   std::optional<dnnl::memory> packed_b_[2];  // per a-variant: constant b in that pd's layout
   std::shared_ptr<void> packed_storage_[2];   // their storage
   std::optional<Tensor> b_keep_;              // the constant b, when read in place (no prepack)
+  bool b_in_place_ = false;                   // b_keep_ is read (no packed copy)
+  bool b_shared_ = false;                     // a packed copy came from another kernel (PackedWeights)
   DenseInput res_;
   size_t prim_scratch_ = 0, scratch_total_ = 0;
   bool runtime_m_ = false;
@@ -230,17 +263,25 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
   // The constant weight as stored: dense [.., K, N], or for linear the [N, K] weight read
   // transposed.
   dnnl::memory::desc b_user(b_dims, dt::f32, b_flip ? swapped_strides(b_dims) : dense_strides(b_dims));
+  // A prepacked constant is shared with every other kernel of the process that packed the same
+  // bytes into the same layout (packed_weights.h); the layouts packed so far are tried first.
+  std::optional<PackedWeights::Source> b_src;
+  std::vector<dnnl::memory::desc> b_known;
+  if (b_const && prepack) {
+    b_src = PackedWeights::source(*b_const, b_user);
+    b_known = PackedWeights::layouts_of(*b_src);
+  }
   size_t prim_scratch = 0;
   for (int va = 0; va < k->a_.variants; ++va) {
     for (int vb = 0; vb < (b_const ? 1 : k->b_.variants); ++vb) {
-      const dnnl::memory::desc& bmd = b_const ? (prepack ? b_any : b_user) : k->b_.md[vb];
+      const dnnl::memory::desc* bmd = b_const ? (prepack ? &b_any : &b_user) : &k->b_.md[vb];
       Variant& v = k->variants_[va][vb];
       auto make_pd = [&](ResidualMode mode) {
         dnnl::primitive_attr attr = user_scratchpad_attr();
         append_post_ops(k->ep_, attr, mode, &k->c_md_);
         return k->ep_.has_bias
-                   ? dnnl::matmul::primitive_desc(engine(), k->a_.md[va], bmd, k->bias_md_, k->c_md_, attr)
-                   : dnnl::matmul::primitive_desc(engine(), k->a_.md[va], bmd, k->c_md_, attr);
+                   ? dnnl::matmul::primitive_desc(engine(), k->a_.md[va], *bmd, k->bias_md_, k->c_md_, attr)
+                   : dnnl::matmul::primitive_desc(engine(), k->a_.md[va], *bmd, k->c_md_, attr);
       };
       try {
         // The residual as binary_add (no copy), unless only a reference implementation takes
@@ -261,24 +302,27 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
                               ") serves a " + (runtime_m ? "runtime-M " : "") + "matmul for " +
                               shape_text(ctx.in_shapes[0]) + " x " + shape_text(ctx.in_shapes[1]) +
                               "; it runs orders of magnitude slower than PyTorch's, so this partition is left to PyTorch");
+        if (b_src) adopt_known_layout(v, b_known, bmd, make_pd);
         v.prim = dnnl::matmul(v.pd);
       } catch (const dnnl::error& e) {
         fail_create(op, "a matmul for " + shape_text(ctx.in_shapes[0]) + " x " + shape_text(ctx.in_shapes[1]), e);
       }
       prim_scratch = std::max(prim_scratch, scratchpad_bytes(v.pd));
-      if (b_const && !prepack) {
+      // A primitive whose preferred layout is the weight's own (the runtime-M gemm's, often)
+      // reads it in place: a "prepacked" copy would be the same bytes twice.
+      if (b_const && (!prepack || v.pd.weights_desc() == b_user)) {
         // The constant read where it is (no copy); the kernel keeps its storage alive.
         k->packed_b_[va] = wrap(b_user, b_const->data());
         k->b_keep_ = *b_const;
+        k->b_in_place_ = true;
       } else if (b_const) {
-        // Prepack: reorder the constant once into this variant's preferred weight layout.
+        // Prepack: the constant in this variant's preferred weight layout, made once per process.
         try {
-          dnnl::memory user = wrap(b_user, b_const->data());
-          dnnl::memory packed = new_memory(v.pd.weights_desc(), &k->packed_storage_[va]);
-          dnnl::stream s(engine());
-          dnnl::reorder(user, packed).execute(s, user, packed);
-          s.wait();
-          k->packed_b_[va] = packed;
+          bool hit = false;
+          k->packed_storage_[va] = PackedWeights::get(*b_src, v.pd.weights_desc(), &hit);
+          k->packed_b_[va] = wrap(v.pd.weights_desc(), k->packed_storage_[va].get());
+          k->b_shared_ = k->b_shared_ || hit;
+          b_known = PackedWeights::layouts_of(*b_src);
         } catch (const dnnl::error& e) {
           fail_create(op, "the weight prepack reorder for " + shape_text(ctx.in_shapes[1]), e);
         }
@@ -300,7 +344,7 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
   k->res_.offset += base;
   k->scratch_total_ = base + rest.total();
   k->name_ = std::string("onednn_f32_") + op + ":" + k->variants_[0][0].pd.impl_info_str() +
-             (b_const ? (prepack ? ":prepacked" : ":inplace_w") : "") + (runtime_m ? ":runtime_m" : k->threads_ == 1 ? ":1thread" : "");
+             (b_const ? (k->b_in_place_ ? ":inplace_w" : k->b_shared_ ? ":prepacked:shared" : ":prepacked") : "") + (runtime_m ? ":runtime_m" : k->threads_ == 1 ? ":1thread" : "");
   return k;
 }
 

@@ -1,0 +1,94 @@
+"""Peak RSS of one `generate` run of the 156M Llama (issue 20's model), eager or updraft, each in
+a fresh process; and where an updraft run's memory sits (weights the engine holds).
+
+    python tools/weight_rss.py                       # eager and updraft, 3 interleaved rounds
+    python tools/weight_rss.py --modes updraft --rounds 1 --stages
+    python tools/weight_rss.py --modes updraft --options '{"release_weights": true}'
+
+Each run: LlamaConfig(hidden 1024, intermediate 2816, 8 layers, 16 query / 4 key-value heads,
+vocab 32000), torch.manual_seed(0), 2 threads, batch 1, a 32-token prompt, 64 new tokens,
+greedy, `model.forward = torch.compile(model.forward, backend="updraft")`. Printed: VmHWM
+(peak RSS) and VmRSS at the end, from /proc/self/status; with --stages, VmRSS after building
+the model, after the first generate and after the second, the second's time per token (prompt
+included; a rough figure: benchmarks/ has the timing), and the report's engine weight bytes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def _status_gb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 2**20  # kB -> GB
+    return float("nan")
+
+
+def child(mode: str, options: dict, stages: bool) -> None:
+    import torch
+    import transformers
+
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+                                   num_attention_heads=16, num_key_value_heads=4, vocab_size=32000)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, cfg.vocab_size, (1, 32))
+    out: dict = {"mode": mode, "rss_model_gb": _status_gb("VmRSS")}
+    if mode == "updraft":
+        import updraft  # noqa: F401  (registers the backend)
+        model.forward = torch.compile(model.forward, backend="updraft", options=options or None)
+    with torch.no_grad():
+        model.generate(ids, max_new_tokens=64, min_new_tokens=64, do_sample=False)
+        out["rss_first_gb"] = _status_gb("VmRSS")
+        if stages:
+            t0 = time.perf_counter()
+            model.generate(ids, max_new_tokens=64, min_new_tokens=64, do_sample=False)
+            out["second_generate_ms_per_token"] = (time.perf_counter() - t0) * 1e3 / 64  # prompt included
+            out["rss_second_gb"] = _status_gb("VmRSS")
+    out["peak_rss_gb"] = _status_gb("VmHWM")
+    out["rss_end_gb"] = _status_gb("VmRSS")
+    if mode == "updraft" and stages:
+        import updraft
+        r = updraft.last_report()
+        w = getattr(r, "weights", None)
+        if w is not None:
+            out["weights"] = w
+    print("RESULT " + json.dumps(out))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--modes", default="eager,updraft")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--options", default="{}", help="CompilerConfig options for updraft, as JSON")
+    ap.add_argument("--stages", action="store_true")
+    ap.add_argument("--child", default="")
+    a = ap.parse_args()
+    if a.child:
+        child(a.child, json.loads(a.options), a.stages)
+        return
+    peaks: dict = {}
+    for _ in range(a.rounds):
+        for mode in a.modes.split(","):
+            cmd = [sys.executable, __file__, "--child", mode, "--options", a.options] + (["--stages"] if a.stages else [])
+            p = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
+            line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+            if not line:
+                sys.exit(f"child {mode} failed:\n{p.stdout}\n{p.stderr}")
+            r = json.loads(line[0][7:])
+            print(json.dumps(r))
+            peaks.setdefault(mode, []).append(r["peak_rss_gb"])
+    for mode, v in peaks.items():
+        print(f"{mode}: peak RSS median {statistics.median(v):.2f} GB over {len(v)} fresh processes ({v})")
+
+
+if __name__ == "__main__":
+    main()
