@@ -258,9 +258,12 @@ def _index_put(lw, node, a):
     dt = out_dtype(node)
     k, x, lin, bshape = _advanced_index(lw, a["self"], a["indices"])
     xs = lw.vtype(x)[1]
+    # The number of indexed positions: a symbol when the index tensor's size is dynamic (a
+    # static cache's prefill writes prompt-length rows at cache_position).
     nb = 1
     for d in bshape:
-        nb *= static_int(d, "index size")
+        nb = nb * d
+    nb = lw.dim(nb)
     target = xs[:k] + [nb] + xs[k + 1:]
     picked = xs[:k] + lw.dims(bshape) + xs[k + 1:]  # the shape of x[i0, i1, ...]
     v = lw.operand(a["values"], dt)
