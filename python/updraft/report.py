@@ -53,6 +53,10 @@ class PartitionReport:
     cache_folds: str = ""
     # Engine passes CompilerConfig.disable_passes switched off in this partition's compile.
     skipped_passes: list = dataclasses.field(default_factory=list)
+    # CompilerConfig.weight_dtype, and what the quantize_weights pass stored low-precision:
+    # {weight dtype: (count, bytes stored with scales, bytes as f32)} (docs/quantization.md).
+    weight_dtype: str = "f32"
+    low_precision_weights: dict = dataclasses.field(default_factory=dict)
     # The partition's ops [(aten op name, is compute)] and the graph report counting them: a
     # partition that fails moves its ops from the engine's count to the fallback's (fail()).
     ops: list = dataclasses.field(default_factory=list, repr=False)
@@ -251,6 +255,16 @@ class Report:
                              + (f" (folds {p.cache_folds})" if p.cache_folds else "")
                              + (f", passes skipped (disable_passes): {', '.join(p.skipped_passes)}"
                                 if p.skipped_passes else ""))
+        low = [p for p in self.partitions if p.weight_dtype != "f32"]
+        if low:
+            count = stored = as_f32 = 0
+            for p in low:
+                for c, b, f in p.low_precision_weights.values():
+                    count, stored, as_f32 = count + c, stored + b, as_f32 + f
+            dtypes = sorted({p.weight_dtype for p in low})
+            lines.append(f"  weights: weight_dtype {', '.join(dtypes)}: {count} linear weight(s) stored low-precision, "
+                         f"{stored / 1e6:.1f} MB with scales ({as_f32 / 1e6:.1f} MB as f32); "
+                         "the rest f32 (docs/quantization.md)")
         if any(p.cache for p in self.partitions):
             lines.append(f"  compile cache: {self.cache_hits} hit(s), {self.cache_misses} miss(es)   "
                          f"process total: {dict(cache_stats())}")
