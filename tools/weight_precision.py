@@ -33,7 +33,8 @@ def make_model():
 
 def compiled(weight_dtype: str, threads: int):
     model = make_model()
-    cfg = CompilerConfig(weight_dtype=weight_dtype, num_threads=threads)
+    # recompile_limit: the speed mode holds three compiled models of one forward at once.
+    cfg = CompilerConfig(weight_dtype=weight_dtype, num_threads=threads, recompile_limit=64)
     model.forward = torch.compile(model.forward, backend=updraft.get_backend(cfg))
     return model
 
