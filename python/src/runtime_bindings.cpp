@@ -1,6 +1,9 @@
 #include <nanobind/nanobind.h>
 
 #include <algorithm>
+#include <map>
+#include <set>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
@@ -40,6 +43,8 @@ static const std::vector<std::pair<const char*, OptionSetter>>& option_setters()
       {"plan_cache_size", [](CompileOptions& o, nb::handle v) { o.plan_cache_size = nb::cast<size_t>(v); }},
       {"range_plans", [](CompileOptions& o, nb::handle v) { o.range_plans = nb::cast<bool>(v); }},
       {"channel_block", [](CompileOptions& o, nb::handle v) { o.channel_block = nb::cast<int>(v); }},
+      {"weight_dtype",
+       [](CompileOptions& o, nb::handle v) { o.weight_dtype = weight_dtype_from_name(nb::cast<std::string>(v)); }},
       // The kernel knobs (kernels/kernel_options.h); updraft.CompilerConfig validated them.
       {"prepack_weights", [](CompileOptions& o, nb::handle v) { o.kernels.prepack_weights = nb::cast<bool>(v); }},
       {"static_gemm", [](CompileOptions& o, nb::handle v) { o.kernels.static_gemm = nb::cast<bool>(v); }},
@@ -298,6 +303,27 @@ void bind_runtime(nb::module_& m) {
              return r;
            },
            "Passes CompileOptions.disable_passes skipped in this compile.")
+      .def("low_precision_weights",
+           [](const CG& cg) {
+             // Weights quantize_weights stored low-precision (passes/quantize_weights.h): per
+             // weight dtype, (count, bytes stored with their scales, bytes they had as f32).
+             std::map<std::string, std::tuple<int64_t, int64_t, int64_t>> r;
+             std::set<const Value*> seen;
+             for (const Node* n : cg.graph().nodes()) {
+               if (n->op_name() != "linear_wq" || !n->input(1)->is_constant() || !seen.insert(n->input(1)).second)
+                 continue;
+               const Tensor& w = *n->input(1)->constant;
+               auto& [count, bytes, f32_bytes] = r[dtype_name(w.dtype())];
+               count += 1;
+               bytes += static_cast<int64_t>(w.nbytes());
+               if (n->attr("has_weight_scale").b() && n->input(2)->is_constant())
+                 bytes += static_cast<int64_t>(n->input(2)->constant->nbytes());
+               f32_bytes += w.numel() * 4;
+             }
+             return r;
+           },
+           "{weight dtype: (count, bytes stored incl. scales, bytes as f32)} of the linear weights stored "
+           "low-precision (CompilerConfig.weight_dtype).")
       .def("ir_constants",
            [](const CG& cg) {
              nb::dict r;

@@ -18,6 +18,8 @@ _WATCHDOG_ENV = "UPDRAFT_WATCHDOG_S"
 # conv_layout -> the engine's channel_block option (-1: the block this CPU's kernels prefer).
 _CONV_LAYOUTS = {"auto": -1, "nchw": 0}
 _CPU_ISAS = ("native", "avx2")  # the engine's CpuIsa names (src/kernels/kernel_options.h)
+# The engine's WeightDType names (src/passes/options.h): how large linear weights are stored.
+WEIGHT_DTYPES = ("f32", "bf16", "int8")
 _BOOL_TEXT = {"0": False, "1": True}
 
 # The kernel knobs (the engine's KernelOptions, src/kernels/kernel_options.h): CompilerConfig
@@ -125,6 +127,13 @@ class CompilerConfig:
         README.txt in it says what each file is. None or "": no dumps. Defaults to the
         environment variable UPDRAFT_DUMP_DIR. A dump that cannot be written is one warning, never
         a failed compile.
+    weight_dtype: how the engine stores the weights of large linear layers (constant f32 weights
+        of at least 64K elements, src/passes/quantize_weights.h; docs/quantization.md). "f32"
+        (default): as given. "bf16": rounded to bf16 (half the bytes). "int8": symmetric int8 with
+        one f32 scale per output channel (a quarter of the bytes). Both are widened to f32 in
+        registers and accumulate in f32; activations stay f32. Decode (a few rows per call)
+        reads fewer bytes and runs faster; results differ from f32 by the rounding of the
+        weights (measured error in docs/quantization.md). In the compile-cache key.
     Kernel knobs (the engine's KernelOptions; each defaults to its environment variable, then
     to the value shown):
     prepack_weights (UPDRAFT_PREPACK_WEIGHTS=0/1, True): linear/matmul keep a prepacked copy of
@@ -177,6 +186,7 @@ class CompilerConfig:
     range_plans: bool = True
     gears: tuple = ()
     conv_layout: str = dataclasses.field(default_factory=lambda: os.environ.get(_CONV_LAYOUT_ENV, "auto"))
+    weight_dtype: str = "f32"
     prepack_weights: bool = _knob("prepack_weights", True)
     static_gemm: bool = _knob("static_gemm", False)
     cpu_isa: str = _knob("cpu_isa", "native")
@@ -203,6 +213,9 @@ class CompilerConfig:
         if self.conv_layout not in _CONV_LAYOUTS:
             raise ValueError(f"[updraft.config] conv_layout={self.conv_layout!r} is not one of "
                              f"{sorted(_CONV_LAYOUTS)} (also checked when it comes from {_CONV_LAYOUT_ENV})")
+        if not isinstance(self.weight_dtype, str) or self.weight_dtype not in WEIGHT_DTYPES:
+            raise ValueError(f"[updraft.config] weight_dtype={self.weight_dtype!r} is not one of {list(WEIGHT_DTYPES)}; "
+                             "use \"bf16\" or \"int8\" for low-precision linear weights, \"f32\" to keep them")
         if self.cpu_isa not in _CPU_ISAS:
             raise ValueError(f"[updraft.config] cpu_isa={self.cpu_isa!r} is not one of {list(_CPU_ISAS)} "
                              f"(also checked when it comes from {KERNEL_KNOBS['cpu_isa']})")
@@ -308,13 +321,15 @@ class CompilerConfig:
             opts["disable_passes"] = sorted(set(self.disable_passes))
         if self.debug_fault.startswith("pass:"):
             opts["debug_fault"] = self.debug_fault
+        if self.weight_dtype != "f32":
+            opts["weight_dtype"] = self.weight_dtype
         return opts
 
     def engine_options(self) -> dict:
         """The options dict that updraft._C.compile accepts."""
         opts = {"fold_constants": self.fold_constants, "fuse": self.fuse,
                 "num_threads": self.num_threads, "debug": self.debug,
-                "channel_block": _CONV_LAYOUTS[self.conv_layout],
+                "channel_block": _CONV_LAYOUTS[self.conv_layout], "weight_dtype": self.weight_dtype,
                 "prepack_weights": self.prepack_weights, "static_gemm": self.static_gemm,
                 "cpu_isa": self.cpu_isa, "plan_cache_size": self.plan_cache_size,
                 "range_plans": self.range_plans}

@@ -223,7 +223,7 @@ class EnginePartition(torch.nn.Module):
             loaded = partition_cache.load(self, disk, key, params, args, runtime_pos, size_pos, t0)
             if loaded is not None:
                 cg, out_dtypes = loaded
-                self.report.constant_bytes = dict(cg.constant_bytes)
+                self._report_weights(cg)
                 return _Built(cg, runtime_pos, out_dtypes, [args[j].dtype for j in runtime_pos], size_pos)
         lw, ids, n_const = lower_graph(self.sub.graph, args, self.const_kinds, runtime_pos, size_pos, self._outputs())
         out_dtypes = self._check_out_dtypes([lw.g.value_type(i)[0] for i in ids])
@@ -233,12 +233,12 @@ class EnginePartition(torch.nn.Module):
         t1 = time.perf_counter()
         cg = C.compile(lw.g, self.config.engine_options())
         self.report.skipped_passes = list(cg.skipped_passes())
+        self._report_weights(cg)
         self.report.engine_compiles += 1
         self.report.lower_ms = (t1 - t0) * 1e3
         self.report.compile_ms = cg.compile_ms
         self.report.num_inputs = len(runtime_pos) + len(size_pos)
         self.report.num_constants = n_const
-        self.report.constant_bytes = dict(cg.constant_bytes)
         if self.config.debug >= 2:
             print(f"[updraft] {self.report.name} engine graph:\n{debug_text}\n"
                   f"[updraft] after passes:\n{cg.graph_text()}", file=sys.stderr)
@@ -247,6 +247,13 @@ class EnginePartition(torch.nn.Module):
         if key is not None:
             partition_cache.store(self, disk, key, cg)
         return _Built(cg, runtime_pos, out_dtypes, [args[j].dtype for j in runtime_pos], size_pos)
+
+    def _report_weights(self, cg: Any) -> None:
+        """The engine's constant bytes, and what CompilerConfig.weight_dtype stored low-precision
+        in this compile (for explain)."""
+        self.report.constant_bytes = dict(cg.constant_bytes)
+        self.report.weight_dtype = self.config.weight_dtype
+        self.report.low_precision_weights = dict(cg.low_precision_weights())
 
     def _size_pos(self, args: tuple, placeholders: list, runtime_pos: list[int]) -> list[int]:
         """Placeholder indices of the size inputs (lowerer.size_input_exprs), in call order."""

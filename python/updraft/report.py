@@ -61,6 +61,10 @@ class PartitionReport:
     constant_bytes: dict = dataclasses.field(default_factory=dict)
     # Engine passes CompilerConfig.disable_passes switched off in this partition's compile.
     skipped_passes: list = dataclasses.field(default_factory=list)
+    # CompilerConfig.weight_dtype, and what the quantize_weights pass stored low-precision:
+    # {weight dtype: (count, bytes stored with scales, bytes as f32)} (docs/quantization.md).
+    weight_dtype: str = "f32"
+    low_precision_weights: dict = dataclasses.field(default_factory=dict)
     # The partition's ops [(aten op name, is compute)] and the graph report counting them: a
     # partition that fails moves its ops from the engine's count to the fallback's (fail()).
     ops: list = dataclasses.field(default_factory=list, repr=False)
@@ -276,6 +280,16 @@ class Report:
                     lines.append(f"      range plans: {p.plans_instantiated} size(s) run on a bucket's plan "
                                  f"without a build" if p.range_plans == "on"
                                  else f"      range plans off, one plan per size: {p.range_plans}")
+        low = [p for p in self.partitions if p.weight_dtype != "f32"]
+        if low:
+            count = stored = as_f32 = 0
+            for p in low:
+                for c, b, f in p.low_precision_weights.values():
+                    count, stored, as_f32 = count + c, stored + b, as_f32 + f
+            dtypes = sorted({p.weight_dtype for p in low})
+            lines.append(f"  weights: weight_dtype {', '.join(dtypes)}: {count} linear weight(s) stored low-precision, "
+                         f"{stored / 1e6:.1f} MB with scales ({as_f32 / 1e6:.1f} MB as f32); "
+                         "the rest f32 (docs/quantization.md)")
         if any(p.cache for p in self.partitions):
             lines.append(f"  compile cache: {self.cache_hits} hit(s), {self.cache_misses} miss(es)   "
                          f"process total: {dict(cache_stats())}")

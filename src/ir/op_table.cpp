@@ -35,6 +35,7 @@ const OpTable& OpTable::get() {
     register_data_movement_ops(*t);
     register_compute_ops(*t);
     register_grouped_ops(*t);
+    register_quantized_ops(*t);
     register_fused_ops(*t);
     return t;
   }();

@@ -111,6 +111,7 @@ void register_norm_ops(OpTable& t);
 void register_data_movement_ops(OpTable& t);
 void register_compute_ops(OpTable& t);
 void register_grouped_ops(OpTable& t);
+void register_quantized_ops(OpTable& t);  // low-precision weights: quantize_rows, to_bf16, linear_wq
 void register_fused_ops(OpTable& t);
 
 // Shape helpers shared by families.

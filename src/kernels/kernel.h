@@ -114,6 +114,8 @@ void register_cpu_data_movement_kernels(KernelRegistry& r);
 void register_ref_compute_kernels(KernelRegistry& r);     // conv, matmul, pooling, attention
 void register_onednn_compute_kernels(KernelRegistry& r);
 void register_cpu_f64_compute_kernels(KernelRegistry& r);  // kernels/cpu/compute_f64.cpp; f64 nodes
+void register_ref_quantized_kernels(KernelRegistry& r);   // quantize_rows, to_bf16, linear_wq
+void register_cpu_quantized_kernels(KernelRegistry& r);   // linear_wq (kernels/cpu/linear_wq.cpp)
 
 // The channel block the conv kernels run fastest with on this CPU (16 with AVX-512, 8 with
 // AVX2, 0 otherwise); CompileOptions::channel_block = -1 resolves to it.

@@ -8,10 +8,24 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 #include "kernels/kernel_options.h"
 
 namespace updraft {
+
+// How large linear weights are stored (passes/quantize_weights.h, docs/quantization.md): f32 as
+// given; bf16; int8 with a per-output-channel scale. CompilerConfig.weight_dtype.
+enum class WeightDType : uint8_t { f32, bf16, int8 };
+
+// "f32" / "bf16" / "int8" -> WeightDType; anything else throws Error("options", ...) naming the
+// accepted values (CompilerConfig validated it already; this is the bindings' conversion).
+inline WeightDType weight_dtype_from_name(const std::string& name) {
+  if (name == "f32") return WeightDType::f32;
+  if (name == "bf16") return WeightDType::bf16;
+  if (name == "int8") return WeightDType::int8;
+  throw Error("options", "weight_dtype '" + name + "' is unknown; use f32, bf16 or int8");
+}
 
 struct CompileOptions {
   bool fold_constants = true;
@@ -25,6 +39,9 @@ struct CompileOptions {
   // Channel block of conv activations (passes/block_conv_layout.h): -1 the kernels' preference
   // on this CPU (preferred_channel_block()), 0 plain NCHW, 8 or 16.
   int channel_block = -1;
+  // Storage of large linear weights; not f32 adds the quantize_weights pass. Changes the
+  // optimised graph, so it is in the compile-cache key (CompilerConfig.cache_options).
+  WeightDType weight_dtype = WeightDType::f32;
   // Which kernels the plans build and how they thread (kernels/kernel_options.h). They change
   // no pass's result: constant folding evaluates with the default KernelOptions.
   KernelOptions kernels;

@@ -27,6 +27,7 @@
 #include "passes/fuse_elementwise.h"
 #include "passes/fuse_epilogue.h"
 #include "passes/match_gelu.h"
+#include "passes/quantize_weights.h"
 #include "passes/verify.h"
 
 namespace updraft {
@@ -50,6 +51,7 @@ bool always(const CompileOptions&) { return true; }
 bool if_fuse(const CompileOptions& o) { return o.fuse; }
 bool if_fold(const CompileOptions& o) { return o.fold_constants; }
 bool if_block(const CompileOptions& o) { return o.channel_block > 0; }
+bool if_low_weights(const CompileOptions& o) { return o.weight_dtype != WeightDType::f32; }
 template <bool (*Pass)(Graph&)>
 bool plain(Graph& g, const CompileOptions&) {
   return Pass(g);
@@ -67,6 +69,9 @@ const std::vector<Step>& steps() {
       {"fold_conv_bn", if_fuse, plain<fold_conv_bn>},    // batch_norm after conv2d -> new conv weights
       {"fold_pad_conv", if_fuse, plain<fold_pad_conv>},  // zero pad before conv2d -> the conv's padding
       {"fuse_epilogue", if_fuse, plain<fuse_epilogue>},  // bias / residual / activation into conv, linear, matmul
+      // large linear weights -> i8 + scale or bf16 (weight_dtype), after fusion gave them epilogues
+      {"quantize_weights", if_low_weights,
+       [](Graph& g, const CompileOptions& o) { return quantize_weights(g, o.weight_dtype); }},
       {"fuse_elementwise", if_fuse, plain<fuse_elementwise>},  // elementwise chains -> one pass over memory
       // conv chains in nChw{B}c, channel_block reorders at their edges
       {"block_conv_layout", if_block,

@@ -120,6 +120,7 @@ TEST(PipelineBisect, PassNamesAreThePipelinesOwnInOrder) {
   auto g = parse_graph(kBlock);
   CompileOptions opts;
   opts.channel_block = 8;  // every optional pass runs
+  opts.weight_dtype = WeightDType::int8;
   auto log = run_pipeline(*g, opts);
   std::vector<std::string> distinct;
   for (const PassRecord& p : log)

@@ -1,0 +1,107 @@
+// Low-precision weights (docs/quantization.md, docs/ops.md "Compute"): the ops that make them
+// and the linear that reads them. Shapes only here; the kernels are kernels/ref/quantized.cpp
+// (the definitions) and kernels/cpu/linear_wq*.cpp (the fast ones).
+//
+//   quantize_rows(x f32 [..., K]) -> (q i8 [..., K], scale f32 [...])
+//       per row, symmetric: scale = max|x| / 127, q = round_half_even(x / scale) in [-127, 127]
+//       (a row of zeros: scale 0, q 0). Made for weights (a row is an output channel), written
+//       so that a later path quantising activation rows can use the same op.
+//   to_bf16(x f32) -> bf16: round to nearest even (NaN stays NaN).
+//   linear_wq(x f32 [..., K], w i8|bf16 [N, K], [scale f32 [N]], [bias f32 [N]], [residual])
+//       y = act(x @ (w * scale[:, None])^T + bias + residual): linear's epilogue, with w
+//       widened to f32 (times its row's scale when has_weight_scale) and f32 accumulation.
+//       An i8 w needs the scale; a bf16 w has none.
+#include <string>
+
+#include "ir/op_table.h"
+#include "ir/ops/params.h"
+
+namespace updraft {
+
+namespace {
+
+void infer_quantize_rows(InferCtx& c) {
+  const TensorType& x = c.in(0);
+  if (x.shape.empty()) c.fail("x must have rank >= 1 (rows of K values)");
+  if (!x.shape.back().is_static()) c.fail("x is " + shape_str(x.shape) + "; its last dim (K) must be static");
+  c.set_output(0, {DType::i8, x.shape});
+  c.set_output(1, {DType::f32, Shape(x.shape.begin(), x.shape.end() - 1)});
+}
+
+void infer_to_bf16(InferCtx& c) { c.set_output(0, {DType::bf16, c.in(0).shape}); }
+
+void infer_linear_wq(InferCtx& c) {
+  if (c.num_inputs() < 2) c.fail("needs inputs x and w");
+  const TensorType &x = c.in(0), &w = c.in(1);
+  if (x.shape.empty()) c.fail("x must have rank >= 1");
+  if (w.shape.size() != 2 || !w.shape[0].is_static() || !w.shape[1].is_static())
+    c.fail("w is " + shape_str(w.shape) + "; expected a static [N, K]");
+  if (w.dtype != DType::i8 && w.dtype != DType::bf16)
+    c.fail(std::string("w is ") + dtype_name(w.dtype) + "; expected i8 (with a scale) or bf16");
+  if (x.shape.back() != w.shape[1])
+    c.fail("x " + shape_str(x.shape) + " and w " + shape_str(w.shape) + " disagree on K");
+  const bool scaled = c.attr_bool("has_weight_scale");
+  if (w.dtype == DType::i8 && !scaled) c.fail("an i8 w needs its per-row scale (has_weight_scale=true, input 2)");
+  const bool has_bias = c.attr_bool("has_bias"), has_res = c.attr_bool("has_residual");
+  const int num_main = scaled ? 3 : 2;
+  const int want = num_main + (has_bias ? 1 : 0) + (has_res ? 1 : 0);
+  if (c.num_inputs() != want)
+    c.fail("has " + std::to_string(c.num_inputs()) + " inputs but has_weight_scale, has_bias and has_residual need " +
+           std::to_string(want) + " (x, w, then scale, bias, residual as flagged)");
+  Shape out(x.shape.begin(), x.shape.end() - 1);
+  out.push_back(w.shape[0]);
+  int k = 2;
+  if (scaled) {
+    const TensorType& s = c.in(k++);
+    if (s.dtype != DType::f32 || s.shape.size() != 1 || s.shape[0] != w.shape[0])
+      c.fail("scale is " + s.str() + ", expected f32[" + w.shape[0].str() + "] (one per row of w)");
+  }
+  if (has_bias) {
+    const TensorType& b = c.in(k++);
+    if (b.dtype != DType::f32 || b.shape.size() != 1 || b.shape[0] != w.shape[0])
+      c.fail("bias is " + b.str() + ", expected f32[" + w.shape[0].str() + "]");
+  }
+  if (has_res) {
+    const TensorType& r = c.in(k);
+    if (r.dtype != DType::f32 || r.shape != out)
+      c.fail("residual is " + r.str() + ", expected f32" + shape_str(out) + " (the output's type)");
+  }
+  const std::string& act = c.attr_str("activation");
+  if (!Epilogue::known_activation(act)) c.fail(Epilogue::unknown_activation(act));
+  c.set_output(0, {DType::f32, out});
+}
+
+OpDef op(std::string name, int min_in, int max_in, int num_out, std::vector<AttrSpec> attrs,
+         std::function<void(InferCtx&)> infer, std::string doc) {
+  OpDef d;
+  d.name = std::move(name);
+  d.min_inputs = min_in;
+  d.max_inputs = max_in;
+  d.num_outputs = num_out;
+  d.attrs = std::move(attrs);
+  d.dtypes = {DType::f32};
+  d.cls = OpClass::Compute;
+  d.infer = std::move(infer);
+  d.doc = std::move(doc);
+  return d;
+}
+
+}  // namespace
+
+void register_quantized_ops(OpTable& t) {
+  using K = Attr::Kind;
+  t.add(op("quantize_rows", 1, 1, 2, {}, infer_quantize_rows,
+           "per row of x: scale = max|x| / 127, q = round(x / scale) as i8 (symmetric; outputs q, scale)"));
+  t.add(op("to_bf16", 1, 1, 1, {}, infer_to_bf16, "x rounded to bf16 (nearest even)"));
+  t.add(op("linear_wq", 2, 5, 1,
+           {{"has_weight_scale", K::Bool, Attr(false)},
+            {"has_bias", K::Bool, Attr(false)},
+            {"has_residual", K::Bool, Attr(false)},
+            {"activation", K::Str, Attr("none")},
+            {"act_alpha", K::Float, Attr(0.0)},
+            {"act_beta", K::Float, Attr(0.0)}},
+           infer_linear_wq,
+           "y = x @ (w * scale)^T with an i8 or bf16 w [N, K] widened to f32, f32 accumulation, linear's epilogue"));
+}
+
+}  // namespace updraft

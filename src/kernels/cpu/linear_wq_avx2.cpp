@@ -1,0 +1,41 @@
+// The low-precision-weight dot tiles (linear_wq_tiles.h) on AVX2 + FMA, the engine's baseline:
+// 8 lanes; i8 weights widen with vpmovsxbd + vcvtdq2ps, bf16 with vpmovzxwd + a 16-bit shift.
+#include <immintrin.h>
+
+#include "kernels/cpu/linear_wq_tiles.h"
+
+namespace updraft::cpu::wq {
+
+namespace {
+
+struct Avx2 {
+  using reg = __m256;
+  static constexpr int lanes = 8;
+  static reg zero() { return _mm256_setzero_ps(); }
+  static reg loadx(const float* p) { return _mm256_loadu_ps(p); }
+  static reg widen(const float* p) { return _mm256_loadu_ps(p); }
+  static reg widen(const int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static reg widen(const uint16_t* p) {
+    __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+  }
+  static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
+  static float hsum(reg v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+};
+
+}  // namespace
+
+const DotTiles& dot_tiles_avx2() {
+  static const DotTiles t = make_dot_tiles<Avx2>("avx2");
+  return t;
+}
+
+}  // namespace updraft::cpu::wq

@@ -1,0 +1,38 @@
+// The low-precision-weight dot tiles (linear_wq_tiles.h) on AVX-512F, in a unit of its own
+// compiled with -mavx512f (CMakeLists.txt); linear_wq.cpp calls them only where the CPU reports
+// AVX-512F and cpu_isa allows it. 16 lanes; i8 weights widen with vpmovsxbd + vcvtdq2ps, bf16
+// with vpmovzxwd + a 16-bit shift (no AVX512-BF16 needed).
+#include <immintrin.h>
+
+#include "kernels/cpu/linear_wq_tiles.h"
+
+namespace updraft::cpu::wq {
+
+namespace {
+
+struct Avx512 {
+  using reg = __m512;
+  static constexpr int lanes = 16;
+  static reg zero() { return _mm512_setzero_ps(); }
+  static reg loadx(const float* p) { return _mm512_loadu_ps(p); }
+  static reg widen(const float* p) { return _mm512_loadu_ps(p); }
+  static reg widen(const int8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static reg widen(const uint16_t* p) {
+    __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+  }
+  static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
+  static float hsum(reg v) { return _mm512_reduce_add_ps(v); }
+};
+
+}  // namespace
+
+const DotTiles& dot_tiles_avx512() {
+  static const DotTiles t = make_dot_tiles<Avx512>("avx512");
+  return t;
+}
+
+}  // namespace updraft::cpu::wq

@@ -1,0 +1,127 @@
+// The inner loops of the low-precision-weight linear (linear_wq.cpp, docs/quantization.md):
+// raw dot products of f32 rows with rows of i8, bf16 or f32 weights, widened in registers and
+// accumulated in f32. Nothing here knows about scales, bias or threads, so a later int8 path
+// (quantised activations too) can call the same tiles.
+//
+//   const DotTiles& t = dot_tiles(use_avx512(options));
+//   t.i8(x, M, ldx, w, N, ldw, K, out, ldo);   // out[m*ldo + n] = sum_k x[m*ldx+k] * w[n*ldw+k]
+//
+// Layout: the weight stays [N, K] row-major (as stored by the pass, no prepacked copy), so the
+// tiles vectorise over K: acc[m][n] += x[m, k:k+L] * widen(w[n, k:k+L]), and reduce each
+// accumulator across lanes at the end (K >= 256 in the layers this serves, so the reduction is a
+// small share). Register tiles (MT rows of x by NT rows of w): 1 x 8 for one row of x (8
+// independent FMA chains, as two FMA pipes of latency 4 need), 2 x 4, 4 x 2 for more rows.
+// Each weight tile is read from memory once per block of up to 4 rows of x; a caller with more
+// rows widens a block of weights to f32 first (widen_*) and runs the f32 tiles on it.
+//
+// The templates below are instantiated once per instruction set, each in its own unit compiled
+// with that set's flags (linear_wq_avx2.cpp, linear_wq_avx512.cpp); every function is a template
+// over the ISA's traits type, so the two units share no symbol.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+namespace updraft::cpu::wq {
+
+using DotFn = void (*)(const float* x, int64_t M, int64_t ldx, const void* w, int64_t N, int64_t ldw, int64_t K,
+                       float* out, int64_t ldo);
+using WidenFn = void (*)(const void* w, int64_t n, float* out);
+
+struct DotTiles {
+  DotFn i8 = nullptr, bf16 = nullptr, f32 = nullptr;
+  WidenFn widen_i8 = nullptr, widen_bf16 = nullptr;
+  const char* isa = "";
+};
+
+const DotTiles& dot_tiles_avx2();
+const DotTiles& dot_tiles_avx512();  // only on a CPU with AVX-512F
+inline const DotTiles& dot_tiles(bool avx512) { return avx512 ? dot_tiles_avx512() : dot_tiles_avx2(); }
+
+// One weight element widened to f32 (tails and the scalar paths). static: each ISA's unit keeps
+// its own copy (compiled with its flags), never the other unit's.
+static inline float widen1(int8_t v) { return static_cast<float>(v); }
+static inline float widen1(uint16_t v) {
+  uint32_t u = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+static inline float widen1(float v) { return v; }
+
+// ISA traits V provide: reg, lanes, zero(), loadx(const float*), widen(const W*) for W in
+// {int8_t, uint16_t, float}, fma(a, b, c), hsum(reg) -> float, store(float*, reg).
+template <class V, class W, int MT, int NT>
+inline void tile(const float* x, int64_t ldx, const W* w, int64_t ldw, int64_t K, float* out, int64_t ldo) {
+  using reg = typename V::reg;
+  reg acc[MT][NT];
+#pragma GCC unroll 4
+  for (int m = 0; m < MT; ++m) {
+#pragma GCC unroll 8
+    for (int n = 0; n < NT; ++n) acc[m][n] = V::zero();
+  }
+  int64_t k = 0;
+  for (; k + V::lanes <= K; k += V::lanes) {
+    reg xv[MT];
+#pragma GCC unroll 4
+    for (int m = 0; m < MT; ++m) xv[m] = V::loadx(x + m * ldx + k);
+#pragma GCC unroll 8
+    for (int n = 0; n < NT; ++n) {
+      reg wv = V::widen(w + n * ldw + k);
+#pragma GCC unroll 4
+      for (int m = 0; m < MT; ++m) acc[m][n] = V::fma(xv[m], wv, acc[m][n]);
+    }
+  }
+  for (int m = 0; m < MT; ++m)
+    for (int n = 0; n < NT; ++n) {
+      float s = V::hsum(acc[m][n]);
+      for (int64_t kk = k; kk < K; ++kk) s += x[m * ldx + kk] * widen1(w[n * ldw + kk]);
+      out[m * ldo + n] = s;
+    }
+}
+
+// Rows [0, mt) of x (mt <= 4) against rows [0, N) of w, with the widest tile that fits.
+template <class V, class W, int MT, int NT>
+inline void rows_fixed(const float* x, int64_t ldx, const W* w, int64_t N, int64_t ldw, int64_t K, float* out,
+                       int64_t ldo) {
+  int64_t n = 0;
+  for (; n + NT <= N; n += NT) tile<V, W, MT, NT>(x, ldx, w + n * ldw, ldw, K, out + n, ldo);
+  for (; n < N; ++n) tile<V, W, MT, 1>(x, ldx, w + n * ldw, ldw, K, out + n, ldo);
+}
+
+template <class V, class W>
+void dot(const float* x, int64_t M, int64_t ldx, const void* wv, int64_t N, int64_t ldw, int64_t K, float* out,
+         int64_t ldo) {
+  const W* w = static_cast<const W*>(wv);
+  for (int64_t m = 0; m < M; m += 4) {
+    const float* xm = x + m * ldx;
+    float* om = out + m * ldo;
+    switch (M - m >= 4 ? 4 : M - m) {
+      case 1: rows_fixed<V, W, 1, 8>(xm, ldx, w, N, ldw, K, om, ldo); break;
+      case 2: rows_fixed<V, W, 2, 4>(xm, ldx, w, N, ldw, K, om, ldo); break;
+      case 3: rows_fixed<V, W, 3, 2>(xm, ldx, w, N, ldw, K, om, ldo); break;
+      default: rows_fixed<V, W, 4, 2>(xm, ldx, w, N, ldw, K, om, ldo); break;
+    }
+  }
+}
+
+template <class V, class W>
+void widen(const void* wv, int64_t n, float* out) {
+  const W* w = static_cast<const W*>(wv);
+  int64_t i = 0;
+  for (; i + V::lanes <= n; i += V::lanes) V::store(out + i, V::widen(w + i));
+  for (; i < n; ++i) out[i] = widen1(w[i]);
+}
+
+template <class V>
+DotTiles make_dot_tiles(const char* isa) {
+  DotTiles t;
+  t.i8 = dot<V, int8_t>;
+  t.bf16 = dot<V, uint16_t>;
+  t.f32 = dot<V, float>;
+  t.widen_i8 = widen<V, int8_t>;
+  t.widen_bf16 = widen<V, uint16_t>;
+  t.isa = isa;
+  return t;
+}
+
+}  // namespace updraft::cpu::wq

@@ -1,0 +1,85 @@
+// quantize_weights: linear(x, w f32 const [N, K], ...) -> linear_wq(x, w', [scale], ...), the
+// header says which nodes and why. The conversion is written as an op over the constant and
+// folded at once with the constant folder (as fold_conv_bn does), so it is recorded for refits.
+#include "passes/quantize_weights.h"
+
+#include <map>
+#include <utility>
+
+#include "core/error.h"
+#include "ir/op_table.h"
+#include "passes/constant_fold.h"
+
+namespace updraft {
+
+namespace {
+
+struct Converted {
+  Value* w = nullptr;
+  Value* scale = nullptr;  // int8 only
+};
+
+bool wanted(const Node& n) {
+  if (n.op_name() != "linear") return false;
+  const Value* x = n.inputs.at(0);
+  const Value* w = n.inputs.at(1);
+  return x->type.dtype == DType::f32 && w->is_constant() && w->type.dtype == DType::f32 && w->rank() == 2 &&
+         w->constant->numel() >= kMinQuantizedWeight;
+}
+
+// The weight in `dtype`, as folded constants; nullopt-like (w null) when the fold could not run.
+Converted convert(Graph& g, Value* w, WeightDType dtype) {
+  const bool int8 = dtype == WeightDType::int8;
+  Node* n = g.add_node(int8 ? "quantize_rows" : "to_bf16", {w});
+  if (!fold_constant_node(g, n, /*always=*/true)) {
+    g.remove_node(n);
+    return {};
+  }
+  const FoldRecord& rec = g.folds().back();
+  Converted c;
+  c.w = g.value(rec.outputs.at(0));
+  c.w->name = w->name.empty() ? "" : w->name + (int8 ? "_i8" : "_bf16");
+  if (int8) {
+    c.scale = g.value(rec.outputs.at(1));
+    c.scale->name = w->name.empty() ? "" : w->name + "_scale";
+  }
+  return c;
+}
+
+}  // namespace
+
+bool quantize_weights(Graph& g, WeightDType dtype) {
+  if (dtype == WeightDType::f32) return false;
+  bool changed = false;
+  std::map<Value*, Converted> done;  // a weight several linears share is converted once
+  for (Node* n : g.nodes()) {
+    if (!wanted(*n)) continue;
+    Value* w = n->inputs[1];
+    g.set_insert_point(n);
+    auto it = done.find(w);
+    if (it == done.end()) it = done.emplace(w, convert(g, w, dtype)).first;
+    const Converted& c = it->second;
+    if (!c.w) {
+      g.set_insert_point(nullptr);
+      continue;
+    }
+    std::vector<Value*> ins = {n->inputs[0], c.w};
+    if (c.scale) ins.push_back(c.scale);
+    ins.insert(ins.end(), n->inputs.begin() + 2, n->inputs.end());  // bias, residual
+    Attrs attrs = n->attrs;
+    attrs["has_weight_scale"] = Attr(c.scale != nullptr);
+    Node* q = g.add_node("linear_wq", std::move(ins), std::move(attrs));
+    g.set_insert_point(nullptr);
+    Graph::merge_origin(q, n);
+    UPDRAFT_CHECK(q->output()->type == n->output()->type, "quantize_weights",
+                  "linear_wq is typed " + q->output()->type.str() + ", the linear was " + n->output()->type.str() +
+                      "; this is a bug in quantize_weights");
+    q->output()->name = n->output()->name;
+    g.replace_all_uses(n->output(), q->output());
+    g.remove_node(n);
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace updraft

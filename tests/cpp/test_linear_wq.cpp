@@ -1,0 +1,263 @@
+// Low-precision weights (docs/quantization.md): the number formats (quantize_rows, to_bf16),
+// the fast linear_wq kernels against the reference one (rows of x for decode and prefill, K
+// and N with tails, epilogues, 1 and 2 threads, each instruction set this CPU has), the
+// quantize_weights pass (which linears it rewrites, which it leaves) and the text IR of the ops.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "ir/text.h"
+#include "kernel_test_util.h"
+#include "kernels/quantize.h"
+#include "pass_test_util.h"
+#include "passes/dce.h"
+#include "passes/quantize_weights.h"
+
+using namespace updraft;
+using namespace updraft::testing;
+
+namespace {
+
+// A random f32 weight [N, K] quantized per row: (i8 q, f32 scale).
+std::pair<Tensor, Tensor> int8_weight(int64_t N, int64_t K, uint32_t seed) {
+  Tensor w = random_tensor(DType::f32, {N, K}, seed);
+  Tensor q(DType::i8, {N, K}), s(DType::f32, {N});
+  for (int64_t n = 0; n < N; ++n) s.ptr<float>()[n] = quantize_row_int8(w.ptr<float>() + n * K, K, q.ptr<int8_t>() + n * K);
+  return {q, s};
+}
+
+Tensor bf16_weight(int64_t N, int64_t K, uint32_t seed) {
+  Tensor w = random_tensor(DType::f32, {N, K}, seed);
+  Tensor b(DType::bf16, {N, K});
+  for (int64_t i = 0; i < N * K; ++i) b.ptr<uint16_t>()[i] = f32_to_bf16(w.ptr<float>()[i]);
+  return b;
+}
+
+KernelOptions isa_options(CpuIsa isa) {
+  KernelOptions o;
+  o.cpu_isa = isa;
+  return o;
+}
+
+// f32 sums of K products of magnitude <= ~4 against the reference's double sums: the error
+// grows like K * 2^-24 * 4 (< 1e-4 at K = 300); 1e-3 absolute leaves room and still fails on
+// any wrong element (errors of order 1).
+constexpr double kRtol = 1e-4, kAtol = 1e-3;
+
+}  // namespace
+
+TEST(QuantizeRows, SymmetricPerRowScaleAndRounding) {
+  // Row 0: max 2.54 -> scale 0.02; 0.03 / 0.02 = 1.5 rounds to even (2), -0.05 -> -2.5 -> -2.
+  // Row 1: zeros -> scale 0, q 0. Row 2: inf saturates, NaN gives 0, the scale from the finite 1.27.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  float rows[3][4] = {{2.54f, -2.54f, 0.03f, -0.05f}, {0, 0, 0, 0}, {1.27f, inf, -inf, nan}};
+  int8_t q[4];
+  float s = quantize_row_int8(rows[0], 4, q);
+  EXPECT_FLOAT_EQ(s, 2.54f / 127.0f);
+  EXPECT_EQ(q[0], 127);
+  EXPECT_EQ(q[1], -127);
+  EXPECT_EQ(q[2], 2);
+  EXPECT_EQ(q[3], -2);
+  EXPECT_EQ(quantize_row_int8(rows[1], 4, q), 0.0f);
+  EXPECT_EQ(q[0], 0);
+  EXPECT_FLOAT_EQ(quantize_row_int8(rows[2], 4, q), 0.01f);
+  EXPECT_EQ(q[0], 127);
+  EXPECT_EQ(q[1], 127);
+  EXPECT_EQ(q[2], -127);
+  EXPECT_EQ(q[3], 0);
+}
+
+TEST(QuantizeRows, OpMatchesTheFormatOnEveryRow) {
+  Tensor w = random_tensor(DType::f32, {3, 5, 70}, 4);
+  OneNode n("quantize_rows", {input(w)});
+  auto outs = run_kernel_outputs(*make_kernel_for(n, Device::ref), n);
+  ASSERT_EQ(outs[0].shape(), (std::vector<int64_t>{3, 5, 70}));
+  ASSERT_EQ(outs[1].shape(), (std::vector<int64_t>{3, 5}));
+  for (int64_t r = 0; r < 15; ++r) {
+    int8_t q[70];
+    float s = quantize_row_int8(w.ptr<float>() + r * 70, 70, q);
+    EXPECT_EQ(outs[1].ptr<float>()[r], s);
+    for (int k = 0; k < 70; ++k) ASSERT_EQ(outs[0].ptr<int8_t>()[r * 70 + k], q[k]) << r << "," << k;
+  }
+}
+
+TEST(ToBf16, RoundsToNearestEvenAndKeepsNan) {
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  // 1 + 2^-8 is halfway between bf16 1.0 and 1.0078125: ties to even (1.0).
+  EXPECT_EQ(f32_to_bf16(1.00390625f), 0x3f80);
+  // 1.0078125 + 2^-8 is halfway again: even is 1.015625 (0x3f82).
+  EXPECT_EQ(f32_to_bf16(1.01171875f), 0x3f82);
+  EXPECT_EQ(f32_to_bf16(-2.0f), 0xc000);
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::infinity())), std::numeric_limits<float>::infinity());
+}
+
+// Fast vs reference: rows of x for decode (1, 2, 7) and prefill (32, 65; above the widening
+// threshold), K and N off every tile width, with and without bias, a residual and an
+// activation, 1 and 2 threads, each instruction set this CPU runs.
+TEST(LinearWq, FastMatchesReference) {
+  std::vector<CpuIsa> isas = {CpuIsa::avx2};
+  if (__builtin_cpu_supports("avx512f")) isas.push_back(CpuIsa::native);
+  for (CpuIsa isa : isas)
+    for (bool int8 : {true, false})
+      for (int64_t M : {1, 2, 7, 32, 65})
+        for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{19, 37}, {40, 300}})
+          for (int epi = 0; epi < 3; ++epi)
+            for (int threads : {1, 2}) {
+              SCOPED_TRACE(std::string(cpu_isa_name(isa)) + (int8 ? " i8" : " bf16") + " M=" + std::to_string(M) +
+                           " N=" + std::to_string(N) + " K=" + std::to_string(K) + " epi=" + std::to_string(epi) +
+                           " threads=" + std::to_string(threads));
+              std::vector<Arg> args = {input(random_tensor(DType::f32, {M, K}, 1))};
+              Attrs attrs;
+              if (int8) {
+                auto [q, s] = int8_weight(N, K, 2);
+                args.push_back(constant(q));
+                args.push_back(constant(s));
+                attrs["has_weight_scale"] = Attr(true);
+              } else {
+                args.push_back(constant(bf16_weight(N, K, 2)));
+              }
+              if (epi >= 1) {
+                args.push_back(constant(random_tensor(DType::f32, {N}, 3)));
+                attrs["has_bias"] = Attr(true);
+              }
+              if (epi == 2) {
+                args.push_back(input(random_tensor(DType::f32, {M, N}, 4)));
+                attrs["has_residual"] = Attr(true);
+                attrs["activation"] = Attr("silu");
+              }
+              OneNode n("linear_wq", std::move(args), attrs);
+              auto fast = make_kernel_for(n, Device::cpu, threads, isa_options(isa));
+              auto ref = make_kernel_for(n, Device::ref);
+              ASSERT_TRUE(fast && ref);
+              EXPECT_NE(fast->name().find(isa == CpuIsa::avx2 ? "avx2" : "avx512"), std::string::npos) << fast->name();
+              EXPECT_TRUE(all_close(run_kernel(*fast, n), run_kernel(*ref, n), kRtol, kAtol));
+            }
+}
+
+// One kernel serves every M of a compile (decode and prefill share it).
+TEST(LinearWq, OneKernelRunsEveryRowCount) {
+  auto [q, s] = int8_weight(24, 64, 2);
+  OneNode n("linear_wq", {input(random_tensor(DType::f32, {1, 64}, 1)), constant(q), constant(s)},
+            {{"has_weight_scale", Attr(true)}});
+  auto fast = make_kernel_for(n, Device::cpu);
+  ASSERT_TRUE(fast);
+  for (int64_t M : {3, 40}) {
+    OneNode other("linear_wq", {input(random_tensor(DType::f32, {M, 64}, 5)), constant(q), constant(s)},
+                  {{"has_weight_scale", Attr(true)}});
+    EXPECT_TRUE(fast->runs_shapes_of(other.context()));
+    auto ref = make_kernel_for(other, Device::ref);
+    EXPECT_TRUE(all_close(run_kernel(*fast, other), run_kernel(*ref, other), kRtol, kAtol)) << "M=" << M;
+  }
+}
+
+TEST(LinearWq, ShapeFunctionRefusesMismatches) {
+  auto fails = [](std::vector<TensorType> in, Attrs attrs) {
+    return OpTable::get().check("linear_wq", in, attrs).has_value();
+  };
+  const TensorType x{DType::f32, {Dim(2), Dim(8)}}, wq{DType::i8, {Dim(4), Dim(8)}}, s{DType::f32, {Dim(4)}};
+  EXPECT_FALSE(fails({x, wq, s}, {{"has_weight_scale", Attr(true)}}));
+  EXPECT_TRUE(fails({x, wq}, {}));                                                  // i8 without its scale
+  EXPECT_TRUE(fails({x, {DType::f32, {Dim(4), Dim(8)}}}, {}));                      // f32 weight
+  EXPECT_TRUE(fails({x, {DType::bf16, {Dim(4), Dim(9)}}}, {}));                     // K differs
+  EXPECT_TRUE(fails({x, wq, {DType::f32, {Dim(3)}}}, {{"has_weight_scale", Attr(true)}}));  // scale size
+  EXPECT_FALSE(fails({x, {DType::bf16, {Dim(4), Dim(8)}}, s}, {{"has_bias", Attr(true)}}));
+}
+
+// ---- the pass ------------------------------------------------------------------------------
+
+namespace {
+
+bool quantize_int8(Graph& g) { return quantize_weights(g, WeightDType::int8); }
+bool quantize_bf16(Graph& g) { return quantize_weights(g, WeightDType::bf16); }
+
+// Linears over a 300 x 256 weight (76800 elements, above the 64K rule; one shared by two
+// linears), a 64 x 256 one (below it), a matmul with a constant right operand and a linear
+// whose weight is an input: only the large constant linears become linear_wq.
+const char* kGraph = R"(graph(%x: f32[3, 256], %wi: f32[16, 256]) {
+  %w = constant f32[300, 256] random(seed=1)
+  %b = constant f32[300] random(seed=2)
+  %small = constant f32[64, 256] random(seed=3)
+  %m = constant f32[256, 300] random(seed=4)
+  %0 = linear(%x, %w, %b) {has_bias=true, activation="relu"}
+  %1 = linear(%x, %w)
+  %2 = linear(%x, %small)
+  %3 = matmul(%x, %m)
+  %4 = linear(%x, %wi)
+  return (%0, %1, %2, %3, %4)
+})";
+
+}  // namespace
+
+TEST(PassQuantizeWeights, RewritesLargeConstantLinearsOnly) {
+  // int8 error: each weight moves by at most scale/2 = max|w|/254 (max|w| ~2 here), so a sum
+  // of 256 products with |x| <= 2 moves by at most ~2 * 256 * 0.008 = 4 in the worst case and
+  // ~0.15 typically (random signs); 0.5 absolute on outputs of magnitude ~20.
+  auto g = check_pass(kGraph, quantize_int8, Changed::yes, {}, 0.05, 0.5);
+  dce(*g);
+  EXPECT_EQ(ops_of(*g), "linear_wq linear_wq linear matmul linear");
+  std::vector<Node*> nodes = g->nodes();
+  // Both linears over %w read one converted copy; the epilogue stays on the first.
+  EXPECT_EQ(nodes[0]->input(1), nodes[1]->input(1));
+  EXPECT_EQ(nodes[0]->input(1)->type.dtype, DType::i8);
+  EXPECT_EQ(nodes[0]->input(2)->type.str(), "f32[300]");
+  EXPECT_EQ(nodes[0]->attr("activation").s(), "relu");
+  EXPECT_TRUE(nodes[0]->attr("has_bias").b());
+  EXPECT_TRUE(nodes[0]->attr("has_weight_scale").b());
+  // No f32 copy of %w is left in the graph; the fold is recorded for refits.
+  for (const Value* c : g->constants())
+    if (c->type.str() == "f32[300, 256]") {
+      EXPECT_EQ(g->use_count(c), 0);
+    }
+  ASSERT_FALSE(g->folds().empty());
+  EXPECT_EQ(g->folds().back().op, "quantize_rows");
+}
+
+TEST(PassQuantizeWeights, Bf16KeepsTheWeightWithoutScale) {
+  // bf16 rounds each weight by at most 2^-9 relative: ~0.4% of a ~20 output at worst.
+  auto g = check_pass(kGraph, quantize_bf16, Changed::yes, {}, 0.01, 0.1);
+  Node* first = g->nodes().front();
+  ASSERT_EQ(first->op_name(), "linear_wq");
+  EXPECT_EQ(first->input(1)->type.dtype, DType::bf16);
+  EXPECT_FALSE(first->attr("has_weight_scale").b());
+}
+
+TEST(PassQuantizeWeights, F32ChangesNothing) {
+  auto g = parse_graph(kGraph);
+  EXPECT_FALSE(quantize_weights(*g, WeightDType::f32));
+}
+
+// The fast kernels on the rewritten graph against the f32 graph on the reference kernels.
+TEST(PassQuantizeWeights, FastKernelsAgreeWithF32Graph) {
+  auto original = parse_graph(kGraph);
+  auto g = parse_graph(kGraph);
+  ASSERT_TRUE(quantize_int8(*g));
+  auto inputs = random_inputs(*original);
+  expect_same_outputs(interpret(*original, inputs, Device::ref), interpret(*g, inputs, Device::cpu), 0.05, 0.5);
+}
+
+// ---- text IR -------------------------------------------------------------------------------
+
+TEST(TextIrLinearWq, RoundTrips) {
+  const std::string text = R"(graph(%x: f32[s0, 4]) {
+  %q = constant i8[2, 4] [1, -2, 127, -127, 0, 5, -6, 7]
+  %s = constant f32[2] [0.5, 0.25]
+  %h = constant bf16[2, 4] bits[0x3f80, 0xc000, 0x3f00, 0x0000, 0x3f80, 0x3f80, 0xbf80, 0x4000]
+  %b = constant f32[2] [1.0, -1.0]
+  %0 = linear_wq(%x, %q, %s, %b) {has_weight_scale=true, has_bias=true, activation="silu"}
+  %1 = linear_wq(%x, %h)
+  %2, %3 = quantize_rows(%x)
+  %4 = to_bf16(%x)
+  return (%0, %1, %2, %3, %4)
+})";
+  auto g = parse_graph(text);
+  std::string once = print_graph(*g);
+  auto g2 = parse_graph(once);
+  EXPECT_EQ(print_graph(*g2), once);
+  EXPECT_NE(once.find("linear_wq"), std::string::npos);
+  EXPECT_EQ(g2->outputs()[0]->type.str(), "f32[s0, 2]");
+  EXPECT_EQ(g2->outputs()[2]->type.str(), "i8[s0, 4]");
+  EXPECT_EQ(g2->outputs()[3]->type.str(), "f32[s0]");
+  EXPECT_EQ(g2->outputs()[4]->type.str(), "bf16[s0, 4]");
+}
