@@ -17,10 +17,18 @@ dim is listed in `pad` with a value that makes padded positions inert, and no ou
 positions along the dim except through attention that those values mask out. For a BERT-style
 encoder, input_ids padded with the pad token and attention_mask padded with 0 qualify: padded
 keys get the mask's large negative bias, so real positions attend to real positions only, and
-padded rows of the outputs are cut off. A causal decoder padded at the end qualifies too. A model
+padded rows of the outputs are cut off. A causal decoder padded at the end qualifies too, when it returns every position. A model
 that pools over the dim (mean over tokens), or normalises across it, does not: leave `pad` out.
 The backend also refuses padding (and warns once) when an input carrying the dim has no pad
-value, or an output has a size computed from the dim (s*12) that it cannot cut back.
+value, an output has a size computed from the dim (s*12) that it cannot cut back, or the graph
+takes positions counted from the end of the dim (transformers' logits_to_keep keeps the last
+position's logits; padding at the end would move it).
+
+KV caches: the gear is refused for a graph (one warning: drop the gear, range plans already give
+one plan per size bucket) where resizing the geared input alone would break it: another input's
+size is computed from the dim, a shape guard ties the dim to another input's size (a decode
+step's attention mask and cache, a static cache's max_cache_len), or the graph writes a tensor in
+place (a static cache). A one-token decode graph, where the dim is 1, just does not use the gear.
 """
 from __future__ import annotations
 
