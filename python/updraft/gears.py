@@ -147,17 +147,29 @@ class GearBox:
                  "gears get plans of their own")
         box = cls(gear, sym, carriers, outputs, padding)
         box._guard_code = _guard_code(size, placeholders)
+        box._symbolic = [i for i, ph in enumerate(placeholders) if _is_symbolic(meta(ph))]
+        box._fits = {}
         return box
 
     def fits(self, args: list) -> bool:
-        """Whether `args` (resized) satisfy the graph's shape guards: the graph is valid for them."""
+        """Whether `args` (resized) satisfy the graph's shape guards: the graph is valid for them.
+        Evaluating the guards costs far more than a look-up (docs/BENCHMARKS.md, "Issue 20: gears"),
+        so the answer is kept per sizes and strides of the inputs with symbolic sizes, the only
+        ones the guards read."""
         code, env = getattr(self, "_guard_code", (None, None))
         if not code:
             return True
-        try:
-            return bool(env.evaluate_guards_expression(code, args))
-        except Exception:  # an expression we cannot evaluate: do not run the graph on these sizes
-            return False
+        key = tuple((tuple(a.shape), a.stride()) if hasattr(a, "shape") else a for a in
+                    (args[i] for i in self._symbolic))
+        hit = self._fits.get(key)
+        if hit is None:
+            try:
+                hit = bool(env.evaluate_guards_expression(code, args))
+            except Exception:  # an expression we cannot evaluate: do not run the graph on these sizes
+                hit = False
+            if len(self._fits) < 256:
+                self._fits[key] = hit
+        return hit
 
     def size_of(self, args: list) -> int:
         i, d, _ = next(c for c in self.carriers if c[1] is not None)
@@ -309,3 +321,12 @@ def _guard_code(size: Any, placeholders: list) -> tuple:
         return env.produce_guards_expression([meta(p) for p in placeholders]), env
     except Exception:
         return None, None
+
+
+def _is_symbolic(value: Any) -> bool:
+    import torch
+
+    if isinstance(value, torch.SymInt):
+        return True
+    return isinstance(value, torch.Tensor) and any(isinstance(s, torch.SymInt)
+                                                   for s in (*value.shape, *value.stride()))
