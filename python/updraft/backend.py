@@ -106,7 +106,8 @@ class PartitionedGraph:
         self._names = names or [n.name for n in gm.graph.nodes if n.op == "placeholder"]
         self.gears: list = []
         for gear in (config.gears if config is not None else ()):
-            box = GearBox.bind(gear, gm, self._names, warn_once)
+            box = GearBox.bind(gear, gm, self._names, warn_once,
+                               note=(lambda text: report.compiles.append(("gears", text))) if report is not None else None)
             if box is not None:
                 self.gears.append(box)
                 if report is not None:
@@ -125,24 +126,51 @@ class PartitionedGraph:
 
     def _call_geared(self, args: list) -> Any:
         """Gears (updraft/gears.py): plan every gear at the first call, pad between gears."""
-        for box in self.gears:
+        for box in list(self.gears):
             if not box.warmed:
                 with self._lock:
                     if not box.warmed:
-                        for size in box.gear.sizes:  # builds each partition's plans for the gear
-                            self.gm.forward(*box.resized(args, size))
+                        self._warm(box, args)
                         box.warmed = True
+        if not self.gears:
+            return self.gm.forward(*args)
         cuts = []
         for box in self.gears:
             size = box.size_of(args)
             target = box.gear_for(size)
             if target is not None:
-                args = box.resized(args, target)
-                cuts.append((box, size))
+                padded = box.resized(args, target)
+                if box.fits(padded):  # the graph's shape guards hold for the padded inputs
+                    args = padded
+                    cuts.append((box, size))
         outs = self.gm.forward(*args)
         for box, size in reversed(cuts):
             outs = box.cut(outs, size)
         return outs
+
+    def _warm(self, box: GearBox, args: list) -> None:
+        """Runs the graph once per gear size (builds each partition's plans for it). A size whose
+        resized inputs break the graph's shape guards is skipped; a failing run drops the gear
+        (warned once): warming is an optimisation and must never fail the user's call."""
+        skipped = []
+        for size in box.gear.sizes:
+            resized = box.resized(args, size)
+            if not box.fits(resized):
+                skipped.append(size)
+                continue
+            try:
+                self.gm.forward(*resized)
+            except Exception as e:
+                self.gears.remove(box)
+                warn_once(f"[updraft.gears] warming the gear on {box.gear.input!r} dim {box.gear.dim} at size "
+                          f"{size} failed ({type(e).__name__}: {str(e)[:200]}); the gear is dropped and the graph "
+                          "runs without it. Drop the gear, or report the graph")
+                return
+        if skipped:
+            box.gear_sizes_skipped = skipped
+            if self.report is not None:
+                self.report.compiles.append(("gears", f"{box.gear.input} sizes {skipped} not planned: "
+                                             "the graph's shape guards reject them with this call's other inputs"))
 
     def _rebind(self, args: list) -> None:
         with self._lock:
