@@ -111,7 +111,8 @@ def install_hooks(timers: Timers) -> None:
         setattr(_C.Executable, name, timers.wrap("engine", inner))
 
 
-def run(model_name: str, guards: list[str], cache: str, dynamic, new_tokens: int, runs: int, threads: int) -> list[dict]:
+def run(model_name: str, guards: list[str], cache: str, dynamic, new_tokens: int, runs: int,
+        threads: int) -> list[dict]:
     import transformers
     import updraft  # noqa: F401  (registers the backend)
 
