@@ -3,10 +3,11 @@ supported nodes in the outer GraphModule (partition.py decides the groups).
 
 It builds its engine graph at its first call, when real tensors are at hand: inputs marked
 constant (frozen parameters, graph attributes) become engine constants (zero-copy); the rest
-are runtime inputs. Per call it looks up the output shapes for the input shapes (cached),
-allocates outputs with torch.empty and lets the engine write them. It rebuilds when the
-backend says its constants changed (`invalidate`), and runs in PyTorch for good when building
-or running fails (with fallback) or the recompile limit is reached.
+are runtime inputs. Per call it finds the plan bound to the input signature (binding one, a
+single engine plan lookup, for a new signature), allocates outputs with torch.empty and lets
+the engine write them. It rebuilds when the backend says its constants changed (`invalidate`),
+and runs in PyTorch for good when building or running fails (with fallback) or the recompile
+limit is reached.
 
 It does not decide what runs in the engine (support.py, partition.py) nor key, load or store
 compile-cache entries (partition_cache.py).
@@ -95,30 +96,32 @@ class EnginePartition(torch.nn.Module):
             return self.sub(*args)
         if _torch_profiler._is_profiler_enabled or profiler.tracing:  # step ranges (profiler.py)
             return profiler.run_observed(self, st, args)
-        # Fast path, once a shape signature has run: the plan is bound (PlannedCall) and the
-        # tensors cross as data pointers, no DLPack. It needs each runtime input to be a
-        # contiguous CPU tensor of the dtype the engine graph was built for (the shape is the
-        # dict key); anything else takes the general path below.
+        # Tensors cross as data pointers through a plan bound to the input signature
+        # (PlannedCall): no DLPack, no plan lookup once the signature is bound. That needs each
+        # runtime input to be a contiguous CPU tensor of the dtype the engine graph was built for
+        # (the shape is the key); anything else takes _run_general.
         ins = [args[j] for j in st.runtime_pos]
         sig = [t.shape for t in ins]
         if st.size_pos:  # a size input's value is its signature; the plan holds it (ptr 0)
             sig += [args[j] for j in st.size_pos]
-        call = st.calls.get(tuple(sig))
-        if call is not None:
-            ptrs = []
-            for t, dt in zip(ins, st.in_dtypes):
-                if t.dtype is not dt or not t.is_cpu or not t.is_contiguous():
-                    break
-                ptrs.append(t.data_ptr())
-            else:
-                ptrs += [0] * len(st.size_pos)
-                outs = [torch.empty(s, dtype=d) for s, d in call[1]]
-                try:
-                    call[0].run(ptrs, [o.data_ptr() for o in outs])
-                except _c().UpdraftError as e:
-                    return self._engine_failed(e, args)
-                return tuple(outs) if self._multi else outs[0]
-        return self._run_general(st, args)
+        key = tuple(sig)
+        ptrs = []
+        for t, dt in zip(ins, st.in_dtypes):
+            if t.dtype is not dt or not t.is_cpu or not t.is_contiguous():
+                return self._run_general(st, args)
+            ptrs.append(t.data_ptr())
+        ptrs += [0] * len(st.size_pos)
+        try:
+            call = st.calls.get(key)
+            if call is None:
+                # A new signature (every decode step, as the KV length grows): bound here, one
+                # plan lookup (a build, or an instance of a range plan), and run by pointers.
+                call = self._bind(st, key)
+            outs = [torch.empty(s, dtype=d) for s, d in call[1]]
+            call[0].run(ptrs, [o.data_ptr() for o in outs])
+        except _c().UpdraftError as e:
+            return self._engine_failed(e, args)
+        return tuple(outs) if self._multi else outs[0]
 
     def _engine_failed(self, e: Exception, args: tuple) -> Any:
         """The engine raised `e` running this call. PyTorch runs the same call: when it fails too,
@@ -143,8 +146,9 @@ class EnginePartition(torch.nn.Module):
         return out
 
     def _run_general(self, st: "_Built", args: tuple, observer: Any = None) -> Any:
-        """Any inputs (strided, requiring grad): DLPack views, plan looked up by the engine; an
-        optional _C.StepObserver sees the engine's steps (profiler.run_observed)."""
+        """Any inputs (strided, requiring grad, another dtype): DLPack views, which the engine
+        checks and packs; an optional _C.StepObserver sees the engine's steps
+        (profiler.run_observed). Output shapes come from the signature's bound call."""
         ins = []
         for j in st.runtime_pos:
             t = args[j]
@@ -152,36 +156,43 @@ class EnginePartition(torch.nn.Module):
                 t = t.detach()
             ins.append(t)  # strided as it comes: the plan packs it (src/runtime/plan.h)
         sizes = [int(args[j]) for j in st.size_pos]
-        key = tuple(tuple(t.shape) for t in ins) + tuple(sizes)
-        sig = [list(t.shape) for t in ins] + [[v] for v in sizes]  # the engine's input signature
+        key = tuple(t.shape for t in ins) + tuple(sizes)
         ins += [torch.tensor(v, dtype=torch.int64) for v in sizes]
-        shapes = st.shapes.get(key)
-        C = _c()
         try:
-            if shapes is None:
-                shapes = [tuple(s) for s in st.cg.prepare(sig)]
-                st.shapes[key] = shapes
-                if self.dump is not None:
-                    self.dump.plan(st.cg, sig)
-            outs = [torch.empty(s, dtype=d) for s, d in zip(shapes, st.out_dtypes)]
+            call = st.calls.get(key)
+            if call is None:
+                call = self._bind(st, key)
+            outs = [torch.empty(s, dtype=d) for s, d in call[1]]
             st.cg.run(ins, outs, observer)
-            # After every call on this path (new signatures, and plans the engine's LRU evicted
-            # and rebuilt inside run), so the report counts every plan build.
-            self._record_plan_stats(st.cg)
-            if key not in st.calls:  # later calls with this signature take the fast path
-                # Bound outside the lock (a plan build releases the GIL); added and evicted under
-                # it, as threads binding other signatures change the table meanwhile. Readers
-                # need no lock: dict.get is atomic, and a call evicted after its lookup keeps
-                # its plan alive while it runs.
-                call = (st.cg.planned(sig), list(zip(shapes, st.out_dtypes)))
-                with st.lock:
-                    if key not in st.calls:
-                        while len(st.calls) >= _MAX_BOUND_PLANS:
-                            del st.calls[next(iter(st.calls))]  # a PlannedCall pins its plan: bound them
-                        st.calls[key] = call
-        except C.UpdraftError as e:
+        except _c().UpdraftError as e:
             return self._engine_failed(e, args)
         return tuple(outs) if self._multi else outs[0]
+
+    def _bind(self, st: "_Built", key: tuple) -> tuple:
+        """Binds a plan to the input signature `key` (tensor shapes, then size values) and keeps
+        it for the calls that follow: (PlannedCall, [(output shape, dtype)]). One plan lookup:
+        the engine builds the plan, or instantiates its size bucket's range plan, or finds it in
+        its plan cache. Bound outside the lock (a plan build releases the GIL); added and
+        evicted under it, as threads binding other signatures change the table meanwhile.
+        Readers need no lock: dict.get is atomic, and a call evicted after its lookup keeps its
+        plan alive while it runs. At most _MAX_BOUND_PLANS are kept, oldest bound first out: a
+        PlannedCall pins its plan, and a growing dim (a decode step's KV length) makes a new
+        signature per call."""
+        n = len(st.runtime_pos)
+        sig = [list(s) for s in key[:n]] + [[int(v)] for v in key[n:]]  # the engine's input signature
+        planned = st.cg.planned(sig)
+        call = (planned, list(zip((tuple(s) for s in planned.output_shapes), st.out_dtypes)))
+        if self.dump is not None:
+            self.dump.plan(st.cg, sig)
+        # After every bind, so the report counts every plan build (rebuilds after the engine's
+        # LRU evicted a plan too: a bound signature is never looked up again while bound).
+        self._record_plan_stats(st.cg)
+        with st.lock:
+            if key not in st.calls:
+                while len(st.calls) >= _MAX_BOUND_PLANS:
+                    del st.calls[next(iter(st.calls))]
+                st.calls[key] = call
+        return call
 
     def _record_plan_stats(self, cg: Any) -> None:
         r = self.report
@@ -332,7 +343,7 @@ def check_out_dtypes(outputs: list, engine_dtypes: list[str]) -> list[torch.dtyp
 
 
 class _Built:
-    __slots__ = ("cg", "runtime_pos", "size_pos", "out_dtypes", "shapes", "in_dtypes", "calls", "lock")
+    __slots__ = ("cg", "runtime_pos", "size_pos", "out_dtypes", "in_dtypes", "calls", "lock")
 
     def __init__(self, cg: Any, runtime_pos: list[int], out_dtypes: list[torch.dtype],
                  in_dtypes: list[torch.dtype], size_pos: list[int]) -> None:
@@ -340,9 +351,8 @@ class _Built:
         self.runtime_pos = runtime_pos  # tensor inputs
         self.size_pos = size_pos  # size inputs (ints at run time), after the tensors
         self.out_dtypes = out_dtypes
-        self.shapes: dict = {}  # input signature (tensor shapes, then size values) -> output shapes
         self.in_dtypes = in_dtypes  # runtime inputs' dtypes the engine graph was built for
-        # input-shape signature -> (PlannedCall, [(output shape, dtype)]): the fast path; at most
-        # _MAX_BOUND_PLANS, oldest bound first out. Changed only under `lock`.
+        # input signature (tensor shapes, then size values) -> (PlannedCall, [(output shape,
+        # dtype)]); at most _MAX_BOUND_PLANS, oldest bound first out. Changed only under `lock`.
         self.calls: dict = {}
         self.lock = threading.Lock()

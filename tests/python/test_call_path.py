@@ -126,3 +126,37 @@ def test_wrong_dtype_on_a_bound_signature_is_never_run_by_pointer(partitions):
                 return  # eager itself may refuse mixed dtypes; what matters is no pointer run
         # The engine refuses the dtype (general path), the partition falls back to PyTorch.
         torch.testing.assert_close(got, p.sub(*args))
+
+
+def test_a_new_signature_binds_once_and_runs_by_pointer(partitions, monkeypatch):
+    # A growing dim (a decode step's KV length) makes a new signature per call: each must cost
+    # one plan lookup (Executable.planned), not prepare + a DLPack run + a bind.
+    from updraft import _C
+
+    m = _mlp()
+    seen = {"planned": 0, "prepare": 0, "run": 0}
+    for name in seen:
+        orig = getattr(_C.Executable, name)
+
+        def counted(self, *a, _orig=orig, _name=name, **k):
+            seen[_name] += 1
+            return _orig(self, *a, **k)
+        monkeypatch.setattr(_C.Executable, name, counted)
+    with torch.no_grad():
+        f = torch.compile(m, backend=get_backend(CompilerConfig(num_threads=1)), dynamic=True)
+        f(torch.randn(2, 16))
+        (p,) = partitions
+        base = dict(seen)
+        n_new = part_mod._MAX_BOUND_PLANS + 4
+        for n in range(3, 3 + n_new):
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(f(x), m(x))
+    assert seen["planned"] - base["planned"] == n_new
+    assert seen["prepare"] == base["prepare"] and seen["run"] == base["run"]
+    # The bound calls stay bounded however many sizes ran, and still serve a recent one.
+    assert len(p._state.calls) == part_mod._MAX_BOUND_PLANS
+    assert not hasattr(p._state, "shapes")
+    x = torch.randn(2 + n_new, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), m(x))
+    assert seen["planned"] - base["planned"] == n_new
