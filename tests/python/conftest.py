@@ -44,3 +44,14 @@ def engine_compiles(monkeypatch):
     torch._dynamo.reset()
     yield calls
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def report():
+    """One updraft Report collecting every graph compiled in the test (recompiles included)."""
+    from updraft.report import Report, set_collector
+
+    rep = Report()
+    set_collector(rep)
+    yield rep
+    set_collector(None)

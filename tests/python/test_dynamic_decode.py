@@ -21,14 +21,6 @@ from updraft.report import Report, set_collector
 TOL = dict(rtol=1e-5, atol=1e-5)
 
 
-@pytest.fixture
-def report():
-    """One Report over every graph compiled in the test (recompiles included)."""
-    rep = Report()
-    set_collector(rep)
-    yield rep
-    set_collector(None)
-
 
 def _no_warnings(fn):
     with warnings.catch_warnings():
