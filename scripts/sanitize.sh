@@ -84,7 +84,7 @@ print(f"[sanitize] asan: extension {c.__file__}")
 EOF
   echo "[sanitize] asan: Python tests"
   env "${env[@]}" UPDRAFT_DIFF_FUZZ_SECONDS="${UPDRAFT_ASAN_FUZZ_SECONDS:-60}" \
-    python -m pytest -q -m "not slow" -p no:cacheprovider \
+    python -m pytest -q -m "not slow" -p no:cacheprovider -n "${UPDRAFT_SANITIZE_JOBS:-2}" --dist worksteal \
       tests/python/test_ops.py tests/python/test_backend.py tests/python/test_cache.py \
       tests/python/test_call_path.py tests/python/test_dynamic.py tests/python/test_diff_fuzz.py \
       tests/python/test_trace.py tests/python/test_watchdog.py tests/python/test_compare.py \

@@ -24,7 +24,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 . .venv/bin/activate
-echo "[setup] installing Python dependencies (torch==2.13.0 CPU, oneDNN 3.2, nanobind, transformers, pytest)"
+echo "[setup] installing Python dependencies (torch==2.13.0 CPU, oneDNN 3.2, nanobind, transformers, pytest, pytest-xdist)"
 # pip's output goes to a log that is shown only when a step fails.
 pip_quiet() {
   local log; log=$(mktemp)
@@ -34,7 +34,7 @@ pip_quiet() {
   fi
   rm -f "$log"
 }
-pip_quiet torch==2.13.0 numpy transformers pytest expecttest matplotlib pillow \
+pip_quiet torch==2.13.0 numpy transformers pytest pytest-xdist expecttest matplotlib pillow \
   nanobind scikit-build-core ninja cmake \
   onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0
 

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite: set up, then the C++ unit tests (GoogleTest via ctest) and the Python
 # tests (pytest: ops vs eager, torch.compile end to end, real models).
-# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow"`.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow"`; the Python tests run
+# in one worker process per core (pytest-xdist: most of a test's time is Dynamo and the
+# compiler in one Python thread, so one process leaves a core idle); `-n 0` runs them in this
+# process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -11,4 +14,4 @@ ctest --test-dir build/py --output-on-failure -j2
 echo "[test] the C/C++ runtime as a user installs it (examples/ against the installed package)"
 bash scripts/example.sh
 echo "[test] Python tests"
-python -m pytest -q "$@"
+python -m pytest -q -n auto --dist worksteal --durations=25 "$@"
