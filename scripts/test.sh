@@ -7,11 +7,15 @@
 # process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+t0=$(date +%s)
+since() { echo "$(( $(date +%s) - t0 )) s"; }
 bash scripts/setup.sh
+echo "[test] set-up: $(since)"
 . .venv/bin/activate
 echo "[test] C++ unit tests"
 ctest --test-dir build/py --output-on-failure -j2
 echo "[test] the C/C++ runtime as a user installs it (examples/ against the installed package)"
 bash scripts/example.sh
-echo "[test] Python tests"
+echo "[test] Python tests ($(since) so far)"
 python -m pytest -q -n auto --dist worksteal --durations=25 "$@"
+echo "[test] all: $(since)"

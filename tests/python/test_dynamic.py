@@ -167,13 +167,15 @@ def test_new_shapes_reuse_the_compiles_kernels(monkeypatch):
 
 
 @pytest.mark.slow
-def test_bert_base_20_lengths_3_batches_one_compile(engine_compiles):
+def test_bert_base_many_lengths_and_batches_one_compile(engine_compiles):
+    """Ten lengths from 8 to 512 at two batch sizes: one engine compile, one plan per shape.
+    (Twenty lengths at three batches took five minutes of CI for no more coverage.)"""
     from updraft import zoo
 
     model, _ = zoo.build("bert")
     compiled = torch.compile(model, backend="updraft", dynamic=True)
-    lengths = [8, 12, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512]
-    shapes = [(b, s) for b in (2, 3, 4) for s in lengths]
+    lengths = [8, 12, 24, 40, 64, 112, 160, 256, 384, 512]
+    shapes = [(b, s) for b in (2, 3) for s in lengths]
     _run_shapes(model, compiled, shapes, vocab=model.config.vocab_size)
     rep = updraft.last_report()
     _check_single_partition(rep)
