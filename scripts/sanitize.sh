@@ -6,6 +6,7 @@
 #   tsan  TSan build of the engine and the C++ test files that run it from several threads
 #         (preset "tsan", build/tsan): those tests, with one OpenMP thread.
 # Usage: bash scripts/sanitize.sh [asan|tsan]...   (no argument: both lanes)
+# UPDRAFT_SANITIZE_JOBS (2): build jobs, ctest jobs and pytest-xdist workers.
 # Any sanitizer report fails the lane (non-zero exit). It installs nothing but gcc's sanitizer
 # runtimes, and only when a machine lacks them. Each lane prints its build and run times.
 set -euo pipefail
@@ -84,7 +85,7 @@ print(f"[sanitize] asan: extension {c.__file__}")
 EOF
   echo "[sanitize] asan: Python tests"
   env "${env[@]}" UPDRAFT_DIFF_FUZZ_SECONDS="${UPDRAFT_ASAN_FUZZ_SECONDS:-60}" \
-    python -m pytest -q -m "not slow" -p no:cacheprovider -n "${UPDRAFT_SANITIZE_JOBS:-2}" --dist worksteal \
+    python -m pytest -q -m "not slow" -p no:cacheprovider -n "$JOBS" --dist worksteal \
       tests/python/test_ops.py tests/python/test_backend.py tests/python/test_cache.py \
       tests/python/test_call_path.py tests/python/test_dynamic.py tests/python/test_diff_fuzz.py \
       tests/python/test_trace.py tests/python/test_watchdog.py tests/python/test_compare.py \

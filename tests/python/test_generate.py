@@ -19,8 +19,9 @@ order 1 (measured for every family here); a wrong mask, position or rotary gives
 
 The fast lane runs four families, dynamic cache, batch 1, greedy; the rest is `slow`, chosen to
 cover each axis without the full cross product (which took about 17 minutes of CI's 90):
-every family greedy at batch 2 left-padded with both cache kinds and two prompt lengths (batch 1
-adds nothing a padded batch does not exercise, and the fast lane runs it for four families);
+every family greedy at batch 2 left-padded with both cache kinds and two prompt lengths, and at
+batch 1 with the static cache (one length; the fast lane runs batch 1 with the dynamic cache for
+four families): without padding, the mask comes from positions and cache length alone;
 sampling and `model.compile()` on two families with different attention and position code
 (Llama: rotary, grouped-query; GPT-2: learned positions, Conv1D), one cache kind each, since
 what they add (logits processors and the random draw outside the graph; the module-level
@@ -181,6 +182,12 @@ def test_generate_greedy(name):
 def test_generate_greedy_all(name, cache):
     """Two prompt lengths through the same compiled forward, batch 2 left-padded."""
     run_case(name, batch=2, cache=cache, lengths=(7, 12))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_generate_greedy_static_batch1(name):
+    run_case(name, cache="static")
 
 
 @pytest.mark.slow
