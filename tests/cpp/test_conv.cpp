@@ -198,6 +198,8 @@ TEST(Conv, WeightScaleShapeIsChecked) {
 // block_conv_layout pass can give it: a sweep of kernel sizes against small images with "same"
 // and larger padding, strides, dilations and groups, 1-D (as [N, C, 1, L]) and 2-D. Each kernel
 // is also checked against the reference.
+// Which forms oneDNN jits depends on the ISA and the thread count: ctest runs this with every
+// core, the TSan lane (scripts/sanitize.sh) with one OpenMP thread, so both are checked.
 TEST(Conv, NoProblemRunsOnAReferenceImplementation) {
   struct Sweep {
     int64_t H, W, k, stride, pad, dil, groups, C = 16;

@@ -268,17 +268,25 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   // The forms a conv may run in, in order of preference, until oneDNN gives one a jit kernel:
   // the graph's layouts; plain src with a blocked dst (direct kernels); plain src and dst
   // (gemm-based, which serves most shapes but is slow on large kernels with large padding); the
-  // same two reading a zero-bordered copy of the source
-  // (pre-padded); and all of these again with 2+ threads where the work gave 1 (oneDNN's
-  // gemm-based convolution declines some single-threaded problems). Measured forms: the
-  // header comment and tests/cpp/test_conv.cpp (NoProblemRunsOnAReferenceImplementation).
+  // same reading a zero-bordered copy of the source (pre-padded); and all of these again with
+  // 2+ threads where the work gave 1 (oneDNN's gemm-based convolution declines some
+  // single-threaded problems: on an AVX2 CPU with one thread, x [1, 3, 16, 16] with a 7x7
+  // kernel and padding 7 is jitted only pre-padded into an 8-channel-blocked dst). Measured
+  // forms: the header comment and tests/cpp/test_conv.cpp (NoProblemRunsOnAReferenceImplementation).
   struct Form {
     int64_t src_block, dst_block;
     bool pre_pad;
   };
   const bool padded = pl[0] || pl[1] || pr[0] || pr[1];
-  std::vector<Form> forms = {{src_block, dst_block, false}, {0, 16, false}, {0, 0, false}};
-  if (padded) forms.insert(forms.end(), {{0, 16, true}, {0, 0, true}});
+  std::vector<Form> forms = {{src_block, dst_block, false}};
+  for (bool pre_pad : {false, true}) {
+    if (pre_pad && !padded) break;
+    // Both blocks on every CPU: oneDNN's AVX2 kernels (8-channel blocks) also run on AVX-512
+    // CPUs and serve some problems its AVX-512 ones decline; on an AVX2-only CPU the 16-block
+    // form is never jitted, and costs one descriptor creation.
+    for (int64_t block : {16, 8}) forms.push_back({0, block, pre_pad});
+    forms.push_back({0, 0, pre_pad});
+  }
   try {
     bool jitted = false;
     for (int round = 0; round < 2 && !jitted; ++round) {
