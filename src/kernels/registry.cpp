@@ -12,18 +12,22 @@ namespace updraft {
 const char* device_name(Device d) { return d == Device::ref ? "ref" : "cpu"; }
 
 namespace {
+// What a function kernel depends on besides the views: make_kernel, make_generic_kernel and
+// make_view_kernel in that order.
+enum class FnUse : uint8_t { shapes, attrs, views };
+
 class FnKernel final : public Kernel {
  public:
-  FnKernel(std::string name, KernelFn fn, bool generic)
-      : name_(std::move(name)), fn_(std::move(fn)), generic_(generic) {}
+  FnKernel(std::string name, KernelFn fn, FnUse use) : name_(std::move(name)), fn_(std::move(fn)), use_(use) {}
   void run(const TensorView* in, TensorView* out, void*) const override { fn_(in, out); }
   std::string name() const override { return name_; }
-  bool runs_shapes_of(const KernelContext&) const override { return generic_; }
+  bool runs_shapes_of(const KernelContext&) const override { return use_ != FnUse::shapes; }
+  bool reads_attrs() const override { return use_ != FnUse::views; }
 
  private:
   std::string name_;
   KernelFn fn_;
-  bool generic_;
+  FnUse use_;
 };
 }  // namespace
 
@@ -48,6 +52,7 @@ class FaultKernel final : public Kernel {
   std::string name() const override { return k_->name() + "+fault"; }
   bool runs_shapes_of(const KernelContext& ctx) const override { return k_->runs_shapes_of(ctx); }
   size_t scratch_bytes_for(const KernelContext& ctx) const override { return k_->scratch_bytes_for(ctx); }
+  bool reads_attrs() const override { return k_->reads_attrs(); }
 
  private:
   std::unique_ptr<Kernel> k_;
@@ -61,11 +66,15 @@ std::unique_ptr<Kernel> with_fault(const KernelContext& ctx, std::unique_ptr<Ker
 }  // namespace
 
 std::unique_ptr<Kernel> make_kernel(std::string name, KernelFn fn) {
-  return std::make_unique<FnKernel>(std::move(name), std::move(fn), false);
+  return std::make_unique<FnKernel>(std::move(name), std::move(fn), FnUse::shapes);
 }
 
 std::unique_ptr<Kernel> make_generic_kernel(std::string name, KernelFn fn) {
-  return std::make_unique<FnKernel>(std::move(name), std::move(fn), true);
+  return std::make_unique<FnKernel>(std::move(name), std::move(fn), FnUse::attrs);
+}
+
+std::unique_ptr<Kernel> make_view_kernel(std::string name, KernelFn fn) {
+  return std::make_unique<FnKernel>(std::move(name), std::move(fn), FnUse::views);
 }
 
 const KernelRegistry& KernelRegistry::get() {

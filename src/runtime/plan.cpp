@@ -442,10 +442,15 @@ std::string Plan::range_refusal(const Graph& g, const CompileOptions& opts, cons
     lo[r.sym] = r.lo;
     hi[r.sym] = r.hi;
   }
+  // Every kernel step, moving or not: a kernel on static shapes can still have bound a
+  // symbolic attribute (a slice of a fixed table at a size-dependent offset).
+  for (const Step& st : steps_)
+    if (st.kind == Step::Kind::Kernel && cache.symbolic_attrs[static_cast<size_t>(st.time)] &&
+        st.kernel->reads_attrs())
+      return node_label(*st.node) + " has attributes that depend on a size, and its kernel " + st.kernel->name() +
+             " reads them";
   for (size_t i : sym_steps_) {
     const Step& st = steps_[i];
-    if (cache.symbolic_attrs[static_cast<size_t>(st.time)])
-      return node_label(*st.node) + " has attributes that depend on a size";
     try {
       if (!st.kernel->runs_shapes_of(context_at(*st.node, lo, opts)) ||
           !st.kernel->runs_shapes_of(context_at(*st.node, hi, opts)))

@@ -137,8 +137,10 @@ class Plan {
   // - range_refusal, asked of the first plan built for symbolic sizes, says whether the graph
   //   qualifies ("" when it does): no size inputs (the caller checks); every value's symbolic
   //   type evaluates to its concrete shape; every kernel whose shapes move with a symbol runs
-  //   other sizes as it is (Kernel::runs_shapes_of at the bucket's bottom and top) and binds
-  //   no symbolic attributes. A graph that does not qualify builds a plan per signature.
+  //   other sizes as it is (Kernel::runs_shapes_of at the bucket's bottom and top); and no
+  //   kernel, moving or not, reads attributes that hold a symbol (Kernel::reads_attrs: an
+  //   expand to [s0, 1, 1, s1] qualifies, its kernel reads sizes from the views; a slice
+  //   starting at s0 does not). A graph that does not qualify builds a plan per signature.
   // - build_range builds a template at the top of each symbol's bucket (bucket_of), so its
   //   memory plan has room for every size in the bucket (null and `why` if that fails).
   // - instantiate makes the plan of one signature in the bucket without a build: the

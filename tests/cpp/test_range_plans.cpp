@@ -54,6 +54,27 @@ const char* kStaticKernel = R"(graph(%x: f32[s0, 32]) {
   return (%y)
 })";
 
+// A batched decode step's attention mask: a [1, 1, 1, s0] row broadcast to the batch by an
+// expand whose target shape holds s0 (a symbolic attribute). The expand kernel reads its sizes
+// from the views, so the graph still takes range plans.
+const char* kSymbolicExpand = R"(graph(%m: f32[1, 1, 1, s0], %s: f32[2, 4, 1, s0]) {
+  %e = expand(%m) {shape=[2, 1, 1, s0]}
+  %f = mul(%e, %e)
+  %y = add(%s, %f)
+  return (%f, %y)
+})";
+
+// A fixed table sliced at a size-dependent row (a position table read at the current length):
+// the slice kernel binds its start, so the graph keeps one plan per size.
+const char* kSymbolicSlice = R"(graph(%x: f32[s0, 8]) {
+  %pe = constant f32[64, 8] random(seed=6, lo=-1, hi=1)
+  %r = sum(%x) {dims=[0], keepdim=true}
+  %p = slice(%pe) {dim=0, start=s0, end=64}
+  %q = slice(%p) {dim=0, start=0, end=1}
+  %y = add(%r, %q)
+  return (%y)
+})";
+
 std::vector<Tensor> decode_inputs(int64_t past) {
   auto seed = static_cast<uint32_t>(past * 7 + 1);
   return {random_tensor(DType::f32, {1, 32}, seed), random_tensor(DType::f32, {1, 2, past, 8}, seed + 1),
@@ -146,4 +167,29 @@ TEST(RangePlans, ConcurrentCallsAcrossBucketsMatchReference) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(cg->plan_stats().range, "on");
   EXPECT_LE(cg->plan_stats().built, 4u);  // 18 exact, then [17, 32], [33, 64], [65, 128]
+}
+
+TEST(RangePlans, ExpandToASymbolicShapeKeepsRangePlans) {
+  auto cg = Executable::compile(parse_graph(kSymbolicExpand), CompileOptions{});
+  auto ref = parse_graph(kSymbolicExpand);
+  for (int64_t n = 17; n <= 26; ++n) {
+    auto seed = static_cast<uint32_t>(n);
+    run_and_check(*cg, *ref, {random_tensor(DType::f32, {1, 1, 1, n}, seed), random_tensor(DType::f32, {2, 4, 1, n}, seed + 1)},
+                  "n=" + std::to_string(n));
+  }
+  PlanStats st = cg->plan_stats();
+  EXPECT_EQ(st.range, "on");
+  EXPECT_EQ(st.built, 2u);  // n=17 as usual, then the [17, 32] template
+  EXPECT_EQ(st.instantiated, 8u);
+}
+
+TEST(RangePlans, KernelThatBindsASymbolicAttributeKeepsOnePlanPerSize) {
+  auto cg = Executable::compile(parse_graph(kSymbolicSlice), CompileOptions{});
+  auto ref = parse_graph(kSymbolicSlice);
+  for (int64_t n : {20, 21, 22, 23})
+    run_and_check(*cg, *ref, {random_tensor(DType::f32, {n, 8}, static_cast<uint32_t>(n))}, "n=" + std::to_string(n));
+  PlanStats st = cg->plan_stats();
+  EXPECT_NE(st.range.find("has attributes that depend on a size"), std::string::npos) << st.range;
+  EXPECT_EQ(st.built, 4u);
+  EXPECT_EQ(st.instantiated, 0u);
 }

@@ -27,10 +27,11 @@ TensorView as_shape(const TensorView& out, const TensorView& like) {
   return TensorView::contiguous(out.data, out.dtype, like.shape());
 }
 
+// `fn` sees the views and the thread count only, never the node's attributes.
 KernelFactory fn_factory(const std::string& name, std::function<void(const TensorView*, TensorView*, int)> fn) {
   return [name, fn](const KernelContext& ctx) {
     int threads = ctx.num_threads;
-    return make_generic_kernel(name, [fn, threads](const TensorView* in, TensorView* out) { fn(in, out, threads); });
+    return make_view_kernel(name, [fn, threads](const TensorView* in, TensorView* out) { fn(in, out, threads); });
   };
 }
 
