@@ -55,6 +55,36 @@ def test_generate_builds_a_plan_per_bucket_then_none(report):
     assert "range plans:" in str(report)
 
 
+def test_batched_left_padded_generate_keeps_range_plans(report):
+    """Batch 2 with a left-padded prompt: the decode graph expands the attention mask to
+    [batch, 1, 1, cache length], a symbolic attribute. The expand kernel reads its sizes from
+    the views (Kernel::reads_attrs), so the graph still qualifies."""
+    eager = _llama()
+    model = _llama()
+    model.forward = torch.compile(model.forward, backend="updraft")
+    prompt = torch.randint(1, 1000, (2, 12))
+    mask = torch.ones_like(prompt)
+    prompt[1, :4], mask[1, :4] = 0, 0
+
+    def run(m):
+        with torch.no_grad():
+            return m.generate(prompt, attention_mask=mask, max_new_tokens=30, min_new_tokens=30, do_sample=False,
+                              pad_token_id=0)
+
+    want = run(eager)
+    torch.testing.assert_close(run(model), want, rtol=0, atol=0)
+    part = _decode_partition(report)
+    assert part.range_plans == "on", str(report)
+    # The mask's length is the cache's plus one, a symbol of its own, so it crosses a bucket
+    # boundary one step before the cache does: one exact plan and up to two templates per
+    # bucket (both symbols in it, or only the mask past it), against one plan per step.
+    assert part.plans_built <= 7, str(report)
+    assert part.plans_instantiated >= 20, str(report)
+    built = part.plans_built
+    torch.testing.assert_close(run(model), want, rtol=0, atol=0)
+    assert part.plans_built == built, f"the second generation built plans: {report}"
+
+
 def test_range_plans_off_builds_a_plan_per_length(report):
     model = _llama()
     model.forward = torch.compile(model.forward, backend="updraft", options={"range_plans": False})

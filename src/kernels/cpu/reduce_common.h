@@ -38,6 +38,9 @@ inline bool is_f32(const KernelContext& ctx) { return ctx.in_dtype(0) == DType::
 // the factories in reduction.cpp / norm.cpp when input 0 is not f32; nullptr unless it is f64.
 std::unique_ptr<Kernel> make_f64_reduction(const KernelContext& ctx, const std::string& name);
 std::unique_ptr<Kernel> make_f64_norm(const KernelContext& ctx, const std::string& name);
+// i64 forms of sum, prod, amax, amin and cumsum (cpu/reduction_int.cpp);
+// nullptr for other dtypes and ops.
+std::unique_ptr<Kernel> make_int_reduction(const KernelContext& ctx, const std::string& name);
 
 // Sum of f(x[i]) for i < n in double: 16 partial sums per leaf of 256 elements (independent
 // lanes, so the compiler vectorises the loop without reassociating anything) and leaves joined

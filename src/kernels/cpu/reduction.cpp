@@ -1,5 +1,6 @@
 // Fast f32 reductions: sum mean amax amin prod var argmax argmin cumsum. f64 inputs go to the
-// f64 forms (reduction_f64.cpp); other dtypes decline (the reference kernel runs them).
+// f64 forms (reduction_f64.cpp), i64 ones to the integer forms (reduction_int.cpp); other
+// dtypes decline (the reference kernel runs them).
 //
 // Every reduction becomes one of two contiguous shapes:
 //   [O, R]     reduce contiguous rows (the reduced dims are the trailing block);
@@ -24,6 +25,12 @@ namespace {
 using namespace cpu;
 
 enum class RedOp { sum, mean, prod, amax, amin, var };
+
+// Inputs that are not f32: the f64 forms, then the integer ones; nullptr leaves the reference.
+std::unique_ptr<Kernel> other_dtype(const KernelContext& ctx, const std::string& name) {
+  if (auto k = make_f64_reduction(ctx, name)) return k;
+  return make_int_reduction(ctx, name);
+}
 
 float identity(RedOp op) {
   if (op == RedOp::amax) return -std::numeric_limits<float>::infinity();
@@ -135,7 +142,7 @@ void run_reduce(RedOp op, const std::vector<bool>& mask, double correction, cons
 
 KernelFactory reduce_factory(RedOp op, const std::string& name) {
   return [op, name](const KernelContext& ctx) -> std::unique_ptr<Kernel> {
-    if (!is_f32(ctx)) return make_f64_reduction(ctx, name);
+    if (!is_f32(ctx)) return other_dtype(ctx, name);
     auto mask = reduce_mask(ctx.node.attr("dims").ints(), static_cast<int>(ctx.in_shapes[0].size()), name);
     double correction = op == RedOp::var ? ctx.node.attr("correction").f() : 0.0;
     int threads = ctx.num_threads;
@@ -166,7 +173,7 @@ int64_t arg_row(bool is_max, const float* x, int64_t n) {
 
 KernelFactory arg_factory(bool is_max, const std::string& name) {
   return [is_max, name](const KernelContext& ctx) -> std::unique_ptr<Kernel> {
-    if (!is_f32(ctx)) return make_f64_reduction(ctx, name);
+    if (!is_f32(ctx)) return other_dtype(ctx, name);
     int rank = static_cast<int>(ctx.in_shapes[0].size());
     int dim = wrap_dim(ctx.node.attr("dim").i(), rank, name);
     int threads = ctx.num_threads;
@@ -191,7 +198,7 @@ KernelFactory arg_factory(bool is_max, const std::string& name) {
 // Prefix sums accumulate in double: a running f32 sum loses digits linearly in the length.
 KernelFactory cumsum_factory() {
   return [](const KernelContext& ctx) -> std::unique_ptr<Kernel> {
-    if (!is_f32(ctx)) return make_f64_reduction(ctx, "cumsum");
+    if (!is_f32(ctx)) return other_dtype(ctx, "cumsum");
     int dim = wrap_dim(ctx.node.attr("dim").i(), static_cast<int>(ctx.in_shapes[0].size()), "cumsum");
     int threads = ctx.num_threads;
     return make_generic_kernel("cpu_f32_cumsum", [=](const TensorView* in, TensorView* out) {

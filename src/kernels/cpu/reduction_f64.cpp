@@ -1,5 +1,5 @@
 // Fast f64 reductions: sum mean prod amax amin var argmax argmin cumsum, called from the f32
-// factories in cpu/reduction.cpp when input 0 is f64 (other dtypes still decline).
+// factories in cpu/reduction.cpp when input 0 is f64 (integers: cpu/reduction_int.cpp).
 //
 // Same two shapes as the f32 kernels: [O, R] rows (a contiguous trailing block, or anything
 // else packed through a permuted view) and [O, R, I] (a middle block, vectorised across the I
