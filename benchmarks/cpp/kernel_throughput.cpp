@@ -21,6 +21,7 @@
 #include "ir/graph.h"
 #include "ir/op_table.h"
 #include "kernels/kernel.h"
+#include "kernels/onednn/onednn_util.h"
 
 using namespace updraft;
 
@@ -43,7 +44,9 @@ struct OneKernel {
   std::vector<TensorView> in_views;
   TensorView out_view;
 
-  OneKernel(const std::string& op, std::vector<Tensor> inputs, Attrs attrs, std::vector<bool> constant = {})
+  // `factory`: the kernel to build; null for the registry's pick, as a plan makes it.
+  OneKernel(const std::string& op, std::vector<Tensor> inputs, Attrs attrs, std::vector<bool> constant = {},
+            KernelFactory factory = nullptr)
       : ins(std::move(inputs)) {
     std::vector<Value*> vals;
     for (size_t k = 0; k < ins.size(); ++k) {
@@ -59,7 +62,7 @@ struct OneKernel {
     }
     std::vector<int64_t> oshape = shape_values(n->output()->type.shape);
     ctx.out_shapes.push_back(oshape);
-    kernel = KernelRegistry::get().create(ctx, Device::cpu);
+    kernel = factory ? factory(ctx) : KernelRegistry::get().create(ctx, Device::cpu);
     out = Tensor(DType::f32, oshape);
     scratch = Tensor(DType::u8, {static_cast<int64_t>(kernel->scratch_bytes()) + 64});
     for (const Tensor& t : ins) in_views.push_back(t.view());
@@ -146,6 +149,31 @@ void BM_Linear(benchmark::State& state) {
                                                 benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Linear)->Args({1024, 1024, 1024})->Args({128, 768, 768})->Args({1, 512, 512})->Args({64, 512, 512})
+    ->UseRealTime();
+
+// A decode step's linears: x [M, K] against 24 different constant weights [N, K] in turn (more
+// than the L3 holds, as a model's layers are), so every call streams its weight from memory.
+// The engine's pick (the streaming linear, cpu/linear_stream.h) against oneDNN's kernel for the
+// same node; GB/s counts the weight bytes. Args: M, N, K, kernel (0: the engine's, 1: oneDNN).
+void BM_DecodeLinear(benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  constexpr int kWeights = 24;
+  std::vector<std::unique_ptr<OneKernel>> ks;
+  for (int i = 0; i < kWeights; ++i)
+    ks.push_back(std::make_unique<OneKernel>("linear", std::vector<Tensor>{filled({M, K}, 1, -1, 1), filled({N, K}, 2 + i, -1, 1)},
+                                             Attrs{}, std::vector<bool>{false, true},
+                                             state.range(3) ? KernelFactory(onednn::create_onednn_linear) : nullptr));
+  state.SetLabel(ks[0]->kernel->name());
+  for (auto _ : state)
+    for (auto& k : ks) k->run();
+  state.SetBytesProcessed(state.iterations() * kWeights * N * K * static_cast<int64_t>(sizeof(float)));
+}
+BENCHMARK(BM_DecodeLinear)
+    ->ArgNames({"M", "N", "K", "onednn"})
+    ->Args({1, 1024, 1024, 0})->Args({1, 1024, 1024, 1})
+    ->Args({1, 2816, 1024, 0})->Args({1, 2816, 1024, 1})
+    ->Args({1, 1024, 2816, 0})->Args({1, 1024, 2816, 1})
+    ->Args({4, 2816, 1024, 0})->Args({4, 2816, 1024, 1})
     ->UseRealTime();
 
 // conv2d (prepacked weights, bias + relu epilogue) at ResNet-50 layer shapes, batch 1, in plain

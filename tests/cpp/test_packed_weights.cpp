@@ -83,32 +83,39 @@ TEST(PackedWeights, TwoGraphsShareOneCopyAndFreeingBothFreesIt) {
 }
 
 TEST(PackedWeights, PrefillAndDecodeShapesShareWhenOneDnnTakesTheLayout) {
-  // M = 1 and M = 32 build different primitives; the second is asked for the layout the first
+  // M = 8 and M = 32 build different primitives; the second is asked for the layout the first
   // packed (matmul.cpp, adopt_known_layout). Whether oneDNN serves it the same way depends on the
-  // CPU, so this checks the results and that at most one copy per layout exists.
+  // CPU, so this checks the results and that at most one copy per layout exists. (A decode
+  // step's M = 1 reads the weight in place, linear_stream.h, and needs no copy at all.)
   const auto before = PackedWeights::stats();
   Tensor w = random_tensor(DType::f32, {kN, kK}, 3);
   auto prefill = compile_linear(w, 32);
-  auto decode = compile_linear(w, 1);
+  auto decode = compile_linear(w, 8);
+  auto single = compile_linear(w, 1);
   build_plan(*prefill, 32);
-  build_plan(*decode, 1);
-  EXPECT_LE(PackedWeights::stats().entries, before.entries + 2);
+  build_plan(*decode, 8);
+  const auto two = PackedWeights::stats();
+  EXPECT_LE(two.entries, before.entries + 2);
+  build_plan(*single, 1);
+  EXPECT_EQ(PackedWeights::stats().entries, two.entries) << "the M = 1 linear made a packed copy";
   expect_linear(*prefill, random_tensor(DType::f32, {32, kK}, 4), w);
-  expect_linear(*decode, random_tensor(DType::f32, {1, kK}, 5), w);
+  expect_linear(*decode, random_tensor(DType::f32, {8, kK}, 5), w);
+  expect_linear(*single, random_tensor(DType::f32, {1, kK}, 11), w);
 }
 
 TEST(PackedWeights, ChangedConstantDoesNotHitTheOldCopy) {
+  // M = 8: at M <= 4 the streaming linear reads the weight in place (linear_stream.h).
   Tensor w = random_tensor(DType::f32, {kN, kK}, 6);
-  Tensor x = random_tensor(DType::f32, {4, kK}, 7);
-  auto a = compile_linear(w, 4);
-  build_plan(*a, 4);
+  Tensor x = random_tensor(DType::f32, {8, kK}, 7);
+  auto a = compile_linear(w, 8);
+  build_plan(*a, 8);
   const auto mid = PackedWeights::stats();
   // The same storage (same address and size) with new bytes, as an in-place parameter update
   // followed by a rebuild: the new graph must read the new bytes.
   Tensor fresh = random_tensor(DType::f32, {kN, kK}, 8);
   std::memcpy(w.data(), fresh.data(), w.nbytes());
-  auto b = compile_linear(w, 4);
-  build_plan(*b, 4);
+  auto b = compile_linear(w, 8);
+  build_plan(*b, 8);
   // A new copy (b's second kernel variant may then share b's own, so hits are not asserted).
   EXPECT_GT(PackedWeights::stats().packs, mid.packs) << "a changed constant was served the copy of its old bytes";
   EXPECT_EQ(PackedWeights::stats().entries, mid.entries + 1);

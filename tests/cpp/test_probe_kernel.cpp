@@ -31,9 +31,10 @@ TEST(ProbeFastKernel, BindsSymbolsOfShapesAndAttributes) {
 }
 
 TEST(ProbeFastKernel, NoneWhenOnlyTheReferenceKernelRuns) {
-  // A dtype the CPU reduction factory declines: the reference loop would run it.
+  // A dtype the CPU reduction factory declines (argmax over integers): the reference loop
+  // would run it.
   auto g = parse_graph(R"(graph(%x: i64[64, 64]) {
-  %0 = sum(%x) {dims=[1]}
+  %0 = argmax(%x) {dim=1}
   return (%0)
 })");
   EXPECT_FALSE(probe_fast_kernel(last_node(*g), 8).has_value());

@@ -1,14 +1,17 @@
 // The fast linear_wq kernel (docs/quantization.md): y = act(x @ (w * scale)^T + bias + residual)
 // with an i8 or bf16 weight [N, K] read in place (no prepacked copy: the stored low-precision
 // weight is the only copy the engine holds), widened to f32 in registers, f32 accumulation.
+// The same kernel with an f32 weight is the streaming linear for a few rows of x
+// (linear_stream.h): a decode step's linear, which only has to read its weight once at full
+// bandwidth, reading the user's weight in place.
 //
 // Work split: the N rows of w in blocks of kBlockRows, the blocks spread over the threads (each
 // thread a contiguous range, so each weight byte is read by one thread, once per call). Inside a
 // block, for every group of up to 4 rows of x, the dot tiles (linear_wq_tiles.h) run over the
 // block's rows of w; the block (kBlockRows x K, at most ~45 KB as i8 at K = 2816) stays in L1/L2
-// between groups. With more than kWidenAbove rows of x (prefill) the block is widened to f32
-// once into the thread's scratch and the f32 tiles run on it, so the widening is paid once per
-// block rather than once per group of 4 rows. Then the epilogue over the block's outputs:
+// between groups. With more than kWidenAbove rows of x (prefill) an i8/bf16 block is widened to
+// f32 once into the thread's scratch and the f32 tiles run on it, so the widening is paid once
+// per block rather than once per group of 4 rows. Then the epilogue over the block's outputs:
 // per-row scale, bias, residual, activation (its elementwise formula, ew_ref).
 //
 // Threads: the per-kernel rule (threads.h) on max(flops, weight bytes * kFlopsPerByte), decided
@@ -20,6 +23,7 @@
 
 #include "core/error.h"
 #include "ir/ops/params.h"
+#include "kernels/cpu/linear_stream.h"
 #include "kernels/cpu/linear_wq_tiles.h"
 #include "kernels/cpu/threads.h"
 #include "kernels/elementwise_ops.h"
@@ -35,8 +39,8 @@ constexpr int64_t kWidenAbove = 4;  // more rows of x than this: widen the block
 class LinearWqKernel final : public Kernel {
  public:
   LinearWqKernel(const KernelContext& ctx)
-      : ep_(Epilogue::of(ctx.node, ctx.node.attr("has_weight_scale").b() ? 3 : 2)),
-        scaled_(ctx.node.attr("has_weight_scale").b()),
+      : ep_(Epilogue::of(ctx.node, weight_scaled(ctx) ? 3 : 2)),
+        scaled_(weight_scaled(ctx)),
         wdtype_(ctx.in_dtype(1)),
         tiles_(cpu::wq::dot_tiles(use_avx512(ctx.options))),
         budget_(ctx.thread_budget()),
@@ -54,7 +58,7 @@ class LinearWqKernel final : public Kernel {
     nt = std::max(1, std::min(nt, max_threads_));
     const int64_t blocks = (N + kBlockRows - 1) / kBlockRows;
     nt = static_cast<int>(std::min<int64_t>(nt, blocks));
-    const bool widen = M > kWidenAbove;
+    const bool widen = M > kWidenAbove && wdtype_ != DType::f32;
     cpu::parallel_for(nt, nt, [&](int64_t t) {
       const int64_t b0 = blocks * t / nt, b1 = blocks * (t + 1) / nt;
       float* wbuf = widen ? static_cast<float*>(scratch) + t * kBlockRows * K : nullptr;
@@ -63,9 +67,11 @@ class LinearWqKernel final : public Kernel {
   }
 
   size_t scratch_bytes() const override {
+    if (wdtype_ == DType::f32) return 0;
     return static_cast<size_t>(max_threads_) * kBlockRows * static_cast<size_t>(K_) * sizeof(float);
   }
   std::string name() const override {
+    if (wdtype_ == DType::f32) return std::string("cpu_linear_stream_f32_") + tiles_.isa;
     return std::string("cpu_linear_wq_") + (wdtype_ == DType::i8 ? "i8" : "bf16") + "_" + tiles_.isa;
   }
   // Every size is read from the views at each call (M decides threads and widening there).
@@ -83,7 +89,8 @@ class LinearWqKernel final : public Kernel {
       (wdtype_ == DType::i8 ? tiles_.widen_i8 : tiles_.widen_bf16)(w, nb * K, wbuf);
       tiles_.f32(x, M, K, wbuf, nb, K, K, yb, N);
     } else {
-      (wdtype_ == DType::i8 ? tiles_.i8 : tiles_.bf16)(x, M, K, w, nb, K, K, yb, N);
+      const cpu::wq::DotFn dot = wdtype_ == DType::f32 ? tiles_.f32 : wdtype_ == DType::i8 ? tiles_.i8 : tiles_.bf16;
+      dot(x, M, K, w, nb, K, K, yb, N);
     }
     const float* scale = scaled_ ? in[2].ptr<const float>() + n0 : nullptr;
     const float* bias = ep_.has_bias ? in[ep_.bias_input].ptr<const float>() + n0 : nullptr;
@@ -102,6 +109,11 @@ class LinearWqKernel final : public Kernel {
     }
   }
 
+  // linear_wq may scale the weight per output row; linear has no such input.
+  static bool weight_scaled(const KernelContext& ctx) {
+    return ctx.node.op_name() == "linear_wq" && ctx.node.attr("has_weight_scale").b();
+  }
+
   Epilogue ep_;
   bool scaled_;
   DType wdtype_;
@@ -112,6 +124,24 @@ class LinearWqKernel final : public Kernel {
 };
 
 }  // namespace
+
+namespace cpu {
+std::unique_ptr<Kernel> make_stream_linear_f32(const KernelContext& ctx) {
+  if (ctx.node.op_name() != "linear") return nullptr;
+  if (ctx.in_dtype(0) != DType::f32 || ctx.in_dtype(1) != DType::f32 || ctx.out_dtype(0) != DType::f32) return nullptr;
+  if (!ctx.const_inputs[1]) return nullptr;  // a weight computed per call: oneDNN's gemm
+  const auto& ws = ctx.in_shapes[1];
+  if (ws.size() != 2 || ws[1] < kStreamMinK || ws[0] * ws[1] < kStreamMinWeight) return nullptr;
+  const int64_t M = ws[1] ? numel_of(ctx.in_shapes[0]) / ws[1] : 0;
+  if (M < 1 || M > kStreamMaxRows) return nullptr;
+  // Every other dim of x static: a symbolic batch may grow past kStreamMaxRows.
+  for (size_t d = 0; d + 1 < ctx.node.inputs[0]->type.shape.size(); ++d)
+    if (!ctx.node.inputs[0]->type.shape[d].is_static()) return nullptr;
+  Epilogue ep = Epilogue::of(ctx.node, 2);
+  if (ep.has_residual && numel_of(ctx.in_shapes[ep.residual_input]) != M * ws[0]) return nullptr;
+  return std::make_unique<LinearWqKernel>(ctx);
+}
+}  // namespace cpu
 
 void register_cpu_quantized_kernels(KernelRegistry& r) {
   r.add("linear_wq", Device::cpu, [](const KernelContext& ctx) -> std::unique_ptr<Kernel> {

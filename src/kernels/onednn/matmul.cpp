@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "kernels/cpu/linear_stream.h"
 #include "kernels/onednn/onednn_util.h"
 #include "kernels/onednn/packed_weights.h"
 
@@ -365,8 +366,8 @@ bool runtime_m_fits(const KernelContext& ctx) {
   return false;
 }
 
-// linear: x [..., K] -> [M, K]; w [N, K] read as B = w^T [K, N].
-std::unique_ptr<Kernel> create_linear(const KernelContext& ctx) {
+// linear on oneDNN: x [..., K] -> [M, K]; w [N, K] read as B = w^T [K, N].
+std::unique_ptr<Kernel> gemm_linear(const KernelContext& ctx) {
   if (has_empty_tensor(ctx)) return nullptr;
   const auto& ws = ctx.in_shapes[1];
   int64_t N = ws[0], K = ws[1];
@@ -428,7 +429,16 @@ std::unique_ptr<Kernel> create_matmul(const KernelContext& ctx) {
   return GemmKernel::create(ctx, "matmul", ad, bd, cd, /*b_flip=*/false);
 }
 
+// linear: the streaming kernel for a decode step's few rows (cpu/linear_stream.h), else oneDNN's.
+std::unique_ptr<Kernel> create_linear(const KernelContext& ctx) {
+  if (has_empty_tensor(ctx)) return nullptr;
+  if (auto k = cpu::make_stream_linear_f32(ctx)) return k;
+  return gemm_linear(ctx);
+}
+
 }  // namespace
+
+std::unique_ptr<Kernel> create_onednn_linear(const KernelContext& ctx) { return gemm_linear(ctx); }
 
 void register_matmul(KernelRegistry& r) {
   r.add("linear", Device::cpu, create_linear);
