@@ -21,7 +21,7 @@
 #include "ir/graph.h"
 #include "ir/op_table.h"
 #include "kernels/kernel.h"
-#include "kernels/onednn/onednn_util.h"
+#include "kernels/onednn/gemm.h"
 
 using namespace updraft;
 
@@ -174,6 +174,29 @@ BENCHMARK(BM_DecodeLinear)
     ->Args({1, 2816, 1024, 0})->Args({1, 2816, 1024, 1})
     ->Args({1, 1024, 2816, 0})->Args({1, 1024, 2816, 1})
     ->Args({4, 2816, 1024, 0})->Args({4, 2816, 1024, 1})
+    ->UseRealTime();
+
+// The same for matmul with a weight stored [K, N] (x @ W, GPT-2's Conv1D), at GPT-2 small's
+// shapes (c_attn 768 x 2304, c_fc 768 x 3072, mlp c_proj 3072 x 768). Args: M, K, N, kernel.
+void BM_DecodeMatmul(benchmark::State& state) {
+  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
+  constexpr int kWeights = 24;
+  std::vector<std::unique_ptr<OneKernel>> ks;
+  for (int i = 0; i < kWeights; ++i)
+    ks.push_back(std::make_unique<OneKernel>("matmul", std::vector<Tensor>{filled({M, K}, 1, -1, 1), filled({K, N}, 2 + i, -1, 1)},
+                                             Attrs{}, std::vector<bool>{false, true},
+                                             state.range(3) ? KernelFactory(onednn::create_onednn_matmul) : nullptr));
+  state.SetLabel(ks[0]->kernel->name());
+  for (auto _ : state)
+    for (auto& k : ks) k->run();
+  state.SetBytesProcessed(state.iterations() * kWeights * N * K * static_cast<int64_t>(sizeof(float)));
+}
+BENCHMARK(BM_DecodeMatmul)
+    ->ArgNames({"M", "K", "N", "onednn"})
+    ->Args({1, 768, 2304, 0})->Args({1, 768, 2304, 1})
+    ->Args({1, 768, 3072, 0})->Args({1, 768, 3072, 1})
+    ->Args({1, 3072, 768, 0})->Args({1, 3072, 768, 1})
+    ->Args({4, 768, 3072, 0})->Args({4, 768, 3072, 1})
     ->UseRealTime();
 
 // conv2d (prepacked weights, bias + relu epilogue) at ResNet-50 layer shapes, batch 1, in plain

@@ -1,7 +1,8 @@
-// The streaming f32 linear (kernels/cpu/linear_stream.h): which linears take it (a constant
-// weight of at least 64K elements, K >= 64, 1 to 4 static rows of x) and which keep oneDNN's
-// gemm, and its results against the reference over row counts, odd N and K (tile and lane
-// tails), every epilogue, a weight large enough to split over threads, and concurrent calls.
+// The streaming f32 linear and matmul (kernels/cpu/linear_stream.h): which nodes take it (a
+// constant 2-d weight of at least 64K elements, the vectorised dim >= 64, 1 to 4 static rows
+// of x) and which keep oneDNN's gemm, and its results against the reference over row counts,
+// odd N and K (tile and lane tails), every epilogue, a weight large enough to split over
+// threads, and concurrent calls. linear's weight is [N, K]; matmul's (x @ W) is [K, N].
 #include <gtest/gtest.h>
 
 #include <omp.h>
@@ -15,7 +16,9 @@ namespace {
 
 Tensor rnd(const std::vector<int64_t>& s, uint32_t seed) { return random_tensor(DType::f32, s, seed); }
 
-bool streams(const std::string& kernel) { return kernel.rfind("cpu_linear_stream_f32_", 0) == 0; }
+bool streams(const std::string& kernel) {
+  return kernel.rfind("cpu_linear_stream_f32_", 0) == 0 || kernel.rfind("cpu_matmul_stream_f32_", 0) == 0;
+}
 
 }  // namespace
 
@@ -76,4 +79,60 @@ TEST(LinearStream, LargeWeightSplitOverThreadsAndConcurrentCalls) {
   }
   OneNode n("linear", {input(rnd({1, 512}, 8)), constant(rnd({700, 512}, 9))}, {});
   expect_same_from_threads(n, 20, kGemmRtol, kGemmAtol);
+}
+
+TEST(LinearStream, MatmulWithAWeightStoredKByN) {
+  // One row of x takes it with at least 512 columns per thread: N = 1031 at 1 or 2 threads.
+  const int prev_threads = omp_get_max_threads();
+  omp_set_num_threads(2);
+  for (int64_t M : {1, 2, 3, 4})
+    for (auto [K, N] : std::vector<std::pair<int64_t, int64_t>>{{256, 259}, {301, 300}, {1024, 64}, {67, 1031}}) {
+      if (M == 1 && N < 1024) continue;
+      SCOPED_TRACE("M=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" + std::to_string(N));
+      std::string name = expect_matches_ref("matmul", {input(rnd({M, K}, 1)), constant(rnd({K, N}, 2))}, {});
+      EXPECT_EQ(name.rfind("cpu_matmul_stream_f32_", 0), 0u) << name;
+    }
+  // GPT-2's decode step: x [batch, 1, K]; and a 1-d x.
+  for (const std::vector<int64_t>& x : {std::vector<int64_t>{2, 1, 768}, std::vector<int64_t>{768}}) {
+    std::string name = expect_matches_ref("matmul", {input(rnd(x, 3)), constant(rnd({768, 2304}, 4))}, {});
+    EXPECT_TRUE(streams(name)) << name;
+  }
+  omp_set_num_threads(prev_threads);
+  for (const std::string& act : epilogue_activations()) {
+    SCOPED_TRACE(act);
+    Attrs a = epilogue_attrs(act);
+    a["has_bias"] = true;
+    a["has_residual"] = true;
+    std::string name = expect_matches_ref(
+        "matmul", {input(rnd({3, 256}, 1)), constant(rnd({256, 260}, 2)), constant(rnd({260}, 3)), input(rnd({3, 260}, 4))}, a);
+    EXPECT_TRUE(streams(name)) << name;
+  }
+  for (int threads : {1, 2}) {  // [1024, 1024]: enough work to split N over 2 threads
+    const int prev = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    std::string name = expect_matches_ref("matmul", {input(rnd({2, 1024}, 5)), constant(rnd({1024, 1024}, 6))}, {});
+    omp_set_num_threads(prev);
+    EXPECT_TRUE(streams(name)) << name;
+  }
+  OneNode n("matmul", {input(rnd({2, 512}, 8)), constant(rnd({512, 700}, 9))}, {});
+  expect_same_from_threads(n, 20, kGemmRtol, kGemmAtol);
+}
+
+TEST(LinearStream, OtherMatmulsKeepOneDnn) {
+  struct Case {
+    std::string why;
+    std::vector<Arg> args;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"5 rows of x", {input(rnd({5, 256}, 1)), constant(rnd({256, 300}, 2))}});
+  cases.push_back({"a weight computed per call", {input(rnd({1, 256}, 1)), input(rnd({256, 300}, 2))}});
+  cases.push_back({"a batched weight", {input(rnd({2, 1, 256}, 1)), constant(rnd({2, 256, 300}, 2))}});
+  cases.push_back({"narrow outputs", {input(rnd({1, 4096}, 1)), constant(rnd({4096, 32}, 2))}});
+  // One row of x, fewer than 512 output columns per thread (threads: OpenMP's count, at most 64).
+  cases.push_back({"one row, short segments", {input(rnd({1, 3072}, 1)), constant(rnd({3072, 500}, 2))}});
+  for (Case& c : cases) {
+    SCOPED_TRACE(c.why);
+    std::string name = expect_matches_ref("matmul", std::move(c.args), {});
+    EXPECT_FALSE(streams(name)) << name;
+  }
 }

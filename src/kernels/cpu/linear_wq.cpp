@@ -45,12 +45,13 @@ class LinearWqKernel final : public Kernel {
         tiles_(cpu::wq::dot_tiles(use_avx512(ctx.options))),
         budget_(ctx.thread_budget()),
         max_threads_(ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads()),
-        K_(ctx.in_shapes[1][1]) {}
+        kn_(ctx.node.op_name() == "matmul"),
+        K_(ctx.in_shapes[1][kn_ ? 0 : 1]) {}
 
   void run(const TensorView* in, TensorView* out, void* scratch) const override {
     const TensorView &x = in[0], &w = in[1];
     TensorView& y = out[0];
-    const int64_t N = w.sizes[0], K = K_, M = K ? x.numel() / K : 0;
+    const int64_t N = w.sizes[kn_ ? 1 : 0], K = K_, M = K ? x.numel() / K : 0;
     if (y.numel() == 0) return;
     UPDRAFT_CHECK(x.is_contiguous() && w.is_contiguous(), "linear_wq", "x and w must be contiguous here; the plan packs strided inputs");
     const double wbytes = static_cast<double>(N) * K * dtype_size(wdtype_);
@@ -62,6 +63,10 @@ class LinearWqKernel final : public Kernel {
     cpu::parallel_for(nt, nt, [&](int64_t t) {
       const int64_t b0 = blocks * t / nt, b1 = blocks * (t + 1) / nt;
       float* wbuf = widen ? static_cast<float*>(scratch) + t * kBlockRows * K : nullptr;
+      if (kn_) {  // one range per thread: each weight row's segment read in one pass
+        if (b0 < b1) run_block(in, y, M, N, K, b0 * kBlockRows, std::min(N, b1 * kBlockRows), nullptr);
+        return;
+      }
       for (int64_t b = b0; b < b1; ++b) run_block(in, y, M, N, K, b * kBlockRows, std::min(N, (b + 1) * kBlockRows), wbuf);
     });
   }
@@ -71,7 +76,7 @@ class LinearWqKernel final : public Kernel {
     return static_cast<size_t>(max_threads_) * kBlockRows * static_cast<size_t>(K_) * sizeof(float);
   }
   std::string name() const override {
-    if (wdtype_ == DType::f32) return std::string("cpu_linear_stream_f32_") + tiles_.isa;
+    if (wdtype_ == DType::f32) return std::string(kn_ ? "cpu_matmul" : "cpu_linear") + "_stream_f32_" + tiles_.isa;
     return std::string("cpu_linear_wq_") + (wdtype_ == DType::i8 ? "i8" : "bf16") + "_" + tiles_.isa;
   }
   // Every size is read from the views at each call (M decides threads and widening there).
@@ -81,10 +86,15 @@ class LinearWqKernel final : public Kernel {
   void run_block(const TensorView* in, TensorView& y, int64_t M, int64_t N, int64_t K, int64_t n0, int64_t n1,
                  float* wbuf) const {
     const float* x = in[0].ptr<const float>();
-    const size_t esize = dtype_size(wdtype_);
-    const void* w = static_cast<const char*>(in[1].data) + static_cast<size_t>(n0) * K * esize;
     float* yb = y.ptr<float>() + n0;
     const int64_t nb = n1 - n0;
+    if (kn_) {
+      tiles_.f32_kn(x, M, K, in[1].ptr<const float>() + n0, nb, N, K, yb, N);
+      epilogue(in, yb, M, N, n0, nb);
+      return;
+    }
+    const size_t esize = dtype_size(wdtype_);
+    const void* w = static_cast<const char*>(in[1].data) + static_cast<size_t>(n0) * K * esize;
     if (wbuf) {
       (wdtype_ == DType::i8 ? tiles_.widen_i8 : tiles_.widen_bf16)(w, nb * K, wbuf);
       tiles_.f32(x, M, K, wbuf, nb, K, K, yb, N);
@@ -92,6 +102,11 @@ class LinearWqKernel final : public Kernel {
       const cpu::wq::DotFn dot = wdtype_ == DType::f32 ? tiles_.f32 : wdtype_ == DType::i8 ? tiles_.i8 : tiles_.bf16;
       dot(x, M, K, w, nb, K, K, yb, N);
     }
+    epilogue(in, yb, M, N, n0, nb);
+  }
+
+  // Scale, bias, residual and activation over the outputs [n0, n0 + nb) of every row of x.
+  void epilogue(const TensorView* in, float* yb, int64_t M, int64_t N, int64_t n0, int64_t nb) const {
     const float* scale = scaled_ ? in[2].ptr<const float>() + n0 : nullptr;
     const float* bias = ep_.has_bias ? in[ep_.bias_input].ptr<const float>() + n0 : nullptr;
     const float* res = ep_.has_residual ? in[ep_.residual_input].ptr<const float>() + n0 : nullptr;
@@ -120,25 +135,33 @@ class LinearWqKernel final : public Kernel {
   const cpu::wq::DotTiles& tiles_;
   cpu::ThreadBudget budget_;
   int max_threads_;
+  bool kn_;  // matmul: the weight is stored [K, N] (x @ W), not [N, K]
   int64_t K_;
 };
 
 }  // namespace
 
 namespace cpu {
-std::unique_ptr<Kernel> make_stream_linear_f32(const KernelContext& ctx) {
-  if (ctx.node.op_name() != "linear") return nullptr;
+std::unique_ptr<Kernel> make_stream_f32(const KernelContext& ctx) {
+  const bool linear = ctx.node.op_name() == "linear";
+  if (!linear && ctx.node.op_name() != "matmul") return nullptr;
   if (ctx.in_dtype(0) != DType::f32 || ctx.in_dtype(1) != DType::f32 || ctx.out_dtype(0) != DType::f32) return nullptr;
   if (!ctx.const_inputs[1]) return nullptr;  // a weight computed per call: oneDNN's gemm
   const auto& ws = ctx.in_shapes[1];
-  if (ws.size() != 2 || ws[1] < kStreamMinK || ws[0] * ws[1] < kStreamMinWeight) return nullptr;
-  const int64_t M = ws[1] ? numel_of(ctx.in_shapes[0]) / ws[1] : 0;
+  if (ws.size() != 2 || ctx.in_shapes[0].empty() || ws[0] * ws[1] < kStreamMinWeight) return nullptr;
+  const int64_t K = linear ? ws[1] : ws[0], N = linear ? ws[0] : ws[1];
+  if ((linear ? K : N) < kStreamMinVector || ctx.in_shapes[0].back() != K) return nullptr;
+  const int64_t M = numel_of(ctx.in_shapes[0]) / K;
   if (M < 1 || M > kStreamMaxRows) return nullptr;
   // Every other dim of x static: a symbolic batch may grow past kStreamMaxRows.
   for (size_t d = 0; d + 1 < ctx.node.inputs[0]->type.shape.size(); ++d)
     if (!ctx.node.inputs[0]->type.shape[d].is_static()) return nullptr;
+  // [K, N] at one row of x: each thread reads a segment of N / threads floats per weight row;
+  // shorter than kStreamMinSegment it streams slower than oneDNN's gemm (measured, linear_stream.h).
+  const int64_t threads = ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads();
+  if (!linear && M == 1 && N < kStreamMinSegment * threads) return nullptr;
   Epilogue ep = Epilogue::of(ctx.node, 2);
-  if (ep.has_residual && numel_of(ctx.in_shapes[ep.residual_input]) != M * ws[0]) return nullptr;
+  if (ep.has_residual && numel_of(ctx.in_shapes[ep.residual_input]) != M * N) return nullptr;
   return std::make_unique<LinearWqKernel>(ctx);
 }
 }  // namespace cpu

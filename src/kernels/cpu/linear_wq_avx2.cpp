@@ -12,6 +12,7 @@ struct Avx2 {
   using reg = __m256;
   static constexpr int lanes = 8;
   static reg zero() { return _mm256_setzero_ps(); }
+  static reg bcast(float v) { return _mm256_set1_ps(v); }
   static reg loadx(const float* p) { return _mm256_loadu_ps(p); }
   static reg widen(const float* p) { return _mm256_loadu_ps(p); }
   static reg widen(const int8_t* p) {

@@ -14,6 +14,7 @@ struct Avx512 {
   using reg = __m512;
   static constexpr int lanes = 16;
   static reg zero() { return _mm512_setzero_ps(); }
+  static reg bcast(float v) { return _mm512_set1_ps(v); }
   static reg loadx(const float* p) { return _mm512_loadu_ps(p); }
   static reg widen(const float* p) { return _mm512_loadu_ps(p); }
   static reg widen(const int8_t* p) {

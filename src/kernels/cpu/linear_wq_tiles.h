@@ -26,9 +26,14 @@ namespace updraft::cpu::wq {
 using DotFn = void (*)(const float* x, int64_t M, int64_t ldx, const void* w, int64_t N, int64_t ldw, int64_t K,
                        float* out, int64_t ldo);
 using WidenFn = void (*)(const void* w, int64_t n, float* out);
+// The same products with an f32 weight stored [K, N] (x @ W, GPT-2's Conv1D):
+// out[m*ldo + n] = sum_k x[m*ldx + k] * w[k*ldw + n] for n < N.
+using DotKnFn = void (*)(const float* x, int64_t M, int64_t ldx, const float* w, int64_t N, int64_t ldw, int64_t K,
+                         float* out, int64_t ldo);
 
 struct DotTiles {
   DotFn i8 = nullptr, bf16 = nullptr, f32 = nullptr;
+  DotKnFn f32_kn = nullptr;
   WidenFn widen_i8 = nullptr, widen_bf16 = nullptr;
   const char* isa = "";
 };
@@ -48,8 +53,8 @@ static inline float widen1(uint16_t v) {
 }
 static inline float widen1(float v) { return v; }
 
-// ISA traits V provide: reg, lanes, zero(), loadx(const float*), widen(const W*) for W in
-// {int8_t, uint16_t, float}, fma(a, b, c), hsum(reg) -> float, store(float*, reg).
+// ISA traits V provide: reg, lanes, zero(), bcast(float), loadx(const float*), widen(const W*)
+// for W in {int8_t, uint16_t, float}, fma(a, b, c), hsum(reg) -> float, store(float*, reg).
 template <class V, class W, int MT, int NT>
 inline void tile(const float* x, int64_t ldx, const W* w, int64_t ldw, int64_t K, float* out, int64_t ldo) {
   using reg = typename V::reg;
@@ -104,6 +109,65 @@ void dot(const float* x, int64_t M, int64_t ldx, const void* wv, int64_t N, int6
   }
 }
 
+// [K, N] weights: vectorised over n, so each weight row segment w[k, 0:N] is read once, in
+// order, and the outputs (N floats per row of x, in L1 for the N one thread takes) accumulate
+// four weight rows per pass: out[m, n] += x[m, k] w[k, n] + ... + x[m, k+3] w[k+3, n], k
+// ascending, the same order for every n.
+template <class V, int MT>
+inline void kn_rows(const float* x, int64_t ldx, const float* w, int64_t N, int64_t ldw, int64_t K, float* out,
+                    int64_t ldo) {
+  using reg = typename V::reg;
+  for (int m = 0; m < MT; ++m) std::memset(out + m * ldo, 0, sizeof(float) * N);
+  int64_t k = 0;
+  for (; k + 4 <= K; k += 4) {
+    reg xb[MT][4];
+    for (int m = 0; m < MT; ++m)
+      for (int j = 0; j < 4; ++j) xb[m][j] = V::bcast(x[m * ldx + k + j]);
+    const float *w0 = w + k * ldw, *w1 = w0 + ldw, *w2 = w1 + ldw, *w3 = w2 + ldw;
+    int64_t n = 0;
+    for (; n + V::lanes <= N; n += V::lanes) {
+      const reg a = V::loadx(w0 + n), b = V::loadx(w1 + n), c = V::loadx(w2 + n), d = V::loadx(w3 + n);
+#pragma GCC unroll 4
+      for (int m = 0; m < MT; ++m) {
+        reg o = V::loadx(out + m * ldo + n);
+        o = V::fma(xb[m][0], a, o);
+        o = V::fma(xb[m][1], b, o);
+        o = V::fma(xb[m][2], c, o);
+        o = V::fma(xb[m][3], d, o);
+        V::store(out + m * ldo + n, o);
+      }
+    }
+    for (; n < N; ++n)
+      for (int m = 0; m < MT; ++m) {
+        const float* xm = x + m * ldx + k;
+        float o = out[m * ldo + n];
+        o += xm[0] * w0[n];
+        o += xm[1] * w1[n];
+        o += xm[2] * w2[n];
+        o += xm[3] * w3[n];
+        out[m * ldo + n] = o;
+      }
+  }
+  for (; k < K; ++k)
+    for (int m = 0; m < MT; ++m)
+      for (int64_t n = 0; n < N; ++n) out[m * ldo + n] += x[m * ldx + k] * w[k * ldw + n];
+}
+
+template <class V>
+void dot_kn(const float* x, int64_t M, int64_t ldx, const float* w, int64_t N, int64_t ldw, int64_t K, float* out,
+            int64_t ldo) {
+  for (int64_t m = 0; m < M; m += 4) {
+    const float* xm = x + m * ldx;
+    float* om = out + m * ldo;
+    switch (M - m >= 4 ? 4 : M - m) {
+      case 1: kn_rows<V, 1>(xm, ldx, w, N, ldw, K, om, ldo); break;
+      case 2: kn_rows<V, 2>(xm, ldx, w, N, ldw, K, om, ldo); break;
+      case 3: kn_rows<V, 3>(xm, ldx, w, N, ldw, K, om, ldo); break;
+      default: kn_rows<V, 4>(xm, ldx, w, N, ldw, K, om, ldo); break;
+    }
+  }
+}
+
 template <class V, class W>
 void widen(const void* wv, int64_t n, float* out) {
   const W* w = static_cast<const W*>(wv);
@@ -118,6 +182,7 @@ DotTiles make_dot_tiles(const char* isa) {
   t.i8 = dot<V, int8_t>;
   t.bf16 = dot<V, uint16_t>;
   t.f32 = dot<V, float>;
+  t.f32_kn = dot_kn<V>;
   t.widen_i8 = widen<V, int8_t>;
   t.widen_bf16 = widen<V, uint16_t>;
   t.isa = isa;

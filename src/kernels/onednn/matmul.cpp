@@ -28,6 +28,7 @@
 #include <optional>
 
 #include "kernels/cpu/linear_stream.h"
+#include "kernels/onednn/gemm.h"
 #include "kernels/onednn/onednn_util.h"
 #include "kernels/onednn/packed_weights.h"
 
@@ -383,8 +384,8 @@ std::unique_ptr<Kernel> gemm_linear(const KernelContext& ctx) {
   return GemmKernel::create(ctx, "linear", {M, K}, {K, N}, {M, N}, /*b_flip=*/true);
 }
 
-// matmul: promote 1-d operands, then collapse the broadcast batch dims.
-std::unique_ptr<Kernel> create_matmul(const KernelContext& ctx) {
+// matmul on oneDNN: promote 1-d operands, then collapse the broadcast batch dims.
+std::unique_ptr<Kernel> gemm_matmul(const KernelContext& ctx) {
   if (has_empty_tensor(ctx)) return nullptr;
   // x @ W with a constant 2-d W (GPT-2's Conv1D): x's dense leading dims flatten into M, as
   // for linear, so a symbolic batch or sequence gets the runtime-M kernel.
@@ -429,16 +430,23 @@ std::unique_ptr<Kernel> create_matmul(const KernelContext& ctx) {
   return GemmKernel::create(ctx, "matmul", ad, bd, cd, /*b_flip=*/false);
 }
 
-// linear: the streaming kernel for a decode step's few rows (cpu/linear_stream.h), else oneDNN's.
+// linear and matmul: the streaming kernel for a decode step's few rows (cpu/linear_stream.h),
+// else oneDNN's.
 std::unique_ptr<Kernel> create_linear(const KernelContext& ctx) {
   if (has_empty_tensor(ctx)) return nullptr;
-  if (auto k = cpu::make_stream_linear_f32(ctx)) return k;
+  if (auto k = cpu::make_stream_f32(ctx)) return k;
   return gemm_linear(ctx);
+}
+std::unique_ptr<Kernel> create_matmul(const KernelContext& ctx) {
+  if (has_empty_tensor(ctx)) return nullptr;
+  if (auto k = cpu::make_stream_f32(ctx)) return k;
+  return gemm_matmul(ctx);
 }
 
 }  // namespace
 
 std::unique_ptr<Kernel> create_onednn_linear(const KernelContext& ctx) { return gemm_linear(ctx); }
+std::unique_ptr<Kernel> create_onednn_matmul(const KernelContext& ctx) { return gemm_matmul(ctx); }
 
 void register_matmul(KernelRegistry& r) {
   r.add("linear", Device::cpu, create_linear);

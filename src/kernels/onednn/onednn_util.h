@@ -208,9 +208,6 @@ int preferred_channel_block();
 // Per-file registration, called by register_onednn_compute_kernels (compute.cpp).
 void register_conv(KernelRegistry& r);       // conv2d
 void register_matmul(KernelRegistry& r);     // linear, matmul
-// oneDNN's linear kernel even where the registry's factory takes the streaming linear
-// (cpu/linear_stream.h): for benchmarks that compare the two (benchmarks/cpp/kernel_throughput.cpp).
-std::unique_ptr<Kernel> create_onednn_linear(const KernelContext& ctx);
 void register_pool(KernelRegistry& r);       // max_pool2d, avg_pool2d, adaptive_avg_pool2d
 void register_layout(KernelRegistry& r);     // channel_block (a oneDNN reorder)
 void register_grouped_mm(KernelRegistry& r); // grouped_mm (oneDNN sgemm per group)
