@@ -151,22 +151,26 @@ void BM_Linear(benchmark::State& state) {
 BENCHMARK(BM_Linear)->Args({1024, 1024, 1024})->Args({128, 768, 768})->Args({1, 512, 512})->Args({64, 512, 512})
     ->UseRealTime();
 
-// A decode step's linears: x [M, K] against 24 different constant weights [N, K] in turn (more
-// than the L3 holds, as a model's layers are), so every call streams its weight from memory.
-// The engine's pick (the streaming linear, cpu/linear_stream.h) against oneDNN's kernel for the
-// same node; GB/s counts the weight bytes. Args: M, N, K, kernel (0: the engine's, 1: oneDNN).
-void BM_DecodeLinear(benchmark::State& state) {
-  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+// A decode step's linears: x [M, K] against 24 different constant weights in turn (more than
+// the L3 holds, as a model's layers are), so every call streams its weight from memory. The
+// engine's pick (the streaming kernel, cpu/linear_stream.h) against oneDNN's kernel for the same
+// node (state.range(3) = 1); GB/s counts the weight bytes. `w` is the weight's shape.
+void decode_gemm(benchmark::State& state, const char* op, std::vector<int64_t> w, KernelFactory onednn_kernel) {
+  const int64_t M = state.range(0), K = std::string(op) == "linear" ? w[1] : w[0];
   constexpr int kWeights = 24;
   std::vector<std::unique_ptr<OneKernel>> ks;
   for (int i = 0; i < kWeights; ++i)
-    ks.push_back(std::make_unique<OneKernel>("linear", std::vector<Tensor>{filled({M, K}, 1, -1, 1), filled({N, K}, 2 + i, -1, 1)},
+    ks.push_back(std::make_unique<OneKernel>(op, std::vector<Tensor>{filled({M, K}, 1, -1, 1), filled(w, 2 + i, -1, 1)},
                                              Attrs{}, std::vector<bool>{false, true},
-                                             state.range(3) ? KernelFactory(onednn::create_onednn_linear) : nullptr));
+                                             state.range(3) ? onednn_kernel : nullptr));
   state.SetLabel(ks[0]->kernel->name());
   for (auto _ : state)
     for (auto& k : ks) k->run();
-  state.SetBytesProcessed(state.iterations() * kWeights * N * K * static_cast<int64_t>(sizeof(float)));
+  state.SetBytesProcessed(state.iterations() * kWeights * w[0] * w[1] * static_cast<int64_t>(sizeof(float)));
+}
+// linear, weight [N, K]. Args: M, N, K, kernel (0: the engine's, 1: oneDNN).
+void BM_DecodeLinear(benchmark::State& state) {
+  decode_gemm(state, "linear", {state.range(1), state.range(2)}, onednn::create_onednn_linear);
 }
 BENCHMARK(BM_DecodeLinear)
     ->ArgNames({"M", "N", "K", "onednn"})
@@ -176,20 +180,10 @@ BENCHMARK(BM_DecodeLinear)
     ->Args({4, 2816, 1024, 0})->Args({4, 2816, 1024, 1})
     ->UseRealTime();
 
-// The same for matmul with a weight stored [K, N] (x @ W, GPT-2's Conv1D), at GPT-2 small's
-// shapes (c_attn 768 x 2304, c_fc 768 x 3072, mlp c_proj 3072 x 768). Args: M, K, N, kernel.
+// matmul with a weight stored [K, N] (x @ W, GPT-2's Conv1D), at GPT-2 small's shapes (c_attn
+// 768 x 2304, c_fc 768 x 3072, mlp c_proj 3072 x 768). Args: M, K, N, kernel.
 void BM_DecodeMatmul(benchmark::State& state) {
-  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
-  constexpr int kWeights = 24;
-  std::vector<std::unique_ptr<OneKernel>> ks;
-  for (int i = 0; i < kWeights; ++i)
-    ks.push_back(std::make_unique<OneKernel>("matmul", std::vector<Tensor>{filled({M, K}, 1, -1, 1), filled({K, N}, 2 + i, -1, 1)},
-                                             Attrs{}, std::vector<bool>{false, true},
-                                             state.range(3) ? KernelFactory(onednn::create_onednn_matmul) : nullptr));
-  state.SetLabel(ks[0]->kernel->name());
-  for (auto _ : state)
-    for (auto& k : ks) k->run();
-  state.SetBytesProcessed(state.iterations() * kWeights * N * K * static_cast<int64_t>(sizeof(float)));
+  decode_gemm(state, "matmul", {state.range(1), state.range(2)}, onednn::create_onednn_matmul);
 }
 BENCHMARK(BM_DecodeMatmul)
     ->ArgNames({"M", "K", "N", "onednn"})

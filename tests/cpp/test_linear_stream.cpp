@@ -20,6 +20,16 @@ bool streams(const std::string& kernel) {
   return kernel.rfind("cpu_linear_stream_f32_", 0) == 0 || kernel.rfind("cpu_matmul_stream_f32_", 0) == 0;
 }
 
+// Each case (why, inputs) matches the reference on a kernel that is not the streaming one.
+using Case = std::pair<std::string, std::vector<Arg>>;
+void expect_keeps_onednn(const std::string& op, std::vector<Case> cases) {
+  for (Case& c : cases) {
+    SCOPED_TRACE(c.first);
+    std::string name = expect_matches_ref(op, std::move(c.second), {});
+    EXPECT_FALSE(streams(name)) << name;
+  }
+}
+
 }  // namespace
 
 TEST(LinearStream, FewRowsOfXTakeItOverOddShapes) {
@@ -49,20 +59,12 @@ TEST(LinearStream, EveryEpilogue) {
 }
 
 TEST(LinearStream, OtherLinearsKeepOneDnn) {
-  struct Case {
-    std::string why;
-    std::vector<Arg> args;
-  };
   std::vector<Case> cases;
   cases.push_back({"5 rows of x", {input(rnd({5, 256}, 1)), constant(rnd({300, 256}, 2))}});
   cases.push_back({"a weight computed per call", {input(rnd({1, 256}, 1)), input(rnd({300, 256}, 2))}});
   cases.push_back({"a weight that sits in cache", {input(rnd({1, 128}, 1)), constant(rnd({100, 128}, 2))}});
   cases.push_back({"short rows", {input(rnd({1, 32}, 1)), constant(rnd({4096, 32}, 2))}});
-  for (Case& c : cases) {
-    SCOPED_TRACE(c.why);
-    std::string name = expect_matches_ref("linear", std::move(c.args), {});
-    EXPECT_FALSE(streams(name)) << name;
-  }
+  expect_keeps_onednn("linear", std::move(cases));
 }
 
 // [1024, 1024] (4 MB) is enough work for the thread rule to split its rows over 2 threads.
@@ -119,10 +121,6 @@ TEST(LinearStream, MatmulWithAWeightStoredKByN) {
 }
 
 TEST(LinearStream, OtherMatmulsKeepOneDnn) {
-  struct Case {
-    std::string why;
-    std::vector<Arg> args;
-  };
   std::vector<Case> cases;
   cases.push_back({"5 rows of x", {input(rnd({5, 256}, 1)), constant(rnd({256, 300}, 2))}});
   cases.push_back({"a weight computed per call", {input(rnd({1, 256}, 1)), input(rnd({256, 300}, 2))}});
@@ -130,9 +128,5 @@ TEST(LinearStream, OtherMatmulsKeepOneDnn) {
   cases.push_back({"narrow outputs", {input(rnd({1, 4096}, 1)), constant(rnd({4096, 32}, 2))}});
   // One row of x, fewer than 512 output columns per thread (threads: OpenMP's count, at most 64).
   cases.push_back({"one row, short segments", {input(rnd({1, 3072}, 1)), constant(rnd({3072, 500}, 2))}});
-  for (Case& c : cases) {
-    SCOPED_TRACE(c.why);
-    std::string name = expect_matches_ref("matmul", std::move(c.args), {});
-    EXPECT_FALSE(streams(name)) << name;
-  }
+  expect_keeps_onednn("matmul", std::move(cases));
 }
