@@ -1,4 +1,7 @@
-// linear and matmul on oneDNN's matmul primitive, with the epilogue fused as post-ops.
+// linear and matmul on oneDNN's matmul primitive, with the epilogue fused as post-ops. The
+// registered factories first offer the node to the streaming kernel (cpu/linear_stream.h: 1-4
+// static rows of x against a constant 2-d f32 weight, a decode step's projections); every other
+// node comes here.
 //
 // Both ops become one batched gemm C[batch..., M, N] = A[batch..., M, K] B[batch..., K, N]:
 //  - linear: A = x flattened to [M, K]; B = w^T, i.e. the [N, K] weight read with strides {1, K}
