@@ -50,6 +50,22 @@ MODELS = {
     "vit": ("vit", 1),
 }
 BACKENDS = ["eager", "inductor", "inductor_freeze", "onnxruntime", "openvino", "updraft"]
+# --train: label -> (zoo model, zoo kwargs). A step is forward, a cross-entropy loss of the main
+# output against fixed random targets over its last dim (class logits for the MLP; hidden
+# states stand in for a head elsewhere), backward and an AdamW step, with dropout off so that
+# the first step's loss can be checked against eager's (docs/training.md).
+TRAIN_MODELS = {
+    "mlp": ("mlp", dict(batch=64)),
+    "bert": ("bert", dict(batch=4, seq=128)),
+    "gpt2": ("gpt2", dict(batch=2, seq=128)),
+    "resnet50_b8": ("resnet50", dict(batch=8)),
+    "vit": ("vit", dict(batch=4)),
+}
+# --train backends: the optimizer runs eagerly in every row. updraft is the default
+# (training="auto": per graph, the faster of the engine and PyTorch); updraft_engine forces
+# the engine for every graph.
+TRAIN_BACKENDS = ["eager", "inductor", "updraft", "updraft_engine"]
+ALL_BACKENDS = BACKENDS + [b for b in TRAIN_BACKENDS if b not in BACKENDS]
 CACHED = {"inductor", "inductor_freeze"}  # backends with an on-disk compile cache
 # Inductor's compiles dominate a run (30-60 s per row on a loaded 2-core machine, against
 # 5-15 s for the others), so the default preset leaves both Inductor rows out and runs only
@@ -148,7 +164,81 @@ def boost_priority() -> str:
     return ", ".join(done) or "not boosted (needs root)"
 
 
+def _train_worker(spec: dict) -> dict:
+    """One --train row: time per training step (forward, loss, backward, AdamW)."""
+    import copy
+
+    import torch
+    import torch.nn.functional as F
+    from updraft import CompilerConfig, get_backend, zoo
+
+    name, kwargs = TRAIN_MODELS[spec["model"]]
+    model, inputs = zoo.build(name, **kwargs)
+    model.train()
+    for m in model.modules():  # dropout off: the first loss is compared with eager's
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+        if isinstance(getattr(m, "dropout_prob", None), float):
+            m.dropout_prob = 0.0
+    ref = copy.deepcopy(model)
+    with torch.no_grad():
+        classes = zoo.first_tensor(model(*inputs)).shape[-1]
+        target = torch.randint(0, classes, zoo.first_tensor(model(*inputs)).shape[:-1])
+
+    def loss_of(out):
+        out = zoo.first_tensor(out)
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
+
+    backend, threads = spec["backend"], spec["threads"]
+    if backend == "eager":
+        fast = model
+    elif backend == "inductor":
+        fast = torch.compile(model)
+    elif backend in ("updraft", "updraft_engine"):
+        cfg = CompilerConfig(num_threads=threads, training="engine" if backend == "updraft_engine" else "auto")
+        fast = torch.compile(model, backend=get_backend(cfg))
+    else:
+        raise ValueError(f"{backend} has no training mode (inference only)")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_of(fast(*inputs))
+        loss.backward()
+        opt.step()
+        return loss
+
+    res: dict = {}
+    t0 = time.perf_counter()
+    first = step()
+    res["compile_s"] = time.perf_counter() - t0
+    want = loss_of(ref(*inputs))
+    res["max_err"] = abs(first.item() - want.item())
+    ts = _time_calls(step, spec["min_time"], spec["min_iters"], spec["max_iters"], spec["warmup"])
+    q = statistics.quantiles(ts, n=4) if len(ts) >= 4 else [min(ts), 0, max(ts)]
+    res.update(median_ms=statistics.median(ts), iqr_ms=q[2] - q[0], iters=len(ts))
+    if backend.startswith("updraft"):
+        import updraft
+
+        rep = updraft.last_report()
+        if rep is not None:
+            kinds = rep.compute_by_kind()
+            res["engine_ops"] = ", ".join(f"{k.replace('training ', '')} {e}/{e + f}" for k, (e, f) in kinds.items())
+            choices = [t.rsplit("; ", 1)[-1].replace("runs in ", "") for g in rep.graphs
+                       for k, t in g.compiles if k == "training choice"]
+            if choices:
+                res["engine_ops"] += " (auto: " + ", ".join(choices) + ")"
+    return res
+
+
 def worker(spec: dict) -> dict:
+    if spec.get("train"):
+        if spec.get("boost"):
+            boost_priority()
+        import torch
+
+        torch.set_num_threads(spec["threads"])
+        return _train_worker(spec)
     threads = spec["threads"]
     if spec.get("boost"):
         boost_priority()  # before torch starts its threads: they inherit the nice value
@@ -274,11 +364,12 @@ def tables(rows: list[dict]) -> str:
     for threads in dict.fromkeys(r["threads_label"] for r in rows):
         rs = [r for r in rows if r["threads_label"] == threads]
         n = rs[0]["threads"]
-        backends = [b for b in BACKENDS if any(r["backend"] == b for r in rs)]
+        backends = [b for b in ALL_BACKENDS if any(r["backend"] == b for r in rs)]
         models = list(dict.fromkeys(r["model"] for r in rs))
         eager = {r["model"]: r.get("median_ms") for r in rs if r["backend"] == "eager" and r["status"] == "ok"}
         head = f"{threads} ({n} threads)" if threads == "all cores" else threads
-        out.append(f"### {head}: median latency ms (speedup over eager)\n")
+        what = "median ms per training step" if rs[0].get("train") else "median latency ms"
+        out.append(f"### {head}: {what} (speedup over eager)\n")
         out.append("| model | " + " | ".join(backends) + " |")
         out.append("|---|" + "---|" * len(backends))
         for m in models:
@@ -335,7 +426,7 @@ def chart(rows: list[dict], path: Path) -> str:
     for ax, g in zip(axes[:, 0], groups):
         rs = [r for r in rows if r["threads_label"] == g]
         models = list(dict.fromkeys(r["model"] for r in rs))
-        backends = [b for b in BACKENDS if b != "eager" and any(r["backend"] == b for r in rs)]
+        backends = [b for b in ALL_BACKENDS if b != "eager" and any(r["backend"] == b for r in rs)]
         eager = {r["model"]: r["median_ms"] for r in rs if r["backend"] == "eager" and r["status"] == "ok"}
         width = 0.8 / max(len(backends), 1)
         for k, b in enumerate(backends):
@@ -363,6 +454,7 @@ def chart(rows: list[dict], path: Path) -> str:
 
 
 BEGIN, END = "<!-- suite:begin -->", "<!-- suite:end -->"
+TRAIN_BEGIN, TRAIN_END = "<!-- train-suite:begin -->", "<!-- train-suite:end -->"
 
 
 def write_doc(doc: Path, body: str, begin: str = BEGIN, end: str = END,
@@ -381,8 +473,13 @@ def write_doc(doc: Path, body: str, begin: str = BEGIN, end: str = END,
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
-    p.add_argument("--backends", nargs="+", choices=BACKENDS,
+    p.add_argument("--models", nargs="+", choices=sorted(set(MODELS) | set(TRAIN_MODELS)),
+                   help="default: every model of the mode (inference: %s; --train: %s)"
+                        % (" ".join(MODELS), " ".join(TRAIN_MODELS)))
+    p.add_argument("--train", action="store_true",
+                   help="time training steps (forward, backward, AdamW) instead of inference; backends "
+                        + "/".join(TRAIN_BACKENDS) + "; writes between the train-suite markers")
+    p.add_argument("--backends", nargs="+", choices=ALL_BACKENDS,
                    help="backends to run on every thread count (default: the preset's)")
     p.add_argument("--threads", nargs="+", default=["all", "1"],
                    help="thread counts: 'all' (every core) and/or integers (default: all 1)")
@@ -400,11 +497,24 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=900, help="seconds per row before it is reported failed")
     p.add_argument("--doc", type=Path, default=ROOT / "docs" / "BENCHMARKS.md",
                    help="markdown file to update ('-' for none)")
-    p.add_argument("--chart", type=Path, default=ROOT / "docs" / "benchmarks.png")
-    p.add_argument("--json", type=Path, default=ROOT / "docs" / "benchmarks.json")
+    p.add_argument("--chart", type=Path, help="PNG chart (default docs/benchmarks.png; --train: docs/train_benchmarks.png)")
+    p.add_argument("--json", type=Path, help="raw rows (default docs/benchmarks.json; --train: docs/train_benchmarks.json)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    table = TRAIN_MODELS if args.train else MODELS
+    stem = "train_benchmarks" if args.train else "benchmarks"
+    args.chart = args.chart or ROOT / "docs" / f"{stem}.png"
+    args.json = args.json or ROOT / "docs" / f"{stem}.json"
+    if args.models is None:
+        args.models = list(table)
+    wrong = [m for m in args.models if m not in table]
+    if wrong:
+        p.error(f"{'--train has' if args.train else 'inference has'} no model {wrong}; choose from {list(table)}")
+    allowed = TRAIN_BACKENDS if args.train else BACKENDS
+    if args.backends and any(b not in allowed for b in args.backends):
+        p.error(f"backends {[b for b in args.backends if b not in allowed]} do not run in this mode; "
+                f"choose from {allowed}")
 
     if args.worker:
         spec = json.loads(args.worker)
@@ -430,14 +540,14 @@ def main(argv=None) -> int:
     for tl in args.threads:
         n = ncpu if tl == "all" else int(tl)
         label = "all cores" if tl == "all" else f"{n} thread" + ("s" if n != 1 else "")
-        preset = PRESETS[args.preset]["all" if tl == "all" else "1"]
+        preset = TRAIN_BACKENDS if args.train else PRESETS[args.preset]["all" if tl == "all" else "1"]
         backends = args.backends or preset
         for m in args.models:
-            for b in BACKENDS:
+            for b in allowed:
                 if b not in backends:
                     continue
                 spec = dict(model=m, backend=b, threads=n, min_time=args.min_time, min_iters=args.min_iters,
-                            max_iters=args.max_iters, warmup=args.warmup, boost=args.boost)
+                            max_iters=args.max_iters, warmup=args.warmup, boost=args.boost, train=args.train)
                 env = dict(os.environ, OMP_NUM_THREADS=str(n), TOKENIZERS_PARALLELISM="false")
                 cache = None
                 if b in CACHED:  # a fresh cache directory makes the first compile cold
@@ -448,7 +558,7 @@ def main(argv=None) -> int:
                     warm = _run_child(spec, args.timeout, env, logs / f"{m}-{b}-{n}-warm.log")
                     if warm["status"] == "ok":
                         row["warm_compile_s"] = warm["compile_s"]
-                row.update(model=m, backend=b, threads=n, threads_label=label)
+                row.update(model=m, backend=b, threads=n, threads_label=label, train=args.train)
                 rows.append(row)
                 brief = (f"{row['median_ms']:.3f} ms, compile {row['compile_s']:.1f} s"
                          if row["status"] == "ok" else row["status"])
@@ -469,7 +579,10 @@ def main(argv=None) -> int:
                     f"({time.strftime('%Y-%m-%d %H:%M')}; median of timed calls, at least "
                     f"{args.min_time:g} s / {args.min_iters} calls per row)\n\n{body}\n"
                     f"![speedup over eager]({rel(args.chart)})\n")
-        write_doc(args.doc, doc_body)
+        if args.train:
+            write_doc(args.doc, doc_body, TRAIN_BEGIN, TRAIN_END, heading="Latest training suite run")
+        else:
+            write_doc(args.doc, doc_body)
         print(f"updated {args.doc}")
     return 0
 

@@ -107,6 +107,13 @@ nb::list op_info() {
 
 NB_MODULE(_C, m) {
   m.doc() = "updraft engine bindings (C++ graph engine, CPU, oneDNN)";
+#ifdef NDEBUG
+  // A script that keeps a loss tensor in a global holds its autograd graph, and through it the
+  // compiled training graphs (Executables), until after this module is torn down at exit;
+  // nanobind then reports them as leaks, a page of noise for a user who did nothing wrong.
+  // Debug builds keep the report for work on the bindings.
+  nb::set_leak_warnings(false);
+#endif
   static nb::exception<Error> exc(m, "UpdraftError", PyExc_RuntimeError);
 
   m.def("op_names", [] { return OpTable::get().names(); }, "Names of every op in the engine's op table.");

@@ -87,20 +87,22 @@ def get_backend(config: CompilerConfig | None = None):
     return _get_backend(config)
 
 
-def profile(fn, *args, runs: int = 20, warmup: int = 2, **kwargs):
+def profile(fn, *args, runs: int = 20, warmup: int = 2, train: bool = False, **kwargs):
     """Calls a compiled model `runs` times and returns where the engine spent its time, per op
-    and kernel (see updraft.profiler)."""
+    and kernel (see updraft.profiler). train=True: with autograd on (a training step)."""
     from .profiler import profile as _profile
 
-    return _profile(fn, *args, runs=runs, warmup=warmup, **kwargs)
+    return _profile(fn, *args, runs=runs, warmup=warmup, train=train, **kwargs)
 
 
-def explain(model, *inputs, config: CompilerConfig | None = None, **kwargs) -> Report:
+def explain(model, *inputs, config: CompilerConfig | None = None, train: bool = False, **kwargs) -> Report:
     """Compiles `model` with updraft, runs it once on `inputs` under torch.no_grad(), and
-    returns the Report: ops in the engine vs in PyTorch, reasons, partitions, compile time."""
+    returns the Report: ops in the engine vs in PyTorch, reasons, partitions, compile time.
+    train=True: runs with autograd on, so the training forward and backward graphs are
+    compiled and reported (backward from the output's sum when the call did not run one)."""
     from .explainer import explain as _explain
 
-    return _explain(model, *inputs, config=config, **kwargs)
+    return _explain(model, *inputs, config=config, train=train, **kwargs)
 
 
 

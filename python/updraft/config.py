@@ -21,6 +21,8 @@ _CPU_ISAS = ("native", "avx2")  # the engine's CpuIsa names (src/kernels/kernel_
 # The engine's WeightDType names (src/passes/options.h): how large linear weights are stored.
 WEIGHT_DTYPES = ("f32", "bf16", "int8")
 _BOOL_TEXT = {"0": False, "1": True}
+# Where training graphs run (CompilerConfig.training).
+TRAINING_MODES = ("auto", "engine", "pytorch")
 
 # The kernel knobs (the engine's KernelOptions, src/kernels/kernel_options.h): CompilerConfig
 # field -> its environment variable. The environment is read here, and only here, for the
@@ -127,6 +129,13 @@ class CompilerConfig:
         README.txt in it says what each file is. None or "": no dumps. Defaults to the
         environment variable UPDRAFT_DUMP_DIR. A dump that cannot be written is one warning, never
         a failed compile.
+    training: where the graphs of a training step run (AOTAutograd's forward and backward
+        graphs, made when an input needs grad and autograd is on; docs/training.md). "engine":
+        partitioned into the engine like inference graphs, with parameters as inputs (never
+        frozen: the optimizer updates them in place), PyTorch for the rest. "auto" (default):
+        as "engine", but each graph's first calls alternate between the engine and PyTorch
+        (one untimed call each, then 3 timed each) and the faster side runs it from then on;
+        `explain` and the report give both times. "pytorch": both graphs run in PyTorch.
     weight_dtype: how the engine stores the weights of large linear layers (constant f32 weights
         of at least 64K elements, src/passes/quantize_weights.h; docs/quantization.md). "f32"
         (default): as given. "bf16": rounded to bf16 (half the bytes). "int8": symmetric int8 with
@@ -187,6 +196,7 @@ class CompilerConfig:
     gears: tuple = ()
     conv_layout: str = dataclasses.field(default_factory=lambda: os.environ.get(_CONV_LAYOUT_ENV, "auto"))
     weight_dtype: str = "f32"
+    training: str = "auto"
     prepack_weights: bool = _knob("prepack_weights", True)
     static_gemm: bool = _knob("static_gemm", False)
     cpu_isa: str = _knob("cpu_isa", "native")
@@ -216,6 +226,10 @@ class CompilerConfig:
         if not isinstance(self.weight_dtype, str) or self.weight_dtype not in WEIGHT_DTYPES:
             raise ValueError(f"[updraft.config] weight_dtype={self.weight_dtype!r} is not one of {list(WEIGHT_DTYPES)}; "
                              "use \"bf16\" or \"int8\" for low-precision linear weights, \"f32\" to keep them")
+        if self.training not in TRAINING_MODES:
+            raise ValueError(f"[updraft.config] training={self.training!r} is not one of {list(TRAINING_MODES)}; "
+                             "\"engine\" runs training graphs in the engine, \"pytorch\" leaves them to PyTorch, "
+                             "\"auto\" times both and keeps the faster")
         if self.cpu_isa not in _CPU_ISAS:
             raise ValueError(f"[updraft.config] cpu_isa={self.cpu_isa!r} is not one of {list(_CPU_ISAS)} "
                              f"(also checked when it comes from {KERNEL_KNOBS['cpu_isa']})")

@@ -166,6 +166,16 @@ def _var(lw, node, a):
                     correction=1.0 if corr is None else float(corr), keepdim=bool(a["keepdim"]))
 
 
+@register(aten.var_mean.correction)
+def _var_mean(lw, node, a):
+    # Train-mode batch norm's decomposition computes its batch statistics with it.
+    x = lw.cast(lw.value(a["self"]), out_dtype(node))
+    dims, keepdim = _dims(a["dim"], rank_of(a["self"])), bool(a["keepdim"])
+    corr = a["correction"]
+    var = lw.emit1("var", [x], dims=dims, correction=1.0 if corr is None else float(corr), keepdim=keepdim)
+    return [var, lw.emit1("mean", [x], dims=dims, keepdim=keepdim)]
+
+
 @register(aten.cumsum.default)
 def _cumsum(lw, node, a):
     # Eager converts the input to the result dtype first. The engine sums integers in i64; a

@@ -160,11 +160,13 @@ class Profile:
 
 
 def profile(fn: Callable[..., Any], *args: Any, runs: int = 20, warmup: int = 2, trace: Optional[str] = None,
-            **kwargs: Any) -> Profile:
+            train: bool = False, **kwargs: Any) -> Profile:
     """Calls `fn(*args, **kwargs)` warmup + runs times and reports the engine's step times.
 
     `fn` is usually a torch.compile'd model (backend="updraft"); the warm-up calls compile it.
-    Runs under torch.no_grad(). Only partitions that have run at least once are profiled.
+    Runs under torch.no_grad(); train=True runs with autograd on instead, for a training step
+    (`fn` runs forward, backward and maybe the optimizer; the training forward and backward
+    graphs are profiled together). Only partitions that have run at least once are profiled.
     trace: a path; the timed calls are also written there as a Chrome trace / Perfetto JSON
     ("traceEvents" of complete events, microseconds): one range per call, per engine
     partition call and per engine step (op, kernel, output types, thread), so the time spent
@@ -181,7 +183,7 @@ def profile(fn: Callable[..., Any], *args: Any, runs: int = 20, warmup: int = 2,
         if not os.path.isdir(parent):
             raise FileNotFoundError(f"[updraft.profile] trace={trace!r}: folder {parent} does not exist; "
                                     "create it or pass another path")
-    with torch.no_grad():
+    with torch.enable_grad() if train else torch.no_grad():
         for _ in range(max(warmup, 1)):
             fn(*args, **kwargs)
         graphs = _live_graphs()

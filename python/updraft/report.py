@@ -26,6 +26,12 @@ def warn_once(msg: str) -> None:
     warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
 
+# GraphReport.compiles kinds that record a decision, not a compile: which of the engine and
+# PyTorch runs a graph, timed over its first calls (updraft/training.py, MeasuredChoice).
+TRAINING_CHOICE, INPUT_WRITES = "training choice", "input-writing graph"
+DECISIONS = (TRAINING_CHOICE, INPUT_WRITES)
+
+
 @dataclasses.dataclass
 class PartitionReport:
     name: str
@@ -171,6 +177,15 @@ class Report:
         total = self.num_engine_compute + self.num_fallback_compute
         return 1.0 if total == 0 else self.num_engine_compute / total
 
+    def compute_by_kind(self) -> dict:
+        """Compute ops per graph kind ("inference", "training forward", "training backward"):
+        {kind: (in the engine, in PyTorch)}; a training step's forward and backward count apart."""
+        out: dict = {}
+        for g in self.graphs:
+            eng, fb = out.get(g.kind, (0, 0))
+            out[g.kind] = (eng + g.engine_compute, fb + g.fallback_compute)
+        return out
+
     @property
     def reasons(self) -> dict:
         out: dict = {}
@@ -201,8 +216,9 @@ class Report:
 
     @property
     def recompiles(self) -> list:
-        """(kind, reason) of every recompile recorded here, in order."""
-        return [c for g in self.graphs for c in g.compiles if c[0] != "compile"]
+        """(kind, reason) of every recompile recorded here, in order (not the first compiles,
+        nor the measured choices between the engine and PyTorch: `DECISIONS`)."""
+        return [c for g in self.graphs for c in g.compiles if c[0] != "compile" and c[0] not in DECISIONS]
 
     @property
     def cache_hits(self) -> int:
@@ -253,6 +269,9 @@ class Report:
                      f"compile: {self.compile_ms:.1f} ms")
         lines.append(f"  compute ops in engine: {eng}/{eng + fb} ({100 * self.coverage:.1f}%)   "
                      f"ops in eager PyTorch: {sum(self.fallback_ops.values())}")
+        by_kind = self.compute_by_kind()
+        if len(by_kind) > 1 or "inference" not in by_kind:
+            lines.append("  by graph kind: " + ", ".join(f"{kind} {e}/{e + f}" for kind, (e, f) in by_kind.items()))
         for i, g in enumerate(self.graphs):
             lines.append(f"  graph {i} ({g.kind}): engine {sum(g.engine_ops.values())} ops, "
                          f"eager {sum(g.fallback_ops.values())} ops, {len(g.partitions)} partition(s)")

@@ -56,6 +56,51 @@ bool merge_reshapes(Graph& g, Node* n) {
   return true;
 }
 
+// Rewrite permute(permute(x, p), q) to permute(x, r) with r[i] = p[q[i]]. Training graphs
+// transpose a weight for the forward matmul and transpose it back for the backward one; merged,
+// the pair is an identity that drop_identity removes instead of two copies per call.
+bool merge_permutes(Graph& g, Node* n) {
+  if (n->op_name() != "permute") return false;
+  Node* inner = n->input(0)->producer;
+  if (!inner || inner->op_name() != "permute") return false;
+  const auto& p = inner->attr("dims").ints();
+  const auto& q = n->attr("dims").ints();
+  const auto r = static_cast<int64_t>(p.size());
+  if (static_cast<int64_t>(q.size()) != r) return false;
+  auto norm = [r](int64_t d) { return d < 0 ? d + r : d; };
+  std::vector<int64_t> merged(static_cast<size_t>(r));
+  for (int64_t i = 0; i < r; ++i) merged[static_cast<size_t>(i)] = norm(p[static_cast<size_t>(norm(q[static_cast<size_t>(i)]))]);
+  n->inputs[0] = inner->input(0);
+  n->attrs["dims"] = Attr(merged);
+  return true;
+}
+
+// Rewrite linear(x, permute(w, [1, 0]), ...) to matmul(x, w, ...) for a w that is not a
+// constant: linear multiplies by its
+// weight's transpose, so a transposed 2-d weight is w itself read as [K, N], which matmul
+// takes in place (the epilogue attributes and inputs are the same for both ops). A training
+// graph's backward multiplies each gradient by an untransposed weight this way; the permute
+// was a copy of the weight per call.
+bool linear_of_transpose(Graph& g, Node* n) {
+  if (n->op_name() != "linear" || g.use_count(n->output()) == 0) return false;
+  Node* t = n->input(1)->producer;
+  if (!t || t->op_name() != "permute" || t->input(0)->type.shape.size() != 2) return false;
+  // A constant weight's transpose is folded once by constant_fold and prepacked for linear;
+  // only a weight that arrives per call (training, freeze=False) is worth reading in place.
+  if (t->input(0)->is_constant()) return false;
+  std::vector<Value*> inputs = n->inputs;
+  inputs[1] = t->input(0);
+  g.set_insert_point(n);
+  Node* m = g.add_node("matmul", inputs, n->attrs);
+  g.set_insert_point(nullptr);
+  if (!(m->output()->type == n->output()->type)) {  // not expected: same shape rule for 2-d w
+    g.remove_node(m);
+    return false;
+  }
+  g.replace_all_uses(n->output(), m->output());
+  return true;
+}
+
 // Rewrite op(expand(x), y) to op(x, y) when the elementwise op's broadcast gives the same type.
 bool absorb_expand(Graph& g, Node* n) {
   if (n->op->cls != OpClass::Elementwise || n->inputs.size() < 2) return false;
@@ -91,6 +136,8 @@ bool canonicalize(Graph& g) {
     bool any = false;
     for (Node* n : g.nodes()) {
       any |= merge_reshapes(g, n);
+      any |= merge_permutes(g, n);
+      any |= linear_of_transpose(g, n);
       any |= drop_identity(g, n);
       any |= absorb_expand(g, n);
     }

@@ -71,3 +71,50 @@ TEST(PassCanonicalize, RealPermuteAndReshapeStay) {
   return (%2)
 })", canon_then_dce, Changed::no);
 }
+
+TEST(PassCanonicalize, TransposeOfATransposeCancels) {
+  // A training graph's weight: transposed for the forward matmul, transposed back for the
+  // backward one.
+  auto g = check_pass(R"(graph(%w: f32[3, 5], %g: f32[4, 3]) {
+  %0 = permute(%w) {dims=[1, 0]}
+  %1 = permute(%0) {dims=[-1, -2]}
+  %2 = matmul(%g, %1)
+  return (%2)
+})", canon_then_dce, Changed::yes);
+  EXPECT_EQ(ops_of(*g), "matmul");
+  EXPECT_EQ(g->nodes()[0]->input(1), g->inputs()[0]);
+}
+
+TEST(PassCanonicalize, MergesPermuteChainsIntoOne) {
+  // [2,3,4,5] -(0,2,1,3)-> [2,4,3,5] -(3,0,2,1)-> [5,2,3,4]: one permute (3,0,1,2) of x.
+  auto g = check_pass(R"(graph(%x: f32[2, 3, 4, 5]) {
+  %0 = permute(%x) {dims=[0, 2, 1, 3]}
+  %1 = permute(%0) {dims=[3, 0, 2, 1]}
+  %2 = neg(%1)
+  return (%2)
+})", canon_then_dce, Changed::yes);
+  EXPECT_EQ(ops_of(*g), "permute neg");
+  EXPECT_EQ(g->nodes()[0]->input(0), g->inputs()[0]);
+  EXPECT_EQ(g->nodes()[0]->attr("dims").ints(), (std::vector<int64_t>{3, 0, 1, 2}));
+}
+
+TEST(PassCanonicalize, LinearOfATransposedWeightBecomesMatmul) {
+  // linear(x, w^T) = x @ w: matmul reads w as [K, N] in place, with the bias epilogue kept.
+  auto g = check_pass(R"(graph(%g: f32[4, 3], %w: f32[3, 5], %b: f32[5]) {
+  %0 = permute(%w) {dims=[1, 0]}
+  %1 = linear(%g, %0, %b) {has_bias=true}
+  return (%1)
+})", canon_then_dce, Changed::yes);
+  EXPECT_EQ(ops_of(*g), "matmul");
+  EXPECT_EQ(g->nodes()[0]->input(1), g->inputs()[1]);
+  EXPECT_TRUE(g->nodes()[0]->attr("has_bias").b());
+}
+
+TEST(PassCanonicalize, LinearOfATransposedConstantStaysForFolding) {
+  check_pass(R"(graph(%g: f32[4, 3]) {
+  %w = constant f32[3, 5] random(seed=1)
+  %0 = permute(%w) {dims=[1, 0]}
+  %1 = linear(%g, %0)
+  return (%1)
+})", canon_then_dce, Changed::no);
+}

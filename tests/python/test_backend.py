@@ -176,7 +176,26 @@ def test_training_graph_is_correct_and_reported():
     for p, q in zip(net.parameters(), ref_net.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
     rep = updraft.last_report()
-    assert any(g.kind == "training forward" and "training graph" in g.note for g in rep.graphs), str(rep)
+    kinds = rep.compute_by_kind()
+    assert set(kinds) == {"training forward", "training backward"}, str(rep)
+    assert all(fb == 0 and eng > 0 for eng, fb in kinds.values()), str(rep)
+
+
+def test_training_graphs_left_to_pytorch_on_request():
+    net = _Net()
+    ref_net = _Net()
+    ref_net.load_state_dict(net.state_dict())
+    x = torch.randn(3, 8)
+    compiled = torch.compile(net, backend=get_backend(CompilerConfig(training="pytorch")))
+    compiled(x).square().sum().backward()
+    ref_net(x).square().sum().backward()
+    for p, q in zip(net.parameters(), ref_net.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    rep = updraft.last_report()
+    assert all(g.kind.startswith("training") and "training graph" in g.note and g.engine_compute == 0
+               for g in rep.graphs), str(rep)
+    with pytest.raises(ValueError, match="training='gpu' is not one of"):
+        CompilerConfig(training="gpu")
 
 
 def test_dynamic_shapes_stay_correct():

@@ -353,6 +353,7 @@ class AotDump:
         partition, which the partition fills when it is built."""
         from ..lowering import is_shape_arithmetic
 
+        compiled = getattr(compiled, "__wrapped__", compiled)  # training graphs: backend._boxed_function
         parts = list(getattr(compiled, "parts", None) or [])
         outer = getattr(compiled, "gm", None)
         engine = {}

@@ -1,0 +1,392 @@
+"""Training through the engine: AOTAutograd's forward and backward graphs compiled with updraft,
+compared with eager PyTorch from the same weights and inputs (docs/training.md).
+
+Tolerances (f32). The loss: rtol 1e-5, one rounding chain. A gradient: its largest error at
+most 1e-4 of its largest magnitude (plus 1e-6 for gradients that are zero in exact arithmetic,
+such as a conv bias before batch norm): the engine's GEMMs (oneDNN) block and order their
+f32 sums differently from eager's (MKL), and a weight gradient sums over every token of the
+batch (K up to a few thousand here), so single-rounding agreement is not expected. Multi-step
+runs compare after every step: the differences above compound through AdamW's updates, so
+the curves are compared with a looser bound, stated where it is used.
+"""
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import updraft
+from updraft import CompilerConfig, get_backend
+
+GRAD_RTOL = 1e-4
+GRAD_ATOL = 1e-6
+
+
+def assert_grads_match(model: torch.nn.Module, ref: torch.nn.Module) -> None:
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+        if q.grad is None:
+            assert p.grad is None, f"{name}: eager computes no gradient, the compiled step does"
+            continue
+        assert p.grad is not None, f"{name}: no gradient from the compiled step"
+        scale = q.grad.abs().max().item()
+        err = (p.grad - q.grad).abs().max().item()
+        assert err <= GRAD_RTOL * scale + GRAD_ATOL, f"{name}: max error {err:.3g} against scale {scale:.3g}"
+
+
+def assert_buffers_match(model: torch.nn.Module, ref: torch.nn.Module) -> None:
+    for (name, b), (_, c) in zip(model.named_buffers(), ref.named_buffers()):
+        torch.testing.assert_close(b, c, rtol=1e-5, atol=1e-6, msg=lambda m: f"buffer {name}: {m}")
+
+
+def _mlp() -> torch.nn.Module:
+    return torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+        torch.nn.LayerNorm(64), torch.nn.Linear(64, 64), torch.nn.SiLU(), torch.nn.Linear(64, 10))
+
+
+class _ConvNet(torch.nn.Module):
+    """Conv + train-mode batch norm + ReLU, max pool, a residual block, global pool, linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16),
+                                        torch.nn.ReLU(), torch.nn.MaxPool2d(2))
+        self.block = torch.nn.Sequential(torch.nn.Conv2d(16, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16),
+                                         torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3, padding=1, bias=False),
+                                         torch.nn.BatchNorm2d(16))
+        self.head = torch.nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        x = F.relu(x + self.block(x))
+        return self.head(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def _classify_step(model, x, y):
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    return loss
+
+
+def _hf_step(model, inputs):
+    out = model(**inputs)
+    out.loss.backward()
+    return out.loss
+
+
+def _bert():
+    from transformers import BertConfig, BertForSequenceClassification
+
+    cfg = BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                     vocab_size=500, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0, num_labels=3)
+    model = BertForSequenceClassification(cfg)
+    inputs = dict(input_ids=torch.randint(0, 500, (4, 24)), attention_mask=torch.ones(4, 24, dtype=torch.long),
+                  labels=torch.randint(0, 3, (4,)))
+    inputs["attention_mask"][1, 20:] = 0  # a padded row: the mask takes part in the gradient
+    return model, inputs
+
+
+def _gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=500, n_positions=64, resid_pdrop=0.0,
+                     embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    model = GPT2LMHeadModel(cfg)
+    ids = torch.randint(0, 500, (2, 24))
+    return model, dict(input_ids=ids, labels=ids)
+
+
+def _vit():
+    from transformers import ViTConfig, ViTForImageClassification
+
+    cfg = ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                    image_size=32, patch_size=8, num_labels=5, hidden_dropout_prob=0.0,
+                    attention_probs_dropout_prob=0.0)
+    model = ViTForImageClassification(cfg)
+    return model, dict(pixel_values=torch.randn(2, 3, 32, 32), labels=torch.randint(0, 5, (2,)))
+
+
+ENGINE = CompilerConfig(training="engine")  # the engine, whatever the timing (coverage is asserted)
+
+
+def _compiled_step(step):
+    return torch.compile(step, backend=get_backend(ENGINE))
+
+
+def _coverage(rep) -> dict:
+    return {kind: eng / max(eng + fb, 1) for kind, (eng, fb) in rep.compute_by_kind().items()}
+
+
+def test_mlp_one_step_matches_eager_and_runs_in_the_engine():
+    model = _mlp()
+    ref = copy.deepcopy(model)
+    x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
+    loss = _compiled_step(_classify_step)(model, x, y)
+    want = _classify_step(ref, x, y)
+    torch.testing.assert_close(loss, want, rtol=1e-5, atol=0)
+    assert_grads_match(model, ref)
+    cov = _coverage(updraft.last_report())
+    assert cov == {"training forward": 1.0, "training backward": 1.0}, str(updraft.last_report())
+
+
+@pytest.mark.parametrize("build", [_bert, _gpt2, _vit], ids=["bert", "gpt2", "vit"])
+def test_transformer_one_step_matches_eager(build):
+    model, inputs = build()
+    model.train()
+    ref = copy.deepcopy(model)
+    compiled = torch.compile(_hf_step, backend=get_backend(ENGINE))
+    from updraft.report import set_collector, Report
+
+    rep = Report()
+    set_collector(rep)
+    try:
+        loss = compiled(model, inputs)
+    finally:
+        set_collector(None)
+    want = _hf_step(ref, inputs)
+    torch.testing.assert_close(loss, want, rtol=1e-5, atol=0)
+    assert_grads_match(model, ref)
+    # Attention (decomposed for training) and its gradient run in the engine: at least 95% of
+    # the compute ops of each kind, over every graph of the step (GPT-2's loss is a graph of
+    # its own).
+    cov = _coverage(rep)
+    assert set(cov) == {"training forward", "training backward"}, str(rep)
+    assert min(cov.values()) >= 0.95, str(rep)
+
+
+def test_convnet_train_mode_batch_norm_matches_eager_with_running_stats():
+    model = _ConvNet().train()
+    ref = copy.deepcopy(model)
+    x, y = torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,))
+    step = _compiled_step(_classify_step)
+    for _ in range(2):  # the running statistics move twice; both updates are written back
+        model.zero_grad()
+        ref.zero_grad()
+        loss = step(model, x, y)
+        want = _classify_step(ref, x, y)
+        torch.testing.assert_close(loss, want, rtol=1e-5, atol=0)
+        assert_grads_match(model, ref)
+        assert_buffers_match(model, ref)
+    assert model.stem[1].num_batches_tracked.item() == 2
+
+
+def test_adamw_steps_follow_eager():
+    model = _mlp()
+    ref = copy.deepcopy(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    step = _compiled_step(_classify_step)
+    x, y = torch.randn(32, 32), torch.randint(0, 10, (32,))
+    losses = []
+    for i in range(20):
+        opt.zero_grad()
+        ref_opt.zero_grad()
+        loss = step(model, x, y)
+        opt.step()
+        want = _classify_step(ref, x, y)
+        ref_opt.step()
+        # AdamW divides by sqrt(v): early on it maps a gradient difference of 1e-7 to an update
+        # difference of lr-scale, so the runs drift apart slowly; 20 steps stay within 1e-3.
+        torch.testing.assert_close(loss, want, rtol=1e-3, atol=1e-5, msg=lambda m: f"step {i}: {m}")
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], losses  # it learns
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("training", ["engine", "auto"])
+def test_gradient_accumulation_over_two_forwards(training):
+    # Two forwards before one backward: the first forward's saved activations must survive the
+    # second (engine outputs are fresh tensors per call). Under "auto" the first calls alternate
+    # between the engine and PyTorch, so one backward reads what the other side saved.
+    model = _mlp()
+    ref = copy.deepcopy(model)
+    fwd = torch.compile(model, backend=get_backend(CompilerConfig(training=training)))
+    a, b = torch.randn(8, 32), torch.randn(8, 32)
+    (fwd(a).square().mean() + 3 * fwd(b).abs().mean()).backward()
+    (ref(a).square().mean() + 3 * ref(b).abs().mean()).backward()
+    assert_grads_match(model, ref)
+    # And accumulation into .grad over steps.
+    fwd(a).sum().backward()
+    ref(a).sum().backward()
+    assert_grads_match(model, ref)
+
+
+def test_frozen_layers_get_no_gradient():
+    model = _mlp()
+    for p in model[0].parameters():
+        p.requires_grad_(False)
+    ref = copy.deepcopy(model)
+    x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
+    _compiled_step(_classify_step)(model, x, y)
+    _classify_step(ref, x, y)
+    assert model[0].weight.grad is None and model[0].bias.grad is None
+    assert_grads_match(model, ref)
+
+
+def test_activation_checkpointing_matches_eager():
+    from torch.utils.checkpoint import checkpoint
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32))
+            self.b = torch.nn.Linear(32, 10)
+
+        def forward(self, x):
+            return self.b(checkpoint(self.a, x, use_reentrant=False))
+
+    model = Net()
+    ref = copy.deepcopy(model)
+    x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
+    loss = _compiled_step(_classify_step)(model, x, y)
+    torch.testing.assert_close(loss, _classify_step(ref, x, y), rtol=1e-5, atol=0)
+    assert_grads_match(model, ref)
+
+
+def test_dropout_keeps_its_rate_and_gradient_mask():
+    # Dropout's mask comes from PyTorch's generator (the random op runs in PyTorch; the rest of
+    # the step in the engine): the kept fraction is 1-p and the gradient is zero exactly where
+    # the output was dropped.
+    drop = torch.nn.Dropout(0.3).train()
+    x = torch.randn(200, 100, requires_grad=True)
+    out = torch.compile(drop, backend="updraft")(x)
+    out.sum().backward()
+    kept = out != 0
+    assert abs(kept.float().mean().item() - 0.7) < 0.02
+    torch.testing.assert_close(out[kept], x.detach()[kept] / 0.7)
+    torch.testing.assert_close(x.grad, kept.float() / 0.7)
+
+
+def test_explain_train_reports_forward_and_backward_apart():
+    model = _mlp()
+    rep = updraft.explain(model, torch.randn(4, 32), config=ENGINE, train=True)
+    kinds = rep.compute_by_kind()
+    assert set(kinds) == {"training forward", "training backward"}, str(rep)
+    assert "by graph kind: training forward" in str(rep)
+    assert all(p.grad is not None for p in model.parameters())  # explain ran the backward
+
+
+def test_a_compile_failure_runs_the_step_in_pytorch(monkeypatch):
+    from updraft import backend
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("injected lowering failure")
+
+    monkeypatch.setattr(backend, "partition_graph", boom)
+    model = _mlp()
+    ref = copy.deepcopy(model)
+    x, y = torch.randn(8, 32), torch.randint(0, 10, (8,))
+    with pytest.warns(RuntimeWarning, match="compiling a training forward graph failed"):
+        loss = _compiled_step(_classify_step)(model, x, y)
+    torch.testing.assert_close(loss, _classify_step(ref, x, y), rtol=1e-5, atol=0)
+    assert_grads_match(model, ref)
+    rep = updraft.last_report()
+    assert all(g.engine_compute == 0 and "injected lowering failure" in g.note for g in rep.graphs), str(rep)
+
+
+@pytest.mark.parametrize("mask", ["bool", "additive", "causal", "none"])
+def test_attention_gradients_match_eager(mask):
+    # Training graphs run attention in torch's math form (updraft/backend.py,
+    # _attention_as_math); a boolean mask must become the additive one first (read as 0/1 it
+    # gave outputs off by 0.3 and gradients off by 30).
+    B, H, L, E = 2, 2, 6, 8
+    q, k, v = (torch.randn(B, H, L, E) for _ in range(3))
+    attn_mask, causal = None, mask == "causal"
+    if mask == "bool":
+        attn_mask = torch.ones(B, 1, L, L, dtype=torch.bool)
+        attn_mask[1, ..., 4:] = False
+    elif mask == "additive":
+        attn_mask = torch.zeros(B, 1, L, L)
+        attn_mask[1, ..., 4:] = torch.finfo(torch.float32).min
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal)
+
+    weight = torch.randn(B, H, L, E)
+    got_in = [t.clone().requires_grad_() for t in (q, k, v)]
+    want_in = [t.clone().requires_grad_() for t in (q, k, v)]
+    got = torch.compile(f, backend="updraft")(*got_in)
+    (got * weight).sum().backward()
+    want = f(*want_in)
+    (want * weight).sum().backward()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for a, b in zip(got_in, want_in):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
+    assert _coverage(updraft.last_report())["training backward"] == 1.0, str(updraft.last_report())
+
+
+def test_measured_choice_keeps_the_faster_side():
+    from updraft.training import MeasuredChoice
+
+    now = [0.0]
+    cost = {"engine": 2.0, "pytorch": 1.0}
+    calls = []
+
+    def side(name):
+        def run(args):
+            calls.append(name)
+            now[0] += cost[name]
+            return [sum(args)]
+        return run
+
+    chosen = []
+    choice = MeasuredChoice(side("engine"), side("pytorch"), lambda c, e, p: chosen.append((c, e, p)),
+                            trials=3, clock=lambda: now[0])
+    for i in range(12):
+        assert choice([1, 2, i]) == [3 + i]  # the values whichever side ran
+    # One untimed call each, then 3 timed each, alternating from the engine; then PyTorch only.
+    assert calls[:8] == ["engine", "pytorch"] * 4
+    assert calls[8:] == ["pytorch"] * 4
+    assert chosen == [("pytorch", 2000.0, 1000.0)]
+
+
+def test_auto_training_follows_eager_and_reports_its_choice():
+    model = _mlp()
+    ref = copy.deepcopy(model)
+    step = torch.compile(_classify_step, backend="updraft")  # the default: training="auto"
+    x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
+    for _ in range(10):
+        model.zero_grad()
+        ref.zero_grad()
+        loss = step(model, x, y)
+        torch.testing.assert_close(loss, _classify_step(ref, x, y), rtol=1e-5, atol=0)
+        assert_grads_match(model, ref)
+    rep = updraft.last_report()
+    choices = [text for g in rep.graphs for kind, text in g.compiles if kind == "training choice"]
+    assert len(choices) == 2 and all("engine" in c and "PyTorch" in c for c in choices), str(rep)
+    for g in rep.graphs:  # a graph left to PyTorch counts its ops there, with the times
+        made = [t for k, t in g.compiles if k == "training choice"][0]
+        if made.endswith("runs in PyTorch"):
+            assert g.engine_compute == 0 and any("ran this graph faster" in r for rs in g.reasons.values() for r in rs)
+        else:
+            assert g.fallback_compute == 0
+
+
+def test_compiled_optimizer_step_matches_eager_and_is_timed_against_it():
+    # torch.compile(opt.step): an inference graph that writes every parameter and state tensor.
+    # Nothing it writes may be frozen (a rebuild per step); the compiled call and Dynamo's graph
+    # run eagerly in place are timed over the first calls and the faster keeps it.
+    model = _mlp()
+    ref = copy.deepcopy(model)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        p.grad = torch.randn_like(p)
+        q.grad = p.grad.clone()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    step = torch.compile(opt.step, backend="updraft")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no recompile-limit warning
+        for _ in range(12):
+            step()
+            ref_opt.step()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    rep = updraft.last_report()
+    timed = [t for g in rep.graphs for k, t in g.compiles if k == "input-writing graph"]
+    assert len(timed) == 1 and "eager in place" in timed[0], str(rep)
+    assert not rep.recompiles, str(rep)
