@@ -133,9 +133,9 @@ class CompilerConfig:
         graphs, made when an input needs grad and autograd is on; docs/training.md). "engine":
         partitioned into the engine like inference graphs, with parameters as inputs (never
         frozen: the optimizer updates them in place), PyTorch for the rest. "auto" (default):
-        as "engine", but each graph's first calls alternate between the engine and PyTorch
-        (one untimed call each, then 3 timed each) and the faster side runs it from then on;
-        `explain` and the report give both times. "pytorch": both graphs run in PyTorch.
+        the compiled step and eager PyTorch alternate over the first steps (one untimed step
+        each, then 3 timed each, forward plus backward) and the faster runs every later step;
+        the report gives both times. "pytorch": AOTAutograd's graphs run in PyTorch.
     weight_dtype: how the engine stores the weights of large linear layers (constant f32 weights
         of at least 64K elements, src/passes/quantize_weights.h; docs/quantization.md). "f32"
         (default): as given. "bf16": rounded to bf16 (half the bytes). "int8": symmetric int8 with

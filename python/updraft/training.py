@@ -4,8 +4,9 @@ and which of the engine or PyTorch runs each of its graphs.
 - `is_training`: AOTAutograd's own test for making forward and backward graphs.
 - `attention_as_math_in`: scaled_dot_product_attention in its math form, so its gradient is
   ops the engine runs; `TRAINING_DECOMPOSED`: ops decomposed for training graphs only.
-- `MeasuredChoice`: CompilerConfig(training="auto") times each graph in the engine and in
-  PyTorch over its first calls and keeps the faster (never slower than eager by choice).
+- `MeasuredChoice`: CompilerConfig(training="auto") times the compiled training step (forward
+  and backward) against eager over its first steps and keeps the faster (never slower than
+  eager by choice); the same timing decides an inference graph that writes its inputs.
 
 The backend (backend.py) compiles the graphs; this module decides nothing about partitioning.
 """
@@ -75,24 +76,30 @@ TRIALS = 3
 
 
 class MeasuredChoice:
-    """Boxed callable for one training graph under CompilerConfig(training="auto"): its first
-    calls alternate between the engine (`engine`, the partitioned graph) and PyTorch (`eager`,
-    the same aten graph unpartitioned), starting with the engine; the first call of each is not
-    timed, then TRIALS calls of each are. The side with the lower median runs every later
-    call, and `on_choice(chosen, engine_ms, pytorch_ms)` records it (report, explain). Both
-    sides compute the same values from the same inputs (the outputs a forward saves for its
-    backward have one layout whichever side made them), so switching between calls is safe."""
+    """Boxed callable choosing between two ways of running one graph by timing them: its first
+    calls alternate between `engine` (updraft) and `eager` (PyTorch), starting with the engine;
+    the first call of each is not timed, then TRIALS calls of each are. The side with the lower
+    median runs every later call, and `on_choice(chosen, engine_ms, pytorch_ms)` records it
+    (report, explain). Both sides compute the same values from the same inputs, so switching
+    between calls is safe.
+
+    backward=True (a training step): a call's time also counts its backward, timed by autograd
+    hooks (`time_backward`) from the moment the backward reaches the call's outputs to the
+    moment every input that needs grad has its gradient; a call whose backward has not run by
+    the next call counts its forward alone. The hooks live only until the choice is made."""
 
     _boxed_call = True
 
     def __init__(self, engine: Callable, eager: Callable, on_choice: Callable[[str, float, float], None],
-                 trials: int = TRIALS, clock: Callable[[], float] = time.perf_counter) -> None:
+                 trials: int = TRIALS, clock: Callable[[], float] = time.perf_counter, backward: bool = False) -> None:
         self.engine, self.eager, self.on_choice = engine, eager, on_choice
-        self.trials, self.clock = trials, clock
+        self.trials, self.clock, self.backward = trials, clock, backward
         self.times: dict = {"engine": [], "pytorch": []}
         self.calls = 0
         self.chosen: Optional[str] = None
         self._run: Optional[Callable] = None
+        self._pending: list = []  # [side, seconds] of calls whose backward has not run yet
+        self._hooks: list = []
         self._lock = threading.Lock()
 
     def __call__(self, args: list) -> Any:
@@ -102,28 +109,78 @@ class MeasuredChoice:
         with self._lock:
             i = self.calls
             self.calls += 1
+            for trial in self._pending:  # no backward ran after that call: its forward is its cost
+                self._record(trial)
+            self._pending.clear()
         side = "engine" if i % 2 == 0 else "pytorch"
         fn = self.engine if side == "engine" else self.eager
         t0 = self.clock()
         out = fn(list(args))
         elapsed = self.clock() - t0
         if i >= 2:
+            trial = [side, elapsed]
             with self._lock:
-                self.times[side].append(elapsed)
-                if self._run is None and all(len(t) >= self.trials for t in self.times.values()):
-                    self._decide()
+                hooks = time_backward(args, out, self.clock, lambda bw: self._finish(trial, bw)) \
+                    if self.backward and self._run is None else None
+                if hooks:
+                    self._hooks += hooks
+                    self._pending.append(trial)
+                else:
+                    self._record(trial)
         return out
+
+    def _finish(self, trial: list, backward_s: float) -> None:
+        with self._lock:
+            if any(t is trial for t in self._pending):
+                self._pending = [t for t in self._pending if t is not trial]
+                trial[1] += backward_s
+                self._record(trial)
+
+    def _record(self, trial: list) -> None:
+        """Under the lock."""
+        if self._run is not None:
+            return
+        self.times[trial[0]].append(trial[1])
+        if all(len(t) >= self.trials for t in self.times.values()):
+            self._decide()
 
     def _decide(self) -> None:
         e, p = (statistics.median(self.times[k]) for k in ("engine", "pytorch"))
         self.chosen = "engine" if e < p else "pytorch"
         self._run = self.engine if self.chosen == "engine" else self.eager
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
         self.on_choice(self.chosen, e * 1e3, p * 1e3)
 
 
+def time_backward(args: list, out: Any, clock: Callable[[], float], on_done: Callable[[float], None]) -> list:
+    """Hooks that time the backward of one call: from the first time autograd reaches one of the
+    call's outputs (a pre-hook on its grad_fn) to the moment every input that needs grad has its
+    gradient (a multi-grad hook); `on_done(seconds)` is called then. Returns the hook handles
+    (empty when the call has no backward to time)."""
+    outs = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    ins = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    if not outs or not ins:
+        return []
+    start: list = []
+
+    def reached(grad_outputs: Any) -> None:
+        if not start:
+            start.append(clock())
+
+    def done(grads: Any) -> None:
+        on_done(clock() - start[0] if start else 0.0)
+
+    handles = [o.grad_fn.register_prehook(reached) for o in outs]
+    handles.append(torch.autograd.graph.register_multi_grad_hook(ins, done, mode="all"))
+    return handles
+
+
 def eager_copy(gm: fx.GraphModule) -> fx.GraphModule:
-    """A copy of `gm` that partitioning (which rewrites its graph in place) leaves as it is: the
-    PyTorch side of a MeasuredChoice. Attributes (lifted constants) are shared, not copied."""
+    """A copy of Dynamo's graph that the rewrites before tracing (attention_as_math_in) leave as
+    the user wrote it: the eager side of a training step's MeasuredChoice. Attributes are
+    shared, not copied."""
     import copy
 
     return fx.GraphModule(gm, copy.deepcopy(gm.graph))

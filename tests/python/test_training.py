@@ -353,21 +353,63 @@ def test_auto_training_follows_eager_and_reports_its_choice():
     ref = copy.deepcopy(model)
     step = torch.compile(_classify_step, backend="updraft")  # the default: training="auto"
     x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
-    for _ in range(10):
-        model.zero_grad()
-        ref.zero_grad()
-        loss = step(model, x, y)
-        torch.testing.assert_close(loss, _classify_step(ref, x, y), rtol=1e-5, atol=0)
-        assert_grads_match(model, ref)
-    rep = updraft.last_report()
+    from updraft.report import Report, set_collector
+
+    rep = Report()
+    set_collector(rep)
+    try:
+        for _ in range(10):
+            model.zero_grad()
+            ref.zero_grad()
+            loss = step(model, x, y)
+            torch.testing.assert_close(loss, _classify_step(ref, x, y), rtol=1e-5, atol=0)
+            assert_grads_match(model, ref)
+    finally:
+        set_collector(None)
+    rep.graphs = [g for g in rep.graphs if g.kind != "inference"]  # the step's tail after backward()
+    # One choice for the step (forward + backward against eager), recorded in both graphs.
     choices = [text for g in rep.graphs for kind, text in g.compiles if kind == "training choice"]
-    assert len(choices) == 2 and all("engine" in c and "PyTorch" in c for c in choices), str(rep)
-    for g in rep.graphs:  # a graph left to PyTorch counts its ops there, with the times
-        made = [t for k, t in g.compiles if k == "training choice"][0]
-        if made.endswith("runs in PyTorch"):
-            assert g.engine_compute == 0 and any("ran this graph faster" in r for rs in g.reasons.values() for r in rs)
+    assert len(choices) == 2 and choices[0] == choices[1], str(rep)
+    assert "updraft" in choices[0] and "eager PyTorch" in choices[0], str(rep)
+    for g in rep.graphs:  # graphs left to PyTorch count their ops there, with the times
+        if choices[0].endswith("runs in eager PyTorch"):
+            assert g.engine_compute == 0 and any("ran the training step faster" in r
+                                                 for rs in g.reasons.values() for r in rs), str(rep)
         else:
-            assert g.fallback_compute == 0
+            assert g.fallback_compute == 0, str(rep)
+
+
+def test_measured_choice_counts_the_backward():
+    # A training step's trial is forward + backward: here the engine's forward is faster but
+    # its backward slower, and the sum decides.
+    from updraft.training import MeasuredChoice
+
+    now = [0.0]
+    w = torch.ones(3, requires_grad=True)
+
+    def side(forward_s, backward_s):
+        def run(args):
+            now[0] += forward_s
+
+            class Slow(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, x):
+                    return x * 2
+
+                @staticmethod
+                def backward(ctx, g):
+                    now[0] += backward_s
+                    return g * 2
+            return Slow.apply(args[0])
+        return run
+
+    chosen = []
+    choice = MeasuredChoice(side(1.0, 5.0), side(2.0, 1.0), lambda c, e, p: chosen.append((c, e, p)),
+                            trials=3, clock=lambda: now[0], backward=True)
+    for _ in range(8):
+        choice([w]).sum().backward()
+    assert chosen == [("pytorch", 6000.0, 3000.0)]
+    assert w.grad is not None and not choice._hooks  # the timing hooks are gone after the choice
 
 
 def test_compiled_optimizer_step_matches_eager_and_is_timed_against_it():
