@@ -60,6 +60,7 @@ static const std::vector<std::pair<const char*, OptionSetter>>& option_setters()
       // Graph dumps (updraft/debug/dump.py) and the watchdog (validated by CompilerConfig).
       {"record_ir", [](CompileOptions& o, nb::handle v) { o.record_ir = nb::cast<bool>(v); }},
       {"watchdog_s", [](CompileOptions& o, nb::handle v) { o.watchdog_s = nb::cast<double>(v); }},
+      {"keep_arenas", [](CompileOptions& o, nb::handle v) { o.keep_arenas = nb::cast<bool>(v); }},
   };
   return table;
 }

@@ -372,10 +372,12 @@ def compile_training(gm: fx.GraphModule, config: CompilerConfig, report: GraphRe
     inference graph but with nothing frozen: parameters are inputs, since the optimizer updates
     them in place between steps. The forward's saved activations are its extra outputs, fresh
     tensors per call (so a second forward before the first backward, as in gradient
-    accumulation, keeps both). A compile error runs the graph in PyTorch, as for inference.
-    (training="auto" times the whole compiled step against eager: `_compile`.)"""
+    accumulation, keeps both). Its engine graphs free their arenas after each call (unless
+    CompilerConfig.keep_arenas says otherwise). A compile error runs the graph in PyTorch, as
+    for inference. (training="auto" times the whole compiled step against eager: `_compile`.)"""
     try:
-        compiled = compile_inference(gm, dataclasses.replace(config, freeze=False), report)
+        keep = False if config.keep_arenas is None else config.keep_arenas  # training frees them: config.py
+        compiled = compile_inference(gm, dataclasses.replace(config, freeze=False, keep_arenas=keep), report)
     except Exception as e:
         if not config.fallback:
             raise

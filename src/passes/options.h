@@ -60,6 +60,12 @@ struct CompileOptions {
   // Seconds an Executable::run may take before the watchdog reports it on stderr and stops it
   // at its next step boundary (runtime/watchdog.h); 0: no watchdog. Changes no pass's result.
   double watchdog_s = 0;
+  // Keep each plan's arena (its intermediates' memory) between calls, pooled for the next call
+  // (true), or free it when the call returns (false). Keeping saves an allocation and its page
+  // faults per call; freeing returns the memory while the caller does other work, which a
+  // training step's forward graph wants: its arena would otherwise stay resident through the
+  // backward. Changes no pass's result.
+  bool keep_arenas = true;
 };
 
 struct PassRecord {

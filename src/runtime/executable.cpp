@@ -306,10 +306,10 @@ void Executable::execute_checked(const Plan& plan_ref, const std::vector<TensorV
       plan->execute(*st, inputs, outputs, observer);
     }
   } catch (...) {
-    plan->release(std::move(st));
+    if (opts_.keep_arenas) plan->release(std::move(st));
     throw;
   }
-  plan->release(std::move(st));
+  if (opts_.keep_arenas) plan->release(std::move(st));  // else the arena is freed here
 }
 
 }  // namespace updraft

@@ -369,6 +369,26 @@ TEST(Runtime, SteadyStateCallDoesNotAllocate) {
   EXPECT_TRUE(all_close(o1, in, 0, 0));
 }
 
+TEST(Runtime, ArenasFreedAfterEachCallWhenNotKept) {
+  // keep_arenas=false (training graphs): every call makes its state (arena, views) anew and
+  // frees it on return, so a call allocates where the pooled steady state does not, and the
+  // results are the same call after call.
+  std::vector<Tensor> in = {random_tensor(DType::f32, {3, 5}, 1), random_tensor(DType::f32, {3, 5}, 2)};
+  CompileOptions freed;
+  freed.keep_arenas = false;
+  expect_matches_reference(small_graph, in, freed);
+  auto cg = Executable::compile(small_graph(), freed);
+  auto first = run_compiled(*cg, views_of(in));
+  std::vector<Tensor> outs = {Tensor(DType::f32, {5, 3}), Tensor(DType::f32, {3, 5})};
+  std::vector<TensorView> out_views = {outs[0].view(), outs[1].view()};
+  g_allocs = 0;
+  t_count_allocs = true;
+  for (int i = 0; i < 3; ++i) cg->run(views_of(in), out_views);
+  t_count_allocs = false;
+  EXPECT_GE(g_allocs.load(), 3);  // one state per call at least
+  for (size_t k = 0; k < outs.size(); ++k) EXPECT_TRUE(all_close(outs[k], first[k], 0, 0)) << "output " << k;
+}
+
 TEST(Runtime, RandomGraphsOfChainsViewsAndReusedValuesMatchReference) {
   // Random DAGs over f32 [6, 8] values: unary ops (in-place candidates), binary ops on values
   // of one shape, reshapes there and back (views), values read again much later, and output

@@ -461,3 +461,26 @@ def test_profile_a_training_step():
     prof = updraft.profile(lambda: step(model, x, y), runs=3, train=True)
     ops = {r["op"] for r in prof.rows}
     assert {"linear", "matmul"} <= ops, str(prof)  # forward linears, backward weight gradients
+
+
+def test_training_graphs_free_their_arenas_unless_told():
+    # Training graphs' engine partitions compile with keep_arenas=False (the forward's arena
+    # would stay resident through the backward); inference keeps them; the config can force it.
+    from updraft import profiler
+
+    def partitions_after(config, grad):
+        torch._dynamo.reset()
+        before = set(map(id, profiler._partitions))
+        model = _mlp()
+        with torch.set_grad_enabled(grad):
+            out = torch.compile(model, backend=get_backend(config))(torch.randn(4, 32))
+            if grad:
+                out.sum().backward()
+        return [p for p in list(profiler._partitions) if id(p) not in before]
+
+    assert {p.config.keep_arenas for p in partitions_after(ENGINE, True)} == {False}
+    assert {p.config.keep_arenas for p in partitions_after(ENGINE, False)} == {None}  # engine default: keep
+    forced = CompilerConfig(training="engine", keep_arenas=True)
+    assert {p.config.keep_arenas for p in partitions_after(forced, True)} == {True}
+    with pytest.raises(TypeError, match="keep_arenas must be True, False or None"):
+        CompilerConfig(keep_arenas="no")
