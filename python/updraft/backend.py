@@ -485,14 +485,16 @@ def _compile(gm: fx.GraphModule, example_inputs: list, config: CompilerConfig) -
         dump = GraphDump.start(config, gm)
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-    # The min-cut partitioner saves for backward what is cheapest to keep: cheap elementwise
-    # values and views are recomputed in the backward graph instead of saved (docs/training.md).
     training = is_training(example_inputs)
     eager = eager_copy(gm) if training and config.training == "auto" else None
-    if training:
+    # The rewrites for the engine; training="pytorch" keeps torch's flash attention and batch norm.
+    for_engine = training and config.training != "pytorch"
+    if for_engine:
         attention_as_math_in(gm)
     seen: dict = {}
-    backend = aot_autograd(decompositions=decompositions(training),
+    # The min-cut partitioner saves for backward what is cheapest to keep: cheap elementwise
+    # values and views are recomputed in the backward graph instead of saved (docs/training.md).
+    backend = aot_autograd(decompositions=decompositions(for_engine),
                            partition_fn=min_cut_rematerialization_partition,
                            **_make_compilers(config, names, dump, seen))
     compiled = backend(gm, example_inputs)
