@@ -92,7 +92,7 @@ def _boxed_function(compiled: Callable) -> Callable:
     """A plain function around a boxed callable: Dynamo wraps the backward compiler's result
     in `disable`, whose functools.wraps copies the instance __dict__ only, so a class
     attribute `_boxed_call` would be lost and AOTAutograd would call it unboxed."""
-    if not isinstance(compiled, (PartitionedGraph, MeasuredChoice)):
+    if not isinstance(compiled, PartitionedGraph):
         return compiled
 
     def run(args: list) -> Any:
@@ -318,8 +318,7 @@ def _frozen_inputs(gm: fx.GraphModule, config: CompilerConfig) -> list[int]:
     """Indices of gm's placeholders that are parameters/buffers (notes §1.3), less those the
     graph itself writes: a compiled optimizer step updates every parameter and state tensor it
     reads (Dynamo marks them static), and a constant that changes on every call would rebuild
-    the engine graph on every call until the recompile limit (measured: AdamW step 2.7x slower
-    than eager, then PyTorch)."""
+    the engine graph on every call until the recompile limit, then run in PyTorch."""
     if not config.freeze:
         return []
     from torch._guards import TracingContext
