@@ -89,7 +89,7 @@ EOF
       tests/python/test_ops.py tests/python/test_backend.py tests/python/test_cache.py \
       tests/python/test_call_path.py tests/python/test_dynamic.py tests/python/test_diff_fuzz.py \
       tests/python/test_trace.py tests/python/test_watchdog.py tests/python/test_compare.py \
-      tests/python/test_dump.py tests/python/test_bisect.py
+      tests/python/test_dump.py tests/python/test_bisect.py tests/python/test_training.py
   echo "[sanitize] asan Python tests: $(( $(now) - t0 )) s"
 }
 
