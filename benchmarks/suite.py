@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import re
@@ -48,6 +49,8 @@ MODELS = {
     "gpt2": ("gpt2", 1),
     "gpt2_decode": ("gpt2_decode", 1),
     "vit": ("vit", 1),
+    "swin_t": ("swin", 1),
+    "convnext_t": ("convnext", 1),
 }
 BACKENDS = ["eager", "inductor", "inductor_freeze", "onnxruntime", "openvino", "updraft"]
 # --train: label -> (zoo model, zoo kwargs). A step is forward, a cross-entropy loss of the main
@@ -75,7 +78,16 @@ PRESETS = {
     "default": {"all": ["eager", "onnxruntime", "openvino", "updraft"], "1": ["eager", "updraft"]},
     "inductor": {"all": BACKENDS, "1": ["eager", "updraft"]},
     "full": {"all": BACKENDS, "1": BACKENDS},
+    # issue 19's comparison: updraft against eager and the three fp32 peers it must beat, on
+    # both thread counts (plain Inductor is left out: freezing is its inference setting).
+    "verdict": {t: ["eager", "inductor_freeze", "onnxruntime", "openvino", "updraft"] for t in ("all", "1")},
 }
+# Peers the suite compares against, pinned so that runs months apart compare the same peers;
+# installed on demand (--install-peers), never by scripts/setup.sh or CI. onnxscript is
+# torch.onnx's dynamo exporter.
+PEERS = {"onnxruntime": "1.32.0", "openvino": "2026.4.1", "onnxscript": "0.7.2"}
+# The backend every other row is judged against (win / tie / loss).
+SUBJECT = "updraft"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,7 +243,95 @@ def _train_worker(spec: dict) -> dict:
     return res
 
 
+def _sdpa_cpu_flops(q, k, v, *args, out_shape=None, **kwargs) -> int:
+    """torch's CPU flash attention is not in FlopCounterMode's table: two matmuls, counted
+    dense (a causal mask's skipped half is counted too, as torch counts its CUDA kernels)."""
+    *batch, lq, d = q
+    n = 1
+    for b in batch:
+        n *= b
+    return 2 * n * lq * k[-2] * d + 2 * n * lq * k[-2] * v[-1]
+
+
+def work_of(model, inputs: tuple) -> dict:
+    """What one call must do at least, for the achieved-rate column: `flops` from torch's
+    FlopCounterMode over an eager call (matmuls, convolutions, attention; elementwise ops are
+    not counted) and `bytes` = parameters + buffers + inputs + outputs, each read or written
+    once (the least traffic a call can make; weights dominate in the memory-bound rows)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    sdpa = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    with torch.no_grad(), FlopCounterMode(display=False, custom_mapping={sdpa: _sdpa_cpu_flops}) as fc:
+        out = model(*inputs)
+    seen: set = set()
+
+    def nbytes(ts) -> int:
+        total = 0
+        for t in ts:
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in seen:
+                seen.add(t.untyped_storage().data_ptr())
+                total += t.untyped_storage().nbytes()
+        return total
+
+    outs = torch.utils._pytree.tree_leaves(out)
+    return {"flops": fc.get_total_flops(),
+            "bytes": nbytes(list(model.parameters()) + list(model.buffers()) + list(inputs) + outs)}
+
+
+def machine_peaks(threads: int) -> dict:
+    """The machine's fp32 GEMM rate and memory bandwidth at `threads`, measured (best of
+    several repetitions, so a transient neighbour lowers no figure it did not lower every
+    time): GEMM = torch.mm of square f32 matrices (1024-3072: torch's sgemm); read bandwidth
+    = torch.sum over 512 MB (what a weight-streaming call does); copy = Tensor.copy_ of 512 MB,
+    counted as read + write."""
+    import torch
+
+    torch.set_num_threads(threads)
+
+    def best(fn, reps):
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        return min(ts)
+
+    gflops = 0.0
+    for n in (1024, 2048, 3072):
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        c = torch.empty(n, n)
+        torch.mm(a, b, out=c)
+        gflops = max(gflops, 2 * n**3 / best(lambda: torch.mm(a, b, out=c), 5) / 1e9)
+    big = torch.ones(128 * 2**20)  # 512 MB, far past any cache
+    dst = torch.empty_like(big)
+    dst.copy_(big)
+    mat, vec = big.view(8192, -1), torch.ones(big.numel() // 8192)
+    # two reads that stream at different rates here (torch.sum's cascade is slower at 1 thread
+    # than the gemv a decode step is): the faster is the machine's
+    read = big.nbytes / min(best(lambda: big.sum(), 7), best(lambda: torch.mv(mat, vec), 7)) / 1e9
+    copy = 2 * big.nbytes / best(lambda: dst.copy_(big), 7) / 1e9
+    return {"gemm_gflops": gflops, "read_gbs": read, "copy_gbs": copy, "llc_bytes": _llc_bytes()}
+
+
+def _llc_bytes() -> int:
+    """The largest cache's size (sysfs), 0 when unknown: a row whose bytes fit in it can read
+    them faster than memory."""
+    best = 0
+    for d in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            txt = (d / "size").read_text().strip()
+            best = max(best, int(txt[:-1]) * {"K": 2**10, "M": 2**20}[txt[-1]] if txt[-1] in "KM" else int(txt))
+        except (OSError, ValueError):
+            pass
+    return best
+
+
 def worker(spec: dict) -> dict:
+    if spec.get("peaks"):
+        if spec.get("boost"):
+            boost_priority()
+        return machine_peaks(spec["threads"])
     if spec.get("train"):
         if spec.get("boost"):
             boost_priority()
@@ -250,6 +350,7 @@ def worker(spec: dict) -> dict:
     name, batch = MODELS[spec["model"]]
     model, inputs = zoo.build(name, batch=batch)
     res: dict = {}
+    res.update(work_of(model, inputs))
     with torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
         want = zoo.first_tensor(model(*inputs)).clone()
         t0 = time.perf_counter()
@@ -296,6 +397,7 @@ def _run_child(spec: dict, timeout: float, env: dict, log: Path, *, script: Path
                 break
             time.sleep(0.05)
         proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+    _end_session(proc.pid)
     row: dict = {"peak_rss_mb": ru.ru_maxrss / 1024 if ru else float("nan"),
                  "wall_s": time.perf_counter() - t0}
     try:
@@ -314,6 +416,69 @@ def _run_child(spec: dict, timeout: float, env: dict, log: Path, *, script: Path
     else:
         row["status"] = "ok"
     return row
+
+
+def _session_pids(sid: int) -> list[int]:
+    """Processes of session `sid` (a row's worker and whatever it started, such as Inductor's
+    compile workers), read from /proc/PID/stat's sixth field."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            pids.append(int(d))
+    return pids
+
+
+def _end_session(sid: int, wait: float = 30.0) -> None:
+    """Kills what is left of a row's session and waits until it is gone, so that the next row
+    does not share the cores with the last one's stragglers (an updraft row straight after an
+    Inductor row measured BERT at 111 ms against 87-91 ms in fresh runs)."""
+    t_end = time.perf_counter() + wait
+    while (pids := _session_pids(sid)) and time.perf_counter() < t_end:
+        try:
+            os.killpg(sid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.1)
+
+
+def _cpu_times() -> tuple[int, int]:
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v[:8]), v[3] + v[4]  # total, idle + iowait (guest time is inside user)
+
+
+def cpu_busy(window: float = 1.0) -> float:
+    """Fraction of all cores busy over the next `window` seconds (whoever runs), from
+    /proc/stat. The 1-minute load average lags by about a minute, so it is recorded but this
+    is what a row waits on."""
+    t0, i0 = _cpu_times()
+    time.sleep(window)
+    t1, i1 = _cpu_times()
+    return 1.0 - (i1 - i0) / max(t1 - t0, 1)
+
+
+def settle(max_wait: float, busy_limit: float) -> dict:
+    """Waits (at most `max_wait` s) until the cores are quiet: busy at most `busy_limit` over a
+    1 s window. Returns what the row starts under: the busy fraction, the 1-minute load
+    average and the seconds waited."""
+    t0 = time.perf_counter()
+    while True:
+        busy = cpu_busy(1.0)
+        waited = time.perf_counter() - t0
+        if busy <= busy_limit or waited >= max_wait:
+            return {"busy": busy, "load1": os.getloadavg()[0], "settle_s": waited}
 
 
 def _last_error(log: Path, rc: int) -> str:
@@ -359,61 +524,177 @@ def _fmt(x, spec=".2f", none="—"):
     return none if x is None or x != x else format(x, spec)
 
 
-def tables(rows: list[dict]) -> str:
+def aggregate(rows: list[dict]) -> list[dict]:
+    """One entry per (threads, model, backend) over its runs: the median of the runs' medians
+    with their min and max. A row that failed in some runs keeps its good runs (the failures
+    are counted in `failed`); with no good run it is failed with the first reason."""
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["threads_label"], r["model"], r["backend"]), []).append(r)
+    aggs = []
+    for (label, m, b), rs in groups.items():
+        ok = [r for r in rs if r["status"] == "ok"]
+        agg = {k: rs[0].get(k) for k in ("model", "backend", "threads", "threads_label", "train")}
+        agg.update(runs=len(rs), failed=len(rs) - len(ok),
+                   status="ok" if ok else rs[0]["status"],
+                   peak_rss_mb=max((r.get("peak_rss_mb", float("nan")) for r in rs), default=float("nan")),
+                   load1=[r["load1"] for r in rs if "load1" in r], busy=[r["busy"] for r in rs if "busy" in r])
+        if ok:
+            meds = [r["median_ms"] for r in ok]
+            agg.update(median_ms=statistics.median(meds), min_ms=min(meds), max_ms=max(meds),
+                       noise=statistics.median(r["iqr_ms"] / r["median_ms"] for r in ok),
+                       iters=sum(r["iters"] for r in ok), compile_s=statistics.median(r["compile_s"] for r in ok),
+                       max_err=max(r["max_err"] for r in ok),
+                       warm_compile_s=(statistics.median(w) if (w := [r["warm_compile_s"] for r in ok
+                                                                      if "warm_compile_s" in r]) else None))
+            for k in ("flops", "bytes", "engine_ops"):
+                if k in ok[-1]:
+                    agg[k] = ok[-1][k]
+        aggs.append(agg)
+    return aggs
+
+
+def verdict(a: dict, b: dict) -> tuple[str, float]:
+    """`a` (the subject) against `b`, lower time better: a win when a's slowest run beats b's
+    fastest, a loss when a's fastest is slower than b's slowest, a tie when the ranges
+    overlap. One run per side has no range, so it gives no verdict. Also b's median over a's."""
+    ratio = b["median_ms"] / a["median_ms"]
+    if min(a["runs"] - a["failed"], b["runs"] - b["failed"]) < 2:
+        return "1 run", ratio
+    if a["max_ms"] < b["min_ms"]:
+        return "win", ratio
+    if a["min_ms"] > b["max_ms"]:
+        return "loss", ratio
+    return "tie", ratio
+
+
+def _geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def geomean_verdict(pairs: list[tuple[dict, dict]]) -> str:
+    """The geomean of b/a over models where both ran, with its range from the runs' extremes
+    (b's fastest over a's slowest, and the reverse), judged as one row is."""
+    if not pairs:
+        return "—"
+    mid = _geomean([b["median_ms"] / a["median_ms"] for a, b in pairs])
+    lo = _geomean([b["min_ms"] / a["max_ms"] for a, b in pairs])
+    hi = _geomean([b["max_ms"] / a["min_ms"] for a, b in pairs])
+    if any(min(a["runs"] - a["failed"], b["runs"] - b["failed"]) < 2 for a, b in pairs):
+        return f"{mid:.2f}x (1 run)"
+    word = "win" if lo > 1 else "loss" if hi < 1 else "tie"
+    return f"{word} {mid:.2f}x ({lo:.2f}-{hi:.2f})"
+
+
+def achieved(agg: dict, peak: dict | None) -> str:
+    """The row's rate against the machine's: GFLOP/s as a share of the GEMM peak where the
+    model does more flops per byte than the machine's balance (peak flops / read bandwidth),
+    GB/s of the least traffic as a share of the read bandwidth where it does fewer."""
+    if not peak or not agg.get("flops") or agg.get("status") != "ok":
+        return "—"
+    sec = agg["median_ms"] / 1e3
+    if agg["flops"] / agg["bytes"] >= peak["gemm_gflops"] / peak["read_gbs"]:
+        rate = agg["flops"] / sec / 1e9
+        return f"{rate:.0f} GFLOP/s ({100 * rate / peak['gemm_gflops']:.0f}% of GEMM)"
+    rate = agg["bytes"] / sec / 1e9
+    cached = " (fits in cache)" if agg["bytes"] <= peak.get("llc_bytes", 0) else ""
+    return f"{rate:.1f} GB/s ({100 * rate / peak['read_gbs']:.0f}% of read){cached}"
+
+
+def _range(a: dict, spec: str = ".2f") -> str:
+    if a["runs"] - a["failed"] < 2:
+        return format(a["median_ms"], spec)
+    return f"{a['median_ms']:{spec}} ({a['min_ms']:{spec}}-{a['max_ms']:{spec}})"
+
+
+def tables(aggs: list[dict], peaks: dict | None = None) -> str:
+    peaks = peaks or {}
     out = []
-    for threads in dict.fromkeys(r["threads_label"] for r in rows):
-        rs = [r for r in rows if r["threads_label"] == threads]
+    for threads in dict.fromkeys(a["threads_label"] for a in aggs):
+        rs = [a for a in aggs if a["threads_label"] == threads]
         n = rs[0]["threads"]
-        backends = [b for b in ALL_BACKENDS if any(r["backend"] == b for r in rs)]
-        models = list(dict.fromkeys(r["model"] for r in rs))
-        eager = {r["model"]: r.get("median_ms") for r in rs if r["backend"] == "eager" and r["status"] == "ok"}
+        backends = [b for b in ALL_BACKENDS if any(a["backend"] == b for a in rs)]
+        models = list(dict.fromkeys(a["model"] for a in rs))
+        find = {(a["model"], a["backend"]): a for a in rs}
+        good = lambda m, b: (a := find.get((m, b))) is not None and a["status"] == "ok"  # noqa: E731
+        peers = [b for b in backends if b != SUBJECT] if SUBJECT in backends else []
         head = f"{threads} ({n} threads)" if threads == "all cores" else threads
         what = "median ms per training step" if rs[0].get("train") else "median latency ms"
-        out.append(f"### {head}: {what} (speedup over eager)\n")
-        out.append("| model | " + " | ".join(backends) + " |")
-        out.append("|---|" + "---|" * len(backends))
+        runs = max(a["runs"] for a in rs)
+        out.append(f"### {head}: {what}" + (f", median of {runs} runs (min-max)" if runs > 1 else "")
+                   + " (speedup over eager)\n")
+        pk = peaks.get(str(n))
+        if pk:
+            out.append(f"Machine at {n} thread{'s' if n != 1 else ''}: fp32 GEMM {pk['gemm_gflops']:.0f} GFLOP/s "
+                       f"(torch.mm, best of 1024-3072), read {pk['read_gbs']:.1f} GB/s (torch.sum or torch.mv), copy "
+                       f"{pk['copy_gbs']:.1f} GB/s (512 MB); last-level cache {pk.get('llc_bytes', 0) / 2**20:.0f} MB.\n")
+        cols = backends + [f"{SUBJECT} vs {b}" for b in peers]
+        out.append("| model | " + " | ".join(cols) + " |")
+        out.append("|---|" + "---|" * len(cols))
         for m in models:
             cells = []
+            e = find[(m, "eager")]["median_ms"] if good(m, "eager") else None
             for b in backends:
-                r = next((r for r in rs if r["model"] == m and r["backend"] == b), None)
-                if r is None:
+                a = find.get((m, b))
+                if a is None:
                     cells.append("not run")
-                elif r["status"] != "ok":
+                elif a["status"] != "ok":
                     cells.append("failed")
                 else:
-                    e = eager.get(m)
-                    sp = f" ({e / r['median_ms']:.2f}x)" if e and b != "eager" else ""
-                    cells.append(f"{r['median_ms']:.2f}{sp}")
+                    sp = f" {e / a['median_ms']:.2f}x" if e and b != "eager" else ""
+                    cells.append(_range(a) + sp)
+            for b in peers:
+                if good(m, SUBJECT) and good(m, b):
+                    word, ratio = verdict(find[(m, SUBJECT)], find[(m, b)])
+                    cells.append(f"{ratio:.2f}x (1 run)" if word == "1 run" else f"{word} {ratio:.2f}x")
+                else:
+                    cells.append("—")
             out.append(f"| {m} | " + " | ".join(cells) + " |")
+        cells = []
+        for b in backends:
+            both = [m for m in models if good(m, b) and good(m, "eager")]
+            cells.append("—" if b == "eager" or not both else
+                         f"{_geomean([find[(m, 'eager')]['median_ms'] / find[(m, b)]['median_ms'] for m in both]):.2f}x"
+                         + (f" ({len(both)} models)" if len(both) < len(models) else ""))
+        for b in peers:
+            both = [m for m in models if good(m, SUBJECT) and good(m, b)]
+            cells.append(geomean_verdict([(find[(m, SUBJECT)], find[(m, b)]) for m in both])
+                         + (f" ({len(both)} models)" if len(both) < len(models) else ""))
+        out.append("| geomean | " + " | ".join(cells) + " |")
         out.append("")
         out.append(f"### {threads}: every row\n")
-        out.append("| model | backend | median ms | noise (IQR/median) | speedup | cold compile s | "
-                   "warm compile s | peak RSS MB | max abs err | notes |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|")
+        out.append("| model | backend | median ms (min-max) | runs | noise (IQR/median) | speedup | achieved | "
+                   "cold compile s | warm compile s | peak RSS MB | max abs err | load at start: 1 min (busy) | notes |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for m in models:
             for b in backends:
-                r = next((r for r in rs if r["model"] == m and r["backend"] == b), None)
-                if r is None:
+                a = find.get((m, b))
+                if a is None:
                     continue
-                if r["status"] != "ok":
-                    reason = r["status"].replace("|", "\\|")
-                    out.append(f"| {m} | {b} | — | — | — | — | — | {_fmt(r.get('peak_rss_mb'), '.0f')} | — | {reason} |")
+                load = "—"
+                if a["load1"]:
+                    load = f"{min(a['load1']):.1f}-{max(a['load1']):.1f} ({100 * max(a['busy']):.0f}%)"
+                if a["status"] != "ok":
+                    reason = a["status"].replace("|", "\\|")
+                    out.append(f"| {m} | {b} | — | {a['runs']} | — | — | — | — | — | "
+                               f"{_fmt(a.get('peak_rss_mb'), '.0f')} | — | {load} | {reason} |")
                     continue
-                e = eager.get(m)
-                sp = f"{e / r['median_ms']:.2f}x" if e else "—"
-                noise = f"{100 * r['iqr_ms'] / r['median_ms']:.0f}% ({r['iters']} iters)"
-                cold = _fmt(r.get("compile_s")) if b != "eager" else "—"
-                warm = _fmt(r.get("warm_compile_s")) if b in CACHED else "no cache"
-                if b == "eager":
-                    warm = "—"
-                notes = f"engine ops {r['engine_ops']}" if r.get("engine_ops") else ""
-                out.append(f"| {m} | {b} | {r['median_ms']:.3f} | {noise} | {sp} | {cold} | {warm} | "
-                           f"{r['peak_rss_mb']:.0f} | {r['max_err']:.1e} | {notes} |")
+                e = find[(m, "eager")]["median_ms"] if good(m, "eager") else None
+                sp = f"{e / a['median_ms']:.2f}x" if e else "—"
+                noise = f"{100 * a['noise']:.0f}% ({a['iters']} iters)"
+                cold = _fmt(a.get("compile_s")) if b != "eager" else "—"
+                warm = "—" if b == "eager" else _fmt(a.get("warm_compile_s")) if b in CACHED else "no cache"
+                notes = [f"engine ops {a['engine_ops']}"] if a.get("engine_ops") else []
+                if a["failed"]:
+                    notes.append(f"{a['failed']} of {a['runs']} runs failed")
+                out.append(f"| {m} | {b} | {_range(a, '.3f')} | {a['runs']} | {noise} | {sp} | {achieved(a, pk)} | "
+                           f"{cold} | {warm} | {a['peak_rss_mb']:.0f} | {a['max_err']:.1e} | {load} | "
+                           f"{'; '.join(notes)} |")
         out.append("")
     return "\n".join(out)
 
 
-def chart(rows: list[dict], path: Path) -> str:
+def chart(aggs: list[dict], path: Path) -> str:
     try:
         import matplotlib
 
@@ -421,31 +702,34 @@ def chart(rows: list[dict], path: Path) -> str:
         import matplotlib.pyplot as plt
     except Exception as e:
         return f"chart not drawn: matplotlib unavailable ({type(e).__name__}: {e}); pip install matplotlib"
-    groups = list(dict.fromkeys(r["threads_label"] for r in rows))
-    fig, axes = plt.subplots(len(groups), 1, figsize=(12, 4.2 * len(groups)), squeeze=False)
+    groups = list(dict.fromkeys(a["threads_label"] for a in aggs))
+    fig, axes = plt.subplots(len(groups), 1, figsize=(13, 4.2 * len(groups)), squeeze=False)
     for ax, g in zip(axes[:, 0], groups):
-        rs = [r for r in rows if r["threads_label"] == g]
-        models = list(dict.fromkeys(r["model"] for r in rs))
-        backends = [b for b in ALL_BACKENDS if b != "eager" and any(r["backend"] == b for r in rs)]
-        eager = {r["model"]: r["median_ms"] for r in rs if r["backend"] == "eager" and r["status"] == "ok"}
+        rs = [a for a in aggs if a["threads_label"] == g]
+        models = list(dict.fromkeys(a["model"] for a in rs))
+        backends = [b for b in ALL_BACKENDS if b != "eager" and any(a["backend"] == b for a in rs)]
+        eager = {a["model"]: a["median_ms"] for a in rs if a["backend"] == "eager" and a["status"] == "ok"}
         width = 0.8 / max(len(backends), 1)
         for k, b in enumerate(backends):
-            xs, ys = [], []
+            xs, ys, lo, hi = [], [], [], []
             for i, m in enumerate(models):
-                r = next((r for r in rs if r["model"] == m and r["backend"] == b), None)
+                a = next((a for a in rs if a["model"] == m and a["backend"] == b), None)
                 x = i + (k - (len(backends) - 1) / 2) * width
-                if r and r["status"] == "ok" and m in eager:
+                if a and a["status"] == "ok" and m in eager:
+                    y = eager[m] / a["median_ms"]
                     xs.append(x)
-                    ys.append(eager[m] / r["median_ms"])
-                elif r:
+                    ys.append(y)
+                    lo.append(y - eager[m] / a["max_ms"])
+                    hi.append(eager[m] / a["min_ms"] - y)
+                elif a:
                     ax.text(x, 1.0, "x", ha="center", va="bottom", fontsize=8, color="red")
-            ax.bar(xs, ys, width, label=b)
+            ax.bar(xs, ys, width, label=b, yerr=[lo, hi], capsize=2, error_kw={"linewidth": 0.7})
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks(range(len(models)))
-        ax.set_xticklabels(models)
+        ax.set_xticklabels(models, fontsize=8)
         ax.set_yscale("log")  # speedups span 0.3x to 300x on a loaded machine
         ax.set_ylabel("speedup over eager (log)")
-        ax.set_title(f"{g} (red x: failed)")
+        ax.set_title(f"{g}: median run, whiskers min-max over runs (red x: failed)")
         ax.legend(fontsize=8, ncol=len(backends))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -494,6 +778,24 @@ def main(argv=None) -> int:
     p.add_argument("--boost", action="store_true",
                    help="raise the workers' CPU priority (autogroup and nice -20; root only) so that "
                         "other sessions' load on a shared machine stays out of the timings")
+    p.add_argument("--runs", type=int, default=1,
+                   help="fresh processes per row, interleaved round-robin over models and backends (the "
+                        "backend order rotates each round); tables give the median of the runs' medians with "
+                        "min-max and call win/tie/loss against updraft only where the ranges do not overlap "
+                        "(3 for a verdict; default 1)")
+    p.add_argument("--settle-busy", type=float, default=0.15,
+                   help="a row starts once the cores are at most this busy over 1 s (fraction of all cores; "
+                        "default 0.15)")
+    p.add_argument("--settle-max", type=float, default=60.0,
+                   help="seconds a row waits for quiet cores before it starts anyway (default 60)")
+    p.add_argument("--no-peaks", action="store_true",
+                   help="skip measuring the machine's fp32 GEMM rate and memory bandwidth per thread count")
+    p.add_argument("--from-json", type=Path, nargs="+",
+                   help="redraw the tables, chart and doc block from raw rows written by --json (several "
+                        "files are merged: e.g. the two thread counts run apart)")
+    p.add_argument("--install-peers", action="store_true",
+                   help="pip-install the pinned peers (" + ", ".join(f"{k}=={v}" for k, v in PEERS.items())
+                        + ") into this interpreter's environment and exit")
     p.add_argument("--timeout", type=float, default=900, help="seconds per row before it is reported failed")
     p.add_argument("--doc", type=Path, default=ROOT / "docs" / "BENCHMARKS.md",
                    help="markdown file to update ('-' for none)")
@@ -508,6 +810,8 @@ def main(argv=None) -> int:
     args.json = args.json or ROOT / "docs" / f"{stem}.json"
     if args.models is None:
         args.models = list(table)
+    if args.runs < 1:
+        p.error("--runs must be at least 1")
     wrong = [m for m in args.models if m not in table]
     if wrong:
         p.error(f"{'--train has' if args.train else 'inference has'} no model {wrong}; choose from {list(table)}")
@@ -530,54 +834,42 @@ def main(argv=None) -> int:
             json.dump(res, f)
         return 0
 
-    ncpu = os.cpu_count() or 1
-    cmdline = "python benchmarks/suite.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    logs = Path(tempfile.mkdtemp(prefix="updraft-suite-"))
-    rows: list[dict] = []
-    print(f"# updraft benchmark suite\n\nmachine: {_machine()}\n\nlogs: {logs}\n", flush=True)
-    priority = boost_priority() if args.boost else "normal"
-    print(f"priority: {priority}\n", flush=True)
-    for tl in args.threads:
-        n = ncpu if tl == "all" else int(tl)
-        label = "all cores" if tl == "all" else f"{n} thread" + ("s" if n != 1 else "")
-        preset = TRAIN_BACKENDS if args.train else PRESETS[args.preset]["all" if tl == "all" else "1"]
-        backends = args.backends or preset
-        for m in args.models:
-            for b in allowed:
-                if b not in backends:
-                    continue
-                spec = dict(model=m, backend=b, threads=n, min_time=args.min_time, min_iters=args.min_iters,
-                            max_iters=args.max_iters, warmup=args.warmup, boost=args.boost, train=args.train)
-                env = dict(os.environ, OMP_NUM_THREADS=str(n), TOKENIZERS_PARALLELISM="false")
-                cache = None
-                if b in CACHED:  # a fresh cache directory makes the first compile cold
-                    cache = tempfile.mkdtemp(prefix="inductor-cache-", dir=logs)
-                    env["TORCHINDUCTOR_CACHE_DIR"] = cache
-                row = _run_child(spec, args.timeout, env, logs / f"{m}-{b}-{n}.log")
-                if cache and args.warm and row["status"] == "ok":
-                    warm = _run_child(spec, args.timeout, env, logs / f"{m}-{b}-{n}-warm.log")
-                    if warm["status"] == "ok":
-                        row["warm_compile_s"] = warm["compile_s"]
-                row.update(model=m, backend=b, threads=n, threads_label=label, train=args.train)
-                rows.append(row)
-                brief = (f"{row['median_ms']:.3f} ms, compile {row['compile_s']:.1f} s"
-                         if row["status"] == "ok" else row["status"])
-                print(f"[suite] {label:>10} {m:<13} {b:<16} {brief}  (rss {row['peak_rss_mb']:.0f} MB, "
-                      f"{row['wall_s']:.0f} s)", file=sys.stderr, flush=True)
+    if args.install_peers:
+        cmd = [sys.executable, "-m", "pip", "install"] + [f"{k}=={v}" for k, v in PEERS.items()]
+        print(" ".join(cmd), flush=True)
+        return subprocess.call(cmd)
 
-    body = tables(rows)
+    cmdline = "python benchmarks/suite.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    if args.from_json:
+        rows, peaks, meta = [], {}, {}
+        for path in args.from_json:
+            data = json.loads(path.read_text())
+            if isinstance(data, list):  # raw rows of a run before --runs existed
+                data = {"rows": data}
+            rows += data["rows"]
+            peaks.update(data.get("peaks", {}))
+            for k, v in data.get("meta", {}).items():
+                meta[k] = v if k not in meta or meta[k] == v else f"{meta[k]}; {v}"
+        meta.setdefault("machine", "not recorded")
+    else:
+        rows, peaks, meta = run_rows(args, cmdline)
+    aggs = aggregate(rows)
+    body = tables(aggs, peaks)
     print(body)
-    notes = [chart(rows, args.chart)]
-    if args.json:
+    notes = [chart(aggs, args.chart)]
+    if args.json and not args.from_json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=1))
+        args.json.write_text(json.dumps({"meta": meta, "peaks": peaks, "rows": rows}, indent=1))
         notes.append(f"raw rows: {args.json}")
     print("\n".join(notes))
     if str(args.doc) != "-":
         rel = lambda q: os.path.relpath(q, args.doc.parent)  # noqa: E731
-        doc_body = (f"Machine: {_machine()}\n\nPriority: {priority}\n\nCommand: `{cmdline.strip()}` "
-                    f"({time.strftime('%Y-%m-%d %H:%M')}; median of timed calls, at least "
-                    f"{args.min_time:g} s / {args.min_iters} calls per row)\n\n{body}\n"
+        how = (f"fresh process per row, {meta['runs']} runs interleaved round-robin" if meta.get("runs", 1) > 1
+               else "one process per row")
+        doc_body = (f"Machine: {meta['machine']}\n\nPriority: {meta.get('priority', 'normal')}\n\n"
+                    f"Command: `{meta.get('command', cmdline).strip()}` ({meta.get('date', '?')}; {how}; median of "
+                    f"timed calls, at least {meta.get('min_time', args.min_time):g} s / "
+                    f"{meta.get('min_iters', args.min_iters)} calls per row)\n\n{body}\n"
                     f"![speedup over eager]({rel(args.chart)})\n")
         if args.train:
             write_doc(args.doc, doc_body, TRAIN_BEGIN, TRAIN_END, heading="Latest training suite run")
@@ -585,6 +877,75 @@ def main(argv=None) -> int:
             write_doc(args.doc, doc_body)
         print(f"updated {args.doc}")
     return 0
+
+
+def rotated(backends: list[str], rnd: int) -> list[str]:
+    """Round `rnd`'s backend order: each round starts one backend later, so no backend always
+    runs straight after the same neighbour (or first, on the coolest machine)."""
+    k = rnd % len(backends)
+    return backends[k:] + backends[:k]
+
+
+def run_rows(args, cmdline: str) -> tuple[list[dict], dict, dict]:
+    """Runs every (round, threads, model, backend) row in a fresh process, each after the last
+    one's processes are gone and the cores are quiet; returns the raw rows, the machine's
+    peaks per thread count and what the doc block says about the run."""
+    ncpu = os.cpu_count() or 1
+    logs = Path(tempfile.mkdtemp(prefix="updraft-suite-"))
+    meta = {"machine": _machine(), "command": cmdline, "date": time.strftime("%Y-%m-%d %H:%M"),
+            "runs": args.runs, "min_time": args.min_time, "min_iters": args.min_iters}
+    print(f"# updraft benchmark suite\n\nmachine: {meta['machine']}\n\nlogs: {logs}\n", flush=True)
+    meta["priority"] = boost_priority() if args.boost else "normal"
+    print(f"priority: {meta['priority']}\n", flush=True)
+    allowed = TRAIN_BACKENDS if args.train else BACKENDS
+    plan = []  # (label, threads, backends in suite order)
+    for tl in args.threads:
+        n = ncpu if tl == "all" else int(tl)
+        label = "all cores" if tl == "all" else f"{n} thread" + ("s" if n != 1 else "")
+        preset = TRAIN_BACKENDS if args.train else PRESETS[args.preset]["all" if tl == "all" else "1"]
+        plan.append((label, n, [b for b in allowed if b in (args.backends or preset)]))
+    env_of = lambda n: dict(os.environ, OMP_NUM_THREADS=str(n), TOKENIZERS_PARALLELISM="false")  # noqa: E731
+    peaks: dict = {}
+    if not args.no_peaks and not args.train:
+        for _, n, _ in plan:
+            settle(args.settle_max, args.settle_busy)
+            r = _run_child(dict(peaks=True, threads=n, boost=args.boost), args.timeout, env_of(n),
+                           logs / f"peaks-{n}.log", done_key="gemm_gflops")
+            if r["status"] == "ok":
+                peaks[str(n)] = {k: r[k] for k in ("gemm_gflops", "read_gbs", "copy_gbs", "llc_bytes")}
+                print(f"[suite] peaks at {n} threads: GEMM {r['gemm_gflops']:.0f} GFLOP/s, read "
+                      f"{r['read_gbs']:.1f} GB/s, copy {r['copy_gbs']:.1f} GB/s", file=sys.stderr, flush=True)
+    total = args.runs * sum(len(args.models) * len(bs) for _, _, bs in plan)
+    rows: list[dict] = []
+    t_start = time.perf_counter()
+    for rnd in range(args.runs):
+        for label, n, backends in plan:
+            order = rotated(backends, rnd)
+            for m in args.models:
+                for b in order:
+                    spec = dict(model=m, backend=b, threads=n, min_time=args.min_time, min_iters=args.min_iters,
+                                max_iters=args.max_iters, warmup=args.warmup, boost=args.boost, train=args.train)
+                    env = env_of(n)
+                    cache = None
+                    if b in CACHED:  # a fresh cache directory makes the first compile cold
+                        cache = tempfile.mkdtemp(prefix="inductor-cache-", dir=logs)
+                        env["TORCHINDUCTOR_CACHE_DIR"] = cache
+                    start = settle(args.settle_max, args.settle_busy)
+                    row = _run_child(spec, args.timeout, env, logs / f"{m}-{b}-{n}-r{rnd}.log")
+                    if cache and args.warm and row["status"] == "ok":
+                        warm = _run_child(spec, args.timeout, env, logs / f"{m}-{b}-{n}-r{rnd}-warm.log")
+                        if warm["status"] == "ok":
+                            row["warm_compile_s"] = warm["compile_s"]
+                    row.update(start, model=m, backend=b, threads=n, threads_label=label, train=args.train, run=rnd)
+                    rows.append(row)
+                    brief = (f"{row['median_ms']:.3f} ms, compile {row['compile_s']:.1f} s"
+                             if row["status"] == "ok" else row["status"])
+                    eta = (time.perf_counter() - t_start) / len(rows) * (total - len(rows)) / 60
+                    print(f"[suite] run {rnd + 1}/{args.runs} {label:>10} {m:<13} {b:<16} {brief}  (rss "
+                          f"{row['peak_rss_mb']:.0f} MB, {row['wall_s']:.0f} s; load {start['load1']:.1f}, busy "
+                          f"{100 * start['busy']:.0f}% after {start['settle_s']:.0f} s; ~{eta:.0f} min left)",
+                          file=sys.stderr, flush=True)
+    return rows, peaks, meta
 
 
 if __name__ == "__main__":
