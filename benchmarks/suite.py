@@ -52,7 +52,7 @@ MODELS = {
     "swin_t": ("swin", 1),
     "convnext_t": ("convnext", 1),
 }
-BACKENDS = ["eager", "inductor", "inductor_freeze", "onnxruntime", "openvino", "updraft"]
+BACKENDS = ["eager", "inductor", "inductor_freeze", "onnxruntime", "openvino", "openvino_convert", "updraft"]
 # --train: label -> (zoo model, zoo kwargs). A step is forward, a cross-entropy loss of the main
 # output against fixed random targets over its last dim (class logits for the MLP; hidden
 # states stand in for a head elsewhere), backward and an AdamW step, with dropout off so that
@@ -75,12 +75,13 @@ CACHED = {"inductor", "inductor_freeze"}  # backends with an on-disk compile cac
 # eager + updraft on 1 thread, which keeps a 2-core run near 15 minutes; "inductor" adds them
 # on all cores, "full" runs everything everywhere (about an hour on 2 cores).
 PRESETS = {
-    "default": {"all": ["eager", "onnxruntime", "openvino", "updraft"], "1": ["eager", "updraft"]},
+    "default": {"all": ["eager", "onnxruntime", "openvino", "openvino_convert", "updraft"], "1": ["eager", "updraft"]},
     "inductor": {"all": BACKENDS, "1": ["eager", "updraft"]},
     "full": {"all": BACKENDS, "1": BACKENDS},
     # issue 19's comparison: updraft against eager and the three fp32 peers it must beat, on
     # both thread counts (plain Inductor is left out: freezing is its inference setting).
-    "verdict": {t: ["eager", "inductor_freeze", "onnxruntime", "openvino", "updraft"] for t in ("all", "1")},
+    "verdict": {t: ["eager", "inductor_freeze", "onnxruntime", "openvino", "openvino_convert", "updraft"]
+                for t in ("all", "1")},
 }
 # Peers the suite compares against, pinned so that runs months apart compare the same peers;
 # installed on demand (--install-peers), never by scripts/setup.sh or CI. onnxscript is
@@ -123,11 +124,9 @@ def _make_runner(backend: str, model, inputs: tuple, threads: int, tmp: Path):
         fast = torch.compile(model, backend="updraft", options={"num_threads": threads})
         return (lambda: fast(*inputs)), _first_tensor
     if backend == "openvino":
-        import openvino.torch  # noqa: F401  (registers the "openvino" torch.compile backend)
-
-        fast = torch.compile(model, backend="openvino",
-                             options={"config": {"INFERENCE_NUM_THREADS": threads}})
-        return (lambda: fast(*inputs)), _first_tensor
+        return _openvino_backend(model, inputs, threads)
+    if backend == "openvino_convert":
+        return _openvino_convert(model, inputs, threads)
     if backend == "onnxruntime":
         import onnxruntime as ort
 
@@ -151,6 +150,104 @@ def _make_runner(backend: str, model, inputs: tuple, threads: int, tmp: Path):
         feeds = {n: t.numpy() for n, t in zip(names, inputs)}
         return (lambda: sess.run(None, feeds)), (lambda out: torch.from_numpy(out[0]))
     raise ValueError(f"unknown backend {backend}")
+
+
+def _openvino_config(threads: int) -> dict:
+    # f32 stated: on CPUs with AVX512-BF16 or AMX OpenVINO's CPU plugin infers in bf16 by default
+    # (on this AVX2 machine it is f32 either way); one stream, latency: the suite times one call.
+    return {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": str(threads), "NUM_STREAMS": "1",
+            "PERFORMANCE_HINT": "LATENCY"}
+
+
+def _openvino_backend(model, inputs: tuple, threads: int):
+    """OpenVINO's torch.compile backend, as it must be set up to run these models.
+
+    With its defaults it ran no convnet or ViT: its own make_fx trace made size symbols in
+    Dynamo's shape environment that no graph input explains, and guard building failed with
+    `sources must not be empty for symbol sN` (`dynamic=False` does not help: Dynamo's fake mode
+    still allows symbols). `aot_autograd` skips that trace. Weights reach it as graph inputs
+    with dynamic shapes unless Dynamo's `prepare_freezing` keeps them as attributes it can inline,
+    and its CPU plugin rejects a convolution whose weight shape is dynamic. Where OpenVINO
+    cannot run a graph the backend falls back to PyTorch (or Inductor) and logs that at DEBUG
+    only, so the first call is watched and such a row fails with the reason instead of timing
+    PyTorch under OpenVINO's name (GPT-2's DynamicCache concatenates onto an empty tensor,
+    which its frontend refuses)."""
+    import logging
+
+    import openvino.torch  # noqa: F401  (registers the "openvino" torch.compile backend)
+    import torch
+    import torch._dynamo.config as dcfg
+    from updraft.zoo import first_tensor
+
+    dcfg.prepare_freezing = True
+    fast = torch.compile(model, backend="openvino",
+                         options={"aot_autograd": True, "device": "CPU", "config": _openvino_config(threads)})
+    fell_back: list[str] = []
+
+    class Watch(logging.Handler):
+        def emit(self, record):
+            msg = record.getMessage()
+            if "Failed in OpenVINO" in msg or "Falling back" in msg:
+                fell_back.append(" ".join(msg.split())[:400])
+
+    names = ["openvino.frontend.pytorch.torchdynamo.backend", "openvino.frontend.pytorch.torchdynamo.execute"]
+    watch = Watch()
+    for n in names:
+        logging.getLogger(n).addHandler(watch)
+        logging.getLogger(n).setLevel(logging.DEBUG)
+    try:
+        fast(*inputs)  # compiles and runs once: where a fallback shows
+    finally:
+        for n in names:
+            logging.getLogger(n).removeHandler(watch)
+            logging.getLogger(n).setLevel(logging.WARNING)
+    if fell_back:
+        raise RuntimeError("OpenVINO's torch.compile backend fell back to PyTorch: " + fell_back[0])
+    return (lambda: fast(*inputs)), first_tensor
+
+
+def _openvino_convert(model, inputs: tuple, threads: int):
+    """OpenVINO's own converter: torch.export of the model's main output, `ov.convert_model`,
+    the inputs' shapes pinned (the converter makes every dimension dynamic), compiled for the
+    CPU and run through one reused infer request."""
+    import openvino as ov
+    import torch
+    from updraft.zoo import first_tensor
+
+    class MainOutput(torch.nn.Module):  # an exported graph cannot return transformers' cache objects
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args):
+            return first_tensor(self.inner(*args))
+
+    with torch.no_grad():
+        ep = torch.export.export(MainOutput(model).eval(), tuple(inputs))
+    _drop_empty_cat_operands(ep.graph_module)
+    m = ov.convert_model(ep)
+    if len(m.inputs) != len(inputs):
+        raise RuntimeError(f"converted model takes {len(m.inputs)} inputs, the model {len(inputs)}")
+    m.reshape({port: ov.PartialShape(list(t.shape)) for port, t in zip(m.inputs, inputs)})
+    req = ov.Core().compile_model(m, "CPU", _openvino_config(threads)).create_infer_request()
+    feeds = [t.detach().contiguous().numpy() for t in inputs]
+    # share_outputs: the result's buffer is the request's own, reused by the next call
+    return ((lambda: req.infer(feeds, share_inputs=True, share_outputs=True)),
+            (lambda res: torch.from_numpy(res[0].copy())))
+
+
+def _drop_empty_cat_operands(gm) -> None:
+    """transformers' DynamicCache starts each layer's cache as an empty 1-D tensor and
+    concatenates onto it; torch.cat skips such operands, OpenVINO's frontend refuses them."""
+    import torch
+
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target is torch.ops.aten.cat.default:
+            keep = [a for a in n.args[0] if not (isinstance(a, torch.fx.Node) and "val" in a.meta
+                                                 and tuple(a.meta["val"].shape) == (0,))]
+            if 0 < len(keep) < len(n.args[0]):
+                n.args = (keep, *n.args[1:])
+    gm.recompile()
 
 
 def boost_priority() -> str:
@@ -801,6 +898,8 @@ def main(argv=None) -> int:
                    help="markdown file to update ('-' for none)")
     p.add_argument("--chart", type=Path, help="PNG chart (default docs/benchmarks.png; --train: docs/train_benchmarks.png)")
     p.add_argument("--json", type=Path, help="raw rows (default docs/benchmarks.json; --train: docs/train_benchmarks.json)")
+    p.add_argument("--block", help="write the doc block between `<!-- BLOCK:begin/end -->` markers instead of "
+                                   "the suite's own (keeps the last run of another kind in place)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -864,14 +963,17 @@ def main(argv=None) -> int:
     print("\n".join(notes))
     if str(args.doc) != "-":
         rel = lambda q: os.path.relpath(q, args.doc.parent)  # noqa: E731
-        how = (f"fresh process per row, {meta['runs']} runs interleaved round-robin" if meta.get("runs", 1) > 1
-               else "one process per row")
+        runs = max((r.get("run", 0) for r in rows), default=0) + 1
+        how = f"fresh process per row, {runs} runs interleaved round-robin" if runs > 1 else "one process per row"
         doc_body = (f"Machine: {meta['machine']}\n\nPriority: {meta.get('priority', 'normal')}\n\n"
                     f"Command: `{meta.get('command', cmdline).strip()}` ({meta.get('date', '?')}; {how}; median of "
                     f"timed calls, at least {meta.get('min_time', args.min_time):g} s / "
                     f"{meta.get('min_iters', args.min_iters)} calls per row)\n\n{body}\n"
                     f"![speedup over eager]({rel(args.chart)})\n")
-        if args.train:
+        if args.block:
+            write_doc(args.doc, doc_body, f"<!-- {args.block}:begin -->", f"<!-- {args.block}:end -->",
+                      heading=args.block)
+        elif args.train:
             write_doc(args.doc, doc_body, TRAIN_BEGIN, TRAIN_END, heading="Latest training suite run")
         else:
             write_doc(args.doc, doc_body)
@@ -938,6 +1040,9 @@ def run_rows(args, cmdline: str) -> tuple[list[dict], dict, dict]:
                             row["warm_compile_s"] = warm["compile_s"]
                     row.update(start, model=m, backend=b, threads=n, threads_label=label, train=args.train, run=rnd)
                     rows.append(row)
+                    if args.json:  # after every row: a run stopped half-way still redraws (--from-json)
+                        args.json.parent.mkdir(parents=True, exist_ok=True)
+                        args.json.write_text(json.dumps({"meta": meta, "peaks": peaks, "rows": rows}, indent=1))
                     brief = (f"{row['median_ms']:.3f} ms, compile {row['compile_s']:.1f} s"
                              if row["status"] == "ok" else row["status"])
                     eta = (time.perf_counter() - t_start) / len(rows) * (total - len(rows)) / 60
