@@ -1015,7 +1015,7 @@ def run_rows(args, cmdline: str) -> tuple[list[dict], dict, dict]:
                            logs / f"peaks-{n}.log", done_key="gemm_gflops")
             if r["status"] == "ok":
                 peaks[str(n)] = {k: r[k] for k in ("gemm_gflops", "read_gbs", "copy_gbs", "llc_bytes")}
-                print(f"[suite] peaks at {n} threads: GEMM {r['gemm_gflops']:.0f} GFLOP/s, read "
+                print(f"[suite] peaks at {n} thread{'s' if n != 1 else ''}: GEMM {r['gemm_gflops']:.0f} GFLOP/s, read "
                       f"{r['read_gbs']:.1f} GB/s, copy {r['copy_gbs']:.1f} GB/s", file=sys.stderr, flush=True)
     total = args.runs * sum(len(args.models) * len(bs) for _, _, bs in plan)
     rows: list[dict] = []
