@@ -190,17 +190,18 @@ def _openvino_backend(model, inputs: tuple, threads: int):
             if "Failed in OpenVINO" in msg or "Falling back" in msg:
                 fell_back.append(" ".join(msg.split())[:400])
 
-    names = ["openvino.frontend.pytorch.torchdynamo.backend", "openvino.frontend.pytorch.torchdynamo.execute"]
+    loggers = [logging.getLogger(f"openvino.frontend.pytorch.torchdynamo.{m}") for m in ("backend", "execute")]
+    levels = [lg.level for lg in loggers]
     watch = Watch()
-    for n in names:
-        logging.getLogger(n).addHandler(watch)
-        logging.getLogger(n).setLevel(logging.DEBUG)
+    for lg in loggers:
+        lg.addHandler(watch)
+        lg.setLevel(logging.DEBUG)
     try:
         fast(*inputs)  # compiles and runs once: where a fallback shows
-    finally:
-        for n in names:
-            logging.getLogger(n).removeHandler(watch)
-            logging.getLogger(n).setLevel(logging.WARNING)
+    finally:  # DEBUG only for this call: the backend logs every successful run at DEBUG too
+        for lg, level in zip(loggers, levels):
+            lg.removeHandler(watch)
+            lg.setLevel(level)
     if fell_back:
         raise RuntimeError("OpenVINO's torch.compile backend fell back to PyTorch: " + fell_back[0])
     return (lambda: fast(*inputs)), first_tensor
@@ -344,10 +345,7 @@ def _sdpa_cpu_flops(q, k, v, *args, out_shape=None, **kwargs) -> int:
     """torch's CPU flash attention is not in FlopCounterMode's table: two matmuls, counted
     dense (a causal mask's skipped half is counted too, as torch counts its CUDA kernels)."""
     *batch, lq, d = q
-    n = 1
-    for b in batch:
-        n *= b
-    return 2 * n * lq * k[-2] * d + 2 * n * lq * k[-2] * v[-1]
+    return 2 * math.prod(batch) * lq * k[-2] * (d + v[-1])
 
 
 def work_of(model, inputs: tuple) -> dict:
@@ -376,15 +374,14 @@ def work_of(model, inputs: tuple) -> dict:
             "bytes": nbytes(list(model.parameters()) + list(model.buffers()) + list(inputs) + outs)}
 
 
-def machine_peaks(threads: int) -> dict:
-    """The machine's fp32 GEMM rate and memory bandwidth at `threads`, measured (best of
-    several repetitions, so a transient neighbour lowers no figure it did not lower every
-    time): GEMM = torch.mm of square f32 matrices (1024-3072: torch's sgemm); read bandwidth
-    = torch.sum over 512 MB (what a weight-streaming call does); copy = Tensor.copy_ of 512 MB,
-    counted as read + write."""
+def machine_peaks() -> dict:
+    """The machine's fp32 GEMM rate and memory bandwidth at torch's thread count, measured
+    (best of several repetitions, so a transient neighbour lowers no figure it did not lower
+    every time): GEMM = torch.mm of square f32 matrices (1024-3072: torch's sgemm); read =
+    torch.sum or torch.mv over 512 MB, the faster; copy = Tensor.copy_ of 512 MB, counted as
+    read + write. The read figure is a floor of the machine's bandwidth, not its peak: ONNX
+    Runtime's GPT-2 decode step reads its weights at 1.3x it on the AVX2 EPYC."""
     import torch
-
-    torch.set_num_threads(threads)
 
     def best(fn, reps):
         ts = []
@@ -414,34 +411,29 @@ def machine_peaks(threads: int) -> dict:
 def _llc_bytes() -> int:
     """The largest cache's size (sysfs), 0 when unknown: a row whose bytes fit in it can read
     them faster than memory."""
+    unit = {"K": 2**10, "M": 2**20, "G": 2**30}
     best = 0
     for d in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
         try:
-            txt = (d / "size").read_text().strip()
-            best = max(best, int(txt[:-1]) * {"K": 2**10, "M": 2**20}[txt[-1]] if txt[-1] in "KM" else int(txt))
+            txt = (d / "size").read_text().strip()  # e.g. "32768K"
+            size = int(txt[:-1]) * unit[txt[-1]] if txt[-1] in unit else int(txt)
         except (OSError, ValueError):
-            pass
+            continue
+        best = max(best, size)
     return best
 
 
 def worker(spec: dict) -> dict:
-    if spec.get("peaks"):
-        if spec.get("boost"):
-            boost_priority()
-        return machine_peaks(spec["threads"])
-    if spec.get("train"):
-        if spec.get("boost"):
-            boost_priority()
-        import torch
-
-        torch.set_num_threads(spec["threads"])
-        return _train_worker(spec)
     threads = spec["threads"]
     if spec.get("boost"):
         boost_priority()  # before torch starts its threads: they inherit the nice value
     import torch
 
     torch.set_num_threads(threads)
+    if spec.get("peaks"):
+        return machine_peaks()
+    if spec.get("train"):
+        return _train_worker(spec)
     from updraft import zoo
 
     name, batch = MODELS[spec["model"]]
@@ -632,7 +624,7 @@ def aggregate(rows: list[dict]) -> list[dict]:
     for (label, m, b), rs in groups.items():
         ok = [r for r in rs if r["status"] == "ok"]
         agg = {k: rs[0].get(k) for k in ("model", "backend", "threads", "threads_label", "train")}
-        agg.update(runs=len(rs), failed=len(rs) - len(ok),
+        agg.update(runs=len(rs), good=len(ok), failed=len(rs) - len(ok),
                    status="ok" if ok else rs[0]["status"],
                    peak_rss_mb=max((r.get("peak_rss_mb", float("nan")) for r in rs), default=float("nan")),
                    load1=[r["load1"] for r in rs if "load1" in r], busy=[r["busy"] for r in rs if "busy" in r])
@@ -642,8 +634,10 @@ def aggregate(rows: list[dict]) -> list[dict]:
                        noise=statistics.median(r["iqr_ms"] / r["median_ms"] for r in ok),
                        iters=sum(r["iters"] for r in ok), compile_s=statistics.median(r["compile_s"] for r in ok),
                        max_err=max(r["max_err"] for r in ok),
-                       warm_compile_s=(statistics.median(w) if (w := [r["warm_compile_s"] for r in ok
-                                                                      if "warm_compile_s" in r]) else None))
+                       warm_compile_s=None)
+            warm = [r["warm_compile_s"] for r in ok if "warm_compile_s" in r]
+            if warm:
+                agg["warm_compile_s"] = statistics.median(warm)
             for k in ("flops", "bytes", "engine_ops"):
                 if k in ok[-1]:
                     agg[k] = ok[-1][k]
@@ -656,7 +650,7 @@ def verdict(a: dict, b: dict) -> tuple[str, float]:
     fastest, a loss when a's fastest is slower than b's slowest, a tie when the ranges
     overlap. One run per side has no range, so it gives no verdict. Also b's median over a's."""
     ratio = b["median_ms"] / a["median_ms"]
-    if min(a["runs"] - a["failed"], b["runs"] - b["failed"]) < 2:
+    if min(a["good"], b["good"]) < 2:
         return "1 run", ratio
     if a["max_ms"] < b["min_ms"]:
         return "win", ratio
@@ -666,7 +660,7 @@ def verdict(a: dict, b: dict) -> tuple[str, float]:
 
 
 def _geomean(xs: list[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+    return statistics.geometric_mean(xs) if xs else float("nan")
 
 
 def geomean_verdict(pairs: list[tuple[dict, dict]]) -> str:
@@ -677,7 +671,7 @@ def geomean_verdict(pairs: list[tuple[dict, dict]]) -> str:
     mid = _geomean([b["median_ms"] / a["median_ms"] for a, b in pairs])
     lo = _geomean([b["min_ms"] / a["max_ms"] for a, b in pairs])
     hi = _geomean([b["max_ms"] / a["min_ms"] for a, b in pairs])
-    if any(min(a["runs"] - a["failed"], b["runs"] - b["failed"]) < 2 for a, b in pairs):
+    if any(min(a["good"], b["good"]) < 2 for a, b in pairs):
         return f"{mid:.2f}x (1 run)"
     word = "win" if lo > 1 else "loss" if hi < 1 else "tie"
     return f"{word} {mid:.2f}x ({lo:.2f}-{hi:.2f})"
@@ -699,7 +693,7 @@ def achieved(agg: dict, peak: dict | None) -> str:
 
 
 def _range(a: dict, spec: str = ".2f") -> str:
-    if a["runs"] - a["failed"] < 2:
+    if a["good"] < 2:
         return format(a["median_ms"], spec)
     return f"{a['median_ms']:{spec}} ({a['min_ms']:{spec}}-{a['max_ms']:{spec}})"
 
