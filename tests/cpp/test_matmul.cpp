@@ -30,6 +30,26 @@ TEST(Linear, ShapesWithConstantAndInputWeights) {
   }
 }
 
+// A prepacked plain weight whose rows start a multiple of 1 KiB apart (N = 256 floats) is
+// packed with each row padded by a cache line (matmul.cpp, unaliased_rows): results unchanged,
+// the kernel says so; other widths keep the dense layout.
+TEST(Linear, AliasedWeightRowsArePadded) {
+  for (int64_t N : {256, 512, 250}) {
+    SCOPED_TRACE("N=" + std::to_string(N));
+    Attrs a = epilogue_attrs("gelu");
+    a["has_bias"] = true;
+    a["has_residual"] = true;
+    std::string name = expect_matches_ref(
+        "linear", {input(rnd({6, 40}, 1)), constant(rnd({N, 40}, 2)), constant(rnd({N}, 3)), input(rnd({6, N}, 4))},
+        a);
+    EXPECT_NE(name.find("prepacked"), std::string::npos) << name;
+    EXPECT_EQ(name.find("padded_rows") != std::string::npos, N % 256 == 0) << name;
+    // x @ W with a constant [K, N] W (GPT-2's Conv1D) packs the same way.
+    name = expect_matches_ref("matmul", {input(rnd({2, 6, 40}, 5)), constant(rnd({40, N}, 6))}, {});
+    EXPECT_EQ(name.find("padded_rows") != std::string::npos, N % 256 == 0) << name;
+  }
+}
+
 TEST(Linear, LargerKAndBias) {
   expect_matches_ref("linear", {input(rnd({33, 257}, 1)), constant(rnd({65, 257}, 2)), constant(rnd({65}, 3))},
                      {{"has_bias", true}});

@@ -112,6 +112,31 @@ struct Operand {
   }
 };
 
+// A plain prepacked layout whose rows start a multiple of 1 KiB apart maps every row of a
+// column panel onto the same few L1 sets (32 KiB, 8 ways: addresses 4 KiB apart share a set),
+// so oneDNN 3.2's jit gemm, which walks down those rows without copying them for small M,
+// thrashes its L1: a linear of 768 -> 3072 (BERT's and ViT's MLP) at M = 128 ran at 87 GFLOP/s
+// against 150 for 768 -> 3000 on the AVX2 EPYC (docs/BENCHMARKS.md). The same layout with each
+// row padded by one cache line avoids it; oneDNN's gemm reads any leading dimension. Takes a
+// plain layout of the last two dims (either order) under batch dims of size 1 (a constant
+// broadcast over the batch); returns `md` itself for anything else or when nothing aliases.
+dnnl::memory::desc unaliased_rows(const dnnl::memory::desc& md) {
+  constexpr int64_t kAliasBytes = 1024, kPadBytes = 64;
+  const dims d = md.get_dims(), st = md.get_strides();
+  const size_t r = d.size();
+  if (md.get_format_kind() != dnnl::memory::format_kind::blocked || md.get_inner_nblks() != 0 || r < 2) return md;
+  for (size_t i = 0; i + 2 < r; ++i)
+    if (d[i] != 1) return md;
+  const int64_t es = static_cast<int64_t>(dnnl::memory::data_type_size(md.get_data_type()));
+  // The row dim is the one of the last two with the larger stride; the other must be dense.
+  const size_t row = st[r - 2] >= st[r - 1] ? r - 2 : r - 1, col = row == r - 2 ? r - 1 : r - 2;
+  if (st[col] != 1 || st[row] != d[col] || d[row] < 2 || (st[row] * es) % kAliasBytes != 0) return md;
+  dims padded = st;
+  padded[row] = st[row] + kPadBytes / es;
+  for (size_t i = 0; i + 2 < r; ++i) padded[i] = padded[row] * d[row];  // size-1 dims: any stride, kept dense
+  return dnnl::memory::desc(d, md.get_data_type(), padded);
+}
+
 // Sharing a packed weight across primitives: when `v`'s primitive (made with the weight layout
 // `any`) prefers a layout not yet packed from this weight, but the weight was packed before in
 // another layout (another graph's primitive: prefill's M = 32 and decode's M = 1 may prefer
@@ -203,6 +228,7 @@ class GemmKernel final : public Kernel {
   std::optional<Tensor> b_keep_;              // the constant b, when read in place (no prepack)
   bool b_in_place_ = false;                   // b_keep_ is read (no packed copy)
   bool b_shared_ = false;                     // a packed copy came from another kernel (PackedWeights)
+  bool b_padded_ = false;                     // the packed rows are padded (unaliased_rows)
   DenseInput res_;
   size_t prim_scratch_ = 0, scratch_total_ = 0;
   bool runtime_m_ = false;
@@ -307,7 +333,23 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
                               ") serves a " + (runtime_m ? "runtime-M " : "") + "matmul for " +
                               shape_text(ctx.in_shapes[0]) + " x " + shape_text(ctx.in_shapes[1]) +
                               "; it runs orders of magnitude slower than PyTorch's, so this partition is left to PyTorch");
-        if (b_src) adopt_known_layout(v, b_known, bmd, make_pd);
+        if (b_src) {
+          // Rows padded where the preferred plain layout would alias (unaliased_rows), when
+          // oneDNN serves the padded layout with the same implementation.
+          const dnnl::memory::desc want = v.pd.weights_desc(), padded = unaliased_rows(want);
+          if (padded != want) {
+            const dnnl::memory::desc* saved = bmd;
+            bmd = &padded;
+            try {
+              auto pd = make_pd(v.residual);
+              if (pd.impl_info_str() == v.pd.impl_info_str() && pd.weights_desc() == padded) v.pd = pd, k->b_padded_ = true;
+            } catch (const dnnl::error&) {
+              // no such layout for this problem: keep the preferred one
+            }
+            bmd = saved;
+          }
+          adopt_known_layout(v, b_known, bmd, make_pd);
+        }
         v.prim = dnnl::matmul(v.pd);
       } catch (const dnnl::error& e) {
         fail_create(op, "a matmul for " + shape_text(ctx.in_shapes[0]) + " x " + shape_text(ctx.in_shapes[1]), e);
@@ -349,7 +391,8 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
   k->res_.offset += base;
   k->scratch_total_ = base + rest.total();
   k->name_ = std::string("onednn_f32_") + op + ":" + k->variants_[0][0].pd.impl_info_str() +
-             (b_const ? (k->b_in_place_ ? ":inplace_w" : k->b_shared_ ? ":prepacked:shared" : ":prepacked") : "") + (runtime_m ? ":runtime_m" : k->threads_ == 1 ? ":1thread" : "");
+             (b_const ? (k->b_in_place_ ? ":inplace_w" : k->b_shared_ ? ":prepacked:shared" : ":prepacked") : "") +
+             (k->b_padded_ && !k->b_in_place_ ? ":padded_rows" : "") + (runtime_m ? ":runtime_m" : k->threads_ == 1 ? ":1thread" : "");
   return k;
 }
 
