@@ -54,7 +54,8 @@ def main(argv=None):
     p.add_argument("--models", nargs="+", default=["resnet50", "bert", "gpt2", "vit"], choices=sorted(zoo.MODELS))
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--iters", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=10,
+                   help="untimed calls (default 10: past updraft's timing against eager, CompilerConfig.inference)")
     p.add_argument("--inductor", action="store_true")
     args = p.parse_args(argv)
 

@@ -864,7 +864,9 @@ def main(argv=None) -> int:
     p.add_argument("--min-time", type=float, default=1.5, help="seconds of timed calls per row (default 1.5)")
     p.add_argument("--min-iters", type=int, default=10)
     p.add_argument("--max-iters", type=int, default=500)
-    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=10,
+                   help="untimed calls after the first, for every backend (default 10: updraft times each "
+                        "inference graph against eager over its first 8 calls, CompilerConfig.inference)")
     p.add_argument("--warm", action="store_true", help="also time a warm compile where a cache exists (Inductor)")
     p.add_argument("--boost", action="store_true",
                    help="raise the workers' CPU priority (autogroup and nice -20; root only) so that "

@@ -11,6 +11,7 @@ Dynamo graph -> AOTAutograd (core aten, minus the ops the engine runs natively) 
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import threading
 from typing import Any, Callable, Optional
@@ -22,8 +23,8 @@ from .config import CompilerConfig
 from .engine_partition import EnginePartition
 from .gears import GearBox
 from .partition import partition_graph
-from .report import INPUT_WRITES, TRAINING_CHOICE, GraphReport, report_for_new_graph, warn_once
-from .training import TRIALS, MeasuredChoice, attention_as_math_in, eager_copy, is_training
+from .report import INFERENCE_CHOICE, INPUT_WRITES, TRAINING_CHOICE, GraphReport, report_for_new_graph, warn_once
+from .training import SETUP_STREAK_LIMIT, TRIALS, MeasuredChoice, attention_as_math_in, eager_copy, is_training
 
 aten = torch.ops.aten
 
@@ -394,9 +395,12 @@ def _choice_recorder(reports: list, kind: str, sides: tuple, why_pytorch: str) -
     pytorch_ms)."""
     def on_choice(chosen: str, engine_ms: float, pytorch_ms: float) -> None:
         where = sides[0] if chosen == "engine" else sides[1]
+        timed = (f"timed over its first calls (median of {TRIALS} each): {sides[0]} {engine_ms:.2f} ms, "
+                 f"{sides[1]} {pytorch_ms:.2f} ms" if not (math.isnan(engine_ms) or math.isnan(pytorch_ms)) else
+                 f"not timed: {SETUP_STREAK_LIMIT} engine calls in a row built or instantiated a plan "
+                 "(a new input shape each call)")
         for report in reports:
-            report.compiles.append((kind, f"timed over its first calls (median of {TRIALS} each): {sides[0]} "
-                                    f"{engine_ms:.2f} ms, {sides[1]} {pytorch_ms:.2f} ms; runs in {where}"))
+            report.compiles.append((kind, f"{timed}; runs in {where}"))
             if chosen == "pytorch":
                 report.move_to_fallback([op for p in report.partitions for op in p.ops],
                                         why_pytorch.format(engine_ms=engine_ms, pytorch_ms=pytorch_ms))
@@ -501,7 +505,33 @@ def _compile(gm: fx.GraphModule, example_inputs: list, config: CompilerConfig) -
         return _training_step_timed_against_eager(compiled, eager, seen)
     if seen.get("mutates_inputs"):
         return _timed_against_eager(compiled, gm, seen["report"])
+    if config.inference == "auto" and _has_engine_partitions(seen.get("report")):
+        return _inference_timed_against_eager(compiled, gm, seen["report"])
     return compiled
+
+
+def _has_engine_partitions(report: Optional[GraphReport]) -> bool:
+    """Whether any of the graph runs in the engine (else there is nothing to time against eager)."""
+    return report is not None and bool(report.partitions) and not report.note
+
+
+def _inference_timed_against_eager(compiled: Callable, gm: fx.GraphModule, report: GraphReport) -> Callable:
+    """CompilerConfig(inference="auto"): "never slower than eager", checked where it is cheap
+    and sure. The engine's own choices (kernels, partition costs) are predictions; this times
+    the compiled graph against Dynamo's graph run eagerly over the first calls (MeasuredChoice,
+    prefer_engine=True: PyTorch only when clearly faster) and the report says which runs."""
+    on_choice = _choice_recorder([report], INFERENCE_CHOICE, ("updraft", "eager PyTorch"),
+                                 "CompilerConfig(inference=\"auto\"): eager PyTorch ran this graph faster in every "
+                                 "trial (median {pytorch_ms:.2f} ms against updraft's {engine_ms:.2f} ms)")
+    def engine_setup() -> int:  # plans built or instantiated so far (a call at a new shape)
+        return sum(p.plans_built + p.plans_instantiated + p.engine_compiles for p in report.partitions)
+    choice = MeasuredChoice(lambda args: compiled(*args), lambda args: gm.forward(*args), on_choice,
+                            prefer_engine=True, engine_setup=engine_setup)
+
+    def run(*args: Any) -> Any:
+        return choice(list(args))
+    run.__wrapped__ = compiled
+    return run
 
 
 def _training_step_timed_against_eager(compiled: Callable, eager: fx.GraphModule, seen: dict) -> Callable:

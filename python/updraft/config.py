@@ -23,6 +23,8 @@ WEIGHT_DTYPES = ("f32", "bf16", "int8")
 _BOOL_TEXT = {"0": False, "1": True}
 # Where training graphs run (CompilerConfig.training).
 TRAINING_MODES = ("auto", "engine", "pytorch")
+# Whether inference graphs are timed against eager PyTorch (CompilerConfig.inference).
+INFERENCE_MODES = ("auto", "engine")
 
 # The kernel knobs (the engine's KernelOptions, src/kernels/kernel_options.h): CompilerConfig
 # field -> its environment variable. The environment is read here, and only here, for the
@@ -136,6 +138,13 @@ class CompilerConfig:
         the compiled step and eager PyTorch alternate over the first steps (one untimed step
         each, then 3 timed each, forward plus backward) and the faster runs every later step;
         the report gives both times. "pytorch": AOTAutograd's graphs run in PyTorch.
+    inference: whether an inference graph is checked against eager PyTorch. "auto" (default):
+        over its first calls the compiled graph and Dynamo's graph run eagerly alternate (one
+        untimed call each, then 3 timed each); PyTorch keeps the graph only when each of its
+        timed calls beat each of the compiled graph's (so load on a shared machine during the
+        trials does not decide it), and explain says so with both times. It is the rule "never
+        slower than eager" for whatever the engine's own choices miss. "engine": no timing, the
+        compiled graph always runs (benchmarks of the engine itself, tests).
     keep_arenas: whether an engine graph keeps the memory of its intermediates (its plan's
         arena) between calls. None (default): inference graphs keep it (no allocation or page
         faults per call), training graphs free it when each call returns (the forward's arena
@@ -205,6 +214,7 @@ class CompilerConfig:
     conv_layout: str = dataclasses.field(default_factory=lambda: os.environ.get(_CONV_LAYOUT_ENV, "auto"))
     weight_dtype: str = "f32"
     training: str = "auto"
+    inference: str = "auto"
     keep_arenas: Optional[bool] = None
     prepack_weights: bool = _knob("prepack_weights", True)
     static_gemm: bool = _knob("static_gemm", False)
@@ -242,6 +252,10 @@ class CompilerConfig:
             raise ValueError(f"[updraft.config] training={self.training!r} is not one of {list(TRAINING_MODES)}; "
                              "\"engine\" runs training graphs in the engine, \"pytorch\" leaves them to PyTorch, "
                              "\"auto\" times both and keeps the faster")
+        if self.inference not in INFERENCE_MODES:
+            raise ValueError(f"[updraft.config] inference={self.inference!r} is not one of {list(INFERENCE_MODES)}; "
+                             "\"auto\" times each inference graph against eager PyTorch over its first calls and "
+                             "leaves it to PyTorch when that is clearly faster, \"engine\" always runs the compiled graph")
         if self.cpu_isa not in _CPU_ISAS:
             raise ValueError(f"[updraft.config] cpu_isa={self.cpu_isa!r} is not one of {list(_CPU_ISAS)} "
                              f"(also checked when it comes from {KERNEL_KNOBS['cpu_isa']})")

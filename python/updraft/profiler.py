@@ -183,7 +183,11 @@ def profile(fn: Callable[..., Any], *args: Any, runs: int = 20, warmup: int = 2,
         if not os.path.isdir(parent):
             raise FileNotFoundError(f"[updraft.profile] trace={trace!r}: folder {parent} does not exist; "
                                     "create it or pass another path")
-    with torch.enable_grad() if train else torch.no_grad():
+    from .training import engine_only
+
+    # engine_only: the engine runs every call, even where CompilerConfig(inference="auto") is
+    # still timing it against eager or has left the graph to PyTorch.
+    with torch.enable_grad() if train else torch.no_grad(), engine_only():
         for _ in range(max(warmup, 1)):
             fn(*args, **kwargs)
         graphs = _live_graphs()

@@ -28,8 +28,8 @@ def warn_once(msg: str) -> None:
 
 # GraphReport.compiles kinds that record a decision, not a compile: which of the engine and
 # PyTorch runs a graph, timed over its first calls (updraft/training.py, MeasuredChoice).
-TRAINING_CHOICE, INPUT_WRITES = "training choice", "input-writing graph"
-DECISIONS = (TRAINING_CHOICE, INPUT_WRITES)
+TRAINING_CHOICE, INPUT_WRITES, INFERENCE_CHOICE = "training choice", "input-writing graph", "inference choice"
+DECISIONS = (TRAINING_CHOICE, INPUT_WRITES, INFERENCE_CHOICE)
 
 
 @dataclasses.dataclass

@@ -12,10 +12,13 @@ The backend (backend.py) compiles the graphs; this module decides nothing about 
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import math
 import statistics
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch import fx
@@ -73,6 +76,24 @@ def is_training(example_inputs: list) -> bool:
 # Timed calls per side before MeasuredChoice decides, after one untimed call each (the engine's
 # first call builds its plan).
 TRIALS = 3
+# Engine calls in a row that built or instantiated a plan (a new input shape each: a decode
+# step's growing cache) after which a MeasuredChoice stops timing and the engine keeps the graph.
+SETUP_STREAK_LIMIT = 4
+
+
+_engine_only = contextvars.ContextVar("updraft_engine_only", default=False)
+
+
+@contextlib.contextmanager
+def engine_only() -> Iterator[None]:
+    """Inside it every MeasuredChoice runs its engine side, whatever it chose, and times nothing:
+    for the tools that look at the engine (updraft.profile, updraft.debug's compare, dump_tensors
+    and bisect), which would otherwise see PyTorch's side during the trials or after a choice."""
+    token = _engine_only.set(True)
+    try:
+        yield
+    finally:
+        _engine_only.reset(token)
 
 
 class MeasuredChoice:
@@ -83,6 +104,16 @@ class MeasuredChoice:
     (report, explain). Both sides compute the same values from the same inputs, so switching
     between calls is safe.
 
+    prefer_engine=True: PyTorch is chosen only when its slowest timed call beat the engine's
+    fastest (the ranges do not overlap), so a burst of load on a shared machine during the
+    trials cannot send a faster engine graph to PyTorch for good; the medians are still reported.
+
+    engine_setup: a counter of the engine's one-time work (plans built or instantiated for a new
+    input shape); an engine call that moved it is not a trial, since later calls of that shape
+    will not pay it, and the engine runs the next call too (PyTorch's side waits for a clean
+    engine trial). After SETUP_STREAK_LIMIT such calls in a row (a decode step's growing cache
+    makes every call a new shape) timing stops and the engine keeps the graph.
+
     backward=True (a training step): a call's time also counts its backward, timed by autograd
     hooks (`time_backward`) from the moment the backward reaches the call's outputs to the
     moment every input that needs grad has its gradient; a call whose backward has not run by
@@ -91,11 +122,16 @@ class MeasuredChoice:
     _boxed_call = True
 
     def __init__(self, engine: Callable, eager: Callable, on_choice: Callable[[str, float, float], None],
-                 trials: int = TRIALS, clock: Callable[[], float] = time.perf_counter, backward: bool = False) -> None:
+                 trials: int = TRIALS, clock: Callable[[], float] = time.perf_counter, backward: bool = False,
+                 prefer_engine: bool = False, engine_setup: Optional[Callable[[], int]] = None) -> None:
         self.engine, self.eager, self.on_choice = engine, eager, on_choice
-        self.trials, self.clock, self.backward = trials, clock, backward
+        self.trials, self.clock, self.backward, self.prefer_engine = trials, clock, backward, prefer_engine
+        self.engine_setup = engine_setup
         self.times: dict = {"engine": [], "pytorch": []}
         self.calls = 0
+        self._next = "engine"  # the side the next call runs
+        self._side_calls = {"engine": 0, "pytorch": 0}
+        self._setup_streak = 0  # engine calls in a row that built a plan (engine_setup)
         self.chosen: Optional[str] = None
         self._run: Optional[Callable] = None
         self._pending: list = []  # [side, seconds] of calls whose backward has not run yet
@@ -103,21 +139,37 @@ class MeasuredChoice:
         self._lock = threading.Lock()
 
     def __call__(self, args: list) -> Any:
+        if _engine_only.get():
+            return self.engine(args)
         run = self._run
         if run is not None:
             return run(args)
         with self._lock:
-            i = self.calls
             self.calls += 1
             for trial in self._pending:  # no backward ran after that call: its forward is its cost
                 self._record(trial)
             self._pending.clear()
-        side = "engine" if i % 2 == 0 else "pytorch"
+            side = self._next
+            if side == "engine" and self._setup_streak >= SETUP_STREAK_LIMIT:
+                self._decide(give_up=True)  # a new shape every call: nothing clean to time
+            first = self._side_calls[side] == 0
+            self._side_calls[side] += 1
+        if self._run is not None:
+            return self._run(args)
         fn = self.engine if side == "engine" else self.eager
+        setup = self.engine_setup() if side == "engine" and self.engine_setup is not None else None
         t0 = self.clock()
         out = fn(list(args))
         elapsed = self.clock() - t0
-        if i >= 2:
+        with self._lock:
+            if setup is not None and self.engine_setup() != setup:
+                # This call built a plan: not what later calls of its shape cost. The engine
+                # goes again, so PyTorch's side is never run for a graph that only ever builds.
+                self._setup_streak += 1
+                return out
+            self._setup_streak = 0
+            self._next = "pytorch" if side == "engine" else "engine"
+        if not first:
             trial = [side, elapsed]
             with self._lock:
                 hooks = time_backward(args, out, self.clock, lambda bw: self._finish(trial, bw)) \
@@ -144,9 +196,14 @@ class MeasuredChoice:
         if all(len(t) >= self.trials for t in self.times.values()):
             self._decide()
 
-    def _decide(self) -> None:
-        e, p = (statistics.median(self.times[k]) for k in ("engine", "pytorch"))
-        self.chosen = "engine" if e < p else "pytorch"
+    def _decide(self, give_up: bool = False) -> None:
+        e, p = (statistics.median(self.times[k]) if self.times[k] else math.nan for k in ("engine", "pytorch"))
+        if give_up:
+            self.chosen = "engine"
+        elif self.prefer_engine:
+            self.chosen = "pytorch" if max(self.times["pytorch"]) < min(self.times["engine"]) else "engine"
+        else:
+            self.chosen = "engine" if e < p else "pytorch"
         self._run = self.engine if self.chosen == "engine" else self.eager
         for h in self._hooks:
             h.remove()

@@ -1,6 +1,8 @@
 """The per-call path of an engine partition: after a shape signature's first call, calls go
 through a bound plan with raw data pointers (PlannedCall). Inputs it cannot vouch for (strided,
-another dtype) take the general DLPack path, and results stay right either way."""
+another dtype) take the general DLPack path, and results stay right either way. The graphs run
+with inference="engine": these tests count engine calls, which the default's timing against
+eager (CompilerConfig.inference) would share with PyTorch over the first calls."""
 import warnings
 
 import pytest
@@ -39,7 +41,7 @@ def test_repeated_calls_use_the_bound_plan_and_fresh_outputs(partitions):
     m = _mlp()
     x = torch.randn(2, 16)
     with torch.no_grad():
-        f = torch.compile(m, backend=get_backend(CompilerConfig(num_threads=1)))
+        f = torch.compile(m, backend=get_backend(CompilerConfig(num_threads=1, inference="engine")))
         outs = [f(x) for _ in range(4)]
         want = m(x)
     (p,) = partitions
@@ -81,7 +83,7 @@ def _partition_args(p, f, x) -> list:
 def test_strided_and_new_shape_inputs_after_the_fast_path(partitions):
     m = _mlp()
     with torch.no_grad():
-        f = torch.compile(m, backend=get_backend(CompilerConfig(num_threads=1)), dynamic=False)
+        f = torch.compile(m, backend=get_backend(CompilerConfig(num_threads=1, inference="engine")), dynamic=False)
         x = torch.randn(3, 16)
         f(x)
         f(x)
@@ -108,7 +110,7 @@ def test_strided_and_new_shape_inputs_after_the_fast_path(partitions):
 def test_wrong_dtype_on_a_bound_signature_is_never_run_by_pointer(partitions):
     m = _mlp()
     with torch.no_grad():
-        f = torch.compile(m, backend=get_backend(CompilerConfig(num_threads=1)), dynamic=False)
+        f = torch.compile(m, backend=get_backend(CompilerConfig(num_threads=1, inference="engine")), dynamic=False)
         x = torch.randn(2, 16)
         f(x)
         f(x)
@@ -143,7 +145,7 @@ def test_a_new_signature_binds_once_and_runs_by_pointer(partitions, monkeypatch)
             return _orig(self, *a, **k)
         monkeypatch.setattr(_C.Executable, name, counted)
     with torch.no_grad():
-        f = torch.compile(m, backend=get_backend(CompilerConfig(num_threads=1)), dynamic=True)
+        f = torch.compile(m, backend=get_backend(CompilerConfig(num_threads=1, inference="engine")), dynamic=True)
         f(torch.randn(2, 16))
         (p,) = partitions
         base = dict(seen)

@@ -147,7 +147,8 @@ class _Bisector:
         self.model = model
         self.inputs = inputs
         base = config or CompilerConfig()
-        self.base = dataclasses.replace(base, cache_dir="", fallback=False)
+        # inference="engine": a trial is one call, which must be the engine's.
+        self.base = dataclasses.replace(base, cache_dir="", fallback=False, inference="engine")
         self.tolerances = tolerances
         self.verbose = verbose
         self.trials = 0

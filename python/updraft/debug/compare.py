@@ -95,6 +95,7 @@ def _snapshot(x: Any) -> Any:
 
 def _run_recorded(compiled: Any, inputs: tuple) -> tuple[Any, list[_Call]]:
     from .. import profiler
+    from ..training import engine_only
 
     calls: list[_Call] = []
 
@@ -105,7 +106,7 @@ def _run_recorded(compiled: Any, inputs: tuple) -> tuple[Any, list[_Call]]:
         calls.append(_Call(len(calls), module, tuple(a if j < len(kinds) and kinds[j] else _snapshot(a)
                                                      for j, a in enumerate(args))))
 
-    with torch.no_grad():
+    with torch.no_grad(), engine_only():  # the engine's side, whatever CompilerConfig.inference chose
         compiled(*inputs)  # compiles (first time) and builds every partition's engine graph
         handles = [p.register_forward_hook(hook) for p in list(profiler._partitions)]
         try:
