@@ -510,6 +510,14 @@ def _compile(gm: fx.GraphModule, example_inputs: list, config: CompilerConfig) -
     return compiled
 
 
+def _choosing(choice: MeasuredChoice, compiled: Callable) -> Callable:
+    """The callable Dynamo gets for a graph whose calls `choice` routes (engine or eager)."""
+    def run(*args: Any) -> Any:
+        return choice(list(args))
+    run.__wrapped__ = compiled
+    return run
+
+
 def _has_engine_partitions(report: Optional[GraphReport]) -> bool:
     """Whether any of the graph runs in the engine (else there is nothing to time against eager)."""
     return report is not None and bool(report.partitions) and not report.note
@@ -523,15 +531,12 @@ def _inference_timed_against_eager(compiled: Callable, gm: fx.GraphModule, repor
     on_choice = _choice_recorder([report], INFERENCE_CHOICE, ("updraft", "eager PyTorch"),
                                  "CompilerConfig(inference=\"auto\"): eager PyTorch ran this graph faster in every "
                                  "trial (median {pytorch_ms:.2f} ms against updraft's {engine_ms:.2f} ms)")
+
     def engine_setup() -> int:  # plans built or instantiated so far (a call at a new shape)
         return sum(p.plans_built + p.plans_instantiated + p.engine_compiles for p in report.partitions)
     choice = MeasuredChoice(lambda args: compiled(*args), lambda args: gm.forward(*args), on_choice,
                             prefer_engine=True, engine_setup=engine_setup)
-
-    def run(*args: Any) -> Any:
-        return choice(list(args))
-    run.__wrapped__ = compiled
-    return run
+    return _choosing(choice, compiled)
 
 
 def _training_step_timed_against_eager(compiled: Callable, eager: fx.GraphModule, seen: dict) -> Callable:
@@ -548,11 +553,7 @@ def _training_step_timed_against_eager(compiled: Callable, eager: fx.GraphModule
                                  "CompilerConfig(training=\"auto\"): eager PyTorch ran the training step faster "
                                  "({pytorch_ms:.2f} ms against updraft's {engine_ms:.2f} ms, forward + backward)")
     choice = MeasuredChoice(lambda args: compiled(*args), lambda args: eager.forward(*args), on_choice, backward=True)
-
-    def run(*args: Any) -> Any:
-        return choice(list(args))
-    run.__wrapped__ = compiled
-    return run
+    return _choosing(choice, compiled)
 
 
 def _mutates_inputs() -> bool:
@@ -576,11 +577,7 @@ def _timed_against_eager(compiled: Callable, gm: fx.GraphModule, report: GraphRe
                                  "the graph writes its inputs and eager PyTorch ran it faster in place "
                                  "({pytorch_ms:.2f} ms against {engine_ms:.2f} ms compiled)")
     choice = MeasuredChoice(lambda args: compiled(*args), lambda args: gm.forward(*args), on_choice)
-
-    def run(*args: Any) -> Any:
-        return choice(list(args))
-    run.__wrapped__ = compiled
-    return run
+    return _choosing(choice, compiled)
 
 
 def get_backend(config: Optional[CompilerConfig] = None) -> Callable:
