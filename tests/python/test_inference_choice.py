@@ -27,15 +27,22 @@ def _sides(costs: dict, now: list, calls: list, setup: list = None):
     return side("engine"), side("pytorch")
 
 
-def test_pytorch_only_when_faster_in_every_trial():
+def _run_choice(costs: dict, n: int = 12, setup: list = None) -> tuple:
+    """Runs a prefer_engine MeasuredChoice over fake sides n times: (sides called, choices)."""
     now, calls, chosen = [0.0], [], []
+    engine, eager = _sides(costs, now, calls, setup)
+    choice = MeasuredChoice(engine, eager, lambda c, e, p: chosen.append((c, e, p)), trials=3,
+                            clock=lambda: now[0], prefer_engine=True,
+                            engine_setup=(lambda: setup[0]) if setup is not None else None)
+    for i in range(n):
+        assert choice([1, i]) == [1 + i]  # the values whichever side ran
+    return calls, chosen
+
+
+def test_pytorch_only_when_faster_in_every_trial():
     # First call of each side untimed, then 3 trials each: PyTorch's slowest (1.5) beats the
     # engine's fastest (2.0).
-    engine, eager = _sides({"engine": [9, 2.0, 2.5, 3.0], "pytorch": [9, 1.0, 1.5, 1.2]}, now, calls)
-    choice = MeasuredChoice(engine, eager, lambda c, e, p: chosen.append((c, e, p)), trials=3,
-                            clock=lambda: now[0], prefer_engine=True)
-    for i in range(12):
-        assert choice([1, i]) == [1 + i]
+    calls, chosen = _run_choice({"engine": [9, 2.0, 2.5, 3.0], "pytorch": [9, 1.0, 1.5, 1.2]})
     assert calls[:8] == ["engine", "pytorch"] * 4 and calls[8:] == ["pytorch"] * 4
     assert chosen == [("pytorch", pytest.approx(2500.0), pytest.approx(1200.0))]
 
@@ -43,12 +50,7 @@ def test_pytorch_only_when_faster_in_every_trial():
 def test_overlapping_trials_keep_the_engine():
     # PyTorch's median is lower, but one engine trial was faster than one of PyTorch's (a burst
     # of load during the trials): the engine keeps the graph.
-    now, calls, chosen = [0.0], [], []
-    engine, eager = _sides({"engine": [9, 2.0, 1.1, 3.0], "pytorch": [9, 1.0, 1.5, 1.2]}, now, calls)
-    choice = MeasuredChoice(engine, eager, lambda c, e, p: chosen.append((c, e, p)), trials=3,
-                            clock=lambda: now[0], prefer_engine=True)
-    for i in range(12):
-        choice([i])
+    calls, chosen = _run_choice({"engine": [9, 2.0, 1.1, 3.0], "pytorch": [9, 1.0, 1.5, 1.2]})
     assert calls[8:] == ["engine"] * 4
     assert chosen == [("engine", pytest.approx(2000.0), pytest.approx(1200.0))]
 
@@ -56,28 +58,18 @@ def test_overlapping_trials_keep_the_engine():
 def test_engine_calls_that_build_a_plan_are_not_trials():
     # The engine's first two calls build a plan (the first shape, then a new one): neither is
     # timed and the engine runs again, so every trial is a warm call (the 50 s one is not).
-    now, calls, chosen, setup = [0.0], [], [], [0]
-    engine, eager = _sides({"engine": [-9, -50, 2.0, 2.1, 2.2, 2.3], "pytorch": [9, 1.0, 1.1, 1.2]}, now, calls,
-                           setup)
-    choice = MeasuredChoice(engine, eager, lambda c, e, p: chosen.append((c, e, p)), trials=3,
-                            clock=lambda: now[0], prefer_engine=True, engine_setup=lambda: setup[0])
-    for i in range(12):
-        choice([i])
+    calls, chosen = _run_choice({"engine": [-9, -50, 2.0, 2.1, 2.2, 2.3], "pytorch": [9, 1.0, 1.1, 1.2]},
+                                setup=[0])
     assert calls[:4] == ["engine", "engine", "engine", "pytorch"]
     # Trials: the engine's four warm calls (it ran once more before PyTorch had its three).
     assert chosen == [("pytorch", pytest.approx(2150.0), pytest.approx(1100.0))]
 
 
 def test_a_new_shape_every_call_keeps_the_engine_without_running_pytorch():
-    now, calls, chosen, setup = [0.0], [], [], [0]
-    engine, eager = _sides({"engine": [-5.0] * 20, "pytorch": [1.0] * 20}, now, calls, setup)
-    choice = MeasuredChoice(engine, eager, lambda c, e, p: chosen.append((c, e, p)), trials=3,
-                            clock=lambda: now[0], prefer_engine=True, engine_setup=lambda: setup[0])
-    for i in range(10):
-        choice([i])
+    calls, chosen = _run_choice({"engine": [-5.0] * 20, "pytorch": [1.0] * 20}, n=10, setup=[0])
+    assert SETUP_STREAK_LIMIT < 10
     assert calls == ["engine"] * 10
     assert len(chosen) == 1 and chosen[0][0] == "engine"
-    assert SETUP_STREAK_LIMIT < 10
 
 
 def _convnet():
