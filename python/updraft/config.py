@@ -166,8 +166,8 @@ class CompilerConfig:
         user's parameters are then the only copy (less memory, some speed: docs/BENCHMARKS.md,
         "Issue 20: one copy of the weights"). A prepacked plain layout whose rows would start a
         multiple of 1 KiB apart is padded by a cache line per row (up to 2x faster small-M
-        linears; it also copies a [K, N] weight that would otherwise be read in place). The parameters themselves are never released
-        (docs/decisions.md says why).
+        linears; it also copies a [K, N] weight that would otherwise be read in place). The
+        parameters themselves are never released (docs/decisions.md says why).
     static_gemm (UPDRAFT_STATIC_GEMM=0/1, False): True turns off the runtime-M linear for a
         symbolic batch (static primitives per shape), for comparing the two.
     cpu_isa (UPDRAFT_CPU_ISA, "native"): "avx2" keeps the engine's own kernels (sdpa tiles, f64

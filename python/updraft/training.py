@@ -128,7 +128,6 @@ class MeasuredChoice:
         self.trials, self.clock, self.backward, self.prefer_engine = trials, clock, backward, prefer_engine
         self.engine_setup = engine_setup
         self.times: dict = {"engine": [], "pytorch": []}
-        self.calls = 0
         self._next = "engine"  # the side the next call runs
         self._side_calls = {"engine": 0, "pytorch": 0}
         self._setup_streak = 0  # engine calls in a row that built a plan (engine_setup)
@@ -145,7 +144,6 @@ class MeasuredChoice:
         if run is not None:
             return run(args)
         with self._lock:
-            self.calls += 1
             for trial in self._pending:  # no backward ran after that call: its forward is its cost
                 self._record(trial)
             self._pending.clear()

@@ -137,34 +137,43 @@ dnnl::memory::desc unaliased_rows(const dnnl::memory::desc& md) {
   return dnnl::memory::desc(d, md.get_data_type(), padded);
 }
 
+// Makes `v`'s primitive again asking for the weight layout `md` (make_pd reads the weight
+// descriptor through `bmd`, which points at `md` for the try and is restored after). The new
+// primitive is taken when oneDNN serves `md` with the same implementation and no more
+// scratchpad: a larger scratchpad would mean the primitive repacks the weight per call.
+template <typename MakePd, typename Variant>
+bool try_weight_layout(Variant& v, const dnnl::memory::desc& md, const dnnl::memory::desc*& bmd,
+                       const MakePd& make_pd) {
+  const dnnl::memory::desc* saved = bmd;
+  bmd = &md;
+  bool taken = false;
+  try {
+    auto pd = make_pd(v.residual);
+    if (pd.impl_info_str() == v.pd.impl_info_str() && scratchpad_bytes(pd) <= scratchpad_bytes(v.pd) &&
+        pd.weights_desc() == md) {
+      v.pd = pd;
+      taken = true;
+    }
+  } catch (const dnnl::error&) {
+    // oneDNN takes no such layout for this problem: keep the primitive as it was
+  }
+  bmd = saved;
+  return taken;
+}
+
 // Sharing a packed weight across primitives: when `v`'s primitive (made with the weight layout
 // `any`) prefers a layout not yet packed from this weight, but the weight was packed before in
 // another layout (another graph's primitive: prefill's M = 32 and decode's M = 1 may prefer
-// different blockings), the primitive is made again asking for each known layout. One is
-// taken when oneDNN serves it with the same implementation and no more scratchpad: a larger
-// scratchpad would mean the primitive repacks the weight per call. `bmd` then points at it.
+// different blockings), the primitive is made again asking for each known layout, and the
+// first that try_weight_layout takes is kept.
 template <typename MakePd, typename Variant>
 void adopt_known_layout(Variant& v, const std::vector<dnnl::memory::desc>& known, const dnnl::memory::desc*& bmd,
                         const MakePd& make_pd) {
   const dnnl::memory::desc want = v.pd.weights_desc();
   for (const auto& md : known)
     if (md == want) return;
-  const std::string impl = v.pd.impl_info_str();
-  const size_t scratch = scratchpad_bytes(v.pd);
-  for (const auto& md : known) {
-    const dnnl::memory::desc* saved = bmd;
-    bmd = &md;
-    try {
-      auto pd = make_pd(v.residual);
-      if (impl == pd.impl_info_str() && scratchpad_bytes(pd) <= scratch && pd.weights_desc() == md) {
-        v.pd = pd;
-        return;
-      }
-    } catch (const dnnl::error&) {
-      // oneDNN takes no such layout for this problem: try the next, or keep the preferred one
-    }
-    bmd = saved;
-  }
+  for (const auto& md : known)
+    if (try_weight_layout(v, md, bmd, make_pd)) return;
 }
 
 class GemmKernel final : public Kernel {
@@ -334,21 +343,11 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
                               shape_text(ctx.in_shapes[0]) + " x " + shape_text(ctx.in_shapes[1]) +
                               "; it runs orders of magnitude slower than PyTorch's, so this partition is left to PyTorch");
         if (b_src) {
-          // Rows padded where the preferred plain layout would alias (unaliased_rows), when
-          // oneDNN serves the padded layout with the same implementation.
+          // Rows padded where the preferred plain layout would alias (unaliased_rows).
           const dnnl::memory::desc want = v.pd.weights_desc(), padded = unaliased_rows(want);
-          if (padded != want) {
-            const dnnl::memory::desc* saved = bmd;
-            bmd = &padded;
-            try {
-              auto pd = make_pd(v.residual);
-              if (pd.impl_info_str() == v.pd.impl_info_str() && pd.weights_desc() == padded) v.pd = pd, k->b_padded_ = true;
-            } catch (const dnnl::error&) {
-              // no such layout for this problem: keep the preferred one
-            }
-            bmd = saved;
-          }
+          if (padded != want) try_weight_layout(v, padded, bmd, make_pd);
           adopt_known_layout(v, b_known, bmd, make_pd);
+          k->b_padded_ = k->b_padded_ || (padded != want && v.pd.weights_desc() == padded);
         }
         v.prim = dnnl::matmul(v.pd);
       } catch (const dnnl::error& e) {
