@@ -1,5 +1,6 @@
 #include "passes/block_conv_layout.h"
 
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 
@@ -34,6 +35,21 @@ bool blockable_conv(const Node& n, int64_t block) {
   return (in_c / g) % block == 0 && (out_c / g) % block == 0;
 }
 
+// The ops that can run on blocked bytes seen as [N, C/B, H, W, B] (Rewriter::elementwise,
+// Rewriter::spatial_reduction).
+bool is_elementwise(const Node& n) { return n.op->cls == OpClass::Elementwise || n.op_name() == "fused_elementwise"; }
+bool is_column_reduction(const Node& n) {
+  const std::string& op = n.op_name();
+  return op == "sum" || op == "mean" || op == "amax" || op == "amin";  // the CPU kernel's column path
+}
+
+bool static_4d(const Shape& s) {
+  if (s.size() != 4) return false;
+  for (const Dim& d : s)
+    if (!d.is_static()) return false;
+  return true;
+}
+
 // Whether v is stored identically in layouts a and b: an [N, C, 1, 1] tensor whose channels
 // divide by both blocks (one pixel: nChw{B}c is plain NCHW), e.g. a pooled squeeze-excite
 // vector between its two 1x1 convs.
@@ -44,12 +60,19 @@ bool same_memory(const Value* v, int64_t a, int64_t b) {
   return (a == 0 || c % a == 0) && (b == 0 || c % b == 0);
 }
 
+// An input of an elementwise node run on blocked bytes: the layout it is read in and its
+// 5-d view ([n, C/B, h, w, B], or [n, 1, h, w, 1] for one channel).
+struct View {
+  int64_t layout;
+  std::vector<int64_t> shape;
+};
+
 class Rewriter {
  public:
   Rewriter(Graph& g, int64_t block) : g_(g), block_(block) {}
 
-  int64_t layout(Value* v) const {
-    auto it = layout_.find(v);
+  int64_t layout(const Value* v) const {
+    auto it = layout_.find(const_cast<Value*>(v));  // a lookup; the map's keys are mutable for their origins
     return it == layout_.end() ? 0 : it->second;
   }
 
@@ -72,14 +95,26 @@ class Rewriter {
     return r;
   }
 
-  void conv(Node* n) {
-    // The largest block (B, then B/2 down to 8) whose rules this conv meets: with B = 16, a
-    // conv of 24 channels runs in nChw8c rather than plain.
+  // v's bytes seen as `shape`: a reshape inserted before `before` (an alias, no copy).
+  Value* reshape(Value* v, std::vector<int64_t> shape, Node* before) {
+    g_.set_insert_point(before);
+    Value* r = g_.add_node("reshape", {v}, {{"shape", Attr(std::move(shape))}})->output(0);
+    g_.set_insert_point(nullptr);
+    return r;
+  }
+
+  // The layouts a conv reads and writes: the largest block (B, then B/2 down to 8) whose rules
+  // it meets (with B = 16, a conv of 24 channels runs in nChw8c rather than plain); an image
+  // (at most 4 channels) is read plain.
+  std::pair<int64_t, int64_t> conv_layouts(const Node& n) const {
     int64_t b = 0;
     for (int64_t cand = block_; cand >= 8 && b == 0; cand /= 2)
-      if (blockable_conv(*n, cand)) b = cand;
-    const int64_t dst = b;
-    const int64_t src = b != 0 && static_channels(n->input(0)) > kMaxImageChannels ? b : 0;
+      if (blockable_conv(n, cand)) b = cand;
+    return {b != 0 && static_channels(n.input(0)) > kMaxImageChannels ? b : 0, b};
+  }
+
+  void conv(Node* n) {
+    const auto [src, dst] = conv_layouts(*n);
     n->inputs[0] = as_layout(n->inputs[0], src, n);
     if (n->attr("has_residual").b()) {
       const size_t r = n->inputs.size() - 1;  // the residual follows x, w and the bias
@@ -91,6 +126,119 @@ class Rewriter {
       layout_[n->output(0)] = dst;
       changed_ = true;
     }
+  }
+
+  // An elementwise node (one op or a fused chain, f32) with a blocked input of its own shape
+  // runs on the blocked bytes: blocked [N, C, H, W] is [N, C/B, H, W, B] read plainly, an
+  // [n, C, 1, 1] operand is [n, C/B, 1, 1, B] in either layout, an [n, 1, h, w] one is
+  // [n, 1, h, w, 1]. Reshapes (aliases, no copy) give the node those 5-d views and take its
+  // result back to [N, C, H, W], which stays blocked. Returns false (nothing changed) when
+  // the node or an input does not fit.
+  bool elementwise(Node* n) {
+    if (!is_elementwise(*n) || n->outputs.size() != 1) return false;
+    const TensorType& out = n->output(0)->type;
+    if (out.dtype != DType::f32 || !static_4d(out.shape)) return false;
+    int64_t b = 0;
+    for (Value* in : n->inputs) {
+      const int64_t l = layout(in);
+      if (l != 0 && in->type.shape == out.shape && !same_memory(in, l, 0)) {
+        b = l;
+        break;
+      }
+    }
+    if (b == 0) return false;
+    const int64_t c = out.shape[1].value();
+    std::vector<View> views;  // per input
+    for (Value* in : n->inputs) {
+      const Shape& s = in->type.shape;
+      if (in->type.dtype != DType::f32 || s.size() > 4) return false;
+      std::vector<int64_t> d(4 - s.size(), 1);
+      for (const Dim& x : s) {
+        if (!x.is_static()) return false;
+        d.push_back(x.value());
+      }
+      if (d[1] == 1) views.push_back({0, {d[0], 1, d[2], d[3], 1}});
+      else if (d[1] != c) return false;
+      else if (d[2] * d[3] == 1) views.push_back({0, {d[0], c / b, 1, 1, b}});  // same bytes plain or blocked
+      else if (in->type.shape == out.shape || layout(in) == b) views.push_back({b, {d[0], c / b, d[2], d[3], b}});
+      else return false;  // a partial broadcast ([n, C, 1, W]) left plain
+    }
+    if (!blocked_pays(n, views, b)) return false;
+    std::vector<Value*> ins;
+    for (size_t k = 0; k < n->inputs.size(); ++k) {
+      Value* v = as_layout(n->inputs[k], views[k].layout, n);
+      ins.push_back(reshape(v, views[k].shape, n));
+    }
+    g_.set_insert_point(n);
+    Node* m = g_.add_node(*n->op, ins, n->attrs);
+    g_.set_insert_point(nullptr);
+    Graph::merge_origin(m, n);
+    const Shape& o = out.shape;
+    Value* r = reshape(m->output(0), {o[0].value(), c, o[2].value(), o[3].value()}, n);
+    g_.replace_all_uses(n->output(0), r);
+    g_.remove_node(n);
+    layout_[r] = b;
+    changed_ = true;
+    return true;
+  }
+
+  // Whether running elementwise node n in layout b (its inputs as `views` says) takes fewer
+  // reorders than running it plain: inputs that would need a copy they do not have yet, plus
+  // one for the output when a consumer wants the other layout. Consumers that are elementwise
+  // or spatial reductions take either. Ties stay plain.
+  bool blocked_pays(const Node* n, const std::vector<View>& views, int64_t b) const {
+    int plain = 0, blocked = 0;
+    std::vector<const Value*> seen;
+    for (size_t k = 0; k < n->inputs.size(); ++k) {
+      const Value* v = n->inputs[k];
+      if (std::find(seen.begin(), seen.end(), v) != seen.end()) continue;
+      seen.push_back(v);
+      const int64_t have = layout(v);
+      if (have != 0 && !same_memory(v, have, 0) && !copies_.count({v, 0})) ++plain;
+      if (views[k].layout != 0 && have != views[k].layout && !copies_.count({v, views[k].layout}))
+        ++blocked;
+    }
+    bool wants_blocked = false, wants_plain = g_.is_output(n->output(0));
+    for (const Node* u : g_.users(n->output(0))) {
+      const std::string& op = u->op_name();
+      if (op == "conv2d") {
+        const int64_t src = conv_layouts(*u).first;
+        (src == 0 ? wants_plain : wants_blocked) = true;
+        if (src != 0 && src != b) wants_plain = true;  // 16 <-> 8: a copy either way
+      } else if (!is_elementwise(*u) && !is_column_reduction(*u)) {
+        wants_plain = true;
+      }
+    }
+    return blocked + wants_plain < plain + wants_blocked;
+  }
+
+  // A sum / mean / amax / amin over H and W of a blocked [N, C, H, W] reads the blocked bytes
+  // as [N, C/B, H, W, B]; the result ([N, C/B, 1, 1, B] or [N, C/B, B]) is the plain [N, C, 1, 1]
+  // or [N, C], so nothing is copied either side (a squeeze-excite block's pooling).
+  bool spatial_reduction(Node* n) {
+    if (!is_column_reduction(*n)) return false;
+    Value* x = n->input(0);
+    const int64_t b = layout(x);
+    // A plain copy made for another consumer serves it as well.
+    if (b == 0 || same_memory(x, b, 0) || copies_.count({x, 0}) || x->type.dtype != DType::f32 ||
+        !static_4d(x->type.shape))
+      return false;
+    std::vector<int64_t> dims = n->attr("dims").ints();
+    for (int64_t& d : dims) d = d < 0 ? d + 4 : d;
+    std::sort(dims.begin(), dims.end());
+    if (dims != std::vector<int64_t>{2, 3}) return false;
+    const Shape& s = x->type.shape;
+    Value* v = reshape(x, {s[0].value(), s[1].value() / b, s[2].value(), s[3].value(), b}, n);
+    g_.set_insert_point(n);
+    Node* m = g_.add_node(*n->op, {v}, n->attrs);
+    g_.set_insert_point(nullptr);
+    Graph::merge_origin(m, n);
+    std::vector<int64_t> back;
+    for (const Dim& d : n->output(0)->type.shape) back.push_back(d.value());
+    g_.replace_all_uses(n->output(0), reshape(m->output(0), back, n));
+    g_.remove_node(n);
+    changed_ = true;
+    return true;
   }
 
   void other(Node* n) {
@@ -114,11 +262,12 @@ class Rewriter {
 
   bool changed() const { return changed_; }
 
+
  private:
   Graph& g_;
   int64_t block_;
   std::unordered_map<Value*, int64_t> layout_;  // absent: plain
-  std::map<std::pair<Value*, int64_t>, Value*> copies_;
+  std::map<std::pair<const Value*, int64_t>, Value*> copies_;
   bool changed_ = false;
 };
 
@@ -129,7 +278,7 @@ bool block_conv_layout(Graph& g, int block) {
   Rewriter rw(g, block);
   for (Node* n : g.nodes()) {
     if (n->op_name() == "conv2d") rw.conv(n);
-    else rw.other(n);
+    else if (!rw.elementwise(n) && !rw.spatial_reduction(n)) rw.other(n);
   }
   rw.outputs();
   rw.blocked_values_lose_origin();

@@ -18,8 +18,20 @@
 // An [N, C, 1, 1] value whose channels divide by both blocks is the same bytes in either
 // layout (one pixel), so it passes between layouts with no copy: a squeeze-excite vector
 // between its mean, its two 1x1 convs and its gate.
-// What it does not do: pooling and elementwise ops stay plain (a channel_block pair around
-// them); channels not divisible by 8 are not padded. B <= 0 leaves the graph unchanged.
+// Blocked bytes of [N, C, H, W] are a plain [N, C/B, H, W, B], and an [n, C, 1, 1] operand is
+// [n, C/B, 1, 1, B] in any layout, so two more kinds of op run on blocked values through
+// reshapes (aliases, no copy) to those 5-d views:
+//  - an f32 elementwise node (one op or fused_elementwise) with a blocked input of its own
+//    shape, whose other inputs broadcast over all channels or none ([n, C, 1, 1], [n, 1, h, w],
+//    scalars; full-size inputs are reordered), when that takes fewer reorders than running it
+//    plain (counting the copies its inputs lack and what its consumers want); its result stays
+//    blocked. A squeeze-excite gate, or a standalone activation between two convs;
+//  - sum / mean / amax / amin over H and W of a blocked value with no plain copy yet: the
+//    result is the plain [N, C, 1, 1] or [N, C] (a squeeze-excite pooling, a global pool).
+// What it does not do: pooling, other reductions and ops stay plain (a channel_block pair
+// around them); channels not divisible by 8 are not padded (measured: padding MobileNetV3's
+// 24/72 channels to 32/80 to run oneDNN's AVX-512 kernels instead of its AVX2 ones gained
+// nothing, docs/BENCHMARKS.md). B <= 0 leaves the graph unchanged.
 #pragma once
 #include "ir/graph.h"
 

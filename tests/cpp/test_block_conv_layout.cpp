@@ -46,8 +46,9 @@ const char* kBottleneck = R"(graph(%x: f32[2, 3, 12, 12]) {
 
 TEST(PassBlockConvLayout, BottleneckStaysBlockedUntilThePlainConsumers) {
   auto g = check_pass(kBottleneck, block16, Changed::yes, {}, 1e-4, 1e-4);
-  // One reorder back to plain for the mean and the graph output, shared.
-  EXPECT_EQ(ops_of(*g), "conv2d conv2d conv2d conv2d channel_block mean");
+  // The global mean reads the blocked bytes as [2, 2, 6, 6, 16] (its result is plain); one
+  // reorder back to plain for the graph output.
+  EXPECT_EQ(ops_of(*g), "conv2d conv2d conv2d conv2d reshape mean reshape channel_block");
   for (const Node* n : g->nodes()) {
     if (n->op_name() != "conv2d") continue;
     EXPECT_EQ(n->attr("dst_block").i(), 16);
@@ -152,16 +153,50 @@ const char* kSqueezeExcite = R"(graph(%x: f32[2, 16, 6, 6]) {
 })";
 
 TEST(PassBlockConvLayout, SqueezeExciteVectorsNeedNoReorders) {
-  // The [2, 32, 1, 1] values pass from the plain mean into an 8-blocked conv, on to another
-  // and back into the plain gate with no copies (one pixel: the same bytes in every layout).
-  // The mean and the gate share one plain copy of %0; the gate's output is blocked for %5.
+  // The mean and the gate read the blocked %0 as [2, 2, 6, 6, 16]; the [2, 32, 1, 1] values
+  // pass from the mean into an 8-blocked conv, on to another and into the gate as
+  // [2, 2, 1, 1, 16] with no copies (one pixel: the same bytes in every layout). The gate's
+  // result stays blocked for %5: reorders only at the graph's edges.
   auto g = check_pass(kSqueezeExcite, block16, Changed::yes, {}, 1e-4, 1e-4);
   EXPECT_EQ(ops_of(*g),
-            "channel_block conv2d channel_block mean conv2d conv2d fused_elementwise channel_block conv2d channel_block");
-  EXPECT_EQ(g->nodes()[4]->input(0), g->nodes()[3]->output(0));
-  EXPECT_EQ(g->nodes()[4]->attr("src_block").i(), 8);
-  EXPECT_EQ(g->nodes()[6]->input(0), g->nodes()[5]->output(0));
+            "channel_block conv2d reshape mean reshape conv2d conv2d reshape reshape fused_elementwise reshape conv2d "
+            "channel_block");
+  const auto nodes = g->nodes();
+  EXPECT_EQ(nodes[5]->input(0), nodes[4]->output(0));  // the mean's result, as it is
+  EXPECT_EQ(nodes[5]->attr("src_block").i(), 8);
+  EXPECT_EQ(nodes[7]->input(0), nodes[6]->output(0));  // the conv's [2, 32, 1, 1], viewed
+  EXPECT_EQ(nodes[9]->output(0)->type.str(), "f32[2, 2, 6, 6, 16]");
+  EXPECT_EQ(nodes[11]->attr("src_block").i(), 16);
   auto plain = parse_graph(kSqueezeExcite);
+  auto inputs = random_inputs(*plain);
+  expect_same_outputs(interpret(*plain, inputs, Device::ref), interpret(*g, inputs, Device::cpu), 1e-4, 1e-4);
+}
+
+TEST(PassBlockConvLayout, ElementwiseBetweenConvsRunsBlocked) {
+  // hardswish, a residual add and a per-channel scale between blocked convs: no reorders. The
+  // [1, 1, 6, 6] spatial mask is read as [1, 1, 6, 6, 1]. The add whose only consumer is the
+  // graph output and whose inputs are plain stays plain (blocked would cost a reorder more).
+  const char* ordered = R"(graph(%x: f32[1, 16, 6, 6], %m: f32[1, 1, 6, 6], %s: f32[32, 1, 1], %y: f32[1, 32, 6, 6]) {
+  %w0 = constant f32[32, 16, 1, 1] random(seed=1)
+  %w1 = constant f32[32, 32, 3, 3] random(seed=2)
+  %0 = conv2d(%x, %w0)
+  %1 = hardswish(%0)
+  %2 = fused_elementwise(%1, %0, %m, %s) {program="f32: add $0 $1; mul %0 $2; mul %1 $3"}
+  %3 = conv2d(%2, %w1) {padding=[1, 1]}
+  %4 = relu(%y)
+  %5 = add(%y, %4)
+  return (%3, %5)
+})";
+  auto g = check_pass(ordered, block16, Changed::yes, {}, 1e-4, 1e-4);
+  EXPECT_EQ(ops_of(*g),
+            "channel_block conv2d reshape hardswish reshape reshape reshape reshape reshape fused_elementwise reshape "
+            "conv2d relu add channel_block");
+  for (const Node* n : g->nodes())
+    if (n->op_name() == "fused_elementwise") {
+      EXPECT_EQ(n->input(2)->type.str(), "f32[1, 1, 6, 6, 1]");
+      EXPECT_EQ(n->input(3)->type.str(), "f32[1, 2, 1, 1, 16]");
+    }
+  auto plain = parse_graph(ordered);
   auto inputs = random_inputs(*plain);
   expect_same_outputs(interpret(*plain, inputs, Device::ref), interpret(*g, inputs, Device::cpu), 1e-4, 1e-4);
 }

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "kernel_test_util.h"
+#include "kernels/cpu/elementwise_internal.h"
 
 using namespace updraft;
 using namespace updraft::testing;
@@ -131,6 +132,54 @@ TEST(ElementwiseCpu, BinaryBroadcasting) {
           << op << " " << Attr(s.a).str() << " " << Attr(s.b).str();
     }
   }
+}
+
+TEST(ElementwiseCpu, PeriodicBroadcasts) {
+  // A per-channel vector against channel-blocked bytes ([N, C/B, H, W, B] times
+  // [N, C/B, 1, 1, B], passes/block_conv_layout.h): the plan merges H*W with B and tiles the
+  // vector's B elements (BcastPlan's periodic inputs). B = 8 and 16 divide the kernel's block
+  // of 128; 12 and 3 do not and take rows of B. Large and small (parallel and serial), and the
+  // vector on either side.
+  for (int64_t b : {8, 16, 12, 3}) {
+    for (std::vector<int64_t> hw : {std::vector<int64_t>{28, 28}, {5, 3}, {1, 7}}) {
+      std::vector<int64_t> x_shape = {2, 48 / (b == 3 ? 3 : b / 4), hw[0], hw[1], b};
+      std::vector<int64_t> v_shape = {2, x_shape[1], 1, 1, b};
+      Tensor x = random_tensor(DType::f32, x_shape, 20, -3, 3);
+      Tensor v = random_tensor(DType::f32, v_shape, 21, -3, 3);
+      for (const char* op : {"mul", "sub", "maximum"}) {
+        EXPECT_TRUE(cpu_matches_ref(op, {x.view(), v.view()}, {}, kExact, kExact)) << op << " B=" << b;
+        EXPECT_TRUE(cpu_matches_ref(op, {v.view(), x.view()}, {}, kExact, kExact)) << op << " B=" << b;
+      }
+      // A bool vector (where's condition) repeats the same way.
+      Tensor cond = random_tensor(DType::boolean, v_shape, 22);
+      EXPECT_TRUE(cpu_matches_ref("where", {cond.view(), x.view(), v.view()}, {}, kExact, kExact)) << "B=" << b;
+    }
+  }
+  // The plan behind it: [C/B, H*W*B] with the vector periodic for B = 16; rows of B for 12.
+  for (int64_t b : {16, 12}) {
+    Tensor x = random_tensor(DType::f32, {1, 4, 28, 28, b}, 25);
+    Tensor v = random_tensor(DType::f32, {1, 4, 1, 1, b}, 26);
+    TensorView in[2] = {x.view(), v.view()};
+    const cpu_ew::BcastPlan p = cpu_ew::make_bcast_plan(x.view(), in, 2, "mul", cpu_ew::kBlock);
+    EXPECT_EQ(p.ndim, b == 16 ? 2 : 3) << "B=" << b;
+    EXPECT_EQ(p.inner(), b == 16 ? 28 * 28 * 16 : 12);
+    EXPECT_EQ(p.inner_period(2), b == 16 ? 16 : 0);
+    EXPECT_EQ(p.inner_period(1), 0);
+  }
+  // Empty: an input slice x[:, :0] of a [2, 5] keeps its row stride, so the plan keeps a last
+  // dim of size 0 where the period would be (no plan may divide by it).
+  Tensor e = random_tensor(DType::f32, {2, 5}, 27);
+  TensorView slice = e.view();
+  slice.sizes[1] = 0;
+  TensorView in0[2] = {slice, slice};
+  Tensor empty = random_tensor(DType::f32, {2, 0}, 28);
+  const cpu_ew::BcastPlan ep = cpu_ew::make_bcast_plan(empty.view(), in0, 2, "mul", cpu_ew::kBlock);
+  EXPECT_EQ(ep.numel, 0);
+  // A fused chain (a squeeze-excite gate) over the same views.
+  Tensor x = random_tensor(DType::f32, {1, 9, 28, 28, 8}, 23, -3, 3);
+  Tensor s = random_tensor(DType::f32, {1, 9, 1, 1, 8}, 24, -6, 6);
+  EXPECT_TRUE(cpu_matches_ref("fused_elementwise", {s.view(), x.view()},
+                              {{"program", "f32: hardsigmoid $0; mul $1 %0"}}, kF32Rtol, kF32Atol));
 }
 
 TEST(ElementwiseCpu, EqualOperandsCompareExactly) {

@@ -9,7 +9,37 @@
 
 namespace updraft::cpu_ew {
 
-BcastPlan make_bcast_plan(const TensorView& out, const TensorView* in, int nin, const std::string& op) {
+namespace {
+
+// Merges the plan's last two dims where every operand either steps through them jointly or is
+// periodic over them (BcastPlan): stride 0 over the outer, 1 over an inner of P elements.
+void merge_periodic_inner(BcastPlan& p, int64_t chunk) {
+  const int nd = p.ndim;
+  if (nd < 2) return;
+  const int64_t P = p.sizes[nd - 1];
+  if (P < 2 || chunk % P != 0) return;  // 0: an empty tensor
+  bool any = false;
+  for (int k = 0; k < p.nops; ++k) {
+    const int64_t s_in = p.strides[k][nd - 1], s_out = p.strides[k][nd - 2];
+    if (s_out == s_in * P) continue;
+    if (k == 0 || s_in != 1 || s_out != 0) return;
+    any = true;
+  }
+  if (!any) return;
+  p.periodic = true;
+  for (int k = 0; k < p.nops; ++k) {
+    const bool per = p.strides[k][nd - 1] == 1 && p.strides[k][nd - 2] == 0 && k > 0;
+    p.period[k] = per ? P : 0;
+    p.strides[k][nd - 2] = per ? 0 : p.strides[k][nd - 1];
+  }
+  p.sizes[nd - 2] *= P;
+  p.ndim = nd - 1;
+}
+
+}  // namespace
+
+BcastPlan make_bcast_plan(const TensorView& out, const TensorView* in, int nin, const std::string& op,
+                          int64_t periodic_chunk) {
   UPDRAFT_CHECK(nin <= kMaxInputs, op, "has " + std::to_string(nin) + " inputs; the CPU kernels take at most " +
                                            std::to_string(kMaxInputs));
   const int r = out.ndim;
@@ -54,6 +84,7 @@ BcastPlan make_bcast_plan(const TensorView& out, const TensorView* in, int nin, 
     for (int k = 0; k < p.nops; ++k) p.strides[k][0] = 0;
   }
   p.ndim = nd;
+  if (periodic_chunk > 0) merge_periodic_inner(p, periodic_chunk);
   return p;
 }
 
@@ -134,7 +165,7 @@ void BlockProgram<T>::run(const TensorView* in, int nin, TensorView& out, const 
     UPDRAFT_CHECK(in[k].dtype == kData || in[k].dtype == DType::boolean, op,
                   std::string("input ") + std::to_string(k) + " is " + dtype_name(in[k].dtype) + ", expected " +
                       dtype_name(kData) + " or bool");
-  const BcastPlan plan = make_bcast_plan(out, in, nin, op);
+  const BcastPlan plan = make_bcast_plan(out, in, nin, op, kBlock);
   const BlockProgram& self = *this;
   // Per-thread state: a block-sized stack buffer per slot, immediates filled once.
   bcast_for(plan, kBlock, [&] {
@@ -156,14 +187,16 @@ void BlockProgram<T>::run(const TensorView* in, int nin, TensorView& out, const 
           int s = prog.input_slot_[k];
           if (s < 0) continue;
           int64_t stride = plan.inner_stride(static_cast<int>(k) + 1);
+          const int64_t period = plan.inner_period(static_cast<int>(k) + 1);  // blocks start at phase 0
           if (in[k].dtype == kData) {
             const T* base = in[k].ptr<T>() + off[k + 1];
             if (stride == 1) ptr[s] = base;  // read in place: no copy for the common case
+            else if (period) for (int i = 0; i < n; i += period) std::copy(base, base + period, buf[s] + i);
             else if (stride == 0) std::fill(buf[s], buf[s] + n, *base);
             else for (int i = 0; i < n; ++i) buf[s][i] = base[i * stride];
           } else {
             const bool* base = in[k].ptr<bool>() + off[k + 1];
-            for (int i = 0; i < n; ++i) buf[s][i] = base[i * stride] ? T(1) : T(0);
+            for (int i = 0; i < n; ++i) buf[s][i] = base[period ? i % period : i * stride] ? T(1) : T(0);
           }
         }
         const bool data_out = prog.out_dtype_ == kData;

@@ -31,18 +31,31 @@ constexpr int64_t kParallelMin = 32768;
 // adjacent dims merged wherever every operand steps through them jointly, so contiguous and
 // same-shape cases become one flat dim. strides[k] is operand k's stride per dim in elements
 // (0 where input k broadcasts). numel == 0 means nothing to do.
+//
+// Periodic inputs (make_bcast_plan's periodic_chunk > 0): an input that repeats the P
+// elements of the last dim over the dim before it (stride 0 there, stride 1 over P) lets
+// those two dims merge anyway; period[k] = P and its inner stride is 0 (element i of the
+// merged dim is base[i % P]). A per-channel vector against a channel-blocked tensor
+// ([N, C/B, H, W, B] times [N, C/B, 1, 1, B], passes/block_conv_layout.h) then runs in
+// blocks of kBlock elements instead of rows of B. Only when P divides periodic_chunk, so
+// every chunk bcast_for hands out starts at phase 0.
 struct BcastPlan {
   int ndim = 1;
   int nops = 0;
   int64_t numel = 0;
-  // Only sizes[0, ndim) and strides[0, nops)[0, ndim) are set: the arrays are left
-  // uninitialised because clearing all of them (about 1 KB) is a visible part of a small call.
+  bool periodic = false;  // whether period[0, nops) is set
+  // Only sizes[0, ndim), strides[0, nops)[0, ndim) and (if periodic) period[0, nops) are set:
+  // the arrays are left uninitialised because clearing all of them (about 1 KB) is a visible
+  // part of a small call.
   int64_t sizes[kMaxDims];
   int64_t strides[kMaxOperands][kMaxDims];
+  int64_t period[kMaxOperands];  // 0: not periodic
   int64_t inner() const { return sizes[ndim - 1]; }
   int64_t inner_stride(int k) const { return strides[k][ndim - 1]; }
+  int64_t inner_period(int k) const { return periodic ? period[k] : 0; }
 };
-BcastPlan make_bcast_plan(const TensorView& out, const TensorView* in, int nin, const std::string& op);
+BcastPlan make_bcast_plan(const TensorView& out, const TensorView* in, int nin, const std::string& op,
+                          int64_t periodic_chunk = 0);
 
 // The OpenMP thread count an elementwise kernel runs with: the compile's (ctx.num_threads) when
 // set, else the caller's. Applied with cpu::ScopedThreads around the kernel's run.

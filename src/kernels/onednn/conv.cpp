@@ -230,9 +230,12 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   auto st = pair_attr(n, "stride"), pad = pair_attr(n, "padding"), dil = pair_attr(n, "dilation");
   auto pad_end = n.attr("padding_end").ints().empty() ? pad : pair_attr(n, "padding_end");
   int64_t O = ws[0];
-  // 2 flops per multiply-add: every output element sums C/g * kh * kw products.
+  // 2 flops per multiply-add: every output element sums C/g * kh * kw products. A depthwise
+  // conv does few flops per byte it reads and writes, so its bytes count too (threads_for_gemm).
   const int max_threads = ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads();
-  k->threads_ = cpu::threads_for_work(2.0 * static_cast<double>(numel_of(ys)) * ws[1] * ws[2] * ws[3], ctx.thread_budget());
+  const double flops = 2.0 * static_cast<double>(numel_of(ys)) * ws[1] * ws[2] * ws[3];
+  const double bytes = 4.0 * static_cast<double>(numel_of(xs) + numel_of(ys) + numel_of(ws));
+  k->threads_ = cpu::threads_for_gemm(flops, bytes, ctx.thread_budget());
   std::optional<cpu::ScopedThreads> threads(std::in_place, k->threads_);  // primitives are created for the count they run with
 
   const dims src_dims(xs.begin(), xs.end()), dst_dims(ys.begin(), ys.end());
