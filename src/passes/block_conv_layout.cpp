@@ -169,16 +169,7 @@ class Rewriter {
       Value* v = as_layout(n->inputs[k], views[k].layout, n);
       ins.push_back(reshape(v, views[k].shape, n));
     }
-    g_.set_insert_point(n);
-    Node* m = g_.add_node(*n->op, ins, n->attrs);
-    g_.set_insert_point(nullptr);
-    Graph::merge_origin(m, n);
-    const Shape& o = out.shape;
-    Value* r = reshape(m->output(0), {o[0].value(), c, o[2].value(), o[3].value()}, n);
-    g_.replace_all_uses(n->output(0), r);
-    g_.remove_node(n);
-    layout_[r] = b;
-    changed_ = true;
+    layout_[on_views(n, ins)] = b;
     return true;
   }
 
@@ -228,17 +219,24 @@ class Rewriter {
     std::sort(dims.begin(), dims.end());
     if (dims != std::vector<int64_t>{2, 3}) return false;
     const Shape& s = x->type.shape;
-    Value* v = reshape(x, {s[0].value(), s[1].value() / b, s[2].value(), s[3].value(), b}, n);
+    on_views(n, {reshape(x, {s[0].value(), s[1].value() / b, s[2].value(), s[3].value(), b}, n)});
+    return true;
+  }
+
+  // Replaces n by the same op over `views` (its inputs' 5-d views) and a reshape of the result
+  // back to n's static shape, which it returns.
+  Value* on_views(Node* n, const std::vector<Value*>& views) {
     g_.set_insert_point(n);
-    Node* m = g_.add_node(*n->op, {v}, n->attrs);
+    Node* m = g_.add_node(*n->op, views, n->attrs);
     g_.set_insert_point(nullptr);
     Graph::merge_origin(m, n);
     std::vector<int64_t> back;
     for (const Dim& d : n->output(0)->type.shape) back.push_back(d.value());
-    g_.replace_all_uses(n->output(0), reshape(m->output(0), back, n));
+    Value* r = reshape(m->output(0), std::move(back), n);
+    g_.replace_all_uses(n->output(0), r);
     g_.remove_node(n);
     changed_ = true;
-    return true;
+    return r;
   }
 
   void other(Node* n) {

@@ -3,6 +3,7 @@
 #include "runtime/debug_outputs.h"
 
 #include <string>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "ir/op_table.h"
@@ -12,14 +13,44 @@ namespace updraft {
 
 namespace {
 
-// The channel block a node output is stored in (kernels/channel_block.h): only a blocked conv's
-// result and a channel_block copy to a block are; every other op reads and writes plain NCHW
-// (passes/block_conv_layout.h).
-int64_t stored_block(const Node& n, int k) {
-  if (k != 0) return 0;
-  if (n.op_name() == "conv2d" && n.has_attr("dst_block")) return n.attr("dst_block").i();
-  if (n.op_name() == "channel_block") return n.attr("to_block").i();
-  return 0;
+// The channel block each node output is stored in (kernels/channel_block.h), where it is not
+// plain: a blocked conv's result, a channel_block copy to a block, and the [N, C, H, W] reshape
+// that block_conv_layout puts after an elementwise node it ran on blocked bytes seen as
+// [N, C/B, H, W, B] (passes/block_conv_layout.h). Those 5-d views, and what elementwise ops
+// compute from them, are tensors in their own right (no front-end counterpart) and are captured
+// as they are; a view back to [N, C, 1, 1] or [N, C] is the same bytes plain.
+std::unordered_map<const Value*, int64_t> stored_blocks(const Graph& g) {
+  std::unordered_map<const Value*, int64_t> blocked, views;  // views: 5-d views of blocked bytes
+  auto of = [](const std::unordered_map<const Value*, int64_t>& m, const Value* v) -> int64_t {
+    auto it = m.find(v);
+    return it == m.end() ? 0 : it->second;
+  };
+  for (const Node* n : g.nodes()) {
+    if (n->outputs.size() != 1) continue;
+    const Value* out = n->output(0);
+    const std::string& op = n->op_name();
+    if (op == "conv2d" && n->has_attr("dst_block")) {
+      blocked[out] = n->attr("dst_block").i();
+    } else if (op == "channel_block") {
+      blocked[out] = n->attr("to_block").i();
+    } else if (op == "reshape") {
+      const Value* x = n->input(0);
+      const Shape& s = out->type.shape;
+      if (int64_t b = of(blocked, x); b != 0 && out->rank() == 5) {
+        views[out] = b;
+      } else if (int64_t b = of(views, x); b != 0 && out->rank() == 4) {
+        const bool one_pixel = s[2].is_static() && s[3].is_static() && s[2].value() * s[3].value() == 1;
+        if (!one_pixel) blocked[out] = b;
+      }
+    } else if (out->rank() == 5) {
+      for (const Value* in : n->inputs)
+        if (int64_t b = of(views, in); b != 0) {
+          views[out] = b;
+          break;
+        }
+    }
+  }
+  return blocked;
 }
 
 }  // namespace
@@ -69,13 +100,15 @@ DebugOutputs debug_outputs(const Executable& cg) {
   for (size_t i = 0; i < g.outputs().size(); ++i) outs.push_back(copy->outputs().at(i));
   d.num_outputs = outs.size();
   const OpDef& unblock = OpTable::get().at("channel_block");
+  const std::unordered_map<const Value*, int64_t> blocks = stored_blocks(g);
   for (size_t k = 0; k < a.size(); ++k) {
     for (size_t j = 0; j < a[k]->outputs.size(); ++j) {
       CapturedOutput c;
       c.node = static_cast<int>(k);
       c.output = static_cast<int>(j);
       c.value = a[k]->outputs[j]->id;
-      c.block = stored_block(*a[k], static_cast<int>(j));
+      auto stored = blocks.find(a[k]->outputs[j]);
+      c.block = stored == blocks.end() ? 0 : stored->second;
       Value* v = b[k]->outputs[j];
       // Appended after every node: the blocked value is itself an output, so no later node
       // overwrites it before the copy reads it.

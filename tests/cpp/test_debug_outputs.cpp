@@ -95,6 +95,13 @@ std::vector<Tensor> reference_node_outputs(const Graph& compiled, const std::vec
   return interpret(*g, inputs, Device::ref);
 }
 
+// The graph compiled with conv activations in nChw8c (every CPU has those kernels).
+auto compile_block8(const char* text) {
+  CompileOptions opts;
+  opts.channel_block = 8;
+  return Executable::compile(parse_graph(text), opts);
+}
+
 Tensor unblocked(const Tensor& t, int64_t block) {
   if (block == 0) return t;
   Tensor plain(t.dtype(), t.shape());
@@ -145,9 +152,7 @@ TEST(DebugOutputs, EveryNodeOutputOfAFusedGraphMatchesTheInterpreter) {
 }
 
 TEST(DebugOutputs, BlockedConvOutputsAreCapturedPlain) {
-  CompileOptions opts;
-  opts.channel_block = 8;
-  auto cg = Executable::compile(parse_graph(kConvs), opts);
+  auto cg = compile_block8(kConvs);
   const Graph& g = cg->graph();
   Tensor x = random_tensor(DType::f32, {2, 3, 10, 10}, 3);
   Capture c = capture(*cg, {x});
@@ -172,6 +177,37 @@ TEST(DebugOutputs, BlockedConvOutputsAreCapturedPlain) {
       EXPECT_TRUE(all_close(c.outs[1 + k].view(), conv0[0].view(), 1e-4, 1e-4));
       break;
     }
+}
+
+// An elementwise op between blocked convs runs on the blocked bytes (block_conv_layout's 5-d
+// views); the reshape back to [N, C, H, W] holds blocked bytes and is captured plain.
+TEST(DebugOutputs, ElementwiseOnBlockedValuesIsCapturedPlain) {
+  const char* text = R"(graph(%x: f32[2, 16, 6, 6]) {
+  %w0 = constant f32[16, 16, 1, 1] random(seed=1)
+  %w1 = constant f32[16, 16, 3, 3] random(seed=2)
+  %0 = conv2d(%x, %w0)
+  %1 = mul(%0, %0)
+  %2 = conv2d(%1, %w1) {padding=[1, 1]}
+  return (%2)
+})";
+  auto cg = compile_block8(text);
+  const Graph& g = cg->graph();
+  Tensor x = random_tensor(DType::f32, {2, 16, 6, 6}, 4);
+  Capture c = capture(*cg, {x});
+  auto plain = parse_graph(text);
+  plain->set_outputs({plain->nodes()[1]->output(0)});
+  const Tensor square = interpret(*plain, {x}, Device::ref)[0];
+  std::vector<Node*> nodes = g.nodes();
+  int found = 0;
+  for (size_t k = 0; k < c.d.captured.size(); ++k) {
+    const CapturedOutput& cap = c.d.captured[k];
+    const Node* n = nodes.at(cap.node);
+    if (n->op_name() != "reshape" || n->output(0)->rank() != 4) continue;
+    ++found;
+    EXPECT_EQ(cap.block, 8);
+    EXPECT_TRUE(all_close(c.outs[1 + k].view(), square.view(), 1e-5, 1e-5));
+  }
+  EXPECT_EQ(found, 1) << print_graph(g);
 }
 
 TEST(DebugOutputs, CopyGraphSharesConstantsAndPrintsTheSame) {
