@@ -6,6 +6,9 @@
 //
 //   cmake -S . -B build/bench -DUPDRAFT_BUILD_BENCHMARKS=ON && cmake --build build/bench -t conv_layouts
 //   OMP_NUM_THREADS=2 build/bench/conv_layouts 1
+// (the benchmark targets need Google Benchmark, Debian's libbenchmark-dev; this one alone builds
+// with: g++ -O2 -std=c++17 benchmarks/cpp/conv_layouts.cpp -I.venv/include -L.venv/lib -ldnnl
+//   -Wl,-rpath,.venv/lib -o conv_layouts)
 #include <dnnl.hpp>
 #include <chrono>
 #include <cstdio>
