@@ -260,7 +260,6 @@ class Rewriter {
 
   bool changed() const { return changed_; }
 
-
  private:
   Graph& g_;
   int64_t block_;

@@ -4,6 +4,7 @@
 
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "ir/op_table.h"
@@ -18,34 +19,28 @@ namespace {
 // that block_conv_layout puts after an elementwise node it ran on blocked bytes seen as
 // [N, C/B, H, W, B] (passes/block_conv_layout.h). Those 5-d views, and what elementwise ops
 // compute from them, are tensors in their own right (no front-end counterpart) and are captured
-// as they are; a view back to [N, C, 1, 1] or [N, C] is the same bytes plain.
+// as they are; a view back to [N, C, 1, 1] or [N, C] is the same bytes plain. A view's block is
+// its last dim: a per-channel input may come from a conv of another block (an 8-blocked
+// squeeze-excite conv scaling a 16-blocked activation), whose bytes are plain either way.
 std::unordered_map<const Value*, int64_t> stored_blocks(const Graph& g) {
-  std::unordered_map<const Value*, int64_t> blocked, views;  // views: 5-d views of blocked bytes
-  auto of = [](const std::unordered_map<const Value*, int64_t>& m, const Value* v) -> int64_t {
-    auto it = m.find(v);
-    return it == m.end() ? 0 : it->second;
-  };
+  std::unordered_map<const Value*, int64_t> blocked;
+  std::unordered_set<const Value*> views;  // 5-d views of blocked bytes, and results computed on them
   for (const Node* n : g.nodes()) {
     if (n->outputs.size() != 1) continue;
     const Value* out = n->output(0);
+    const Shape& s = out->type.shape;
     const std::string& op = n->op_name();
-    if (op == "conv2d" && n->has_attr("dst_block")) {
-      blocked[out] = n->attr("dst_block").i();
-    } else if (op == "channel_block") {
-      blocked[out] = n->attr("to_block").i();
-    } else if (op == "reshape") {
-      const Value* x = n->input(0);
-      const Shape& s = out->type.shape;
-      if (int64_t b = of(blocked, x); b != 0 && out->rank() == 5) {
-        views[out] = b;
-      } else if (int64_t b = of(views, x); b != 0 && out->rank() == 4) {
-        const bool one_pixel = s[2].is_static() && s[3].is_static() && s[2].value() * s[3].value() == 1;
-        if (!one_pixel) blocked[out] = b;
-      }
+    if (op == "conv2d" || op == "channel_block") {
+      const char* attr = op == "conv2d" ? "dst_block" : "to_block";
+      if (n->has_attr(attr) && n->attr(attr).i() != 0) blocked[out] = n->attr(attr).i();
+    } else if (op == "reshape" && views.count(n->input(0)) && out->rank() == 4) {
+      const bool one_pixel = s[2].is_static() && s[3].is_static() && s[2].value() * s[3].value() == 1;
+      const Shape& v = n->input(0)->type.shape;
+      if (!one_pixel && v[4].is_static()) blocked[out] = v[4].value();
     } else if (out->rank() == 5) {
       for (const Value* in : n->inputs)
-        if (int64_t b = of(views, in); b != 0) {
-          views[out] = b;
+        if (blocked.count(in) || views.count(in)) {
+          views.insert(out);
           break;
         }
     }

@@ -95,10 +95,11 @@ std::vector<Tensor> reference_node_outputs(const Graph& compiled, const std::vec
   return interpret(*g, inputs, Device::ref);
 }
 
-// The graph compiled with conv activations in nChw8c (every CPU has those kernels).
-auto compile_block8(const char* text) {
+// The graph compiled with conv activations in nChw{block}c (the IR says so on any CPU; a
+// block the CPU has no kernels for runs through reorders inside the conv kernel).
+auto compile_blocked(const char* text, int block = 8) {
   CompileOptions opts;
-  opts.channel_block = 8;
+  opts.channel_block = block;
   return Executable::compile(parse_graph(text), opts);
 }
 
@@ -152,7 +153,7 @@ TEST(DebugOutputs, EveryNodeOutputOfAFusedGraphMatchesTheInterpreter) {
 }
 
 TEST(DebugOutputs, BlockedConvOutputsAreCapturedPlain) {
-  auto cg = compile_block8(kConvs);
+  auto cg = compile_blocked(kConvs);
   const Graph& g = cg->graph();
   Tensor x = random_tensor(DType::f32, {2, 3, 10, 10}, 3);
   Capture c = capture(*cg, {x});
@@ -190,7 +191,7 @@ TEST(DebugOutputs, ElementwiseOnBlockedValuesIsCapturedPlain) {
   %2 = conv2d(%1, %w1) {padding=[1, 1]}
   return (%2)
 })";
-  auto cg = compile_block8(text);
+  auto cg = compile_blocked(text);
   const Graph& g = cg->graph();
   Tensor x = random_tensor(DType::f32, {2, 16, 6, 6}, 4);
   Capture c = capture(*cg, {x});
@@ -206,6 +207,43 @@ TEST(DebugOutputs, ElementwiseOnBlockedValuesIsCapturedPlain) {
     ++found;
     EXPECT_EQ(cap.block, 8);
     EXPECT_TRUE(all_close(c.outs[1 + k].view(), square.view(), 1e-5, 1e-5));
+  }
+  EXPECT_EQ(found, 1) << print_graph(g);
+}
+
+// A squeeze-excite gate as MobileNetV3 has it at 480 channels: the per-channel vector comes from
+// an 8-blocked conv (its input has 24 channels), the activation it scales from a 16-blocked one.
+// The gate's result is 16-blocked, whatever block its vector's conv wrote.
+TEST(DebugOutputs, GateOverMixedBlocksIsCapturedInItsOwnBlock) {
+  const char* text = R"(graph(%x: f32[1, 32, 6, 6]) {
+  %w0 = constant f32[32, 32, 1, 1] random(seed=1)
+  %w1 = constant f32[24, 32, 1, 1] random(seed=2)
+  %w2 = constant f32[32, 24, 1, 1] random(seed=3)
+  %w3 = constant f32[32, 32, 3, 3] random(seed=4)
+  %0 = conv2d(%x, %w0)
+  %1 = mean(%0) {dims=[2, 3], keepdim=true}
+  %2 = conv2d(%1, %w1)
+  %3 = conv2d(%2, %w2)
+  %4 = mul(%3, %0)
+  %5 = conv2d(%4, %w3) {padding=[1, 1]}
+  return (%5)
+})";
+  auto cg = compile_blocked(text, 16);
+  const Graph& g = cg->graph();
+  Tensor x = random_tensor(DType::f32, {1, 32, 6, 6}, 5);
+  Capture c = capture(*cg, {x});
+  auto plain = parse_graph(text);
+  plain->set_outputs({plain->nodes()[4]->output(0)});
+  const Tensor gate = interpret(*plain, {x}, Device::ref)[0];
+  std::vector<Node*> nodes = g.nodes();
+  int found = 0;
+  for (size_t k = 0; k < c.d.captured.size(); ++k) {
+    const CapturedOutput& cap = c.d.captured[k];
+    const Node* n = nodes.at(cap.node);
+    if (n->op_name() != "reshape" || n->output(0)->type.str() != "f32[1, 32, 6, 6]") continue;
+    ++found;
+    EXPECT_EQ(cap.block, 16);
+    EXPECT_TRUE(all_close(c.outs[1 + k].view(), gate.view(), 1e-4, 1e-5));
   }
   EXPECT_EQ(found, 1) << print_graph(g);
 }
