@@ -10,6 +10,7 @@
 #include "convert.h"
 #include "core/error.h"
 #include "ir/op_table.h"
+#include "kernels/channel_block.h"
 #include "kernels/kernel.h"
 
 namespace nb = nanobind;
@@ -138,7 +139,9 @@ NB_MODULE(_C, m) {
         "empty: any), inplace, alias, doc.");
   m.def("op_doc", [](const std::string& op) { return OpTable::get().at(op).doc; });
   m.def("preferred_channel_block", [] { return preferred_channel_block(); },
-        "The channel block the conv kernels prefer on this CPU (16: AVX-512, 8: AVX2, 0: none).");
+        "The conv activation layout the kernels prefer on this CPU (CHANNELS_LAST: AVX-512, 8: nChw8c with "
+        "AVX2, 0: none).");
+  m.attr("CHANNELS_LAST") = kChannelsLast;
   m.def("has_cpu_kernel", [](const std::string& op) { return KernelRegistry::get().has(op, Device::cpu); });
 
   py::bind_graph(m);

@@ -15,8 +15,9 @@ _DEBUG_ENV = "UPDRAFT_DEBUG"
 _CONV_LAYOUT_ENV = "UPDRAFT_CONV_LAYOUT"
 _DUMP_DIR_ENV = "UPDRAFT_DUMP_DIR"
 _WATCHDOG_ENV = "UPDRAFT_WATCHDOG_S"
-# conv_layout -> the engine's channel_block option (-1: the block this CPU's kernels prefer).
-_CONV_LAYOUTS = {"auto": -1, "nchw": 0}
+# conv_layout -> the engine's channel_block option (-1: the layout this CPU's kernels prefer;
+# "nhwc" is updraft._C.CHANNELS_LAST, src/kernels/channel_block.h, checked by a test).
+_CONV_LAYOUTS = {"auto": -1, "nchw": 0, "nchw8c": 8, "nchw16c": 16, "nhwc": -2}
 _CPU_ISAS = ("native", "avx2")  # the engine's CpuIsa names (src/kernels/kernel_options.h)
 # The engine's WeightDType names (src/passes/options.h): how large linear weights are stored.
 WEIGHT_DTYPES = ("f32", "bf16", "int8")
@@ -119,10 +120,12 @@ class CompilerConfig:
         plan per signature, and `explain` says why. False: one plan per signature always.
     gears: updraft.Gear entries: sizes of a dynamic dim planned at compile time, with padding
         up to the next gear where the caller says it is safe (updraft/gears.py).
-    conv_layout: activation layout between convolutions. "auto" (default): channel-blocked
-        (nChw16c with AVX-512, nChw8c with AVX2) through conv chains, so oneDNN runs its direct
-        kernels, with reorders where a plain op reads them (src/passes/block_conv_layout.h);
-        "nchw": plain NCHW everywhere (oneDNN's gemm-based convolution). Defaults to the
+    conv_layout: activation layout between convolutions. "auto" (default): the layout this
+        CPU's conv kernels run fastest in, kept through conv chains with reorders where a plain
+        op reads it (src/passes/block_conv_layout.h): channels-last ("nhwc", oneDNN's brgemm
+        convolutions) with AVX-512, channel-blocked "nchw8c" (its direct kernels) with AVX2;
+        "nchw16c" is the AVX-512 direct kernels' layout; "nchw": plain NCHW everywhere (oneDNN's
+        gemm-based convolution). Defaults to the
         environment variable UPDRAFT_CONV_LAYOUT, else "auto".
     dump_dir: a folder to write graph dumps into (updraft/debug/dump.py, docs/debugging.md): per
         graph Dynamo hands the backend, a folder `NNN_<name>/` with the Dynamo and aten graphs,

@@ -1,4 +1,5 @@
-// Channel-blocked activation layouts (nChw8c / nChw16c) used between convolutions.
+// Channel-blocked activation layouts (nChw8c / nChw16c, and channels-last) used between
+// convolutions.
 //
 // A tensor with logical shape [N, C, H, W] in block layout B (C % B == 0) stores element
 // (n, c, h, w) at ((n * C/B + c/B) * H * W + h * W + w) * B + c % B: the channels are cut into
@@ -6,6 +7,10 @@
 // oneDNN's direct convolutions read and write (docs/ops.md, "channel_block"). B = 0 means
 // plain NCHW. The element count is unchanged (no padding), so a blocked tensor needs exactly
 // the buffer of the plain one.
+// B = C (one block of all the channels) is channels-last, NHWC: each pixel's C channels lie
+// next to each other. It is a layout of its own in oneDNN (nhwc), where its brgemm-based
+// convolutions run; the block_conv_layout pass asks for it with kChannelsLast, and every value
+// it keeps channels-last gets block = its channel count.
 //
 //   std::vector<float> blocked(n * c * h * w);
 //   channel_block_copy(plain.data(), blocked.data(), sizeof(float), {n, c, h, w}, 0, 16);
@@ -14,6 +19,9 @@
 #include <cstring>
 
 namespace updraft {
+
+// CompileOptions::channel_block's code for channels-last: every conv activation in block C.
+constexpr int kChannelsLast = -2;
 
 // Offset in elements of (n, c, h, w) in an [N, C, H, W] tensor with block `b` (0: plain).
 inline int64_t channel_block_offset(int64_t n, int64_t c, int64_t h, int64_t w, const int64_t* shape, int64_t b) {

@@ -125,8 +125,9 @@ void register_cpu_f64_compute_kernels(KernelRegistry& r);  // kernels/cpu/comput
 void register_ref_quantized_kernels(KernelRegistry& r);   // quantize_rows, to_bf16, linear_wq
 void register_cpu_quantized_kernels(KernelRegistry& r);   // linear_wq (kernels/cpu/linear_wq.cpp)
 
-// The channel block the conv kernels run fastest with on this CPU (16 with AVX-512, 8 with
-// AVX2, 0 otherwise); CompileOptions::channel_block = -1 resolves to it.
+// The activation layout the conv kernels run fastest with on this CPU (kChannelsLast with
+// AVX-512, block 8 with AVX2, 0 otherwise; kernels/channel_block.h); CompileOptions::
+// channel_block = -1 resolves to it.
 int preferred_channel_block();
 
 // The partitioner's question: can the engine run `op` with these inputs on the CPU? The op

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "ir/op_table.h"
+#include "kernels/channel_block.h"
 
 namespace updraft {
 
@@ -103,10 +104,17 @@ class Rewriter {
     return r;
   }
 
-  // The layouts a conv reads and writes: the largest block (B, then B/2 down to 8) whose rules
-  // it meets (with B = 16, a conv of 24 channels runs in nChw8c rather than plain); an image
-  // (at most 4 channels) is read plain.
+  // The layouts a conv reads and writes. Channels-last: every f32 conv with static channel
+  // counts, an image included (oneDNN's nhwc kernels need an nhwc src; the image's copy is
+  // small). Blocked: the largest block (B, then B/2 down to 8) whose rules it meets (with
+  // B = 16, a conv of 24 channels runs in nChw8c rather than plain); an image (at most 4
+  // channels) is read plain.
   std::pair<int64_t, int64_t> conv_layouts(const Node& n) const {
+    if (block_ == kChannelsLast) {
+      const int64_t in_c = static_channels(n.input(0)), out_c = static_channels(n.output(0));
+      if (n.op_name() != "conv2d" || n.output(0)->type.dtype != DType::f32 || in_c < 0 || out_c < 0) return {0, 0};
+      return {in_c, out_c};
+    }
     int64_t b = 0;
     for (int64_t cand = block_; cand >= 8 && b == 0; cand /= 2)
       if (blockable_conv(n, cand)) b = cand;
@@ -271,7 +279,7 @@ class Rewriter {
 }  // namespace
 
 bool block_conv_layout(Graph& g, int block) {
-  if (block <= 0) return false;
+  if (block <= 0 && block != kChannelsLast) return false;
   Rewriter rw(g, block);
   for (Node* n : g.nodes()) {
     if (n->op_name() == "conv2d") rw.conv(n);

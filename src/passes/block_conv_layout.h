@@ -1,6 +1,14 @@
 // Pass: block_conv_layout. Keeps convolution activations in a channel-blocked layout
-// (nChw8c / nChw16c, kernels/channel_block.h) through chains of conv2d, so oneDNN runs its
-// direct convolutions without a reorder at every op boundary.
+// (nChw8c / nChw16c, or channels-last NHWC; kernels/channel_block.h) through chains of conv2d,
+// so oneDNN runs its direct (blocked) or brgemm (NHWC) convolutions without a reorder at every
+// op boundary.
+//
+// Channels-last (block = kChannelsLast, the default with AVX-512): every f32 conv2d with static
+// channel counts reads and writes NHWC, which is block C of its own channel count: a value of
+// C channels is stored in block C, and everything below (copies at the edges, elementwise ops
+// on 5-d views [N, 1, H, W, C], spatial means) works on it unchanged. oneDNN's NHWC kernels
+// take any channel count and any groups, and an image too once it is copied to NHWC (a plain
+// src with an NHWC dst is served only by its reference loops).
 //
 // What it does, for block size B > 0:
 //  - a conv2d whose input and output have static channel counts divisible by B (or an input
@@ -31,7 +39,7 @@
 // What it does not do: pooling, other reductions and ops stay plain (a channel_block pair
 // around them); channels not divisible by 8 are not padded (measured: padding MobileNetV3's
 // 24/72 channels to 32/80 to run oneDNN's AVX-512 kernels instead of its AVX2 ones gained
-// nothing, docs/BENCHMARKS.md). B <= 0 leaves the graph unchanged.
+// nothing, docs/BENCHMARKS.md). B <= 0 (other than kChannelsLast) leaves the graph unchanged.
 #pragma once
 #include "ir/graph.h"
 

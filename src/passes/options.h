@@ -36,8 +36,9 @@ struct CompileOptions {
   // Range plans (runtime/plan.h, Plan::build_range): a graph with symbolic sizes builds one plan
   // per size bucket and instantiates it per size, rather than building a plan per size.
   bool range_plans = true;
-  // Channel block of conv activations (passes/block_conv_layout.h): -1 the kernels' preference
-  // on this CPU (preferred_channel_block()), 0 plain NCHW, 8 or 16.
+  // Layout of conv activations (passes/block_conv_layout.h): -1 the kernels' preference on this
+  // CPU (preferred_channel_block()), 0 plain NCHW, 8 or 16 (nChw{B}c), kChannelsLast (-2, NHWC;
+  // kernels/channel_block.h).
   int channel_block = -1;
   // Storage of large linear weights; not f32 adds the quantize_weights pass. Changes the
   // optimised graph, so it is in the compile-cache key (CompilerConfig.cache_options).

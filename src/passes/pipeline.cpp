@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "ir/text.h"
+#include "kernels/channel_block.h"
 #include "passes/block_conv_layout.h"
 #include "passes/canonicalize.h"
 #include "passes/constant_fold.h"
@@ -50,7 +51,7 @@ struct Step {
 bool always(const CompileOptions&) { return true; }
 bool if_fuse(const CompileOptions& o) { return o.fuse; }
 bool if_fold(const CompileOptions& o) { return o.fold_constants; }
-bool if_block(const CompileOptions& o) { return o.channel_block > 0; }
+bool if_block(const CompileOptions& o) { return o.channel_block > 0 || o.channel_block == kChannelsLast; }
 bool if_low_weights(const CompileOptions& o) { return o.weight_dtype != WeightDType::f32; }
 template <bool (*Pass)(Graph&)>
 bool plain(Graph& g, const CompileOptions&) {
@@ -73,7 +74,7 @@ const std::vector<Step>& steps() {
       {"quantize_weights", if_low_weights,
        [](Graph& g, const CompileOptions& o) { return quantize_weights(g, o.weight_dtype); }},
       {"fuse_elementwise", if_fuse, plain<fuse_elementwise>},  // elementwise chains -> one pass over memory
-      // conv chains in nChw{B}c, channel_block reorders at their edges
+      // conv chains in nChw{B}c or NHWC, channel_block reorders at their edges
       {"block_conv_layout", if_block,
        [](Graph& g, const CompileOptions& o) { return block_conv_layout(g, o.channel_block); }},
       {"dce", always, plain<dce>},        // drop nodes the rewrites orphaned

@@ -12,6 +12,7 @@
 #include <ctime>
 
 #include "core/error.h"
+#include "kernels/channel_block.h"
 #include "kernels/kernel.h"
 #include "passes/pipeline.h"
 #include "runtime/bind_inputs.h"
@@ -44,9 +45,10 @@ constexpr size_t kMaxRangeTemplates = 8;
 std::shared_ptr<Executable> Executable::compile(std::unique_ptr<Graph> graph, const CompileOptions& opts) {
   UPDRAFT_CHECK(graph != nullptr, "runtime", "compile() was given no graph");
   UPDRAFT_CHECK(opts.channel_block == -1 || opts.channel_block == 0 || opts.channel_block == 8 ||
-                    opts.channel_block == 16,
+                    opts.channel_block == 16 || opts.channel_block == kChannelsLast,
                 "runtime", "channel_block is " + std::to_string(opts.channel_block) +
-                               "; use -1 (this CPU's preference), 0 (plain NCHW), 8 or 16");
+                               "; use -1 (this CPU's preference), 0 (plain NCHW), 8 or 16 (nChw{B}c) or " +
+                               std::to_string(kChannelsLast) + " (channels-last)");
   std::shared_ptr<Executable> cg(new Executable());
   cg->opts_ = opts;
   if (cg->opts_.channel_block < 0) cg->opts_.channel_block = preferred_channel_block();

@@ -1,11 +1,12 @@
 // conv2d on oneDNN: convolution_forward (inference) built for the concrete shapes, with the
 // epilogue fused as post-ops and constant weights prepacked once.
 //
-// Layouts: src and dst are plain NCHW (abcd) or channel-blocked nChw8c / nChw16c as the node's
-// src_block / dst_block say (set by the block_conv_layout pass, which keeps activations blocked
-// through conv chains and inserts channel_block reorders where a plain consumer needs them);
-// the residual has dst's layout. With plain src/dst oneDNN falls back to its gemm-based
-// convolution ("gemm:jit"); with blocked ones it runs its direct jit kernels. The weights use
+// Layouts: src and dst are plain NCHW (abcd), channel-blocked nChw8c / nChw16c or channels-last
+// (nhwc: a block of all the channels) as the node's src_block / dst_block say (set by the
+// block_conv_layout pass, which keeps activations blocked through conv chains and inserts
+// channel_block reorders where a plain consumer needs them); the residual has dst's layout.
+// With plain src/dst oneDNN falls back to its gemm-based convolution ("gemm:jit"); with blocked
+// ones it runs its direct jit kernels, with nhwc on AVX-512 its brgemm ones ("brgconv"). The weights use
 // format_tag::any so oneDNN picks their layout, and constant weights are reordered once.
 //
 // Weight scale (has_weight_scale, a folded batch norm): the weight reorder multiplies each
@@ -240,8 +241,8 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
 
   const dims src_dims(xs.begin(), xs.end()), dst_dims(ys.begin(), ys.end());
   const int64_t src_block = ctx.attr("src_block").i(), dst_block = ctx.attr("dst_block").i();
-  k->outer_src_md_ = dnnl::memory::desc(src_dims, dt::f32, channel_block_tag(src_block));
-  k->outer_dst_md_ = dnnl::memory::desc(dst_dims, dt::f32, channel_block_tag(dst_block));
+  k->outer_src_md_ = dnnl::memory::desc(src_dims, dt::f32, channel_block_tag(src_block, xs[1]));
+  k->outer_dst_md_ = dnnl::memory::desc(dst_dims, dt::f32, channel_block_tag(dst_block, ys[1]));
   k->plain_src_md_ = dnnl::memory::desc(src_dims, dt::f32, tag::abcd);
   k->src_dims_ = src_dims;
   // [O, C/g, kh, kw] row-major is exactly goihw once O splits into (g, O/g).
@@ -305,8 +306,8 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
         k->pad_left_ = pl[1];
         k->padded_dims_ = f.pre_pad ? dims{xs[0], xs[1], xs[2] + pl[0] + pr[0], xs[3] + pl[1] + pr[1]} : src_dims;
         const dims none{0, 0};
-        k->src_md_ = dnnl::memory::desc(k->padded_dims_, dt::f32, channel_block_tag(f.src_block));
-        k->dst_md_ = dnnl::memory::desc(dst_dims, dt::f32, channel_block_tag(f.dst_block));
+        k->src_md_ = dnnl::memory::desc(k->padded_dims_, dt::f32, channel_block_tag(f.src_block, xs[1]));
+        k->dst_md_ = dnnl::memory::desc(dst_dims, dt::f32, channel_block_tag(f.dst_block, ys[1]));
         k->choose_primitive(
             [&](ResidualMode mode) { return make_pd(mode, f.pre_pad ? none : pl, f.pre_pad ? none : pr); });
         k->via_plain_ = k->src_md_ != k->outer_src_md_ || k->dst_md_ != k->outer_dst_md_;

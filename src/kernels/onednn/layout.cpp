@@ -33,7 +33,7 @@ class ChannelBlockKernel final : public Kernel {
     k->threads_ = cpu::threads_for_work(2.0 * static_cast<double>(numel_of(xs)), ctx.thread_budget());
     cpu::ScopedThreads threads(k->threads_);
     dims d(xs.begin(), xs.end());
-    dnnl::memory::desc src(d, dt::f32, channel_block_tag(from)), dst(d, dt::f32, channel_block_tag(to));
+    dnnl::memory::desc src(d, dt::f32, channel_block_tag(from, xs[1])), dst(d, dt::f32, channel_block_tag(to, xs[1]));
     try {
       k->pd_ = dnnl::reorder::primitive_desc(engine(), src, engine(), dst, user_scratchpad_attr());
       k->prim_ = dnnl::reorder(k->pd_);

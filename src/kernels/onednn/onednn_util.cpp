@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/channel_block.h"
+
 namespace updraft::onednn {
 
 const dnnl::engine& engine() {
@@ -195,18 +197,27 @@ bool has_empty_tensor(const KernelContext& ctx) {
 
 namespace updraft::onednn {
 
-tag channel_block_tag(int64_t block) {
+tag channel_block_tag(int64_t block, int64_t channels) {
+  // One block of all the channels is channels-last (kernels/channel_block.h), also where that is
+  // 8 or 16 channels: the same bytes, and oneDNN's nhwc kernels serve it.
+  if (block != 0 && block == channels) return tag::acdb;
   switch (block) {
     case 0: return tag::abcd;
     case 8: return tag::nChw8c;
     case 16: return tag::nChw16c;
-    default: throw Error("kernels", "no oneDNN layout for channel block " + std::to_string(block) + " (use 0, 8 or 16)");
+    default:
+      throw Error("kernels", "no oneDNN layout for channel block " + std::to_string(block) + " of " +
+                                 std::to_string(channels) + " channels (use 0, 8, 16 or the channel count)");
   }
 }
 
+// Channels-last on AVX-512, where oneDNN 3.2's brgemm convolutions (nhwc only) run 1.0-8x
+// faster than its nChw16c direct ones on ResNet-50 and MobileNet shapes (benchmarks/cpp/
+// conv_layouts.cpp, docs/BENCHMARKS.md). With AVX2 the two are level on ResNet-50's shapes
+// (0.8-1.2x either way), so nChw8c stays.
 int preferred_channel_block() {
   const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-  if (isa >= dnnl::cpu_isa::avx512_core) return 16;
+  if (isa >= dnnl::cpu_isa::avx512_core) return kChannelsLast;
   if (isa >= dnnl::cpu_isa::avx2) return 8;
   return 0;
 }

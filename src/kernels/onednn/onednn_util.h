@@ -199,10 +199,11 @@ class ArgCache {
 };
 
 // The oneDNN tag of an NCHW activation in channel block `block` (kernels/channel_block.h):
-// 0 abcd, 8 nChw8c, 16 nChw16c; throws Error("kernels") for other sizes.
-tag channel_block_tag(int64_t block);
-// The channel block oneDNN's direct convolutions prefer on this CPU: 16 with AVX-512, 8 with
-// AVX2, 0 (plain, no blocking) below that (updraft::preferred_channel_block, kernel.h).
+// 0 abcd, `channels` nhwc (channels-last), 8 nChw8c, 16 nChw16c; throws Error("kernels") for
+// other sizes.
+tag channel_block_tag(int64_t block, int64_t channels);
+// The activation layout oneDNN's convolutions prefer on this CPU: kChannelsLast with AVX-512,
+// 8 (nChw8c) with AVX2, 0 (plain, no blocking) below that (updraft::preferred_channel_block, kernel.h).
 int preferred_channel_block();
 
 // Per-file registration, called by register_onednn_compute_kernels (compute.cpp).

@@ -24,6 +24,7 @@
 
 #include <cmath>
 
+#include "kernels/channel_block.h"
 #include "kernels/onednn/onednn_util.h"
 
 namespace updraft::onednn {
@@ -103,7 +104,7 @@ class PoolKernel final : public Kernel {
     try {
       k->pd_ = pool_pd(tag::abcd);
       if (!is_jit(k->pd_) && block > 0) {
-        auto blocked = pool_pd(channel_block_tag(block));
+        auto blocked = pool_pd(channel_block_tag(block == kChannelsLast ? src[1] : block, src[1]));
         if (is_jit(blocked)) k->pd_ = blocked, k->blocked_ = true;
       }
       k->prim_ = dnnl::pooling_forward(k->pd_);
@@ -126,7 +127,7 @@ class PoolKernel final : public Kernel {
     k->args_.add(DNNL_ARG_DST, k->pd_.dst_desc());
     k->args_.add(DNNL_ARG_SCRATCHPAD, k->pd_.scratchpad_desc());
     k->name_ = std::string("onednn_f32_") + op + ":" + k->pd_.impl_info_str() +
-               (k->blocked_ ? ":via_block" + std::to_string(block) : "");
+               (k->blocked_ ? (block == kChannelsLast ? std::string(":via_nhwc") : ":via_block" + std::to_string(block)) : "");
     return k;
   }
 
