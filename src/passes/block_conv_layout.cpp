@@ -44,6 +44,9 @@ bool is_column_reduction(const Node& n) {
   return op == "sum" || op == "mean" || op == "amax" || op == "amin";  // the CPU kernel's column path
 }
 
+// Pools that read and write any layout (their `block` attribute, Rewriter::pool).
+bool is_pool(const Node& n) { return n.op_name() == "max_pool2d" || n.op_name() == "avg_pool2d"; }
+
 bool static_4d(const Shape& s) {
   if (s.size() != 4) return false;
   for (const Dim& d : s)
@@ -183,8 +186,8 @@ class Rewriter {
 
   // Whether running elementwise node n in layout b (its inputs as `views` says) takes fewer
   // reorders than running it plain: inputs that would need a copy they do not have yet, plus
-  // one for the output when a consumer wants the other layout. Consumers that are elementwise
-  // or spatial reductions take either. Ties stay plain.
+  // one for the output when a consumer wants the other layout. Consumers that are elementwise,
+  // spatial reductions or pools take either. Ties stay plain.
   bool blocked_pays(const Node* n, const std::vector<View>& views, int64_t b) const {
     int plain = 0, blocked = 0;
     std::vector<const Value*> seen;
@@ -204,7 +207,7 @@ class Rewriter {
         const int64_t src = conv_layouts(*u).first;
         (src == 0 ? wants_plain : wants_blocked) = true;
         if (src != 0 && src != b) wants_plain = true;  // 16 <-> 8: a copy either way
-      } else if (!is_elementwise(*u) && !is_column_reduction(*u)) {
+      } else if (!is_elementwise(*u) && !is_column_reduction(*u) && !is_pool(*u)) {
         wants_plain = true;
       }
     }
@@ -228,6 +231,22 @@ class Rewriter {
     if (dims != std::vector<int64_t>{2, 3}) return false;
     const Shape& s = x->type.shape;
     on_views(n, {reshape(x, {s[0].value(), s[1].value() / b, s[2].value(), s[3].value(), b}, n)});
+    return true;
+  }
+
+  // A max or average pool of a value kept in a layout, with no plain copy yet, pools in that
+  // layout (oneDNN pools every layout) and its result keeps it: ResNet's stem pool between two
+  // convs takes no copies. Its result is at most x's size, so where a consumer wants it plain,
+  // that copy costs less than x's would.
+  bool pool(Node* n) {
+    if (!is_pool(*n)) return false;
+    Value* x = n->input(0);
+    const int64_t b = layout(x);
+    if (b == 0 || same_memory(x, b, 0) || copies_.count({x, 0}) || x->type.dtype != DType::f32 || x->rank() != 4)
+      return false;
+    n->attrs["block"] = Attr(b);
+    layout_[n->output(0)] = b;
+    changed_ = true;
     return true;
   }
 
@@ -283,7 +302,7 @@ bool block_conv_layout(Graph& g, int block) {
   Rewriter rw(g, block);
   for (Node* n : g.nodes()) {
     if (n->op_name() == "conv2d") rw.conv(n);
-    else if (!rw.elementwise(n) && !rw.spatial_reduction(n)) rw.other(n);
+    else if (!rw.elementwise(n) && !rw.spatial_reduction(n) && !rw.pool(n)) rw.other(n);
   }
   rw.outputs();
   rw.blocked_values_lose_origin();

@@ -36,8 +36,10 @@
 //    blocked. A squeeze-excite gate, or a standalone activation between two convs;
 //  - sum / mean / amax / amin over H and W of a blocked value with no plain copy yet: the
 //    result is the plain [N, C, 1, 1] or [N, C] (a squeeze-excite pooling, a global pool).
-// What it does not do: pooling, other reductions and ops stay plain (a channel_block pair
-// around them); channels not divisible by 8 are not padded (measured: padding MobileNetV3's
+//  - max_pool2d / avg_pool2d of a blocked value with no plain copy yet pool in its layout
+//    (their `block` attribute) and their result keeps it (ResNet's stem pool).
+// What it does not do: adaptive pooling, other reductions and ops stay plain (a channel_block
+// pair around them); channels not divisible by 8 are not padded (measured: padding MobileNetV3's
 // 24/72 channels to 32/80 to run oneDNN's AVX-512 kernels instead of its AVX2 ones gained
 // nothing, docs/BENCHMARKS.md). B <= 0 (other than kChannelsLast) leaves the graph unchanged.
 #pragma once

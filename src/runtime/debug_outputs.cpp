@@ -15,7 +15,7 @@ namespace updraft {
 namespace {
 
 // The channel block each node output is stored in (kernels/channel_block.h), where it is not
-// plain: a blocked conv's result, a channel_block copy to a block, and the [N, C, H, W] reshape
+// plain: a blocked conv's or pool's result, a channel_block copy to a block, and the [N, C, H, W] reshape
 // that block_conv_layout puts after an elementwise node it ran on blocked bytes seen as
 // [N, C/B, H, W, B] (passes/block_conv_layout.h). Those 5-d views, and what elementwise ops
 // compute from them, are tensors in their own right (no front-end counterpart) and are captured
@@ -30,8 +30,8 @@ std::unordered_map<const Value*, int64_t> stored_blocks(const Graph& g) {
     const Value* out = n->output(0);
     const Shape& s = out->type.shape;
     const std::string& op = n->op_name();
-    if (op == "conv2d" || op == "channel_block") {
-      const char* attr = op == "conv2d" ? "dst_block" : "to_block";
+    if (const char* attr = op == "conv2d" ? "dst_block" : op == "channel_block" ? "to_block" :
+                           op == "max_pool2d" || op == "avg_pool2d" ? "block" : nullptr) {
       if (n->has_attr(attr) && n->attr(attr).i() != 0) blocked[out] = n->attr(attr).i();
     } else if (op == "reshape" && views.count(n->input(0)) && out->rank() == 4) {
       const bool one_pixel = s[2].is_static() && s[3].is_static() && s[2].value() * s[3].value() == 1;

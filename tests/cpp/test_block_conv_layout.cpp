@@ -247,6 +247,34 @@ TEST(PassBlockConvLayout, ChannelsLastTakesAnyChannelCountAndGroups) {
   expect_same_outputs(interpret(*plain, inputs, Device::ref), interpret(*g, inputs, Device::cpu), 1e-4, 1e-4);
 }
 
+TEST(PassBlockConvLayout, PoolsBetweenConvsKeepTheLayout) {
+  // ResNet's stem: conv, max pool, conv, with no copies around the pool, in both kinds of
+  // layout. %3's input %2 has a plain copy (for the add) before the pool reads it, so that pool
+  // reads the copy and stays plain.
+  const char* text = R"(graph(%x: f32[1, 3, 16, 16]) {
+  %w0 = constant f32[16, 3, 3, 3] random(seed=1)
+  %w1 = constant f32[32, 16, 1, 1] random(seed=2)
+  %0 = conv2d(%x, %w0) {padding=[1, 1], stride=[2, 2], activation="relu"}
+  %1 = max_pool2d(%0) {kernel=[3, 3], stride=[2, 2], padding=[1, 1]}
+  %2 = conv2d(%1, %w1)
+  %3 = add(%2, %2)
+  %4 = avg_pool2d(%2) {kernel=[2, 2], stride=[2, 2]}
+  return (%3, %4)
+})";
+  for (const bool nhwc : {false, true}) {
+    SCOPED_TRACE(nhwc ? "channels-last" : "block 16");
+    auto g = check_pass(text, nhwc ? channels_last : block16, Changed::yes, {}, 1e-4, 1e-4);
+    EXPECT_EQ(ops_of(*g), std::string(nhwc ? "channel_block " : "") + "conv2d max_pool2d conv2d channel_block add avg_pool2d");
+    for (const Node* n : g->nodes()) {
+      if (n->op_name() == "max_pool2d") EXPECT_EQ(n->attr("block").i(), 16);
+      if (n->op_name() == "avg_pool2d") EXPECT_EQ(n->attr("block").i(), 0);
+    }
+    auto plain = parse_graph(text);
+    auto inputs = random_inputs(*plain);
+    expect_same_outputs(interpret(*plain, inputs, Device::ref), interpret(*g, inputs, Device::cpu), 1e-4, 1e-4);
+  }
+}
+
 TEST(PassBlockConvLayout, BlockZeroIsANoOp) {
   auto g = parse_graph(kBottleneck);
   EXPECT_FALSE(block_conv_layout(*g, 0));

@@ -3,6 +3,8 @@
 // reference, over odd images and unbatched inputs.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "kernel_test_util.h"
 #include "core/error.h"
 
@@ -111,6 +113,32 @@ TEST(Pool, AvgPool) {
          {"count_include_pad", c.include}},
         kPoolTol, kPoolTol);
     EXPECT_EQ(name.rfind("onednn_f32_avg_pool2d", 0), 0u) << name;
+  }
+}
+
+TEST(Pool, PoolsInChannelLayouts) {
+  // x and y in nChw8c, nChw16c and channels-last (block = the channel count), as
+  // block_conv_layout leaves a pool between convs; the max pool's NaN and -inf (a strided plane
+  // in these layouts) as PyTorch has them.
+  for (int64_t block : {8, 16, 24}) {
+    SCOPED_TRACE("block " + std::to_string(block));
+    const int64_t C = block == 16 ? 32 : 24;
+    Tensor x = rnd({2, C, 9, 9}, 3);
+    float* p = x.ptr<float>();
+    p[5] = NAN;
+    p[700] = -INFINITY;
+    for (int64_t i = 0; i < 81; ++i) p[2 * C * 81 - 1 - i * C] = -INFINITY;  // one of the last pixels' channels
+    for (bool ceil : {false, true}) {
+      const Attrs win = {{"kernel", v2(3, 3)}, {"stride", v2(2, 2)}, {"padding", v2(1, 1)}, {"ceil_mode", ceil},
+                         {"block", block}};
+      std::string name = expect_matches_ref("max_pool2d", {input(x)}, win, kPoolTol, kPoolTol);
+      EXPECT_EQ(name.rfind("onednn_f32_max_pool2d:jit", 0), 0u) << name;
+      EXPECT_NE(name.find(":block" + std::to_string(block)), std::string::npos) << name;
+      Attrs avg = win;
+      avg["count_include_pad"] = false;
+      name = expect_matches_ref("avg_pool2d", {input(rnd({2, C, 9, 9}, 4))}, avg, kPoolTol, kPoolTol);
+      EXPECT_EQ(name.rfind("onednn_f32_avg_pool2d:jit", 0), 0u) << name;
+    }
   }
 }
 

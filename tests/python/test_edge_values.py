@@ -455,6 +455,7 @@ POOLS = {
     "adaptive_avg_pool2d": lambda x: F.adaptive_avg_pool2d(x, (2, 3)),
     "global_avg_pool": lambda x: F.adaptive_avg_pool2d(x, 1),
     "conv_relu_maxpool": None,  # filled below
+    "conv_maxpool_conv": None,
 }
 
 
@@ -464,7 +465,16 @@ def _conv_relu_pool():
     return lambda x: F.max_pool2d(torch.relu(conv(x)), 2)
 
 
+def _conv_pool_conv():
+    # The pool sits between two convs, so it pools in their layout (NHWC or channel-blocked,
+    # src/passes/block_conv_layout.h), where a plane's NaN and -inf are strided.
+    torch.manual_seed(2)
+    a, b = torch.nn.Conv2d(3, 16, 1), torch.nn.Conv2d(16, 8, 1)
+    return lambda x: b(F.max_pool2d(a(x), 3, 2, 1))
+
+
 POOLS["conv_relu_maxpool"] = _conv_relu_pool()
+POOLS["conv_maxpool_conv"] = _conv_pool_conv()
 
 
 @pytest.mark.parametrize("name", sorted(POOLS))

@@ -186,6 +186,7 @@ void infer_pool(InferCtx& c, bool has_dilation) {
       c.fail("padding " + str_of(pad) + " must be at most half the (dilated) kernel " + str_of(k) +
              " (PyTorch's rule)");
   bool ceil_mode = c.attr_bool("ceil_mode");
+  check_channel_block(c, x, c.attr_int("block"), "block");
   size_t r = x.size();
   Shape out(x.begin(), x.end() - 2);
   out.push_back(window_out(x[r - 2], k[0], st[0], pad[0], dil[0], ceil_mode));
@@ -288,14 +289,16 @@ void register_compute_ops(OpTable& t) {
                     {"stride", K::Ints, std::nullopt},  // [] means "same as kernel"
                     {"padding", K::Ints, Attr(zeros)},
                     {"dilation", K::Ints, Attr(ones)},
-                    {"ceil_mode", K::Bool, Attr(false)}},
+                    {"ceil_mode", K::Bool, Attr(false)},
+                    {"block", K::Int, Attr(int64_t{0})}},  // x's and the result's layout, as conv2d's
                    [](InferCtx& c) { infer_pool(c, true); }, "2-d max pooling (values only)"));
   t.add(compute_op("avg_pool2d", 1, 1,
                    {{"kernel", K::Ints, std::nullopt},
                     {"stride", K::Ints, std::nullopt},  // [] means "same as kernel"
                     {"padding", K::Ints, Attr(zeros)},
                     {"ceil_mode", K::Bool, Attr(false)},
-                    {"count_include_pad", K::Bool, Attr(true)}},
+                    {"count_include_pad", K::Bool, Attr(true)},
+                    {"block", K::Int, Attr(int64_t{0})}},  // x's and the result's layout, as conv2d's
                    [](InferCtx& c) { infer_pool(c, false); }, "2-d average pooling"));
   t.add(compute_op("adaptive_avg_pool2d", 1, 1, {{"output_size", K::Ints, std::nullopt}}, infer_adaptive_avg_pool2d,
                    "2-d adaptive average pooling (PyTorch's window rule)"));

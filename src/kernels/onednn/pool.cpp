@@ -9,11 +9,13 @@
 // exactly when ceil_mode adds right padding beyond pl, and that case is declined (the
 // reference kernel runs; the plan dump says so).
 //
-// Layout: oneDNN 3.2 has no jit pooling for plain NCHW on AVX2 (it picks `simple_nchw`, a
-// scalar loop: ResNet-50's stem max pool took 12 of its 62 ms at 2 threads on the AVX2 EPYC).
-// Where the plain primitive is not a jit one, the kernel reorders x into the channel-blocked
-// layout this CPU prefers (nChw8c / nChw16c), pools there with the jit kernel and reorders the
-// result back: two copies of about the input's and the output's size instead of a scalar pass.
+// Layout: max_pool2d and avg_pool2d read and write the layout their `block` attribute names
+// (block_conv_layout keeps a pool between convs in the convs' layout). oneDNN 3.2 has no jit
+// pooling for plain NCHW on AVX2 (it picks `simple_nchw`, a scalar loop: ResNet-50's stem max
+// pool took 12 of its 62 ms at 2 threads on the AVX2 EPYC). Where a plain pool's primitive is
+// not a jit one, the kernel reorders x into the layout this CPU prefers (nChw8c, or NHWC with
+// AVX-512), pools there with the jit kernel and reorders the result back: two copies of about
+// the input's and the output's size instead of a scalar pass.
 //
 // NaN and -inf: oneDNN's max pooling takes a vector max that drops NaN, where PyTorch's max
 // pool gives NaN for every window holding one, and it starts from -FLT_MAX, so a window of -inf
@@ -100,10 +102,14 @@ class PoolKernel final : public Kernel {
           dnnl::memory::desc(dst, dt::f32, t), {w.s[0], w.s[1]}, {w.k[0], w.k[1]}, {w.d[0] - 1, w.d[1] - 1}, pl, pr,
           user_scratchpad_attr());
     };
+    // A pool the graph runs in a layout (the node's block, set by block_conv_layout) reads and
+    // writes that layout; a plain one may pool in this CPU's layout between two reorders.
+    k->layout_ = ctx.node.has_attr("block") ? ctx.node.attr("block").i() : 0;
+    k->C_ = src[1];
     const int64_t block = preferred_channel_block();
     try {
-      k->pd_ = pool_pd(tag::abcd);
-      if (!is_jit(k->pd_) && block > 0) {
+      k->pd_ = pool_pd(channel_block_tag(k->layout_, src[1]));
+      if (k->layout_ == 0 && !is_jit(k->pd_) && block != 0) {
         auto blocked = pool_pd(channel_block_tag(block == kChannelsLast ? src[1] : block, src[1]));
         if (is_jit(blocked)) k->pd_ = blocked, k->blocked_ = true;
       }
@@ -127,6 +133,7 @@ class PoolKernel final : public Kernel {
     k->args_.add(DNNL_ARG_DST, k->pd_.dst_desc());
     k->args_.add(DNNL_ARG_SCRATCHPAD, k->pd_.scratchpad_desc());
     k->name_ = std::string("onednn_f32_") + op + ":" + k->pd_.impl_info_str() +
+               (k->layout_ ? ":block" + std::to_string(k->layout_) : "") +
                (k->blocked_ ? (block == kChannelsLast ? std::string(":via_nhwc") : ":via_block" + std::to_string(block)) : "");
     return k;
   }
@@ -143,31 +150,47 @@ class PoolKernel final : public Kernel {
     return found;
   }
 
-  // Max pooling as PyTorch defines it, for the planes of x that hold a NaN or a -inf: a window
-  // with a NaN gives NaN, a window of -inf gives -inf; padding is never read.
+  // The max of the window at (oh, ow) as PyTorch defines it: a NaN gives NaN, a window of
+  // -inf gives -inf; padding is never read. at(ih, iw) reads the plane.
+  template <typename At>
+  float torch_max(At at, int64_t oh, int64_t ow) const {
+    float m = -INFINITY;
+    for (int64_t i = 0; i < w_.k[0]; ++i) {
+      const int64_t ih = oh * w_.s[0] - w_.p[0] + i * w_.d[0];
+      if (ih < 0 || ih >= H_) continue;
+      for (int64_t j = 0; j < w_.k[1]; ++j) {
+        const int64_t iw = ow * w_.s[1] - w_.p[1] + j * w_.d[1];
+        if (iw < 0 || iw >= W_) continue;
+        const float v = at(ih, iw);
+        if (v > m || std::isnan(v)) m = v;
+        if (std::isnan(m)) return m;
+      }
+    }
+    return m;
+  }
+
+  // Recomputes, as PyTorch does, the planes of x that hold a NaN or a -inf: plain planes one by
+  // one; in a channel layout (a plane is strided there) every plane once x holds any.
   void propagate_nan(const float* x, float* y) const {
     const int64_t hw = H_ * W_;
+    if (layout_ == 0) {
+      cpu::parallel_for(planes_, threads_, [&](int64_t p) {
+        const float* xp = x + p * hw;
+        if (!has_nan_or_ninf(xp, hw)) return;
+        float* yp = y + p * OH_ * OW_;
+        for (int64_t oh = 0; oh < OH_; ++oh)
+          for (int64_t ow = 0; ow < OW_; ++ow)
+            yp[oh * OW_ + ow] = torch_max([&](int64_t ih, int64_t iw) { return xp[ih * W_ + iw]; }, oh, ow);
+      });
+      return;
+    }
+    if (!has_nan_or_ninf(x, planes_ * hw)) return;
+    const int64_t xs[4] = {planes_ / C_, C_, H_, W_}, ys[4] = {planes_ / C_, C_, OH_, OW_};
     cpu::parallel_for(planes_, threads_, [&](int64_t p) {
-      const float* xp = x + p * hw;
-      if (!has_nan_or_ninf(xp, hw)) return;
-      float* yp = y + p * OH_ * OW_;
+      const int64_t n = p / C_, c = p % C_;
+      auto at = [&](int64_t ih, int64_t iw) { return x[channel_block_offset(n, c, ih, iw, xs, layout_)]; };
       for (int64_t oh = 0; oh < OH_; ++oh)
-        for (int64_t ow = 0; ow < OW_; ++ow) {
-          float m = -INFINITY;
-          for (int64_t i = 0; i < w_.k[0]; ++i) {
-            const int64_t ih = oh * w_.s[0] - w_.p[0] + i * w_.d[0];
-            if (ih < 0 || ih >= H_) continue;
-            for (int64_t j = 0; j < w_.k[1]; ++j) {
-              const int64_t iw = ow * w_.s[1] - w_.p[1] + j * w_.d[1];
-              if (iw < 0 || iw >= W_) continue;
-              const float v = xp[ih * W_ + iw];
-              if (v > m || std::isnan(v)) m = v;
-              if (std::isnan(m)) break;
-            }
-            if (std::isnan(m)) break;
-          }
-          yp[oh * OW_ + ow] = m;
-        }
+        for (int64_t ow = 0; ow < OW_; ++ow) y[channel_block_offset(n, c, oh, ow, ys, layout_)] = torch_max(at, oh, ow);
     });
   }
 
@@ -210,6 +233,7 @@ class PoolKernel final : public Kernel {
   }
 
   const char* op_ = "";
+  int64_t layout_ = 0, C_ = 1;  // the graph's layout of x and y (kernels/channel_block.h)
   bool blocked_ = false;  // pools in the blocked layout between two reorders
   Reorder to_blocked_, to_plain_;
   size_t blk_src_ = 0, blk_dst_ = 0;

@@ -124,6 +124,18 @@ TensorView unblocked(const TensorView& v, int64_t block, std::vector<char>& buf)
   return TensorView::contiguous(buf.data(), v.dtype, v.shape());
 }
 
+// Runs plain(x, y) on plain copies of a channel-blocked x and y (block 0: on x and y as they
+// are): a one-input op whose input and output share a layout (pooling).
+template <typename F>
+void on_plain_layout(const TensorView* in, TensorView* out, int64_t block, F plain) {
+  if (block == 0) return plain(in, out);
+  std::vector<char> xbuf, ybuf(out[0].nbytes());
+  TensorView x = unblocked(in[0], block, xbuf);
+  TensorView y = TensorView::contiguous(ybuf.data(), out[0].dtype, out[0].shape());
+  plain(&x, &y);
+  channel_block_copy(ybuf.data(), out[0].data, dtype_size(y.dtype), y.sizes, 0, block);
+}
+
 // Blocked activations: convert to plain, run the plain loops, block the result. Slow and
 // obviously right, which is what the oracle is for.
 void ref_conv2d(const TensorView* in, TensorView* out, const ConvParams& cp) {
@@ -230,6 +242,7 @@ void ref_matmul_impl(const TensorView* in, TensorView* out, const Epilogue& ep) 
 struct PoolParams {
   int64_t k[2], s[2], p[2], d[2] = {1, 1};
   bool ceil_mode = false, include_pad = true;
+  int64_t block = 0;  // x's and y's layout (kernels/channel_block.h)
 
   static PoolParams of(const Node& n, bool has_dilation) {
     auto pair = [&](const char* name) {
@@ -248,6 +261,7 @@ struct PoolParams {
     }
     p.ceil_mode = n.attr("ceil_mode").b();
     if (!has_dilation) p.include_pad = n.attr("count_include_pad").b();
+    p.block = n.attr("block").i();
     return p;
   }
 };
@@ -439,11 +453,15 @@ void register_ref_compute_kernels(KernelRegistry& r) {
   });
   r.add("max_pool2d", Device::ref, [](const KernelContext& ctx) {
     PoolParams p = PoolParams::of(ctx.node, true);
-    return make_kernel("ref_max_pool2d", [p](const TensorView* in, TensorView* out) { ref_max_pool2d(in, out, p); });
+    return make_kernel("ref_max_pool2d", [p](const TensorView* in, TensorView* out) {
+      on_plain_layout(in, out, p.block, [&p](const TensorView* x, TensorView* y) { ref_max_pool2d(x, y, p); });
+    });
   });
   r.add("avg_pool2d", Device::ref, [](const KernelContext& ctx) {
     PoolParams p = PoolParams::of(ctx.node, false);
-    return make_kernel("ref_avg_pool2d", [p](const TensorView* in, TensorView* out) { ref_avg_pool2d(in, out, p); });
+    return make_kernel("ref_avg_pool2d", [p](const TensorView* in, TensorView* out) {
+      on_plain_layout(in, out, p.block, [&p](const TensorView* x, TensorView* y) { ref_avg_pool2d(x, y, p); });
+    });
   });
   r.add("adaptive_avg_pool2d", Device::ref, [](const KernelContext&) {
     return make_kernel("ref_adaptive_avg_pool2d", ref_adaptive_avg_pool2d);
