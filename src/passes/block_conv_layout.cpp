@@ -250,6 +250,26 @@ class Rewriter {
     return true;
   }
 
+  // A permute to [N, H, W, C] of a channels-last value (block = its channel count) is that
+  // value's bytes as they are: a reshape (an alias) replaces the copy, and the plain copy it
+  // would have read. ConvNeXt permutes each depthwise conv's output so for a layer norm over
+  // channels.
+  bool nhwc_permute(Node* n) {
+    if (n->op_name() != "permute") return false;
+    Value* x = n->input(0);
+    if (!static_4d(x->type.shape) || layout(x) == 0 || layout(x) != static_channels(x)) return false;
+    std::vector<int64_t> dims = n->attr("dims").ints();
+    for (int64_t& d : dims) d = d < 0 ? d + 4 : d;
+    if (dims != std::vector<int64_t>{0, 2, 3, 1}) return false;
+    std::vector<int64_t> shape;
+    for (const Dim& d : n->output(0)->type.shape) shape.push_back(d.value());
+    Value* r = reshape(x, std::move(shape), n);
+    g_.replace_all_uses(n->output(0), r);  // carries the permute's provenance to r
+    g_.remove_node(n);
+    changed_ = true;
+    return true;
+  }
+
   // Replaces n by the same op over `views` (its inputs' 5-d views) and a reshape of the result
   // back to n's static shape, which it returns.
   Value* on_views(Node* n, const std::vector<Value*>& views) {
@@ -302,7 +322,7 @@ bool block_conv_layout(Graph& g, int block) {
   Rewriter rw(g, block);
   for (Node* n : g.nodes()) {
     if (n->op_name() == "conv2d") rw.conv(n);
-    else if (!rw.elementwise(n) && !rw.spatial_reduction(n) && !rw.pool(n)) rw.other(n);
+    else if (!rw.elementwise(n) && !rw.spatial_reduction(n) && !rw.pool(n) && !rw.nhwc_permute(n)) rw.other(n);
   }
   rw.outputs();
   rw.blocked_values_lose_origin();

@@ -275,6 +275,29 @@ TEST(PassBlockConvLayout, PoolsBetweenConvsKeepTheLayout) {
   }
 }
 
+TEST(PassBlockConvLayout, ChannelsLastPermuteIsAView) {
+  // A ConvNeXt block's start: depthwise conv, permute to [N, H, W, C], layer norm over C. The
+  // conv's channels-last bytes are the permute's result: a reshape, no copy. A permute to
+  // another order (%4) still reads a plain copy; with block 16 the permute stays.
+  const char* text = R"(graph(%x: f32[1, 24, 5, 6], %g: f32[24], %b: f32[24]) {
+  %w = constant f32[24, 1, 7, 7] random(seed=1)
+  %0 = conv2d(%x, %w) {padding=[3, 3], groups=24}
+  %1 = permute(%0) {dims=[0, -2, -1, 1]}
+  %2 = layer_norm(%1, %g, %b) {normalized_ndim=1, has_weight=true, has_bias=true}
+  %3 = relu(%2)
+  %4 = permute(%0) {dims=[0, 3, 2, 1]}
+  return (%3, %4)
+})";
+  auto g = check_pass(text, channels_last, Changed::yes, {}, 1e-4, 1e-4);
+  EXPECT_EQ(ops_of(*g), "channel_block conv2d reshape layer_norm relu channel_block permute");
+  EXPECT_EQ(g->nodes()[2]->input(0), g->nodes()[1]->output(0));
+  auto plain = parse_graph(text);
+  auto inputs = random_inputs(*plain);
+  expect_same_outputs(interpret(*plain, inputs, Device::ref), interpret(*g, inputs, Device::cpu), 1e-4, 1e-4);
+  auto blocked = check_pass(text, block8, Changed::yes, {}, 1e-4, 1e-4);
+  EXPECT_EQ(count_op(*blocked, "permute"), 2);
+}
+
 TEST(PassBlockConvLayout, BlockZeroIsANoOp) {
   auto g = parse_graph(kBottleneck);
   EXPECT_FALSE(block_conv_layout(*g, 0));
