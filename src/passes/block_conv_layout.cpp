@@ -250,20 +250,33 @@ class Rewriter {
     return true;
   }
 
-  // A permute to [N, H, W, C] of a channels-last value (block = its channel count) is that
-  // value's bytes as they are: a reshape (an alias) replaces the copy, and the plain copy it
-  // would have read. ConvNeXt permutes each depthwise conv's output so for a layer norm over
-  // channels.
+  // Permutes between NCHW and NHWC are views of channels-last bytes (ConvNeXt permutes each
+  // depthwise conv's output for a layer norm over channels, and the block's result back):
+  //  - [0, 2, 3, 1] of a channels-last value (block = its channel count): its bytes are the
+  //    plain [N, H, W, C] result, a reshape;
+  //  - [0, 3, 1, 2] of a plain [N, H, W, C], in channels-last mode: its bytes are the result in
+  //    channels-last, seen through [N, 1, H, W, C] (the 5-d view of channels-last bytes that
+  //    the elementwise rewrite uses, and the debug captures follow). The result stays
+  //    channels-last: a conv or a blocked elementwise op reads it as it is; a plain consumer
+  //    gets one copy, a transpose as the permute was.
   bool nhwc_permute(Node* n) {
-    if (n->op_name() != "permute") return false;
+    if (n->op_name() != "permute" || n->output(0)->type.dtype != DType::f32) return false;
     Value* x = n->input(0);
-    if (!static_4d(x->type.shape) || layout(x) == 0 || layout(x) != static_channels(x)) return false;
+    if (!static_4d(x->type.shape)) return false;
     std::vector<int64_t> dims = n->attr("dims").ints();
     for (int64_t& d : dims) d = d < 0 ? d + 4 : d;
-    if (dims != std::vector<int64_t>{0, 2, 3, 1}) return false;
-    std::vector<int64_t> shape;
-    for (const Dim& d : n->output(0)->type.shape) shape.push_back(d.value());
-    Value* r = reshape(x, std::move(shape), n);
+    std::vector<int64_t> out;
+    for (const Dim& d : n->output(0)->type.shape) out.push_back(d.value());
+    Value* r = nullptr;
+    if (dims == std::vector<int64_t>{0, 2, 3, 1} && layout(x) != 0 && layout(x) == static_channels(x)) {
+      r = reshape(x, out, n);
+    } else if (dims == std::vector<int64_t>{0, 3, 1, 2} && block_ == kChannelsLast && layout(x) == 0) {
+      const Shape& s = x->type.shape;
+      r = reshape(reshape(x, {s[0].value(), 1, s[1].value(), s[2].value(), s[3].value()}, n), out, n);
+      layout_[r] = out[1];
+    } else {
+      return false;
+    }
     g_.replace_all_uses(n->output(0), r);  // carries the permute's provenance to r
     g_.remove_node(n);
     changed_ = true;

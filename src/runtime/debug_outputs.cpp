@@ -22,6 +22,15 @@ namespace {
 // as they are; a view back to [N, C, 1, 1] or [N, C] is the same bytes plain. A view's block is
 // its last dim: a per-channel input may come from a conv of another block (an 8-blocked
 // squeeze-excite conv scaling a 16-blocked activation), whose bytes are plain either way.
+// A plain [N, H, W, C] seen as [N, 1, H, W, C]: block_conv_layout's view of a permute to NCHW
+// whose result it keeps channels-last (the reshape after it is that result). The front end's
+// reshape chains are merged into one reshape before that pass, so only it makes this pair.
+bool nhwc_as_view(const Node* n) {
+  const Shape &in = n->input(0)->type.shape, &out = n->output(0)->type.shape;
+  if (in.size() != 4 || out.size() != 5 || !(out[1].is_static() && out[1].value() == 1)) return false;
+  return in[0] == out[0] && in[1] == out[2] && in[2] == out[3] && in[3] == out[4];
+}
+
 std::unordered_map<const Value*, int64_t> stored_blocks(const Graph& g) {
   std::unordered_map<const Value*, int64_t> blocked;
   std::unordered_set<const Value*> views;  // 5-d views of blocked bytes, and results computed on them
@@ -37,6 +46,8 @@ std::unordered_map<const Value*, int64_t> stored_blocks(const Graph& g) {
       const bool one_pixel = s[2].is_static() && s[3].is_static() && s[2].value() * s[3].value() == 1;
       const Shape& v = n->input(0)->type.shape;
       if (!one_pixel && v[4].is_static()) blocked[out] = v[4].value();
+    } else if (op == "reshape" && nhwc_as_view(n)) {
+      views.insert(out);
     } else if (out->rank() == 5) {
       for (const Value* in : n->inputs)
         if (blocked.count(in) || views.count(in)) {

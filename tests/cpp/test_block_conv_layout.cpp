@@ -275,27 +275,39 @@ TEST(PassBlockConvLayout, PoolsBetweenConvsKeepTheLayout) {
   }
 }
 
-TEST(PassBlockConvLayout, ChannelsLastPermuteIsAView) {
-  // A ConvNeXt block's start: depthwise conv, permute to [N, H, W, C], layer norm over C. The
-  // conv's channels-last bytes are the permute's result: a reshape, no copy. A permute to
-  // another order (%4) still reads a plain copy; with block 16 the permute stays.
-  const char* text = R"(graph(%x: f32[1, 24, 5, 6], %g: f32[24], %b: f32[24]) {
-  %w = constant f32[24, 1, 7, 7] random(seed=1)
-  %0 = conv2d(%x, %w) {padding=[3, 3], groups=24}
+// A ConvNeXt block: depthwise conv, permute to [N, H, W, C], layer norm over C, permute back,
+// the residual add, the next conv.
+const char* kConvNextBlock = R"(graph(%x: f32[1, 24, 5, 6], %g: f32[24], %b: f32[24]) {
+  %w0 = constant f32[24, 1, 7, 7] random(seed=1)
+  %w1 = constant f32[24, 24, 1, 1] random(seed=2)
+  %0 = conv2d(%x, %w0) {padding=[3, 3], groups=24}
   %1 = permute(%0) {dims=[0, -2, -1, 1]}
   %2 = layer_norm(%1, %g, %b) {normalized_ndim=1, has_weight=true, has_bias=true}
-  %3 = relu(%2)
-  %4 = permute(%0) {dims=[0, 3, 2, 1]}
-  return (%3, %4)
+  %3 = permute(%2) {dims=[0, 3, 1, 2]}
+  %4 = add(%3, %x)
+  %5 = conv2d(%4, %w1)
+  %6 = permute(%0) {dims=[0, 3, 2, 1]}
+  return (%5, %6)
 })";
-  auto g = check_pass(text, channels_last, Changed::yes, {}, 1e-4, 1e-4);
-  EXPECT_EQ(ops_of(*g), "channel_block conv2d reshape layer_norm relu channel_block permute");
+
+TEST(PassBlockConvLayout, ChannelsLastPermutesAreViews) {
+  // Channels-last: the conv's bytes are the permute's [N, H, W, C] (a reshape), and the layer
+  // norm's [N, H, W, C] bytes are the permute back in channels-last (a reshape through
+  // [1, 1, 5, 6, 24]); the add runs on the views and the next conv reads its result as it is.
+  // Copies: the input to NHWC (shared by the add), the output to plain, and the plain copy a
+  // permute to another order (%6) reads.
+  auto g = check_pass(kConvNextBlock, channels_last, Changed::yes, {}, 1e-4, 1e-4);
+  EXPECT_EQ(ops_of(*g),
+            "channel_block conv2d reshape layer_norm reshape reshape reshape reshape add reshape conv2d channel_block "
+            "permute channel_block");
   EXPECT_EQ(g->nodes()[2]->input(0), g->nodes()[1]->output(0));
-  auto plain = parse_graph(text);
+  EXPECT_EQ(g->nodes()[4]->output(0)->type.str(), "f32[1, 1, 5, 6, 24]");
+  auto plain = parse_graph(kConvNextBlock);
   auto inputs = random_inputs(*plain);
   expect_same_outputs(interpret(*plain, inputs, Device::ref), interpret(*g, inputs, Device::cpu), 1e-4, 1e-4);
-  auto blocked = check_pass(text, block8, Changed::yes, {}, 1e-4, 1e-4);
-  EXPECT_EQ(count_op(*blocked, "permute"), 2);
+  // In nChw8c the bytes are not NHWC: the permutes stay.
+  auto blocked = check_pass(kConvNextBlock, block8, Changed::yes, {}, 1e-4, 1e-4);
+  EXPECT_EQ(count_op(*blocked, "permute"), 3);
 }
 
 TEST(PassBlockConvLayout, BlockZeroIsANoOp) {

@@ -211,6 +211,40 @@ TEST(DebugOutputs, ElementwiseOnBlockedValuesIsCapturedPlain) {
   EXPECT_EQ(found, 1) << print_graph(g);
 }
 
+// ConvNeXt's permute back to NCHW, kept channels-last as a view of the layer norm's
+// [N, H, W, C] bytes (block_conv_layout): captured as the plain permute result.
+TEST(DebugOutputs, PermuteKeptChannelsLastIsCapturedPlain) {
+  const char* text = R"(graph(%x: f32[1, 24, 5, 6], %g: f32[24], %b: f32[24]) {
+  %w0 = constant f32[24, 1, 7, 7] random(seed=1)
+  %w1 = constant f32[24, 24, 1, 1] random(seed=2)
+  %0 = conv2d(%x, %w0) {padding=[3, 3], groups=24}
+  %1 = permute(%0) {dims=[0, 2, 3, 1]}
+  %2 = layer_norm(%1, %g, %b) {normalized_ndim=1, has_weight=true, has_bias=true}
+  %3 = permute(%2) {dims=[0, 3, 1, 2]}
+  %4 = conv2d(%3, %w1)
+  return (%4)
+})";
+  auto cg = compile_blocked(text, kChannelsLast);
+  const Graph& g = cg->graph();
+  const std::vector<Tensor> in = {random_tensor(DType::f32, {1, 24, 5, 6}, 4), random_tensor(DType::f32, {24}, 5),
+                                  random_tensor(DType::f32, {24}, 6)};
+  Capture c = capture(*cg, in);
+  auto plain = parse_graph(text);
+  plain->set_outputs({plain->nodes()[3]->output(0)});
+  const Tensor permuted = interpret(*plain, in, Device::ref)[0];
+  std::vector<Node*> nodes = g.nodes();
+  int found = 0;
+  for (size_t k = 0; k < c.d.captured.size(); ++k) {
+    const CapturedOutput& cap = c.d.captured[k];
+    const Node* n = nodes.at(cap.node);
+    if (n->op_name() != "reshape" || n->output(0)->type.str() != "f32[1, 24, 5, 6]") continue;
+    ++found;
+    EXPECT_EQ(cap.block, 24);
+    EXPECT_TRUE(all_close(c.outs[1 + k].view(), permuted.view(), 1e-5, 1e-5));
+  }
+  EXPECT_EQ(found, 1) << print_graph(g);
+}
+
 // A squeeze-excite gate as MobileNetV3 has it at 480 channels: the per-channel vector comes from
 // an 8-blocked conv (its input has 24 channels), the activation it scales from a 16-blocked one.
 // The gate's result is 16-blocked, whatever block its vector's conv wrote.
