@@ -21,6 +21,13 @@ bool block16(Graph& g) { return block_conv_layout(g, 16); }
 bool block8(Graph& g) { return block_conv_layout(g, 8); }
 bool channels_last(Graph& g) { return block_conv_layout(g, kChannelsLast); }
 
+// The rewritten graph on the fast kernels against the original (plain) one on the reference.
+void expect_fast_matches_plain(const char* text, const Graph& rewritten) {
+  auto plain = parse_graph(text);
+  auto inputs = random_inputs(*plain);
+  expect_same_outputs(interpret(*plain, inputs, Device::ref), interpret(rewritten, inputs, Device::cpu), 1e-4, 1e-4);
+}
+
 int count_op(const Graph& g, const std::string& op) {
   int c = 0;
   for (const Node* n : g.nodes()) c += n->op_name() == op;
@@ -56,9 +63,7 @@ TEST(PassBlockConvLayout, BottleneckStaysBlockedUntilThePlainConsumers) {
     EXPECT_EQ(n->attr("src_block").i(), n->input(0)->type.shape[1].value() < 16 ? 0 : 16);
   }
   // The blocked graph on the fast kernels against the plain graph on the reference.
-  auto plain = parse_graph(kBottleneck);
-  auto inputs = random_inputs(*plain);
-  expect_same_outputs(interpret(*plain, inputs, Device::ref), interpret(*g, inputs, Device::cpu), 1e-4, 1e-4);
+  expect_fast_matches_plain(kBottleneck, *g);
 }
 
 TEST(PassBlockConvLayout, BlockEight) {
@@ -95,9 +100,7 @@ TEST(PassBlockConvLayout, ChannelsOfEightUseTheHalfBlock) {
   EXPECT_EQ(g->nodes()[1]->attr("dst_block").i(), 8);
   EXPECT_EQ(g->nodes()[2]->attr("src_block").i(), 8);
   EXPECT_EQ(g->nodes()[4]->attr("src_block").i(), 16);
-  auto plain = parse_graph(text);
-  auto inputs = random_inputs(*plain);
-  expect_same_outputs(interpret(*plain, inputs, Device::ref), interpret(*g, inputs, Device::cpu), 1e-4, 1e-4);
+  expect_fast_matches_plain(text, *g);
 }
 
 TEST(PassBlockConvLayout, PlainNeighboursGetReorders) {
@@ -168,9 +171,7 @@ TEST(PassBlockConvLayout, SqueezeExciteVectorsNeedNoReorders) {
   EXPECT_EQ(nodes[7]->input(0), nodes[6]->output(0));  // the conv's [2, 32, 1, 1], viewed
   EXPECT_EQ(nodes[9]->output(0)->type.str(), "f32[2, 2, 6, 6, 16]");
   EXPECT_EQ(nodes[11]->attr("src_block").i(), 16);
-  auto plain = parse_graph(kSqueezeExcite);
-  auto inputs = random_inputs(*plain);
-  expect_same_outputs(interpret(*plain, inputs, Device::ref), interpret(*g, inputs, Device::cpu), 1e-4, 1e-4);
+  expect_fast_matches_plain(kSqueezeExcite, *g);
 }
 
 TEST(PassBlockConvLayout, ElementwiseBetweenConvsRunsBlocked) {
@@ -197,9 +198,7 @@ TEST(PassBlockConvLayout, ElementwiseBetweenConvsRunsBlocked) {
       EXPECT_EQ(n->input(2)->type.str(), "f32[1, 1, 6, 6, 1]");
       EXPECT_EQ(n->input(3)->type.str(), "f32[1, 2, 1, 1, 16]");
     }
-  auto plain = parse_graph(ordered);
-  auto inputs = random_inputs(*plain);
-  expect_same_outputs(interpret(*plain, inputs, Device::ref), interpret(*g, inputs, Device::cpu), 1e-4, 1e-4);
+  expect_fast_matches_plain(ordered, *g);
 }
 
 TEST(PassBlockConvLayout, ChannelsLastKeepsEveryConvInNhwc) {
@@ -215,9 +214,7 @@ TEST(PassBlockConvLayout, ChannelsLastKeepsEveryConvInNhwc) {
     }
     if (n->op_name() == "mean") EXPECT_EQ(n->input(0)->type.str(), "f32[2, 1, 6, 6, 32]");
   }
-  auto plain = parse_graph(kBottleneck);
-  auto inputs = random_inputs(*plain);
-  expect_same_outputs(interpret(*plain, inputs, Device::ref), interpret(*g, inputs, Device::cpu), 1e-4, 1e-4);
+  expect_fast_matches_plain(kBottleneck, *g);
 }
 
 TEST(PassBlockConvLayout, ChannelsLastTakesAnyChannelCountAndGroups) {
@@ -242,9 +239,7 @@ TEST(PassBlockConvLayout, ChannelsLastTakesAnyChannelCountAndGroups) {
             "channel_block");
   for (const Node* n : g->nodes())
     if (n->op_name() == "fused_elementwise") EXPECT_EQ(n->input(1)->type.str(), "f32[1, 1, 8, 8, 24]");
-  auto plain = parse_graph(text);
-  auto inputs = random_inputs(*plain);
-  expect_same_outputs(interpret(*plain, inputs, Device::ref), interpret(*g, inputs, Device::cpu), 1e-4, 1e-4);
+  expect_fast_matches_plain(text, *g);
 }
 
 TEST(PassBlockConvLayout, PoolsBetweenConvsKeepTheLayout) {
@@ -269,9 +264,7 @@ TEST(PassBlockConvLayout, PoolsBetweenConvsKeepTheLayout) {
       if (n->op_name() == "max_pool2d") EXPECT_EQ(n->attr("block").i(), 16);
       if (n->op_name() == "avg_pool2d") EXPECT_EQ(n->attr("block").i(), 0);
     }
-    auto plain = parse_graph(text);
-    auto inputs = random_inputs(*plain);
-    expect_same_outputs(interpret(*plain, inputs, Device::ref), interpret(*g, inputs, Device::cpu), 1e-4, 1e-4);
+    expect_fast_matches_plain(text, *g);
   }
 }
 
@@ -302,9 +295,7 @@ TEST(PassBlockConvLayout, ChannelsLastPermutesAreViews) {
             "permute channel_block");
   EXPECT_EQ(g->nodes()[2]->input(0), g->nodes()[1]->output(0));
   EXPECT_EQ(g->nodes()[4]->output(0)->type.str(), "f32[1, 1, 5, 6, 24]");
-  auto plain = parse_graph(kConvNextBlock);
-  auto inputs = random_inputs(*plain);
-  expect_same_outputs(interpret(*plain, inputs, Device::ref), interpret(*g, inputs, Device::cpu), 1e-4, 1e-4);
+  expect_fast_matches_plain(kConvNextBlock, *g);
   // In nChw8c the bytes are not NHWC: the permutes stay.
   auto blocked = check_pass(kConvNextBlock, block8, Changed::yes, {}, 1e-4, 1e-4);
   EXPECT_EQ(count_op(*blocked, "permute"), 3);

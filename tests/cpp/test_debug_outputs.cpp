@@ -110,6 +110,30 @@ Tensor unblocked(const Tensor& t, int64_t block) {
   return plain;
 }
 
+// `text` compiled in layout `layout` (block_conv_layout) and captured on `in`: the one captured
+// reshape to `type` (the pass's view of a value it keeps in a layout) says it is stored in
+// `block`, and holds the plain graph's node `node` result.
+void expect_view_captured_plain(const char* text, int layout, const std::vector<Tensor>& in, size_t node,
+                                const std::string& type, int64_t block, double rtol) {
+  auto cg = compile_blocked(text, layout);
+  const Graph& g = cg->graph();
+  Capture c = capture(*cg, in);
+  auto plain = parse_graph(text);
+  plain->set_outputs({plain->nodes()[node]->output(0)});
+  const Tensor want = interpret(*plain, in, Device::ref)[0];
+  std::vector<Node*> nodes = g.nodes();
+  int found = 0;
+  for (size_t k = 0; k < c.d.captured.size(); ++k) {
+    const CapturedOutput& cap = c.d.captured[k];
+    const Node* n = nodes.at(cap.node);
+    if (n->op_name() != "reshape" || n->output(0)->type.str() != type) continue;
+    ++found;
+    EXPECT_EQ(cap.block, block);
+    EXPECT_TRUE(all_close(c.outs[1 + k].view(), want.view(), rtol, 1e-5));
+  }
+  EXPECT_EQ(found, 1) << print_graph(g);
+}
+
 }  // namespace
 
 TEST(DebugOutputs, EveryNodeOutputOfAFusedGraphMatchesTheInterpreter) {
@@ -191,24 +215,7 @@ TEST(DebugOutputs, ElementwiseOnBlockedValuesIsCapturedPlain) {
   %2 = conv2d(%1, %w1) {padding=[1, 1]}
   return (%2)
 })";
-  auto cg = compile_blocked(text);
-  const Graph& g = cg->graph();
-  Tensor x = random_tensor(DType::f32, {2, 16, 6, 6}, 4);
-  Capture c = capture(*cg, {x});
-  auto plain = parse_graph(text);
-  plain->set_outputs({plain->nodes()[1]->output(0)});
-  const Tensor square = interpret(*plain, {x}, Device::ref)[0];
-  std::vector<Node*> nodes = g.nodes();
-  int found = 0;
-  for (size_t k = 0; k < c.d.captured.size(); ++k) {
-    const CapturedOutput& cap = c.d.captured[k];
-    const Node* n = nodes.at(cap.node);
-    if (n->op_name() != "reshape" || n->output(0)->rank() != 4) continue;
-    ++found;
-    EXPECT_EQ(cap.block, 8);
-    EXPECT_TRUE(all_close(c.outs[1 + k].view(), square.view(), 1e-5, 1e-5));
-  }
-  EXPECT_EQ(found, 1) << print_graph(g);
+  expect_view_captured_plain(text, 8, {random_tensor(DType::f32, {2, 16, 6, 6}, 4)}, 1, "f32[2, 16, 6, 6]", 8, 1e-5);
 }
 
 // ConvNeXt's permute back to NCHW, kept channels-last as a view of the layer norm's
@@ -224,25 +231,9 @@ TEST(DebugOutputs, PermuteKeptChannelsLastIsCapturedPlain) {
   %4 = conv2d(%3, %w1)
   return (%4)
 })";
-  auto cg = compile_blocked(text, kChannelsLast);
-  const Graph& g = cg->graph();
   const std::vector<Tensor> in = {random_tensor(DType::f32, {1, 24, 5, 6}, 4), random_tensor(DType::f32, {24}, 5),
                                   random_tensor(DType::f32, {24}, 6)};
-  Capture c = capture(*cg, in);
-  auto plain = parse_graph(text);
-  plain->set_outputs({plain->nodes()[3]->output(0)});
-  const Tensor permuted = interpret(*plain, in, Device::ref)[0];
-  std::vector<Node*> nodes = g.nodes();
-  int found = 0;
-  for (size_t k = 0; k < c.d.captured.size(); ++k) {
-    const CapturedOutput& cap = c.d.captured[k];
-    const Node* n = nodes.at(cap.node);
-    if (n->op_name() != "reshape" || n->output(0)->type.str() != "f32[1, 24, 5, 6]") continue;
-    ++found;
-    EXPECT_EQ(cap.block, 24);
-    EXPECT_TRUE(all_close(c.outs[1 + k].view(), permuted.view(), 1e-5, 1e-5));
-  }
-  EXPECT_EQ(found, 1) << print_graph(g);
+  expect_view_captured_plain(text, kChannelsLast, in, 3, "f32[1, 24, 5, 6]", 24, 1e-5);
 }
 
 // A squeeze-excite gate as MobileNetV3 has it at 480 channels: the per-channel vector comes from
@@ -262,24 +253,7 @@ TEST(DebugOutputs, GateOverMixedBlocksIsCapturedInItsOwnBlock) {
   %5 = conv2d(%4, %w3) {padding=[1, 1]}
   return (%5)
 })";
-  auto cg = compile_blocked(text, 16);
-  const Graph& g = cg->graph();
-  Tensor x = random_tensor(DType::f32, {1, 32, 6, 6}, 5);
-  Capture c = capture(*cg, {x});
-  auto plain = parse_graph(text);
-  plain->set_outputs({plain->nodes()[4]->output(0)});
-  const Tensor gate = interpret(*plain, {x}, Device::ref)[0];
-  std::vector<Node*> nodes = g.nodes();
-  int found = 0;
-  for (size_t k = 0; k < c.d.captured.size(); ++k) {
-    const CapturedOutput& cap = c.d.captured[k];
-    const Node* n = nodes.at(cap.node);
-    if (n->op_name() != "reshape" || n->output(0)->type.str() != "f32[1, 32, 6, 6]") continue;
-    ++found;
-    EXPECT_EQ(cap.block, 16);
-    EXPECT_TRUE(all_close(c.outs[1 + k].view(), gate.view(), 1e-4, 1e-5));
-  }
-  EXPECT_EQ(found, 1) << print_graph(g);
+  expect_view_captured_plain(text, 16, {random_tensor(DType::f32, {1, 32, 6, 6}, 5)}, 4, "f32[1, 32, 6, 6]", 16, 1e-4);
 }
 
 TEST(DebugOutputs, CopyGraphSharesConstantsAndPrintsTheSame) {

@@ -102,16 +102,19 @@ class PoolKernel final : public Kernel {
           dnnl::memory::desc(dst, dt::f32, t), {w.s[0], w.s[1]}, {w.k[0], w.k[1]}, {w.d[0] - 1, w.d[1] - 1}, pl, pr,
           user_scratchpad_attr());
     };
-    // A pool the graph runs in a layout (the node's block, set by block_conv_layout) reads and
-    // writes that layout; a plain one may pool in this CPU's layout between two reorders.
+    // A pool reads and writes the graph's layout (the node's block, set by block_conv_layout;
+    // 0 plain). Where oneDNN has no jit pool for it (plain NCHW on AVX2, nChw16c on an AVX2 CPU
+    // given conv_layout="nchw16c"), it pools in this CPU's layout between two reorders.
     k->layout_ = ctx.node.has_attr("block") ? ctx.node.attr("block").i() : 0;
     k->C_ = src[1];
+    const tag outer = channel_block_tag(k->layout_, src[1]);
     const int64_t block = preferred_channel_block();
+    const tag inner = channel_block_tag(block == kChannelsLast ? src[1] : block, src[1]);
     try {
-      k->pd_ = pool_pd(channel_block_tag(k->layout_, src[1]));
-      if (k->layout_ == 0 && !is_jit(k->pd_) && block != 0) {
-        auto blocked = pool_pd(channel_block_tag(block == kChannelsLast ? src[1] : block, src[1]));
-        if (is_jit(blocked)) k->pd_ = blocked, k->blocked_ = true;
+      k->pd_ = pool_pd(outer);
+      if (!is_jit(k->pd_) && block != 0 && inner != outer) {
+        auto other = pool_pd(inner);
+        if (is_jit(other)) k->pd_ = other, k->blocked_ = true;
       }
       k->prim_ = dnnl::pooling_forward(k->pd_);
     } catch (const dnnl::error& e) {
@@ -120,8 +123,8 @@ class PoolKernel final : public Kernel {
     ScratchPlan plan;
     size_t prim_scratch = scratchpad_bytes(k->pd_);
     if (k->blocked_) {
-      k->to_blocked_.create(op, dnnl::memory::desc(src, dt::f32, tag::abcd), k->pd_.src_desc());
-      k->to_plain_.create(op, k->pd_.dst_desc(), dnnl::memory::desc(dst, dt::f32, tag::abcd));
+      k->to_blocked_.create(op, dnnl::memory::desc(src, dt::f32, outer), k->pd_.src_desc());
+      k->to_plain_.create(op, k->pd_.dst_desc(), dnnl::memory::desc(dst, dt::f32, outer));
       prim_scratch = std::max({prim_scratch, k->to_blocked_.scratch_bytes(), k->to_plain_.scratch_bytes()});
       k->blk_src_ = plan.add(k->pd_.src_desc().get_size());
       k->blk_dst_ = plan.add(k->pd_.dst_desc().get_size());
@@ -234,8 +237,8 @@ class PoolKernel final : public Kernel {
 
   const char* op_ = "";
   int64_t layout_ = 0, C_ = 1;  // the graph's layout of x and y (kernels/channel_block.h)
-  bool blocked_ = false;  // pools in the blocked layout between two reorders
-  Reorder to_blocked_, to_plain_;
+  bool blocked_ = false;  // pools in this CPU's layout between two reorders from and to the graph's
+  Reorder to_blocked_, to_plain_;  // to that layout, and back to the graph's
   size_t blk_src_ = 0, blk_dst_ = 0;
   dnnl::algorithm alg_ = dnnl::algorithm::pooling_max;
   Window w_{};
