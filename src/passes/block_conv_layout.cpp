@@ -47,6 +47,9 @@ bool is_column_reduction(const Node& n) {
 // Pools that read and write any layout (their `block` attribute, Rewriter::pool).
 bool is_pool(const Node& n) { return n.op_name() == "max_pool2d" || n.op_name() == "avg_pool2d"; }
 
+// Consumers that run on a value in any layout (Rewriter::elementwise, spatial_reduction, pool).
+bool takes_any_layout(const Node& n) { return is_elementwise(n) || is_column_reduction(n) || is_pool(n); }
+
 bool static_4d(const Shape& s) {
   if (s.size() != 4) return false;
   for (const Dim& d : s)
@@ -207,7 +210,7 @@ class Rewriter {
         const int64_t src = conv_layouts(*u).first;
         (src == 0 ? wants_plain : wants_blocked) = true;
         if (src != 0 && src != b) wants_plain = true;  // 16 <-> 8: a copy either way
-      } else if (!is_elementwise(*u) && !is_column_reduction(*u) && !is_pool(*u)) {
+      } else if (!takes_any_layout(*u)) {
         wants_plain = true;
       }
     }
@@ -250,6 +253,14 @@ class Rewriter {
     return true;
   }
 
+  // Whether a consumer of v could read it channels-last: a conv that reads channels-last, or an
+  // op that takes any layout.
+  bool reads_channels_last(const Value* v) const {
+    for (const Node* u : g_.users(v))
+      if (u->op_name() == "conv2d" ? conv_layouts(*u).first != 0 : takes_any_layout(*u)) return true;
+    return false;
+  }
+
   // Permutes between NCHW and NHWC are views of channels-last bytes (ConvNeXt permutes each
   // depthwise conv's output for a layer norm over channels, and the block's result back):
   //  - [0, 2, 3, 1] of a channels-last value (block = its channel count): its bytes are the
@@ -258,7 +269,8 @@ class Rewriter {
   //    channels-last, seen through [N, 1, H, W, C] (the 5-d view of channels-last bytes that
   //    the elementwise rewrite uses, and the debug captures follow). The result stays
   //    channels-last: a conv or a blocked elementwise op reads it as it is; a plain consumer
-  //    gets one copy, a transpose as the permute was.
+  //    gets one copy, a transpose as the permute was. Only where some consumer can read it so
+  //    (reads_channels_last): else the permute stays, the copy it is.
   bool nhwc_permute(Node* n) {
     if (n->op_name() != "permute" || n->output(0)->type.dtype != DType::f32) return false;
     Value* x = n->input(0);
@@ -270,7 +282,8 @@ class Rewriter {
     Value* r = nullptr;
     if (dims == std::vector<int64_t>{0, 2, 3, 1} && layout(x) != 0 && layout(x) == static_channels(x)) {
       r = reshape(x, out, n);
-    } else if (dims == std::vector<int64_t>{0, 3, 1, 2} && block_ == kChannelsLast && layout(x) == 0) {
+    } else if (dims == std::vector<int64_t>{0, 3, 1, 2} && block_ == kChannelsLast && layout(x) == 0 &&
+               reads_channels_last(n->output(0))) {
       const Shape& s = x->type.shape;
       r = reshape(reshape(x, {s[0].value(), 1, s[1].value(), s[2].value(), s[3].value()}, n), out, n);
       layout_[r] = out[1];
@@ -330,8 +343,10 @@ class Rewriter {
 
 }  // namespace
 
+bool keeps_conv_layout(int block) { return block > 0 || block == kChannelsLast; }
+
 bool block_conv_layout(Graph& g, int block) {
-  if (block <= 0 && block != kChannelsLast) return false;
+  if (!keeps_conv_layout(block)) return false;
   Rewriter rw(g, block);
   for (Node* n : g.nodes()) {
     if (n->op_name() == "conv2d") rw.conv(n);

@@ -44,11 +44,15 @@
 // What it does not do: adaptive pooling, other reductions and ops stay plain (a channel_block
 // pair around them); channels not divisible by 8 are not padded (measured: padding MobileNetV3's
 // 24/72 channels to 32/80 to run oneDNN's AVX-512 kernels instead of its AVX2 ones gained
-// nothing, docs/BENCHMARKS.md). B <= 0 (other than kChannelsLast) leaves the graph unchanged.
+// nothing, docs/BENCHMARKS.md). Other values of B (keeps_conv_layout) leave the graph unchanged.
 #pragma once
 #include "ir/graph.h"
 
 namespace updraft {
+
+// Whether the pass keeps a layout for CompileOptions::channel_block `block`: 8, 16 or
+// kChannelsLast (0 plain and -1 unresolved do nothing).
+bool keeps_conv_layout(int block);
 
 // Returns whether the graph changed.
 bool block_conv_layout(Graph& g, int block);

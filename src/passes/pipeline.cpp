@@ -17,7 +17,6 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "ir/text.h"
-#include "kernels/channel_block.h"
 #include "passes/block_conv_layout.h"
 #include "passes/canonicalize.h"
 #include "passes/constant_fold.h"
@@ -51,7 +50,7 @@ struct Step {
 bool always(const CompileOptions&) { return true; }
 bool if_fuse(const CompileOptions& o) { return o.fuse; }
 bool if_fold(const CompileOptions& o) { return o.fold_constants; }
-bool if_block(const CompileOptions& o) { return o.channel_block > 0 || o.channel_block == kChannelsLast; }
+bool if_block(const CompileOptions& o) { return keeps_conv_layout(o.channel_block); }
 bool if_low_weights(const CompileOptions& o) { return o.weight_dtype != WeightDType::f32; }
 template <bool (*Pass)(Graph&)>
 bool plain(Graph& g, const CompileOptions&) {

@@ -51,7 +51,8 @@ std::shared_ptr<Executable> Executable::compile(std::unique_ptr<Graph> graph, co
                                std::to_string(kChannelsLast) + " (channels-last)");
   std::shared_ptr<Executable> cg(new Executable());
   cg->opts_ = opts;
-  if (cg->opts_.channel_block < 0) cg->opts_.channel_block = preferred_channel_block();
+  // Only -1 (auto) resolves: kChannelsLast is negative too, and an explicit layout is kept.
+  if (cg->opts_.channel_block == -1) cg->opts_.channel_block = preferred_channel_block();
   auto t0 = std::chrono::steady_clock::now();
   cg->pass_log_ = run_pipeline(*graph, cg->opts_);
   cg->compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

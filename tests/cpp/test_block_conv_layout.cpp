@@ -11,6 +11,7 @@
 #include "kernels/kernel.h"
 #include "pass_test_util.h"
 #include "passes/block_conv_layout.h"
+#include "runtime/executable.h"
 
 using namespace updraft;
 using namespace updraft::testing;
@@ -301,6 +302,21 @@ TEST(PassBlockConvLayout, ChannelsLastPermutesAreViews) {
   EXPECT_EQ(count_op(*blocked, "permute"), 3);
 }
 
+TEST(PassBlockConvLayout, PermuteBackStaysWhereOnlyPlainOpsReadIt) {
+  // A permute of a plain [N, H, W, C] to NCHW read only by a plain op (a flatten) and a graph
+  // output: kept channels-last it would only trade the permute for a reorder, so it stays.
+  const char* text = R"(graph(%x: f32[1, 24, 5, 6], %y: f32[1, 5, 6, 24]) {
+  %w = constant f32[24, 24, 1, 1] random(seed=1)
+  %0 = conv2d(%x, %w)
+  %1 = permute(%y) {dims=[0, 3, 1, 2]}
+  %2 = reshape(%1) {shape=[1, 720]}
+  return (%0, %1, %2)
+})";
+  auto g = check_pass(text, channels_last, Changed::yes, {}, 1e-4, 1e-4);
+  EXPECT_EQ(count_op(*g, "permute"), 1);
+  EXPECT_EQ(count_op(*g, "channel_block"), 2);  // the conv's input and output only
+}
+
 TEST(PassBlockConvLayout, BlockZeroIsANoOp) {
   auto g = parse_graph(kBottleneck);
   EXPECT_FALSE(block_conv_layout(*g, 0));
@@ -404,4 +420,19 @@ TEST(ChannelBlock, RoundTripAndShapeErrors) {
   Graph g;
   Value* v = g.add_input("x", {DType::f32, {1, 12, 4, 4}});
   EXPECT_THROW(g.add_node("channel_block", {v}, {{"from_block", int64_t{0}}, {"to_block", int64_t{8}}}), Error);
+}
+
+TEST(ConvLayoutOption, ExplicitLayoutsAreKeptAndAutoResolves) {
+  // An explicit layout compiles as asked on any CPU (channels-last is negative, like auto's -1,
+  // and must not be taken for it); -1 becomes this CPU's preference; others are refused.
+  for (int layout : {0, 8, 16, kChannelsLast}) {
+    CompileOptions opts;
+    opts.channel_block = layout;
+    EXPECT_EQ(Executable::compile(parse_graph(kBottleneck), opts)->options().channel_block, layout);
+  }
+  EXPECT_EQ(Executable::compile(parse_graph(kBottleneck), CompileOptions{})->options().channel_block,
+            preferred_channel_block());
+  CompileOptions bad;
+  bad.channel_block = 4;
+  EXPECT_THROW(Executable::compile(parse_graph(kBottleneck), bad), Error);
 }
