@@ -39,8 +39,9 @@
 //  - max_pool2d / avg_pool2d of a blocked value with no plain copy yet pool in its layout
 //    (their `block` attribute) and their result keeps it (ResNet's stem pool);
 //  - channels-last only: a permute to [N, H, W, C] of a channels-last value is a reshape of its
-//    bytes, and a permute of a plain [N, H, W, C] to NCHW is a reshape too, whose result is
-//    kept channels-last (ConvNeXt's layer norms over channels, between depthwise convs).
+//    bytes, and a permute of a plain [N, H, W, C] to NCHW that a conv or an any-layout op
+//    reads is a reshape too, whose result is kept channels-last (ConvNeXt's layer norms over
+//    channels, between depthwise convs).
 // What it does not do: adaptive pooling, other reductions and ops stay plain (a channel_block
 // pair around them); channels not divisible by 8 are not padded (measured: padding MobileNetV3's
 // 24/72 channels to 32/80 to run oneDNN's AVX-512 kernels instead of its AVX2 ones gained

@@ -14,14 +14,6 @@ namespace updraft {
 
 namespace {
 
-// The channel block each node output is stored in (kernels/channel_block.h), where it is not
-// plain: a blocked conv's or pool's result, a channel_block copy to a block, and the [N, C, H, W] reshape
-// that block_conv_layout puts after an elementwise node it ran on blocked bytes seen as
-// [N, C/B, H, W, B] (passes/block_conv_layout.h). Those 5-d views, and what elementwise ops
-// compute from them, are tensors in their own right (no front-end counterpart) and are captured
-// as they are; a view back to [N, C, 1, 1] or [N, C] is the same bytes plain. A view's block is
-// its last dim: a per-channel input may come from a conv of another block (an 8-blocked
-// squeeze-excite conv scaling a 16-blocked activation), whose bytes are plain either way.
 // A plain [N, H, W, C] seen as [N, 1, H, W, C]: block_conv_layout's view of a permute to NCHW
 // whose result it keeps channels-last (the reshape after it is that result). The front end's
 // reshape chains are merged into one reshape before that pass, so only it makes this pair.
@@ -31,6 +23,15 @@ bool nhwc_as_view(const Node* n) {
   return in[0] == out[0] && in[1] == out[2] && in[2] == out[3] && in[3] == out[4];
 }
 
+// The channel block each node output is stored in (kernels/channel_block.h), where it is not
+// plain: a blocked conv's or pool's result, a channel_block copy to a block, and the
+// [N, C, H, W] reshape that block_conv_layout puts after an elementwise node it ran on blocked
+// bytes seen as [N, C/B, H, W, B] (passes/block_conv_layout.h), or after nhwc_as_view. Those
+// 5-d views, and what elementwise ops compute from them, are tensors in their own right (no
+// front-end counterpart) and are captured as they are; a view back to [N, C, 1, 1] or [N, C] is
+// the same bytes plain. A view's block is its last dim: a per-channel input may come from a
+// conv of another block (an 8-blocked squeeze-excite conv scaling a 16-blocked activation),
+// whose bytes are plain either way.
 std::unordered_map<const Value*, int64_t> stored_blocks(const Graph& g) {
   std::unordered_map<const Value*, int64_t> blocked;
   std::unordered_set<const Value*> views;  // 5-d views of blocked bytes, and results computed on them
