@@ -53,10 +53,22 @@ static inline float widen1(uint16_t v) {
 }
 static inline float widen1(float v) { return v; }
 
+// Whether a tile prefetches the next tile's weight rows while it reads its own. An i8 or bf16
+// row (K <= 2816 here: 1-5.5 KB) is shorter than the 4 KB page the L2 streamer follows, so a tile
+// of 8 rows interleaves 8 short streams in 2-3 pages and the hardware prefetcher ramps up too
+// late: an i8 decode linear streamed 7-11 GB/s on 2 AVX-512 cores, 14-21 with the next tile
+// prefetched, the same fraction at 1 thread (docs/BENCHMARKS.md, "weight prefetch"). An f32 row
+// of K >= 1024 spans whole pages, and the same prefetch made it slower (27 -> 22 GB/s).
+template <class W>
+constexpr bool kPrefetchNextTile = sizeof(W) < sizeof(float);
+
 // ISA traits V provide: reg, lanes, zero(), bcast(float), loadx(const float*), widen(const W*)
 // for W in {int8_t, uint16_t, float}, fma(a, b, c), hsum(reg) -> float, store(float*, reg).
+// next: where the following tile's rows start (w + NT * ldw for a dense weight); it is only
+// prefetched (kPrefetchNextTile), never read, so past the end of the weight is harmless.
 template <class V, class W, int MT, int NT>
-inline void tile(const float* x, int64_t ldx, const W* w, int64_t ldw, int64_t K, float* out, int64_t ldo) {
+inline void tile(const float* x, int64_t ldx, const W* w, int64_t ldw, int64_t K, float* out, int64_t ldo,
+                 const W* next = nullptr) {
   using reg = typename V::reg;
   reg acc[MT][NT];
 #pragma GCC unroll 4
@@ -64,8 +76,19 @@ inline void tile(const float* x, int64_t ldx, const W* w, int64_t ldw, int64_t K
 #pragma GCC unroll 8
     for (int n = 0; n < NT; ++n) acc[m][n] = V::zero();
   }
+  // The next tile's NT rows are contiguous (NT * K elements) and this loop runs K / lanes
+  // times: prefetching NT * lanes elements of it per iteration covers it as this tile ends.
+  constexpr int64_t kPfStep = static_cast<int64_t>(NT) * V::lanes * sizeof(W);  // bytes per iteration
+  const char* pf = reinterpret_cast<const char*>(next);
   int64_t k = 0;
   for (; k + V::lanes <= K; k += V::lanes) {
+    if constexpr (kPrefetchNextTile<W>) {
+      if (pf) {
+#pragma GCC unroll 4
+        for (int64_t b = 0; b < kPfStep; b += 64) __builtin_prefetch(pf + b, 0, 3);
+        pf += kPfStep;
+      }
+    }
     reg xv[MT];
 #pragma GCC unroll 4
     for (int m = 0; m < MT; ++m) xv[m] = V::loadx(x + m * ldx + k);
@@ -89,7 +112,7 @@ template <class V, class W, int MT, int NT>
 inline void rows_fixed(const float* x, int64_t ldx, const W* w, int64_t N, int64_t ldw, int64_t K, float* out,
                        int64_t ldo) {
   int64_t n = 0;
-  for (; n + NT <= N; n += NT) tile<V, W, MT, NT>(x, ldx, w + n * ldw, ldw, K, out + n, ldo);
+  for (; n + NT <= N; n += NT) tile<V, W, MT, NT>(x, ldx, w + n * ldw, ldw, K, out + n, ldo, w + (n + NT) * ldw);
   for (; n < N; ++n) tile<V, W, MT, 1>(x, ldx, w + n * ldw, ldw, K, out + n, ldo);
 }
 
