@@ -92,6 +92,37 @@ def test_explain_counts_low_precision_weights():
     assert "weight_dtype int8: 11 linear weight(s) stored low-precision" in text, text
 
 
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_low_precision_graph_never_runs_eager_f32(cache):
+    """inference="auto" (the default) times a graph against eager PyTorch over its first calls,
+    and a static KV cache (a graph writing its inputs) always is; eager computes with the f32
+    weights, so those trials switched a weight_dtype model's precision between calls. Every call
+    must give the int8 engine's result: the same logits each time, and the report says why."""
+    from transformers import LlamaForCausalLM
+
+    model = _llama()
+    ids = torch.randint(0, model.config.vocab_size, (1, 8))
+    torch._dynamo.reset()
+    fast = torch.compile(model, backend=updraft.get_backend(CompilerConfig(weight_dtype="int8")))
+    with torch.no_grad():
+        if cache == "static":
+            from transformers import StaticCache
+
+            def call():
+                kv = StaticCache(config=model.config, max_cache_len=16)
+                return fast(ids, past_key_values=kv, use_cache=True).logits
+        else:
+            def call():
+                return fast(ids, use_cache=False).logits
+        outs = [call() for _ in range(10)]  # past MeasuredChoice's 1 + 3 trials per side
+        want = LlamaForCausalLM.forward(model, ids, use_cache=False).logits
+    for i, o in enumerate(outs):
+        assert torch.equal(o, outs[0]), f"call {i} differs from call 0: a call ran another precision"
+    assert not torch.allclose(outs[0], want, rtol=0, atol=1e-6), "int8 logits equal eager f32: not quantized?"
+    text = "\n".join(c[1] for g in updraft.last_report().graphs for c in g.compiles)
+    assert "not timed against eager PyTorch: weight_dtype='int8'" in text, text
+
+
 def test_option_is_validated_and_reaches_torch_compile():
     with pytest.raises(ValueError, match=r"\[updraft.config\] weight_dtype='fp8' is not one of"):
         CompilerConfig(weight_dtype="fp8")
