@@ -11,29 +11,31 @@ from __future__ import annotations
 import os
 
 
-# (variable, value) for a machine whose other work leaves cores free at import, and for one it
-# already fills. Measured in docs/BENCHMARKS.md, "Issue 20: OpenMP wait policy".
-_WAIT_CALM = ("GOMP_SPINCOUNT", "1000")
+# The setting for a machine whose load already fills its cores at import; None: libgomp's own
+# default (a long spin, 300000 iterations), as eager PyTorch gets. Measured in
+# docs/BENCHMARKS.md, "Issue 20: OpenMP wait policy".
 _WAIT_LOADED = ("OMP_WAIT_POLICY", "passive")
 
 
-def _wait_setting(load_1min: float, cores: int) -> tuple[str, str]:
-    """The OpenMP wait setting for a machine with this 1-minute load average and core count.
+def _wait_setting(load_1min: float, cores: int) -> tuple[str, str] | None:
+    """The OpenMP wait setting for a machine with this 1-minute load average and core count,
+    or None to leave libgomp's default.
 
     How long a thread that waits for work should spin before it sleeps depends on whether
-    another process wants its core. With the cores to itself, spinning longer is faster (156M
-    Llama decode at 2 threads: 27-31 ms/token with GOMP_SPINCOUNT 10^4-3*10^5, 33-36 passive,
-    39-41 with 1000); with one busy neighbour a long spin collapses (90-770 ms/token) and
-    sleeping at once is best (33-42; 1000: 44). Long spins are never chosen: load can come after
-    the import, and the loss is up to 20x where a short wait costs 10-40% on a calm machine.
-    Between the two short settings: on a machine already busy at import (load average at least
-    the core count) passive waiting measured better in every case; otherwise the short spin,
-    which beat passive on an idle machine (session 3). libgomp reads the setting once, when it
-    loads, so this is one decision per process; the engine's small steps run with no OpenMP
-    region at all (src/kernels/cpu/threads.h), so it only concerns multi-threaded steps.
+    another process wants its core. With the cores to itself, spinning long is fastest: on a
+    calm 2-core Xeon (session 20) libgomp's default spin gave 156M Llama decode 24.4 ms/token,
+    the zoo MLP 0.41 / 1.89 ms (batch 1 / 64), where GOMP_SPINCOUNT=1000 gave 43.2, 1.62 and
+    2.68 and passive 26.7, 1.01 and 3.73; ResNet-50 46-47 ms against 100-108 with 1000. A
+    short wait pays a futex wake per parallel region, and on that host a wake cost far more
+    than on the earlier ones. With a busy neighbour a long spin collapses (2-20x slower) and
+    sleeping at once is best. So a machine already busy at import (load average at least the
+    core count) gets passive waiting, and any other keeps the default, which is what eager
+    PyTorch, Inductor and llama.cpp run with: load that arrives after the import hurts
+    updraft as much as them, no more (the doc says what a user expecting it should set).
+    libgomp reads the setting once, when it loads, so this is one decision per process.
     Figures: docs/BENCHMARKS.md, "Issue 20: OpenMP wait policy".
     """
-    return _WAIT_LOADED if load_1min >= cores else _WAIT_CALM
+    return _WAIT_LOADED if load_1min >= cores else None
 
 
 def _default_openmp_wait_policy() -> None:
@@ -43,7 +45,8 @@ def _default_openmp_wait_policy() -> None:
     and libgomp reads the setting once, when it loads; so this only acts when `updraft` is
     imported before torch or the engine, and never when the user set OMP_WAIT_POLICY or
     GOMP_SPINCOUNT. It does not restore the variable: the runtime loads later, and child
-    processes inherit it. When the load average cannot be read, the calm setting applies.
+    processes inherit it. When the load average cannot be read, the calm setting applies
+    (libgomp's default: nothing is set).
     """
     env = os.environ
     if "OMP_WAIT_POLICY" in env or "GOMP_SPINCOUNT" in env:
@@ -59,8 +62,9 @@ def _default_openmp_wait_policy() -> None:
         load = os.getloadavg()[0]
     except OSError:
         load = 0.0
-    name, value = _wait_setting(load, os.cpu_count() or 1)
-    env[name] = value
+    setting = _wait_setting(load, os.cpu_count() or 1)
+    if setting is not None:
+        env[setting[0]] = setting[1]
 
 
 _default_openmp_wait_policy()

@@ -1,5 +1,5 @@
 """updraft's default OpenMP wait (python/updraft/__init__.py): when updraft is imported before any
-OpenMP runtime loads, a short spin (GOMP_SPINCOUNT=1000) on a machine with free cores and
+OpenMP runtime loads, libgomp's own default (nothing set) on a machine with free cores and
 passive waiting (OMP_WAIT_POLICY=passive) on one whose load average already fills them; never
 over a user's own setting."""
 import os
@@ -21,8 +21,8 @@ CALM = "import os\nos.getloadavg = lambda: (0.0, 0.0, 0.0)\nimport updraft"
 LOADED = "import os\nos.getloadavg = lambda: (float(os.cpu_count()), 0.0, 0.0)\nimport updraft"
 
 
-def test_short_spin_on_a_calm_machine():
-    assert _policy_after(CALM) == "<unset> 1000"
+def test_runtime_default_on_a_calm_machine():
+    assert _policy_after(CALM) == "<unset> <unset>"
 
 
 def test_passive_when_the_load_already_fills_the_cores():
@@ -32,10 +32,10 @@ def test_passive_when_the_load_already_fills_the_cores():
 def test_rule_boundaries():
     from updraft import _wait_setting
 
-    assert _wait_setting(0.0, 2) == ("GOMP_SPINCOUNT", "1000")
-    assert _wait_setting(1.9, 2) == ("GOMP_SPINCOUNT", "1000")
+    assert _wait_setting(0.0, 2) is None
+    assert _wait_setting(1.9, 2) is None
     assert _wait_setting(2.0, 2) == ("OMP_WAIT_POLICY", "passive")
-    assert _wait_setting(20.0, 64) == ("GOMP_SPINCOUNT", "1000")
+    assert _wait_setting(20.0, 64) is None
 
 
 def test_user_setting_wins():
