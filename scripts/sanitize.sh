@@ -77,7 +77,8 @@ asan_lane() {
   # a freed object is caught instead of reading a recycled pymalloc slot.
   local env=(LD_PRELOAD="$(runtime libasan.so) $(runtime libstdc++.so)"
              ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_string_checks=1
-             PYTHONMALLOC=malloc PYTHONPATH="$pkg")
+             PYTHONMALLOC=malloc PYTHONPATH="$pkg"
+             OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}")  # xdist workers share the cores (scripts/test.sh)
   env "${env[@]}" python - <<'EOF'
 import updraft._C as c
 assert "/build/asan/" in c.__file__, f"[sanitize] the ASan lane imported {c.__file__}, not build/asan's"

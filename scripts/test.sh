@@ -17,5 +17,9 @@ ctest --test-dir build/py --output-on-failure -j2
 echo "[test] the C/C++ runtime as a user installs it (examples/ against the installed package)"
 bash scripts/example.sh
 echo "[test] Python tests ($(since) so far)"
+# One worker per core, each running multi-threaded steps: the cores are oversubscribed, where
+# threads that spin while they wait (libgomp's default, which `import updraft` keeps on a calm
+# machine) collapse; sleeping at once keeps the suite's time (docs/llm.md, "Threads waiting").
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 python -m pytest -q -n auto --dist worksteal --durations=25 "$@"
 echo "[test] all: $(since)"
