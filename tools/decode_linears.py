@@ -1,5 +1,5 @@
 """Time the 156M Llama's decode linears alone: the 8 layers' 56 projections (q, k, v, o, gate,
-up, down) of `tools/prepack_ab.py` in one compiled module, x [1, M, 1024], one weight_dtype per
+up, down; `Stack`, which `tools/prepack_ab.py` uses too) in one compiled module, x [1, M, 1024], one weight_dtype per
 process; prints the first quartile and median ms per pass over the rounds and GB/s of weight
 bytes. For A/B runs, alternate two builds in fresh processes (PYTHONPATH selects the package):
 
@@ -11,10 +11,11 @@ import time
 
 import torch
 
+import updraft
 from updraft import CompilerConfig, get_backend
+from updraft.config import WEIGHT_DTYPES
 
 H, I, LAYERS = 1024, 2816, 8
-BYTES = {"f32": 4, "bf16": 2, "int8": 1}
 
 
 class Layer(torch.nn.Module):
@@ -42,9 +43,19 @@ class Stack(torch.nn.Module):
         return x
 
 
+def weight_bytes(m: torch.nn.Module) -> int:
+    """The bytes the engine reads per pass: what the last compile stored low-precision (with
+    its scales, from the report), the other parameters as f32."""
+    stored = low_f32 = 0
+    for part in updraft.last_report().partitions:
+        for _count, b, f in part.low_precision_weights.values():
+            stored, low_f32 = stored + b, low_f32 + f
+    return stored + sum(q.numel() * q.element_size() for q in m.parameters()) - low_f32
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("weight_dtype", choices=list(BYTES))
+    p.add_argument("weight_dtype", choices=WEIGHT_DTYPES)
     p.add_argument("--rows", type=int, default=1, help="rows of x (decode batch); default 1")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=30, help="timed rounds of --calls calls")
@@ -56,10 +67,11 @@ def main() -> None:
     cfg = CompilerConfig(weight_dtype=a.weight_dtype, num_threads=a.threads, inference="engine")
     f = torch.compile(m, backend=get_backend(cfg))
     x = torch.randn(1, a.rows, H)
-    wbytes = sum(q.numel() for q in m.parameters()) * BYTES[a.weight_dtype]
     with torch.no_grad():
         for _ in range(3):
             f(x)
+    wbytes = weight_bytes(m)
+    with torch.no_grad():
         ts = []
         for _ in range(a.rounds):
             t0 = time.perf_counter()

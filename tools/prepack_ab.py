@@ -7,24 +7,9 @@ import sys, time, statistics, torch, updraft
 from updraft import CompilerConfig, get_backend
 torch.set_num_threads(2)
 torch.manual_seed(0)
-H, I = 1024, 2816
-class Layer(torch.nn.Module):
-    def __init__(s):
-        super().__init__()
-        s.q = torch.nn.Linear(H, H, bias=False); s.k = torch.nn.Linear(H, 256, bias=False); s.v = torch.nn.Linear(H, 256, bias=False)
-        s.o = torch.nn.Linear(H, H, bias=False); s.g = torch.nn.Linear(H, I, bias=False); s.u = torch.nn.Linear(H, I, bias=False); s.d = torch.nn.Linear(I, H, bias=False)
-    def forward(s, x):
-        x = x * 1.0001
-        a = s.q(x) + s.o(x)
-        b = s.k(x).sum() + s.v(x).sum()
-        return s.d(s.g(a) * s.u(a)) + b
-mods = [Layer().eval() for _ in range(8)]
-class M(torch.nn.Module):
-    def __init__(s): super().__init__(); s.l = torch.nn.ModuleList(mods)
-    def forward(s, x):
-        for l in s.l: x = l(x) * 0.01
-        return x
-m = M().eval()
+from decode_linears import Stack  # the 8 layers' projections (tools/decode_linears.py)
+m = Stack().eval()
+H = 1024
 Ms = [int(a) for a in sys.argv[1].split(",")]
 dyn = len(sys.argv) > 2 and sys.argv[2] == "dyn"
 fns = {}
