@@ -147,7 +147,8 @@ class CompilerConfig:
         timed calls beat each of the compiled graph's (so load on a shared machine during the
         trials does not decide it), and explain says so with both times. It is the rule "never
         slower than eager" for whatever the engine's own choices miss. "engine": no timing, the
-        compiled graph always runs (benchmarks of the engine itself, tests).
+        compiled graph always runs (benchmarks of the engine itself, tests). A graph compiled
+        with weight_dtype other than "f32" is never timed: eager computes with other weights.
     keep_arenas: whether an engine graph keeps the memory of its intermediates (its plan's
         arena) between calls. None (default): inference graphs keep it (no allocation or page
         faults per call), training graphs free it when each call returns (the forward's arena
@@ -160,7 +161,8 @@ class CompilerConfig:
         one f32 scale per output channel (a quarter of the bytes). Both are widened to f32 in
         registers and accumulate in f32; activations stay f32. Decode (a few rows per call)
         reads fewer bytes and runs faster; results differ from f32 by the rounding of the
-        weights (measured error in docs/quantization.md). In the compile-cache key.
+        weights (measured error in docs/quantization.md). Such graphs run in the engine at
+        every call, whatever `inference` says (docs/quantization.md). In the compile-cache key.
     Kernel knobs (the engine's KernelOptions; each defaults to its environment variable, then
     to the value shown):
     prepack_weights (UPDRAFT_PREPACK_WEIGHTS=0/1, True): linear/matmul keep a prepacked copy of
