@@ -98,8 +98,6 @@ def test_low_precision_graph_never_runs_eager_f32(cache):
     and a static KV cache (a graph writing its inputs) always is; eager computes with the f32
     weights, so those trials switched a weight_dtype model's precision between calls. Every call
     must give the int8 engine's result: the same logits each time, and the report says why."""
-    from transformers import LlamaForCausalLM
-
     model = _llama()
     ids = torch.randint(0, model.config.vocab_size, (1, 8))
     torch._dynamo.reset()
@@ -115,7 +113,7 @@ def test_low_precision_graph_never_runs_eager_f32(cache):
             def call():
                 return fast(ids, use_cache=False).logits
         outs = [call() for _ in range(10)]  # past MeasuredChoice's 1 + 3 trials per side
-        want = LlamaForCausalLM.forward(model, ids, use_cache=False).logits
+        want = model(ids, use_cache=False).logits  # eager, f32 weights
     for i, o in enumerate(outs):
         assert torch.equal(o, outs[0]), f"call {i} differs from call 0: a call ran another precision"
     assert not torch.allclose(outs[0], want, rtol=0, atol=1e-6), "int8 logits equal eager f32: not quantized?"
