@@ -93,7 +93,7 @@ TEST(ToBf16, RoundsToNearestEvenAndKeepsNan) {
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::infinity())), std::numeric_limits<float>::infinity());
 }
 
-// Fast vs reference: rows of x for decode (1, 2, 7) and prefill (32, 65; above the widening
+// Fast vs reference: rows of x for decode (1, 2, 7) and prefill (32, 65; above the panel
 // threshold), K and N off every tile width, with and without bias, a residual and an
 // activation, 1 and 2 threads, each instruction set this CPU runs.
 TEST(LinearWq, FastMatchesReference) {

@@ -5,14 +5,15 @@
 // (linear_stream.h): a decode step's linear, which only has to read its weight once at full
 // bandwidth, reading the user's weight in place.
 //
-// Work split: the N rows of w in blocks of kBlockRows, the blocks spread over the threads (each
-// thread a contiguous range, so each weight byte is read by one thread, once per call). Inside a
-// block, for every group of up to 4 rows of x, the dot tiles (linear_wq_tiles.h) run over the
-// block's rows of w; the block (kBlockRows x K, at most ~45 KB as i8 at K = 2816) stays in L1/L2
-// between groups. With more than kWidenAbove rows of x (prefill) an i8/bf16 block is widened to
-// f32 once into the thread's scratch and the f32 tiles run on it, so the widening is paid once
-// per block rather than once per group of 4 rows. Then the epilogue over the block's outputs:
-// per-row scale, bias, residual, activation (its elementwise formula, ew_ref).
+// Work split: the N rows of w in blocks (kBlockRows, or a prefill panel's rows), the blocks
+// spread over the threads (each thread a contiguous range, so each weight byte is read by one
+// thread, once per call). Inside a block, for every group of up to 4 rows of x, the dot tiles
+// (linear_wq_tiles.h) run over the block's rows of w; the block (kBlockRows x K, at most ~45 KB
+// as i8 at K = 2816) stays in L1/L2 between groups. With more than kPanelAbove rows of x
+// (prefill) an i8/bf16 block is widened to f32 and transposed once into the thread's scratch
+// (a panel), and the broadcast-FMA micro-kernel runs every row of x over it. Then the epilogue
+// over the block's outputs: per-row scale, bias, residual, activation (its elementwise formula,
+// ew_ref).
 //
 // Threads: the per-kernel rule (threads.h) on max(flops, weight bytes * kFlopsPerByte), decided
 // at each call from its M, so one kernel serves every shape of a compile (decode and prefill).
@@ -34,7 +35,10 @@ namespace updraft {
 namespace {
 
 constexpr int64_t kBlockRows = 16;  // rows of w per block: a multiple of every tile's NT
-constexpr int64_t kWidenAbove = 4;  // more rows of x than this: widen the block to f32 first
+// More rows of x than this: pack panels (prefill). Measured crossover on 2 AVX-512 cores
+// (tools/decode_linears.py int8, ms per pass): 8 rows 14-17 direct vs 20 packed; 12 rows 23-32
+// direct vs 20-25 packed.
+constexpr int64_t kPanelAbove = 11;
 
 class LinearWqKernel final : public Kernel {
  public:
@@ -57,34 +61,36 @@ class LinearWqKernel final : public Kernel {
     const double wbytes = static_cast<double>(N) * K * dtype_size(wdtype_);
     int nt = cpu::threads_for_gemm(2.0 * M * N * K, wbytes, budget_);
     nt = std::max(1, std::min(nt, max_threads_));
-    const int64_t blocks = (N + kBlockRows - 1) / kBlockRows;
+    const bool panels = M > kPanelAbove && wdtype_ != DType::f32;
+    const int64_t rows_per_block = panels ? tiles_.panel_cols : kBlockRows;
+    const int64_t blocks = (N + rows_per_block - 1) / rows_per_block;
     nt = static_cast<int>(std::min<int64_t>(nt, blocks));
-    const bool widen = M > kWidenAbove && wdtype_ != DType::f32;
     cpu::parallel_for(nt, nt, [&](int64_t t) {
       const int64_t b0 = blocks * t / nt, b1 = blocks * (t + 1) / nt;
-      float* wbuf = widen ? static_cast<float*>(scratch) + t * kBlockRows * K : nullptr;
       if (kn_) {  // one range per thread: each weight row's segment read in one pass
         if (b0 < b1) run_block(in, y, M, N, K, b0 * kBlockRows, std::min(N, b1 * kBlockRows), nullptr);
         return;
       }
-      for (int64_t b = b0; b < b1; ++b) run_block(in, y, M, N, K, b * kBlockRows, std::min(N, (b + 1) * kBlockRows), wbuf);
+      float* panel = panels ? static_cast<float*>(scratch) + t * tiles_.panel_floats : nullptr;
+      for (int64_t b = b0; b < b1; ++b)
+        run_block(in, y, M, N, K, b * rows_per_block, std::min(N, (b + 1) * rows_per_block), panel);
     });
   }
 
   size_t scratch_bytes() const override {
     if (wdtype_ == DType::f32) return 0;
-    return static_cast<size_t>(max_threads_) * kBlockRows * static_cast<size_t>(K_) * sizeof(float);
+    return static_cast<size_t>(max_threads_) * tiles_.panel_floats * sizeof(float);
   }
   std::string name() const override {
     if (wdtype_ == DType::f32) return std::string(kn_ ? "cpu_matmul" : "cpu_linear") + "_stream_f32_" + tiles_.isa;
     return std::string("cpu_linear_wq_") + (wdtype_ == DType::i8 ? "i8" : "bf16") + "_" + tiles_.isa;
   }
-  // Every size is read from the views at each call (M decides threads and widening there).
+  // Every size is read from the views at each call (M decides threads and panels there).
   bool runs_shapes_of(const KernelContext&) const override { return true; }
 
  private:
   void run_block(const TensorView* in, TensorView& y, int64_t M, int64_t N, int64_t K, int64_t n0, int64_t n1,
-                 float* wbuf) const {
+                 float* panel) const {
     const float* x = in[0].ptr<const float>();
     float* yb = y.ptr<float>() + n0;
     const int64_t nb = n1 - n0;
@@ -95,9 +101,8 @@ class LinearWqKernel final : public Kernel {
     }
     const size_t esize = dtype_size(wdtype_);
     const void* w = static_cast<const char*>(in[1].data) + static_cast<size_t>(n0) * K * esize;
-    if (wbuf) {
-      (wdtype_ == DType::i8 ? tiles_.widen_i8 : tiles_.widen_bf16)(w, nb * K, wbuf);
-      tiles_.f32(x, M, K, wbuf, nb, K, K, yb, N);
+    if (panel) {
+      (wdtype_ == DType::i8 ? tiles_.panel_i8 : tiles_.panel_bf16)(x, M, K, w, nb, K, K, panel, yb, N);
     } else {
       const cpu::wq::DotFn dot = wdtype_ == DType::f32 ? tiles_.f32 : wdtype_ == DType::i8 ? tiles_.i8 : tiles_.bf16;
       dot(x, M, K, w, nb, K, K, yb, N);
@@ -111,15 +116,21 @@ class LinearWqKernel final : public Kernel {
     const float* bias = ep_.has_bias ? in[ep_.bias_input].ptr<const float>() + n0 : nullptr;
     const float* res = ep_.has_residual ? in[ep_.residual_input].ptr<const float>() + n0 : nullptr;
     if (!scale && !bias && !res && !ep_.act) return;
+    // One loop per step (each vectorises; a prefill's M x N outputs made the fused scalar loop a
+    // tenth of an int8 linear's time), in the order scale, bias, residual, activation.
     for (int64_t m = 0; m < M; ++m) {
       float* row = yb + m * N;
-      for (int64_t j = 0; j < nb; ++j) {
-        float v = row[j];
-        if (scale) v *= scale[j];
-        if (bias) v += bias[j];
-        if (res) v += res[m * N + j];
-        if (ep_.act) v = ew_ref<float>(*ep_.act, v, static_cast<float>(ep_.alpha), static_cast<float>(ep_.beta));
-        row[j] = v;
+      if (scale)
+        for (int64_t j = 0; j < nb; ++j) row[j] *= scale[j];
+      if (bias)
+        for (int64_t j = 0; j < nb; ++j) row[j] += bias[j];
+      if (res) {
+        const float* r = res + m * N;
+        for (int64_t j = 0; j < nb; ++j) row[j] += r[j];
+      }
+      if (ep_.act) {
+        const float a = static_cast<float>(ep_.alpha), b = static_cast<float>(ep_.beta);
+        for (int64_t j = 0; j < nb; ++j) row[j] = ew_ref<float>(*ep_.act, row[j], a, b);
       }
     }
   }

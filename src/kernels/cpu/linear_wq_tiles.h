@@ -12,12 +12,15 @@
 // small share). Register tiles (MT rows of x by NT rows of w): 1 x 8 for one row of x (8
 // independent FMA chains, as two FMA pipes of latency 4 need), 2 x 4, 4 x 2 for more rows.
 // Each weight tile is read from memory once per block of up to 4 rows of x; a caller with more
-// rows widens a block of weights to f32 first (widen_*) and runs the f32 tiles on it.
+// rows (prefill) calls panel_*, which packs slices of weights widened to f32 and transposed.
 //
 // The templates below are instantiated once per instruction set, each in its own unit compiled
 // with that set's flags (linear_wq_avx2.cpp, linear_wq_avx512.cpp); every function is a template
 // over the ISA's traits type, so the two units share no symbol.
 #pragma once
+#include <immintrin.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -25,7 +28,10 @@ namespace updraft::cpu::wq {
 
 using DotFn = void (*)(const float* x, int64_t M, int64_t ldx, const void* w, int64_t N, int64_t ldw, int64_t K,
                        float* out, int64_t ldo);
-using WidenFn = void (*)(const void* w, int64_t n, float* out);
+// Prefill: the same products as DotFn for nb <= panel_cols rows of w, through `panel`
+// (panel_floats of scratch): out[m*ldo + n] = sum_k x[m*ldx + k] * w[n*ldw + k], m < M, n < nb.
+using PanelDotFn = void (*)(const float* x, int64_t M, int64_t ldx, const void* w, int64_t nb, int64_t ldw,
+                            int64_t K, float* panel, float* out, int64_t ldo);
 // The same products with an f32 weight stored [K, N] (x @ W, GPT-2's Conv1D):
 // out[m*ldo + n] = sum_k x[m*ldx + k] * w[k*ldw + n] for n < N.
 using DotKnFn = void (*)(const float* x, int64_t M, int64_t ldx, const float* w, int64_t N, int64_t ldw, int64_t K,
@@ -34,7 +40,9 @@ using DotKnFn = void (*)(const float* x, int64_t M, int64_t ldx, const float* w,
 struct DotTiles {
   DotFn i8 = nullptr, bf16 = nullptr, f32 = nullptr;
   DotKnFn f32_kn = nullptr;
-  WidenFn widen_i8 = nullptr, widen_bf16 = nullptr;
+  PanelDotFn panel_i8 = nullptr, panel_bf16 = nullptr;
+  int64_t panel_cols = 0;    // rows of w per panel (2 vector registers of outputs)
+  int64_t panel_floats = 0;  // the scratch one panel_* call needs
   const char* isa = "";
 };
 
@@ -191,12 +199,137 @@ void dot_kn(const float* x, int64_t M, int64_t ldx, const float* w, int64_t N, i
   }
 }
 
+// ---- Prefill: a widened, transposed panel and a broadcast-FMA micro-kernel ----
+// With many rows of x, the dot tiles above are bound by their loads and their lane reductions
+// (76 GFLOP/s on 2 AVX-512 cores at M = 32 and 128, against oneDNN's 150-190 on f32 weights:
+// docs/BENCHMARKS.md, "int8 prefill"). The prefill path instead widens a panel of kPanelCols(V)
+// rows of w to f32 and transposes it to [K][kPanelCols] once (pack), then runs an MR x 2-register
+// micro-kernel that broadcasts one x element and multiplies it with two vectors of panel columns:
+// per k, 2 loads and MR broadcasts feed 2 * MR FMAs, and nothing is reduced across lanes.
+template <class V>
+constexpr int64_t kPanelCols = 2 * V::lanes;
+template <class V>
+constexpr int kPanelRows = V::lanes == 16 ? 8 : 6;  // 2 * MR accumulators: 16 of 32 zmm, 12 of 16 ymm
+constexpr int64_t kPanelDepth = 256;                // k per pass over the panel: 256 x 32 floats = 32 KB (L1)
+
+// Eight consecutive weight elements widened to f32 (the pack's unit, 8 lanes on either ISA;
+// templated on V so that each unit keeps its own copy, compiled with its flags).
+template <class V>
+inline __m256 widen8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+template <class V>
+inline __m256 widen8(const uint16_t* p) {
+  const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+}
+
+// panel[k * kPanelCols + n] = widen(w[n * ldw + k]) for n < nb (nb <= kPanelCols), 0 for the
+// padding columns nb..kPanelCols. 8 x 8 blocks: 8 rows' 8 elements widened, transposed in registers.
 template <class V, class W>
-void widen(const void* wv, int64_t n, float* out) {
+void pack_panel(const void* wv, int64_t nb, int64_t ldw, int64_t K, float* panel) {
+  constexpr int64_t NB = kPanelCols<V>;
   const W* w = static_cast<const W*>(wv);
-  int64_t i = 0;
-  for (; i + V::lanes <= n; i += V::lanes) V::store(out + i, V::widen(w + i));
-  for (; i < n; ++i) out[i] = widen1(w[i]);
+  for (int64_t n0 = 0; n0 < NB; n0 += 8) {
+    if (n0 + 8 > nb) {  // a partial group of rows: element by element, zeros past nb
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t n = n0; n < n0 + 8; ++n) panel[k * NB + n] = n < nb ? widen1(w[n * ldw + k]) : 0.f;
+      continue;
+    }
+    const W* r = w + n0 * ldw;
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+      const __m256 r0 = widen8<V>(r + k), r1 = widen8<V>(r + ldw + k), r2 = widen8<V>(r + 2 * ldw + k),
+                   r3 = widen8<V>(r + 3 * ldw + k), r4 = widen8<V>(r + 4 * ldw + k),
+                   r5 = widen8<V>(r + 5 * ldw + k), r6 = widen8<V>(r + 6 * ldw + k),
+                   r7 = widen8<V>(r + 7 * ldw + k);
+      const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+      const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+      const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+      const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+      // s(j): rows 0-3 (or 4-7) of columns j and j + 4.
+      const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+      const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+      const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+      const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+      float* o = panel + k * NB + n0;
+      _mm256_storeu_ps(o, _mm256_permute2f128_ps(s0, s4, 0x20));
+      _mm256_storeu_ps(o + NB, _mm256_permute2f128_ps(s1, s5, 0x20));
+      _mm256_storeu_ps(o + 2 * NB, _mm256_permute2f128_ps(s2, s6, 0x20));
+      _mm256_storeu_ps(o + 3 * NB, _mm256_permute2f128_ps(s3, s7, 0x20));
+      _mm256_storeu_ps(o + 4 * NB, _mm256_permute2f128_ps(s0, s4, 0x31));
+      _mm256_storeu_ps(o + 5 * NB, _mm256_permute2f128_ps(s1, s5, 0x31));
+      _mm256_storeu_ps(o + 6 * NB, _mm256_permute2f128_ps(s2, s6, 0x31));
+      _mm256_storeu_ps(o + 7 * NB, _mm256_permute2f128_ps(s3, s7, 0x31));
+    }
+    for (; k < K; ++k)
+      for (int64_t n = 0; n < 8; ++n) panel[k * NB + n0 + n] = widen1(r[n * ldw + k]);
+  }
+}
+
+// out[m, 0:nb] (+)= x[m, 0:K] @ panel[0:K, 0:nb] for MR rows of x; accumulate: add to out's values.
+template <class V, int MR>
+inline void panel_tile(const float* x, int64_t ldx, const float* panel, int64_t K, int64_t nb, float* out,
+                       int64_t ldo, bool accumulate) {
+  using reg = typename V::reg;
+  constexpr int64_t NB = kPanelCols<V>, L = V::lanes;
+  float tmp[MR * NB];  // a partial panel's outputs go through here (no masked stores needed)
+  float* o = out;
+  int64_t ld = ldo;
+  if (nb < NB) {
+    o = tmp, ld = NB;
+    for (int m = 0; m < MR; ++m)
+      for (int64_t n = 0; n < NB; ++n) tmp[m * NB + n] = accumulate && n < nb ? out[m * ldo + n] : 0.f;
+  }
+  reg acc[MR][2];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+    acc[m][0] = accumulate ? V::loadx(o + m * ld) : V::zero();
+    acc[m][1] = accumulate ? V::loadx(o + m * ld + L) : V::zero();
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    const reg w0 = V::loadx(panel + k * NB), w1 = V::loadx(panel + k * NB + L);
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const reg b = V::bcast(x[m * ldx + k]);
+      acc[m][0] = V::fma(b, w0, acc[m][0]);
+      acc[m][1] = V::fma(b, w1, acc[m][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+    V::store(o + m * ld, acc[m][0]);
+    V::store(o + m * ld + L, acc[m][1]);
+  }
+  if (nb < NB)
+    for (int m = 0; m < MR; ++m)
+      for (int64_t n = 0; n < nb; ++n) out[m * ldo + n] = tmp[m * NB + n];
+}
+
+template <class V, int MR>
+inline void panel_rows(const float* x, int64_t ldx, const float* panel, int64_t K, int64_t nb, float* out,
+                       int64_t ldo, bool accumulate, int rows) {
+  if constexpr (MR > 1) {
+    if (rows < MR) return panel_rows<V, MR - 1>(x, ldx, panel, K, nb, out, ldo, accumulate, rows);
+  }
+  panel_tile<V, MR>(x, ldx, panel, K, nb, out, ldo, accumulate);
+}
+
+// out[m * ldo + n] = sum_k x[m * ldx + k] * widen(w[n * ldw + k]), m < M, n < nb (<= kPanelCols):
+// k in slices of kPanelDepth, each packed into `panel` (kPanelDepth x kPanelCols floats, 32 KB
+// on AVX-512) and used by every row of x while it is in L1.
+template <class V, class W>
+void panel_dot(const float* x, int64_t M, int64_t ldx, const void* wv, int64_t nb, int64_t ldw, int64_t K,
+               float* panel, float* out, int64_t ldo) {
+  constexpr int MR = kPanelRows<V>;
+  const W* w = static_cast<const W*>(wv);
+  for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kPanelDepth) {
+    const int64_t kc = std::min(kPanelDepth, K - k0);
+    pack_panel<V, W>(w + k0, nb, ldw, kc, panel);
+    for (int64_t m = 0; m < M; m += MR)
+      panel_rows<V, MR>(x + m * ldx + k0, ldx, panel, kc, nb, out + m * ldo, ldo, k0 > 0,
+                        static_cast<int>(std::min<int64_t>(MR, M - m)));
+  }
 }
 
 template <class V>
@@ -206,8 +339,10 @@ DotTiles make_dot_tiles(const char* isa) {
   t.bf16 = dot<V, uint16_t>;
   t.f32 = dot<V, float>;
   t.f32_kn = dot_kn<V>;
-  t.widen_i8 = widen<V, int8_t>;
-  t.widen_bf16 = widen<V, uint16_t>;
+  t.panel_i8 = panel_dot<V, int8_t>;
+  t.panel_bf16 = panel_dot<V, uint16_t>;
+  t.panel_cols = kPanelCols<V>;
+  t.panel_floats = kPanelCols<V> * kPanelDepth;
   t.isa = isa;
   return t;
 }
