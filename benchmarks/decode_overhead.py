@@ -29,6 +29,7 @@ Timings on a shared machine are noisy: each row is the median over steps of the 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -112,7 +113,7 @@ def install_hooks(timers: Timers) -> None:
 
 
 def run(model_name: str, guards: list[str], cache: str, dynamic, new_tokens: int, runs: int,
-        threads: int) -> list[dict]:
+        threads: int, options: dict) -> list[dict]:
     import transformers
     import updraft  # noqa: F401  (registers the backend)
 
@@ -134,8 +135,10 @@ def run(model_name: str, guards: list[str], cache: str, dynamic, new_tokens: int
         # per code object, so the settings would share a cache entry list on one model).
         m = build_model(model_name) if g != guards[0] else base
         m.load_state_dict(base.state_dict())
-        opts = {"guard_filter_fn": getattr(torch.compiler, GUARD_FILTERS[g])} if GUARD_FILTERS[g] else None
-        compiled = torch.compile(m.forward, backend="updraft", dynamic=dynamic, options=opts)
+        opts = dict(options)
+        if GUARD_FILTERS[g]:
+            opts["guard_filter_fn"] = getattr(torch.compiler, GUARD_FILTERS[g])
+        compiled = torch.compile(m.forward, backend="updraft", dynamic=dynamic, options=opts or None)
         m.forward = timers.wrap("forward", compiled)
         models[g] = m
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 8 * len(guards))
@@ -202,11 +205,13 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--options", type=json.loads, default={},
+                    help='CompilerConfig options as JSON, e.g. \'{"weight_dtype": "int8"}\'')
     a = ap.parse_args()
     dynamic = {None: None, "true": True, "false": False}[a.dynamic]
     rows = []
     for m in a.models:
-        rows += run(m, a.guards, a.cache, dynamic, a.new_tokens, a.runs, a.threads)
+        rows += run(m, a.guards, a.cache, dynamic, a.new_tokens, a.runs, a.threads, a.options)
     print("per decode step, microseconds (median); updraft py includes the plan lookups")
     print(table(rows))
 

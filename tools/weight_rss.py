@@ -4,6 +4,7 @@ a fresh process; and where an updraft run's memory sits (weights the engine hold
     python tools/weight_rss.py                       # eager and updraft, 3 interleaved rounds
     python tools/weight_rss.py --modes updraft --rounds 1 --stages
     python tools/weight_rss.py --modes updraft --options '{"release_weights": true}'
+    python tools/weight_rss.py --modes eager,updraft --rounds 1 --prompt-lens 32,48,80   # several prompt lengths
 
 Each run: LlamaConfig(hidden 1024, intermediate 2816, 8 layers, 16 query / 4 key-value heads,
 vocab 32000), torch.manual_seed(0), 2 threads, batch 1, a 32-token prompt, 64 new tokens,
@@ -31,7 +32,7 @@ def _status_gb(field: str) -> float:
     return float("nan")
 
 
-def child(mode: str, options: dict, stages: bool) -> None:
+def child(mode: str, options: dict, stages: bool, lens: list[int]) -> None:
     import torch
     import transformers
 
@@ -40,7 +41,7 @@ def child(mode: str, options: dict, stages: bool) -> None:
     cfg = transformers.LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
                                    num_attention_heads=16, num_key_value_heads=4, vocab_size=32000)
     model = transformers.LlamaForCausalLM(cfg).eval()
-    ids = torch.randint(0, cfg.vocab_size, (1, 32))
+    ids = torch.randint(0, cfg.vocab_size, (1, lens[0]))
     out: dict = {"mode": mode, "rss_model_gb": _status_gb("VmRSS")}
     if mode == "updraft":
         import updraft  # noqa: F401  (registers the backend)
@@ -48,6 +49,10 @@ def child(mode: str, options: dict, stages: bool) -> None:
     with torch.no_grad():
         model.generate(ids, max_new_tokens=64, min_new_tokens=64, do_sample=False)
         out["rss_first_gb"] = _status_gb("VmRSS")
+        for n in lens[1:]:  # serving: prompts of other lengths (Dynamo's dynamic prefill graph)
+            model.generate(torch.randint(0, cfg.vocab_size, (1, n)), max_new_tokens=64, min_new_tokens=64,
+                           do_sample=False)
+            out[f"rss_after_{n}_gb"] = _status_gb("VmRSS")
         if stages:
             t0 = time.perf_counter()
             model.generate(ids, max_new_tokens=64, min_new_tokens=64, do_sample=False)
@@ -70,15 +75,18 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--options", default="{}", help="CompilerConfig options for updraft, as JSON")
     ap.add_argument("--stages", action="store_true")
+    ap.add_argument("--prompt-lens", default="32",
+                    help="comma-separated: the first generate's prompt length, then one generate per other length")
     ap.add_argument("--child", default="")
     a = ap.parse_args()
     if a.child:
-        child(a.child, json.loads(a.options), a.stages)
+        child(a.child, json.loads(a.options), a.stages, [int(n) for n in a.prompt_lens.split(",")])
         return
     peaks: dict = {}
     for _ in range(a.rounds):
         for mode in a.modes.split(","):
-            cmd = [sys.executable, __file__, "--child", mode, "--options", a.options] + (["--stages"] if a.stages else [])
+            cmd = [sys.executable, __file__, "--child", mode, "--options", a.options, "--prompt-lens", a.prompt_lens] + (
+                ["--stages"] if a.stages else [])
             p = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
             line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
             if not line:

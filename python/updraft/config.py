@@ -174,7 +174,9 @@ class CompilerConfig:
         linears; it also copies a [K, N] weight that would otherwise be read in place). The
         parameters themselves are never released (docs/decisions.md says why).
     static_gemm (UPDRAFT_STATIC_GEMM=0/1, False): True turns off the runtime-M linear for a
-        symbolic batch (static primitives per shape), for comparing the two.
+        symbolic batch (static kernels per shape, each plan building its own), for comparing
+        the two. The runtime-M kernel itself runs a static primitive per M it meets over one
+        weight layout (src/kernels/onednn/matmul.cpp).
     cpu_isa (UPDRAFT_CPU_ISA, "native"): "avx2" keeps the engine's own kernels (sdpa tiles, f64
         gemm) off AVX-512 on a CPU that has it, for comparison; oneDNN is not affected.
     min_work_per_thread (UPDRAFT_MIN_WORK_PER_THREAD, None: the engine's 2097152): flops (or

@@ -1,6 +1,7 @@
 // PackedWeights (src/kernels/onednn/packed_weights.h): compiled graphs that read the same
 // constant weight share one prepacked copy; the copy goes with its last holder; a constant
-// whose bytes changed never meets the copy of its old bytes; concurrent compiles make one copy.
+// whose bytes changed never meets the copy of its old bytes; concurrent compiles make one copy;
+// a runtime-M linear (symbolic rows) reads the copy a static graph packed.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -9,6 +10,7 @@
 #include "ir/graph.h"
 #include "kernels/onednn/packed_weights.h"
 #include "runtime/executable.h"
+#include "runtime/plan.h"
 #include "test_util.h"
 
 using namespace updraft;
@@ -42,6 +44,25 @@ void expect_linear(Executable& exe, const Tensor& x, const Tensor& w) {
     }
   // f32 gemm over K = 512 against a double-accumulated reference: blocked summation order.
   EXPECT_TRUE(all_close(y, want, 1e-4, 1e-4));
+}
+
+// y = linear(neg(x), w), x [s, kK] symbolic in s: the linear's x is not a graph input, so its
+// kernel is the runtime-M one (onednn/matmul.cpp).
+std::shared_ptr<Executable> compile_runtime_m_linear(const Tensor& w) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->add_input("x", {DType::f32, {Dim::sym("s"), kK}});
+  Value* h = g->add_node("neg", {x})->output();
+  Value* c = g->add_constant("w", w);
+  g->set_outputs({g->add_node("linear", {h, c})->output()});
+  return Executable::compile(std::move(g), CompileOptions{});
+}
+
+// The name of the first linear kernel of exe's plan for x [M, kK].
+std::string linear_kernel(Executable& exe, int64_t M) {
+  auto p = exe.plan({{M, kK}});
+  for (const Step& st : p->steps())
+    if (st.kind == Step::Kind::Kernel && st.node->op_name() == "linear") return st.kernel->name();
+  return "";
 }
 
 // The packed copy is made when the first plan is built (its kernels).
@@ -143,4 +164,39 @@ TEST(PackedWeights, ConcurrentCompilesMakeOneCopy) {
   for (auto& e : exes) expect_linear(*e, x, w);
   exes.clear();
   EXPECT_EQ(PackedWeights::stats().entries, before.entries);
+}
+
+TEST(PackedWeights, RuntimeMLinearReadsTheStaticGraphsCopy) {
+  // A prompt of 32 tokens compiles static first; the next length gets Dynamo's symbolic graph,
+  // whose runtime-M linear runs static primitives per M in a layout already packed: no second
+  // copy (two copies of every weight held 1.82 GB for the 156M Llama, against 1.47 with one).
+  const auto before = PackedWeights::stats();
+  Tensor w = random_tensor(DType::f32, {kN, kK}, 12);
+  auto prefill = compile_linear(w, 32);
+  build_plan(*prefill, 32);
+  const auto one = PackedWeights::stats();
+  auto dynamic = compile_runtime_m_linear(w);
+  const std::string name = linear_kernel(*dynamic, 40);
+  EXPECT_NE(name.find(":runtime_m:static_by_m"), std::string::npos) << name;
+  EXPECT_EQ(PackedWeights::stats().entries, one.entries) << name;
+  if (one.packs > before.packs) EXPECT_NE(name.find(":prepacked:shared"), std::string::npos) << name;
+  // Every M matches, past the cap on static primitives too (64 distinct M, then the runtime-M
+  // primitive reading the weight in place).
+  Tensor neg_w(DType::f32, {kN, kK});
+  for (int64_t i = 0; i < kN * kK; ++i) neg_w.ptr<float>()[i] = -w.ptr<float>()[i];
+  for (int64_t M = 1; M <= 70; ++M) {
+    SCOPED_TRACE("M=" + std::to_string(M));
+    Tensor x = random_tensor(DType::f32, {M, kK}, static_cast<uint32_t>(100 + M));
+    Tensor y(DType::f32, {M, kN});
+    dynamic->run({x.view()}, {y.view()});
+    Tensor want(DType::f32, {M, kN});
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < kN; ++n) {
+        double acc = 0;
+        for (int64_t k = 0; k < kK; ++k) acc += double(x.ptr<float>()[m * kK + k]) * neg_w.ptr<float>()[n * kK + k];
+        want.ptr<float>()[m * kN + n] = static_cast<float>(acc);
+      }
+    ASSERT_TRUE(all_close(y, want, 1e-4, 1e-4));
+  }
+  EXPECT_EQ(PackedWeights::stats().entries, one.entries);
 }

@@ -12,14 +12,20 @@
 //    either spans fully or broadcasts, so most calls reach oneDNN as a 2-d or 3-d problem.
 //
 // Runtime M (shape-generic linear, and matmul by a constant 2-d matrix). When x's leading dims
-// are symbolic in the graph (dynamic shapes) and the weight is a constant, the primitive is
-// created with M = DNNL_RUNTIME_DIM_VAL and the weight prepacked once; run() describes this
-// call's M, and the kernel declares itself shape-generic, so every plan of the compile shares
-// it (no primitive creation or reorder per new shape). A fused residual takes the sum form
-// (oneDNN has no binary post-op of runtime size). oneDNN 3.2 serves runtime M with its jit gemm, not brgemm; static shapes keep
-// the static primitive. Falls back to the static primitive when oneDNN cannot create the
-// runtime one (or only as a reference implementation), and for x as a graph input or a
-// residual that is one (they may need staging sized by M).
+// are symbolic in the graph (dynamic shapes) and the weight is a constant, one kernel serves
+// every plan of the compile (it declares itself shape-generic: no kernel or reorder per new
+// shape). oneDNN 3.2 serves a primitive created with M = DNNL_RUNTIME_DIM_VAL with its jit gemm,
+// not brgemm, and that gemm prefers another weight layout than the static primitives: it ran
+// the 156M Llama's prefill projections 1.3x slower, and with the static graph of the first
+// prompt length beside it the process held two packed copies of every weight. So the kernel
+// makes a static primitive per M it meets (up to kMaxStaticM, created at the first call of that
+// M), all reading one weight layout: one this weight was already packed in, else brgemm's
+// preferred one at the compile's M (plan_by_m). The runtime-M primitive, reading the user's
+// weight in place, serves any M oneDNN refuses a static primitive for in that layout. A fused
+// residual takes the sum form in both (oneDNN has no binary post-op of runtime size). Falls
+// back to the static-shape kernel when oneDNN cannot create the runtime-M primitive (or only as
+// a reference implementation), and for x as a graph input or a residual that is one (they may
+// need staging sized by M).
 //
 // Strided operands. Engine intermediates are dense, but graph inputs may be torch views; the
 // common one is a transpose of the last two dims (x @ w.t()). For an operand that is a graph
@@ -28,7 +34,11 @@
 // planned scratch first (DenseInput).
 #include <array>
 #include <cstdlib>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <unordered_map>
+#include <vector>
 
 #include "kernels/cpu/linear_stream.h"
 #include "kernels/onednn/gemm.h"
@@ -242,6 +252,93 @@ class GemmKernel final : public Kernel {
   size_t prim_scratch_ = 0, scratch_total_ = 0;
   bool runtime_m_ = false;
   int64_t K_ = 0, N_ = 0;  // runtime_m_ only
+
+  // Runtime M served by static primitives, one per M seen (oneDNN 3.2's runtime-M matmul is its
+  // jit gemm; a static one is brgemm: the 156M Llama's prefill projections at 32 rows took 36-40
+  // ms against 52, docs/BENCHMARKS.md, "runtime M by static primitives"). All of them read the
+  // weight in one layout, by_m_w_: a layout the process already packed this weight in (another
+  // graph's static primitive), else brgemm's preferred one at the compile's M, else the weight
+  // in place (prepack_weights=False). The runtime-M primitive (variants_[0][0]) reads the user's
+  // weight in place and serves an M whose static primitive oneDNN refuses in that layout, and
+  // every M past kMaxStaticM distinct ones.
+  struct ByM {
+    dnnl::matmul prim;
+    dnnl::memory::desc scratch_md;
+    size_t scratch = 0;
+  };
+  static constexpr size_t kMaxStaticM = 64;
+  std::optional<dnnl::memory> by_m_w_;     // the static primitives' weight (packed or in place)
+  std::shared_ptr<void> by_m_storage_;      // its packed storage (shared, PackedWeights)
+  mutable std::mutex by_m_mu_;
+  mutable std::unordered_map<int64_t, std::shared_ptr<const ByM>> by_m_;  // null: refused
+
+  // The static primitive for M rows with weight layout w (nullopt if oneDNN refuses w or serves
+  // it only with a reference implementation); made under the thread count a call of M runs with.
+  std::optional<dnnl::matmul::primitive_desc> static_pd(int64_t M, const dnnl::memory::desc& w, ResidualMode mode) const {
+    cpu::ScopedThreads threads(gemm_threads(static_cast<double>(M) * K_, static_cast<double>(K_) * N_,
+                                            static_cast<double>(M) * N_, static_cast<double>(K_), budget_));
+    dnnl::memory::desc a_md({M, K_}, dt::f32, dims{K_, 1}), c_md({M, N_}, dt::f32, dims{N_, 1});
+    try {
+      dnnl::primitive_attr attr = user_scratchpad_attr();
+      append_post_ops(ep_, attr, mode, &c_md);
+      auto pd = ep_.has_bias ? dnnl::matmul::primitive_desc(engine(), a_md, w, bias_md_, c_md, attr)
+                             : dnnl::matmul::primitive_desc(engine(), a_md, w, c_md, attr);
+      const bool any = w.get_format_kind() == dnnl::memory::format_kind::any;
+      if (is_reference_impl(pd.impl_info_str()) || (!any && pd.weights_desc() != w)) return std::nullopt;
+      return pd;
+    } catch (const dnnl::error&) {
+      return std::nullopt;
+    }
+  }
+
+  std::shared_ptr<const ByM> static_for(int64_t M) const {
+    if (!by_m_w_) return nullptr;
+    std::lock_guard<std::mutex> lock(by_m_mu_);
+    auto it = by_m_.find(M);
+    if (it != by_m_.end()) return it->second;
+    if (by_m_.size() >= kMaxStaticM) return nullptr;
+    std::shared_ptr<const ByM> made;
+    if (auto pd = static_pd(M, by_m_w_->get_desc(), variants_[0][0].residual)) {
+      cpu::ScopedThreads threads(gemm_threads(static_cast<double>(M) * K_, static_cast<double>(K_) * N_,
+                                              static_cast<double>(M) * N_, static_cast<double>(K_), budget_));
+      made = std::make_shared<ByM>(ByM{dnnl::matmul(*pd), pd->scratchpad_desc(), scratchpad_bytes(*pd)});
+    }
+    by_m_.emplace(M, made);
+    return made;
+  }
+
+ public:
+  // Runtime M: picks by_m_w_ (see ByM) at the compile's M; `src`: the weight's PackedWeights
+  // source when prepack_weights is on.
+  void plan_by_m(int64_t hint_m, const std::optional<PackedWeights::Source>& src, const dnnl::memory::desc& user) {
+    const ResidualMode mode = variants_[0][0].residual;
+    std::optional<dnnl::memory::desc> pick;
+    if (src) {
+      for (const auto& md : PackedWeights::layouts_of(*src))
+        if (static_pd(hint_m, md, mode)) {
+          pick = md;
+          break;
+        }
+      if (!pick) {
+        if (auto pd = static_pd(hint_m, dnnl::memory::desc({K_, N_}, dt::f32, tag::any), mode)) {
+          const dnnl::memory::desc want = pd->weights_desc(), padded = unaliased_rows(want);
+          pick = padded != want && static_pd(hint_m, padded, mode) ? padded : want;
+          b_padded_ = *pick == padded && padded != want;
+        }
+      }
+    }
+    if (pick && *pick != user) {
+      bool hit = false;
+      by_m_storage_ = PackedWeights::get(*src, *pick, &hit);
+      by_m_w_ = wrap(*pick, by_m_storage_.get());
+      b_shared_ = hit;
+      b_in_place_ = false;
+    } else if (static_pd(hint_m, user, mode)) {
+      by_m_w_ = *packed_b_[0];  // the user's weight in place
+    }
+  }
+
+ private:
   cpu::ThreadBudget budget_;
 
   // Runtime M: memory objects need real dims, so this call's are made here (the ArgCache
@@ -254,11 +351,22 @@ class GemmKernel final : public Kernel {
     dnnl::memory::desc a_md({M, K_}, dt::f32, dims{K_, 1}), c_md({M, N_}, dt::f32, dims{N_, 1});
     std::unordered_map<int, dnnl::memory> args;
     args[DNNL_ARG_SRC] = wrap(a_md, a);
-    args[DNNL_ARG_WEIGHTS] = *packed_b_[0];
     args[DNNL_ARG_DST] = wrap(c_md, out[0].data);
-    args[DNNL_ARG_SCRATCHPAD] = wrap(v.pd.scratchpad_desc(), at_offset(scratch, prim_scratch_));
     if (ep_.has_bias) args[DNNL_ARG_BIAS] = wrap(bias_md_, in[ep_.bias_input].data);
     if (v.residual == ResidualMode::sum) copy_residual_into(in[ep_.residual_input], out[0]);
+    std::unique_ptr<char[]> own_scratch;  // a static primitive whose scratchpad outgrows the plan's
+    if (const std::shared_ptr<const ByM> bm = static_for(M)) {
+      args[DNNL_ARG_WEIGHTS] = *by_m_w_;
+      void* sp = at_offset(scratch, prim_scratch_);
+      if (bm->scratch > prim_scratch_) own_scratch.reset(new char[bm->scratch]), sp = own_scratch.get();
+      args[DNNL_ARG_SCRATCHPAD] = wrap(bm->scratch_md, sp);
+      bm->prim.execute(s, args);
+      s.wait();
+      apply_engine_act(ep_, out[0].ptr<float>(), M * N_, omp_get_max_threads());
+      return;
+    }
+    args[DNNL_ARG_WEIGHTS] = *packed_b_[0];
+    args[DNNL_ARG_SCRATCHPAD] = wrap(v.pd.scratchpad_desc(), at_offset(scratch, prim_scratch_));
     v.prim.execute(s, args);
     s.wait();
     apply_engine_act(ep_, out[0].ptr<float>(), M * N_, omp_get_max_threads());
@@ -314,7 +422,9 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
   size_t prim_scratch = 0;
   for (int va = 0; va < k->a_.variants; ++va) {
     for (int vb = 0; vb < (b_const ? 1 : k->b_.variants); ++vb) {
-      const dnnl::memory::desc* bmd = b_const ? (prepack ? &b_any : &b_user) : &k->b_.md[vb];
+      // Runtime M: that primitive reads the user's weight in place; the static primitives per M
+      // hold the packed copy (plan_by_m).
+      const dnnl::memory::desc* bmd = b_const ? (prepack && !runtime_m ? &b_any : &b_user) : &k->b_.md[vb];
       Variant& v = k->variants_[va][vb];
       auto make_pd = [&](ResidualMode mode) {
         dnnl::primitive_attr attr = user_scratchpad_attr();
@@ -342,7 +452,7 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
                               ") serves a " + (runtime_m ? "runtime-M " : "") + "matmul for " +
                               shape_text(ctx.in_shapes[0]) + " x " + shape_text(ctx.in_shapes[1]) +
                               "; it runs orders of magnitude slower than PyTorch's, so this partition is left to PyTorch");
-        if (b_src) {
+        if (b_src && !runtime_m) {
           // Rows padded where the preferred plain layout would alias (unaliased_rows).
           const dnnl::memory::desc want = v.pd.weights_desc(), padded = unaliased_rows(want);
           if (padded != want) try_weight_layout(v, padded, bmd, make_pd);
@@ -356,7 +466,7 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
       prim_scratch = std::max(prim_scratch, scratchpad_bytes(v.pd));
       // A primitive whose preferred layout is the weight's own (the runtime-M gemm's, often)
       // reads it in place: a "prepacked" copy would be the same bytes twice.
-      if (b_const && (!prepack || v.pd.weights_desc() == b_user)) {
+      if (b_const && (!prepack || runtime_m || v.pd.weights_desc() == b_user)) {
         // The constant read where it is (no copy); the kernel keeps its storage alive.
         k->packed_b_[va] = wrap(b_user, b_const->data());
         k->b_keep_ = *b_const;
@@ -384,6 +494,7 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
         v.arg_res = v.args.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, k->c_md_);
     }
   }
+  if (runtime_m && b_const) k->plan_by_m(std::max<int64_t>(1, numel_of(ctx.in_shapes[0]) / k->K_), b_src, b_user);
   size_t base = (prim_scratch + 63) / 64 * 64;
   k->a_.dense.offset += base;
   k->b_.dense.offset += base;
@@ -391,7 +502,7 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
   k->scratch_total_ = base + rest.total();
   k->name_ = std::string("onednn_f32_") + op + ":" + k->variants_[0][0].pd.impl_info_str() +
              (b_const ? (k->b_in_place_ ? ":inplace_w" : k->b_shared_ ? ":prepacked:shared" : ":prepacked") : "") +
-             (k->b_padded_ && !k->b_in_place_ ? ":padded_rows" : "") + (runtime_m ? ":runtime_m" : k->threads_ == 1 ? ":1thread" : "");
+             (k->b_padded_ && !k->b_in_place_ ? ":padded_rows" : "") + (runtime_m ? (k->by_m_w_ ? ":runtime_m:static_by_m" : ":runtime_m") : k->threads_ == 1 ? ":1thread" : "");
   return k;
 }
 
