@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "ir/graph.h"
 #include "kernels/onednn/packed_weights.h"
@@ -180,11 +181,16 @@ TEST(PackedWeights, RuntimeMLinearReadsTheStaticGraphsCopy) {
   EXPECT_NE(name.find(":runtime_m:static_by_m"), std::string::npos) << name;
   EXPECT_EQ(PackedWeights::stats().entries, one.entries) << name;
   if (one.packs > before.packs) EXPECT_NE(name.find(":prepacked:shared"), std::string::npos) << name;
-  // Every M matches, past the cap on static primitives too (64 distinct M, then the runtime-M
-  // primitive reading the weight in place).
+  // Every M matches, past the 64 static primitives kept too (the least recently used go), and
+  // again after eviction.
   Tensor neg_w(DType::f32, {kN, kK});
   for (int64_t i = 0; i < kN * kK; ++i) neg_w.ptr<float>()[i] = -w.ptr<float>()[i];
-  for (int64_t M = 1; M <= 70; ++M) {
+  for (int64_t M : [] {
+         std::vector<int64_t> ms;
+         for (int64_t m = 1; m <= 70; ++m) ms.push_back(m);
+         ms.insert(ms.end(), {1, 2, 69});
+         return ms;
+       }()) {
     SCOPED_TRACE("M=" + std::to_string(M));
     Tensor x = random_tensor(DType::f32, {M, kK}, static_cast<uint32_t>(100 + M));
     Tensor y(DType::f32, {M, kN});

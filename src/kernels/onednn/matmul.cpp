@@ -18,9 +18,9 @@
 // not brgemm, and that gemm prefers another weight layout than the static primitives: it ran
 // the 156M Llama's prefill projections 1.3x slower, and with the static graph of the first
 // prompt length beside it the process held two packed copies of every weight. So the kernel
-// makes a static primitive per M it meets (up to kMaxStaticM, created at the first call of that
-// M), all reading one weight layout: one this weight was already packed in, else brgemm's
-// preferred one at the compile's M (plan_by_m). The runtime-M primitive, reading the user's
+// makes a static primitive per M it meets (created at the first call of that M; the last
+// kMaxStaticM used are kept), all reading one weight layout: one this weight was already
+// packed in, else brgemm's preferred one at the compile's M (plan_by_m). The runtime-M primitive, reading the user's
 // weight in place, serves any M oneDNN refuses a static primitive for in that layout. A fused
 // residual takes the sum form in both (oneDNN has no binary post-op of runtime size). Falls
 // back to the static-shape kernel when oneDNN cannot create the runtime-M primitive (or only as
@@ -32,6 +32,7 @@
 // input the factory builds a second primitive variant whose memory descriptor carries those
 // swapped strides, so such views run zero-copy. Any other strided view is packed dense into
 // planned scratch first (DenseInput).
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <memory>
@@ -254,23 +255,27 @@ class GemmKernel final : public Kernel {
   int64_t K_ = 0, N_ = 0;  // runtime_m_ only
 
   // Runtime M served by static primitives, one per M seen (oneDNN 3.2's runtime-M matmul is its
-  // jit gemm; a static one is brgemm: the 156M Llama's prefill projections at 32 rows took 36-40
-  // ms against 52, docs/BENCHMARKS.md, "runtime M by static primitives"). All of them read the
+  // jit gemm; a static one is brgemm: the 156M Llama's prefill projections at 32 rows took 35-44
+  // ms against 51-52, docs/BENCHMARKS.md, "runtime M by static primitives"). All of them read the
   // weight in one layout, by_m_w_: a layout the process already packed this weight in (another
   // graph's static primitive), else brgemm's preferred one at the compile's M, else the weight
   // in place (prepack_weights=False). The runtime-M primitive (variants_[0][0]) reads the user's
-  // weight in place and serves an M whose static primitive oneDNN refuses in that layout, and
-  // every M past kMaxStaticM distinct ones.
+  // weight in place and serves an M whose static primitive oneDNN refuses in that layout.
   struct ByM {
     dnnl::matmul prim;
     dnnl::memory::desc scratch_md;
     size_t scratch = 0;
   };
-  static constexpr size_t kMaxStaticM = 64;
-  std::optional<dnnl::memory> by_m_w_;     // the static primitives' weight (packed or in place)
-  std::shared_ptr<void> by_m_storage_;      // its packed storage (shared, PackedWeights)
+  static constexpr size_t kMaxStaticM = 64;  // kept, least recently used out first
+  std::optional<dnnl::memory> by_m_w_;        // the static primitives' weight (packed or in place)
+  std::shared_ptr<void> by_m_storage_;         // its packed storage (shared, PackedWeights)
   mutable std::mutex by_m_mu_;
-  mutable std::unordered_map<int64_t, std::shared_ptr<const ByM>> by_m_;  // null: refused
+  struct ByMEntry {
+    std::shared_ptr<const ByM> prim;  // null: oneDNN refused this M in by_m_w_'s layout
+    uint64_t used = 0;
+  };
+  mutable std::unordered_map<int64_t, ByMEntry> by_m_;
+  mutable uint64_t by_m_clock_ = 0;
 
   // The static primitive for M rows with weight layout w (nullopt if oneDNN refuses w or serves
   // it only with a reference implementation); made under the thread count a call of M runs with.
@@ -295,15 +300,23 @@ class GemmKernel final : public Kernel {
     if (!by_m_w_) return nullptr;
     std::lock_guard<std::mutex> lock(by_m_mu_);
     auto it = by_m_.find(M);
-    if (it != by_m_.end()) return it->second;
-    if (by_m_.size() >= kMaxStaticM) return nullptr;
+    if (it != by_m_.end()) {
+      it->second.used = ++by_m_clock_;
+      return it->second.prim;
+    }
+    // A server's prompt lengths are unbounded: the least recently used M makes room (its
+    // primitive lives on in a call that holds it). A new M costs one primitive creation.
+    if (by_m_.size() >= kMaxStaticM)
+      by_m_.erase(std::min_element(by_m_.begin(), by_m_.end(), [](const auto& a, const auto& b) {
+        return a.second.used < b.second.used;
+      }));
     std::shared_ptr<const ByM> made;
     if (auto pd = static_pd(M, by_m_w_->get_desc(), variants_[0][0].residual)) {
       cpu::ScopedThreads threads(gemm_threads(static_cast<double>(M) * K_, static_cast<double>(K_) * N_,
                                               static_cast<double>(M) * N_, static_cast<double>(K_), budget_));
       made = std::make_shared<ByM>(ByM{dnnl::matmul(*pd), pd->scratchpad_desc(), scratchpad_bytes(*pd)});
     }
-    by_m_.emplace(M, made);
+    by_m_.emplace(M, ByMEntry{made, ++by_m_clock_});
     return made;
   }
 
