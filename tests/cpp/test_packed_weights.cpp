@@ -192,17 +192,7 @@ TEST(PackedWeights, RuntimeMLinearReadsTheStaticGraphsCopy) {
          return ms;
        }()) {
     SCOPED_TRACE("M=" + std::to_string(M));
-    Tensor x = random_tensor(DType::f32, {M, kK}, static_cast<uint32_t>(100 + M));
-    Tensor y(DType::f32, {M, kN});
-    dynamic->run({x.view()}, {y.view()});
-    Tensor want(DType::f32, {M, kN});
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < kN; ++n) {
-        double acc = 0;
-        for (int64_t k = 0; k < kK; ++k) acc += double(x.ptr<float>()[m * kK + k]) * neg_w.ptr<float>()[n * kK + k];
-        want.ptr<float>()[m * kN + n] = static_cast<float>(acc);
-      }
-    ASSERT_TRUE(all_close(y, want, 1e-4, 1e-4));
+    expect_linear(*dynamic, random_tensor(DType::f32, {M, kK}, static_cast<uint32_t>(100 + M)), neg_w);  // neg(x) @ w^T
   }
   EXPECT_EQ(PackedWeights::stats().entries, one.entries);
 }
