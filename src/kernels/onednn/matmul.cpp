@@ -187,6 +187,17 @@ void adopt_known_layout(Variant& v, const std::vector<dnnl::memory::desc>& known
     if (try_weight_layout(v, md, bmd, make_pd)) return;
 }
 
+// A scratchpad of `bytes` (64-byte aligned) that only this thread uses: the calling thread waits
+// for the primitive it passes it to, so one buffer per thread, grown to the largest asked, is
+// never shared. For scratchpads a plan did not size (the runtime-M kernel's static primitives).
+void* thread_scratch(size_t bytes) {
+  thread_local std::unique_ptr<char[]> buf;
+  thread_local size_t cap = 0;
+  if (bytes + 63 > cap) buf.reset(new char[bytes + 63]), cap = bytes + 63;
+  const auto p = reinterpret_cast<uintptr_t>(buf.get());
+  return reinterpret_cast<void*>((p + 63) & ~static_cast<uintptr_t>(63));
+}
+
 class GemmKernel final : public Kernel {
  public:
   void run(const TensorView* in, TensorView* out, void* scratch) const override {
@@ -251,6 +262,7 @@ class GemmKernel final : public Kernel {
   bool b_padded_ = false;                     // the packed rows are padded (unaliased_rows)
   DenseInput res_;
   size_t prim_scratch_ = 0, scratch_total_ = 0;
+  size_t prim_region_ = 0;  // bytes planned for the primitive's scratchpad (at prim_scratch_)
   bool runtime_m_ = false;
   int64_t K_ = 0, N_ = 0;  // runtime_m_ only
 
@@ -367,11 +379,11 @@ class GemmKernel final : public Kernel {
     args[DNNL_ARG_DST] = wrap(c_md, out[0].data);
     if (ep_.has_bias) args[DNNL_ARG_BIAS] = wrap(bias_md_, in[ep_.bias_input].data);
     if (v.residual == ResidualMode::sum) copy_residual_into(in[ep_.residual_input], out[0]);
-    std::unique_ptr<char[]> own_scratch;  // a static primitive whose scratchpad outgrows the plan's
     if (const std::shared_ptr<const ByM> bm = static_for(M)) {
       args[DNNL_ARG_WEIGHTS] = *by_m_w_;
-      void* sp = at_offset(scratch, prim_scratch_);
-      if (bm->scratch > prim_scratch_) own_scratch.reset(new char[bm->scratch]), sp = own_scratch.get();
+      // The plan's region was sized for the runtime-M primitive (often none): a larger static
+      // scratchpad goes in this thread's own buffer.
+      void* sp = bm->scratch <= prim_region_ ? at_offset(scratch, prim_scratch_) : thread_scratch(bm->scratch);
       args[DNNL_ARG_SCRATCHPAD] = wrap(bm->scratch_md, sp);
       bm->prim.execute(s, args);
       s.wait();
@@ -513,6 +525,7 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
   k->b_.dense.offset += base;
   k->res_.offset += base;
   k->scratch_total_ = base + rest.total();
+  k->prim_region_ = base;
   k->name_ = std::string("onednn_f32_") + op + ":" + k->variants_[0][0].pd.impl_info_str() +
              (b_const ? (k->b_in_place_ ? ":inplace_w" : k->b_shared_ ? ":prepacked:shared" : ":prepacked") : "") +
              (k->b_padded_ && !k->b_in_place_ ? ":padded_rows" : "") + (runtime_m ? (k->by_m_w_ ? ":runtime_m:static_by_m" : ":runtime_m") : k->threads_ == 1 ? ":1thread" : "");
