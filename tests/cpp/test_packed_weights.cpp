@@ -196,3 +196,19 @@ TEST(PackedWeights, RuntimeMLinearReadsTheStaticGraphsCopy) {
   }
   EXPECT_EQ(PackedWeights::stats().entries, one.entries);
 }
+
+TEST(PackedWeights, RuntimeMLinearFromSeveralThreads) {
+  // Threads calling one runtime-M kernel at new and repeated M at once: the static primitives
+  // are made under the kernel's lock, then run concurrently (the TSan lane runs this).
+  Tensor w = random_tensor(DType::f32, {kN, kK}, 13);
+  auto dynamic = compile_runtime_m_linear(w);
+  Tensor neg_w(DType::f32, {kN, kK});
+  for (int64_t i = 0; i < kN * kK; ++i) neg_w.ptr<float>()[i] = -w.ptr<float>()[i];
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int64_t M : {int64_t{7} + t, int64_t{24}, int64_t{7} + t, int64_t{33} + 2 * t})
+        expect_linear(*dynamic, random_tensor(DType::f32, {M, kK}, static_cast<uint32_t>(200 + 10 * t + M)), neg_w);
+    });
+  for (std::thread& th : threads) th.join();
+}
