@@ -3,6 +3,7 @@
     python benchmarks/decode_overhead.py                      # both models, default guards
     python benchmarks/decode_overhead.py --models gpt2 --guards default skip_all nn_modules
     python benchmarks/decode_overhead.py --cache static       # transformers' static KV cache
+    python benchmarks/decode_overhead.py --models llama --cache static --options '{"weight_dtype": "int8"}'
 
 Models (random weights, `torch.manual_seed(0)`): "llama" is the 156M Llama of issue 20
 (hidden 1024, intermediate 2816, 8 layers, 16/4 heads, vocab 32000); "gpt2" is GPT-2 small

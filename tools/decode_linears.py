@@ -1,7 +1,7 @@
 """Time the 156M Llama's decode linears alone: the 8 layers' 56 projections (q, k, v, o, gate,
-up, down; `Stack`, which `tools/prepack_ab.py` uses too) in one compiled module, x [1, M, 1024], one weight_dtype per
-process; prints the first quartile and median ms per pass over the rounds and GB/s of weight
-bytes. For A/B runs, alternate two builds in fresh processes (PYTHONPATH selects the package):
+up, down; `Stack`, which `tools/prepack_ab.py` uses too) in one compiled module, x [1, M,
+1024], one weight_dtype per process; prints the first quartile and median ms per pass over the
+rounds and GB/s of weight bytes. `--rows` above 11 times the prefill path (panels). For A/B runs, alternate two builds in fresh processes (PYTHONPATH selects the package):
 
     PYTHONPATH=python python tools/decode_linears.py int8 --rows 1 --threads 2 --rounds 30
 """

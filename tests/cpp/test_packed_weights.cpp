@@ -58,6 +58,13 @@ std::shared_ptr<Executable> compile_runtime_m_linear(const Tensor& w) {
   return Executable::compile(std::move(g), CompileOptions{});
 }
 
+// -w, for comparing compile_runtime_m_linear(w) with expect_linear: neg(x) @ w^T = x @ (-w)^T.
+Tensor negated(const Tensor& w) {
+  Tensor n(DType::f32, w.shape());
+  for (int64_t i = 0; i < w.numel(); ++i) n.ptr<float>()[i] = -w.ptr<float>()[i];
+  return n;
+}
+
 // The name of the first linear kernel of exe's plan for x [M, kK].
 std::string linear_kernel(Executable& exe, int64_t M) {
   auto p = exe.plan({{M, kK}});
@@ -183,8 +190,7 @@ TEST(PackedWeights, RuntimeMLinearReadsTheStaticGraphsCopy) {
   if (one.packs > before.packs) EXPECT_NE(name.find(":prepacked:shared"), std::string::npos) << name;
   // Every M matches, past the 64 static primitives kept too (the least recently used go), and
   // again after eviction.
-  Tensor neg_w(DType::f32, {kN, kK});
-  for (int64_t i = 0; i < kN * kK; ++i) neg_w.ptr<float>()[i] = -w.ptr<float>()[i];
+  const Tensor neg_w = negated(w);
   for (int64_t M : [] {
          std::vector<int64_t> ms;
          for (int64_t m = 1; m <= 70; ++m) ms.push_back(m);
@@ -192,7 +198,7 @@ TEST(PackedWeights, RuntimeMLinearReadsTheStaticGraphsCopy) {
          return ms;
        }()) {
     SCOPED_TRACE("M=" + std::to_string(M));
-    expect_linear(*dynamic, random_tensor(DType::f32, {M, kK}, static_cast<uint32_t>(100 + M)), neg_w);  // neg(x) @ w^T
+    expect_linear(*dynamic, random_tensor(DType::f32, {M, kK}, static_cast<uint32_t>(100 + M)), neg_w);
   }
   EXPECT_EQ(PackedWeights::stats().entries, one.entries);
 }
@@ -202,8 +208,7 @@ TEST(PackedWeights, RuntimeMLinearFromSeveralThreads) {
   // are made under the kernel's lock, then run concurrently (the TSan lane runs this).
   Tensor w = random_tensor(DType::f32, {kN, kK}, 13);
   auto dynamic = compile_runtime_m_linear(w);
-  Tensor neg_w(DType::f32, {kN, kK});
-  for (int64_t i = 0; i < kN * kK; ++i) neg_w.ptr<float>()[i] = -w.ptr<float>()[i];
+  const Tensor neg_w = negated(w);
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([&, t] {

@@ -15,13 +15,8 @@ struct Avx2 {
   static reg bcast(float v) { return _mm256_set1_ps(v); }
   static reg loadx(const float* p) { return _mm256_loadu_ps(p); }
   static reg widen(const float* p) { return _mm256_loadu_ps(p); }
-  static reg widen(const int8_t* p) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-  }
-  static reg widen(const uint16_t* p) {
-    __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
-  }
+  static reg widen(const int8_t* p) { return widen8<Avx2>(p); }
+  static reg widen(const uint16_t* p) { return widen8<Avx2>(p); }
   static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
   static void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
   static float hsum(reg v) {

@@ -202,7 +202,7 @@ void dot_kn(const float* x, int64_t M, int64_t ldx, const float* w, int64_t N, i
 // ---- Prefill: a widened, transposed panel and a broadcast-FMA micro-kernel ----
 // With many rows of x, the dot tiles above are bound by their loads and their lane reductions
 // (76 GFLOP/s on 2 AVX-512 cores at M = 32 and 128, against oneDNN's 150-190 on f32 weights:
-// docs/BENCHMARKS.md, "int8 prefill"). The prefill path instead widens a panel of kPanelCols(V)
+// docs/BENCHMARKS.md, "Issue 20: int8 and bf16 prefill panels"). The prefill path instead widens a panel of kPanelCols(V)
 // rows of w to f32 and transposes it to [K][kPanelCols] once (pack), then runs an MR x 2-register
 // micro-kernel that broadcasts one x element and multiplies it with two vectors of panel columns:
 // per k, 2 loads and MR broadcasts feed 2 * MR FMAs, and nothing is reduced across lanes.
@@ -212,8 +212,9 @@ template <class V>
 constexpr int kPanelRows = V::lanes == 16 ? 8 : 6;  // 2 * MR accumulators: 16 of 32 zmm, 12 of 16 ymm
 constexpr int64_t kPanelDepth = 256;                // k per pass over the panel: 256 x 32 floats = 32 KB (L1)
 
-// Eight consecutive weight elements widened to f32 (the pack's unit, 8 lanes on either ISA;
-// templated on V so that each unit keeps its own copy, compiled with its flags).
+// Eight consecutive weight elements widened to f32 (the pack's unit, 8 lanes on either ISA, and
+// the AVX2 traits' widen; templated on V so that each unit keeps its own copy, compiled with
+// its flags).
 template <class V>
 inline __m256 widen8(const int8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
@@ -323,7 +324,7 @@ void panel_dot(const float* x, int64_t M, int64_t ldx, const void* wv, int64_t n
                float* panel, float* out, int64_t ldo) {
   constexpr int MR = kPanelRows<V>;
   const W* w = static_cast<const W*>(wv);
-  for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kPanelDepth) {
+  for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kPanelDepth) {  // K = 0: one pass writing zeros
     const int64_t kc = std::min(kPanelDepth, K - k0);
     pack_panel<V, W>(w + k0, nb, ldw, kc, panel);
     for (int64_t m = 0; m < M; m += MR)
