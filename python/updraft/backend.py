@@ -10,17 +10,21 @@ Dynamo graph -> AOTAutograd (core aten, minus the ops the engine runs natively) 
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
+import gc
 import math
 import sys
 import threading
+import types
+import weakref
 from typing import Any, Callable, Optional
 
 import torch
 from torch import fx
 
 from .config import CompilerConfig
-from .engine_partition import EnginePartition
+from .engine_partition import EnginePartition, active
 from .gears import GearBox
 from .partition import partition_graph
 from .report import INFERENCE_CHOICE, INPUT_WRITES, TRAINING_CHOICE, GraphReport, report_for_new_graph, warn_once
@@ -103,15 +107,21 @@ def _boxed_function(compiled: Callable) -> Callable:
     return run
 
 
+# Every PartitionedGraph with frozen parameters: what `_drop_released` discounts as its own.
+_graphs_with_sets: "weakref.WeakSet[PartitionedGraph]" = weakref.WeakSet()
+
+
 class PartitionedGraph:
     """Boxed callable for one inference graph: the outer GraphModule with engine partitions.
 
     Frozen inputs (parameters/buffers) are engine constants. Dynamo reuses compiled code across
     module instances of the same class, and a parameter may be updated in place, so each call
-    checks the frozen tensors' identity and version; on a change the partitions rebuild.
-    (Measured on a 16-parameter MLP: ~2 us a call, almost all of it reading `_version`; a
-    map/itemgetter version was no faster.) The outer GraphModule is ours and has no hooks, so
-    it is called through `forward`, skipping nn.Module.__call__.
+    checks the frozen tensors' identity and version against the set it ran with last. Another
+    set of tensors selects the partitions' state for that set (CompilerConfig.parameter_sets of
+    them are kept, `_select`); a set modified in place rebuilds. (Measured on a 16-parameter
+    MLP: ~2 us a call, almost all of it reading `_version`; a map/itemgetter version was no
+    faster.) The outer GraphModule is ours and has no hooks, so it is called through
+    `forward`, skipping nn.Module.__call__.
     """
 
     _boxed_call = True
@@ -125,8 +135,12 @@ class PartitionedGraph:
         self.history = history
         self.config = config
         self.report = report
-        self._bound: Optional[list] = None
+        self._sets: collections.OrderedDict = collections.OrderedDict()  # id key -> _ParamSet, LRU first
+        self._current: Optional[_ParamSet] = None  # the set of the last call
+        self._next_slot = 0
         self._lock = threading.Lock()
+        if frozen:
+            _graphs_with_sets.add(self)
         self._names = names or [n.name for n in gm.graph.nodes if n.op == "placeholder"]
         self.gears: list = []
         for gear in (config.gears if config is not None else ()):
@@ -141,9 +155,10 @@ class PartitionedGraph:
 
     def __call__(self, args: list) -> Any:
         if self.frozen:
-            bound = self._bound
-            if bound is None or any(args[i] is not t or t._version != v for i, t, v in bound):
-                self._rebind(args)
+            cur = self._current
+            if cur is None or any(args[i] is not t or t._version != v for i, t, v in cur.bound):
+                cur = self._select(args)
+            active.slot = cur.slot
         if self.gears:
             return self._call_geared(args)
         return self.gm.forward(*args)
@@ -196,14 +211,69 @@ class PartitionedGraph:
                 self.report.compiles.append(("gears", f"{box.gear.input} sizes {skipped} not planned: "
                                              "the graph's shape guards reject them with this call's other inputs"))
 
-    def _rebind(self, args: list) -> None:
+    def _select(self, args: list) -> "_ParamSet":
+        """The parameter set of `args`, made current: a kept one as it is, a kept one modified in
+        place rebuilt, or a new one (a recompile: the partitions build for it at this call)."""
         with self._lock:
-            bound = self._bound
-            if bound is not None and all(args[i] is t and t._version == v for i, t, v in bound):
-                return
-            if bound is not None:
-                self._rebuild(self._what_changed(bound, args))
-            self._bound = [(i, args[i], args[i]._version) for i in self.frozen]
+            cur = self._current
+            if cur is not None and cur.holds(args):
+                return cur
+            key = tuple(id(args[i]) for i in self.frozen)
+            found = self._sets.get(key)
+            if found is not None and found.same_tensors(args):
+                self._sets.move_to_end(key)
+                if not found.holds(args):
+                    self._rebuild(self._what_changed(found.bound, args), found)
+                    found.bound = self._bound_of(args)
+                new = found
+            else:
+                new = self._add_set(key, args)
+            self._current = new
+            return new
+
+    def _add_set(self, key: tuple, args: list) -> "_ParamSet":
+        """A set met for the first time. After the first, a recompile (counted against the limit);
+        the partitions keep one state per set once there are two."""
+        new = _ParamSet(self._next_slot, self._bound_of(args))
+        self._next_slot += 1
+        cur = self._current
+        if cur is not None:
+            self._drop_released()
+            while len(self._sets) >= self.config.parameter_sets:
+                _, old = self._sets.popitem(last=False)
+                for p in self.parts:
+                    p.invalidate(old.slot)
+            kept = len(self._sets)
+            reason = self._what_changed(cur.bound, args)
+            if kept:
+                reason += (f"; built beside {kept} other parameter set(s) it keeps "
+                           f"(CompilerConfig.parameter_sets={self.config.parameter_sets})")
+                for p in self.parts:
+                    p.keep_sets(cur.slot)  # until now the one state belonged to the current set
+            if not self._rebuild(reason, None):
+                return new
+        self._sets[key] = new
+        return new
+
+    def _drop_released(self) -> None:
+        """Forgets the kept sets whose parameters nobody else holds (the model was deleted): their
+        engine states hold the tensors, so they would otherwise stay alive with this graph. Run
+        only when a new set arrives (a compile anyway): one scan of the heap per kept set."""
+        try:  # every graph's own records: the prefill and decode graphs of one model hold its tensors
+            ours = {id(entry) for g in list(_graphs_with_sets) for s in list(g._sets.values()) for entry in s.bound}
+        except RuntimeError:  # another thread changed a graph's sets meanwhile: keep everything this time
+            return
+        for key, s in list(self._sets.items()):
+            if s is self._current:
+                continue
+            holders = gc.get_referrers(s.bound[0][1])
+            if all(id(h) in ours or isinstance(h, types.FrameType) for h in holders):
+                del self._sets[key]
+                for p in self.parts:
+                    p.invalidate(s.slot)
+
+    def _bound_of(self, args: list) -> list:
+        return [(i, args[i], args[i]._version) for i in self.frozen]
 
     def _what_changed(self, bound: list, args: list) -> str:
         changed = [(i, "was modified in place" if args[i] is t else "is another tensor (another module instance?)")
@@ -212,22 +282,43 @@ class PartitionedGraph:
         more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
         return f"parameter input {i} '{self._names[i]}' {how}{more}"
 
-    def _rebuild(self, reason: str) -> None:
-        """Frozen parameters changed: the partitions rebuild, unless the recompile limit is hit."""
+    def _rebuild(self, reason: str, changed: Optional["_ParamSet"]) -> bool:
+        """Frozen parameters changed (`changed`: a kept set modified in place; None: a new set):
+        the partitions rebuild for it, unless the recompile limit is hit. False when it was: every
+        partition runs in PyTorch from now on."""
         if self.report is not None:
             self.report.compiles.append(("recompile", reason))
         over = self.history is not None and self.history.recompiled(reason, self.config.recompile_limit)
+        if not over:
+            if changed is not None:
+                for p in self.parts:
+                    p.invalidate(changed.slot)
+            return True
         for p in self.parts:
-            if over:
-                p.run_in_pytorch(f"recompile limit ({self.config.recompile_limit}) reached: {reason}")
-            else:
-                p.invalidate()
-        if over:
-            self.frozen = []  # the partitions run in PyTorch for good: nothing left to check or rebuild
-            warn_once(f"[updraft.backend] a graph was recompiled {self.history.recompiles} times, over "
-                      f"CompilerConfig.recompile_limit={self.config.recompile_limit}; the last change: "
-                      f"{reason}. It runs in PyTorch from now on. Avoid changing parameters between "
-                      "calls (or compile with freeze=False), or raise the limit.")
+            p.run_in_pytorch(f"recompile limit ({self.config.recompile_limit}) reached: {reason}")
+        self.frozen = []  # the partitions run in PyTorch for good: nothing left to check or rebuild
+        self._sets.clear()
+        warn_once(f"[updraft.backend] a graph was recompiled {self.history.recompiles} times, over "
+                  f"CompilerConfig.recompile_limit={self.config.recompile_limit}; the last change: "
+                  f"{reason}. It runs in PyTorch from now on. Avoid changing parameters between "
+                  "calls (or compile with freeze=False), or raise the limit.")
+        return False
+
+
+class _ParamSet:
+    """One set of frozen parameters a PartitionedGraph runs with: its slot (which state each
+    partition uses for it) and the tensors with their versions when it was built."""
+
+    __slots__ = ("slot", "bound")
+
+    def __init__(self, slot: int, bound: list) -> None:
+        self.slot, self.bound = slot, bound
+
+    def holds(self, args: list) -> bool:
+        return all(args[i] is t and t._version == v for i, t, v in self.bound)
+
+    def same_tensors(self, args: list) -> bool:
+        return all(args[i] is t for i, t, _ in self.bound)
 
 
 class _History:

@@ -109,6 +109,15 @@ class CompilerConfig:
     recompile_limit: engine compiles allowed per graph after its first (Dynamo recompiling a
         graph for new static shapes or dtypes, or a rebuild after parameters changed). Past it,
         that graph runs in PyTorch, with a warning naming what changed.
+    parameter_sets: module instances of one class (each its own parameters) one compiled graph
+        keeps built. Dynamo runs every instance of a class through the same compiled code, so a
+        server holding several models of one architecture calls one graph with several sets of
+        frozen parameters: each set met for the first time is an engine compile (a recompile,
+        counted against recompile_limit), and switching to a set already built costs a lookup.
+        Beyond this many live sets the least recently used one is dropped (its next use
+        compiles again). A kept set holds its engine state (prepacked weights included) and its
+        parameters; a set whose parameters nobody else holds any more (the model was deleted)
+        is released when the next new set arrives. 1: one set, rebuilt at every switch.
     plan_cache_size: plans each engine graph keeps, one per input-shape signature (least recently
         used out). A plan holds kernels, a memory plan and its arenas; a signature whose plan was
         evicted builds it again (counted in the report's plans built).
@@ -215,6 +224,7 @@ class CompilerConfig:
     cache_dir: Optional[str] = None
     cache_max_bytes: int = 1 << 30
     recompile_limit: int = 8
+    parameter_sets: int = 4
     plan_cache_size: int = 16
     range_plans: bool = True
     gears: tuple = ()
@@ -240,7 +250,8 @@ class CompilerConfig:
             if not isinstance(value, bool):
                 raise TypeError(f"[updraft.config] {name} must be a bool, got {type(value).__name__} {value!r}")
         for name, low in (("num_threads", 0), ("min_partition_size", 1), ("debug", 0),
-                          ("cache_max_bytes", 0), ("recompile_limit", 0), ("plan_cache_size", 1)):
+                          ("cache_max_bytes", 0), ("recompile_limit", 0), ("parameter_sets", 1),
+                          ("plan_cache_size", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"[updraft.config] {name} must be an int, got {type(value).__name__} {value!r}")

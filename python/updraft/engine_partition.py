@@ -7,7 +7,8 @@ are runtime inputs. Per call it finds the plan bound to the input signature (bin
 single engine plan lookup, for a new signature), allocates outputs with torch.empty and lets
 the engine write them. It rebuilds when the backend says its constants changed (`invalidate`),
 and runs in PyTorch for good when building or running fails (with fallback) or the recompile
-limit is reached.
+limit is reached. A graph called with the parameters of several module instances keeps one
+state per parameter set (`keep_sets`): the backend names the set of each call in `active`.
 
 It does not decide what runs in the engine (support.py, partition.py) nor key, load or store
 compile-cache entries (partition_cache.py).
@@ -35,6 +36,16 @@ _MAX_BOUND_PLANS = 16
 
 # Lowered only when a consumer asks (so addmm(b, x, permute(w)) absorbs the permute).
 _DEFERRED = {torch.ops.aten.permute.default, torch.ops.aten.t.default}
+
+
+class _Active(threading.local):
+    """The parameter set (backend.PartitionedGraph's slot) of the call running on this thread.
+    The graph sets it before calling its partitions, so two threads running two module
+    instances through one graph each use their own engine state."""
+    slot = 0
+
+
+active = _Active()
 
 
 # Called as lowered_hook(partition, graph, args) with the lowered engine graph just before the engine
@@ -66,7 +77,10 @@ class EnginePartition(torch.nn.Module):
         self._other_pos = [j for j, k in enumerate(const_kinds) if k != "param"]
         self.config = config
         self.report = report
-        self._state: Any = None  # None: not built; _Built; or the failure reason (str)
+        # The engine state: None (not built), a _Built, or the reason it runs in PyTorch (str).
+        # One (`_one`) until the graph meets a second parameter set; then one per set's slot.
+        self._one: Any = None
+        self._by_set: Optional[dict] = None
         self._lock = threading.Lock()
         if multi is None:
             out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
@@ -75,19 +89,45 @@ class EnginePartition(torch.nn.Module):
         self.dump: Any = None  # updraft.debug.dump.PartitionDump when CompilerConfig.dump_dir is set
         profiler.register(self)
 
-    def invalidate(self) -> None:
-        """Drops the engine graph (its constants changed); the next call rebuilds it."""
+    @property
+    def _state(self) -> Any:
+        """The state of the parameter set of this thread's call."""
+        by = self._by_set
+        return self._one if by is None else by.get(active.slot)
+
+    @_state.setter
+    def _state(self, st: Any) -> None:
+        if self._by_set is None:
+            self._one = st
+        else:
+            self._by_set[active.slot] = st
+
+    def keep_sets(self, slot: int) -> None:
+        """From now on one state per parameter set; the state so far belongs to set `slot`."""
         with self._lock:
-            self._state = None
+            if self._by_set is None:
+                self._by_set = {slot: self._one}
+                self._one = None
+
+    def invalidate(self, slot: Optional[int] = None) -> None:
+        """Drops the engine graph of set `slot` (None: this thread's; its constants changed, or
+        the set was dropped); the next call with that set rebuilds it."""
+        with self._lock:
+            if self._by_set is None:
+                self._one = None
+            else:
+                self._by_set.pop(active.slot if slot is None else slot, None)
 
     def run_in_pytorch(self, reason: str) -> None:
-        """From now on this partition runs in PyTorch (the recompile limit was reached)."""
+        """From now on this partition runs in PyTorch, for every parameter set (the recompile
+        limit was reached)."""
         with self._lock:
-            self._state = reason
+            self._by_set, self._one = None, reason
             self.report.status = f"in PyTorch: {reason}"
 
     def forward(self, *args: Any) -> Any:
-        st = self._state
+        by = self._by_set
+        st = self._one if by is None else by.get(active.slot)
         if st is None:
             if any(isinstance(a, torch._subclasses.FakeTensor) for a in args):
                 return self.sub(*args)  # traced again under fake mode (e.g. by a nested compile)
@@ -202,13 +242,14 @@ class EnginePartition(torch.nn.Module):
 
     def _build_once(self, args: tuple) -> Any:
         with self._lock:
-            if self._state is None:
+            st = self._state
+            if st is None:
                 try:
-                    self._state = self._build(args)
-                    self._state.cg.label = self.report.name  # what the watchdog's report calls it
+                    st = self._build(args)
+                    st.cg.label = self.report.name  # what the watchdog's report calls it
                     self.report.status = "ok"
                     if self.dump is not None:
-                        self.dump.built(self._state.cg)
+                        self.dump.built(st.cg)
                 except Exception as e:  # any engine/lowering error: eager, or raise if strict
                     reason = f"{type(e).__name__}: {e}" if not isinstance(e, Unsupported) else str(e)
                     self.report.fail(reason)
@@ -220,8 +261,9 @@ class EnginePartition(torch.nn.Module):
                             "set CompilerConfig(fallback=True) to run it in PyTorch instead") from e
                     warn_once(f"[updraft.partition] {self.report.name} failed to compile "
                               f"({reason}); running it in PyTorch")
-                    self._state = reason
-            return self._state
+                    st = reason
+                self._state = st
+            return st
 
     def _build(self, args: tuple) -> "_Built":
         C = _c()
