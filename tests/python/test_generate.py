@@ -176,6 +176,20 @@ def test_generate_greedy(name):
     run_case(name)
 
 
+@pytest.mark.parametrize("cache", [None, "static"], ids=["dynamic", "static"])
+def test_grouped_query_attention_reads_key_values_unrepeated(cache):
+    """transformers repeats each key/value head for its query heads (repeat_kv) before sdpa; the
+    engine's fold_gqa_sdpa makes sdpa read the grouped k/v, so no engine graph of a batched
+    generate copies the cache into a float expand (src/passes/fold_gqa_sdpa.h)."""
+    from updraft import profiler
+
+    run_case("llama", batch=2, cache=cache)
+    texts = [cg.graph_text() for _, cg in profiler._live_graphs()]
+    assert texts and all(t.count("= sdpa(") == 2 for t in texts)  # two layers, one sdpa each
+    repeats = [line for t in texts for line in t.splitlines() if "= expand(" in line and ": f32" in line]
+    assert not repeats, repeats
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("cache", [None, "static"], ids=["dynamic", "static"])
 @pytest.mark.parametrize("name", sorted(FAMILIES))

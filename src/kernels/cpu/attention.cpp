@@ -98,7 +98,7 @@ class SdpaKernel final : public Kernel {
       float* kt = reinterpret_cast<float*>(thread_scratch + omp_get_thread_num() * thread_bytes);
       float* p = kt + E * S16;
       float* inv = p + kRowBlock * S16;
-      int64_t packed = -1;  // the batch element whose k^T is in kt
+      const float* packed = nullptr;  // the k whose k^T is in kt (query heads sharing a k reuse it)
 #pragma omp for schedule(dynamic, 1)
       for (int64_t unit = 0; unit < batches * blocks; ++unit) {
         const int64_t b = unit / blocks, l0 = (unit % blocks) * kRowBlock, l1 = std::min(L, l0 + kRowBlock);
@@ -107,14 +107,14 @@ class SdpaKernel final : public Kernel {
         for (int d = nb - 1; d >= 0; --d) idx[d] = rem % y.sizes[d], rem /= y.sizes[d];
         const float* qb = q.ptr<const float>() + batch_offset(q, idx, nb);
         const float* vb = v.ptr<const float>() + batch_offset(v, idx, nb);
-        if (packed != b) {  // k^T for this batch element, zero past S
-          const float* kb = k.ptr<const float>() + batch_offset(k, idx, nb);
+        const float* kb = k.ptr<const float>() + batch_offset(k, idx, nb);
+        if (packed != kb) {  // k^T for this batch element, zero past S
           for (int64_t e = 0; e < E; ++e) {
             float* row = kt + e * S16;
             for (int64_t j = 0; j < S; ++j) row[j] = kb[j * ks + e];
             for (int64_t j = S; j < S16; ++j) row[j] = 0.f;
           }
-          packed = b;
+          packed = kb;
         }
         const cpu::sdpa::Tiles& t = *tiles_;
         int64_t l = l0;

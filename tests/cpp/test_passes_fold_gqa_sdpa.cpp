@@ -1,0 +1,144 @@
+// fold_gqa_sdpa: sdpa over k/v repeated for grouped-query attention reads the grouped k/v
+// instead (decode: the R heads of a group as R query rows; otherwise k/v broadcast over R), with
+// the same outputs on the reference kernels (check_pass) and on the fast kernels.
+#include <gtest/gtest.h>
+
+#include "pass_test_util.h"
+#include "passes/dce.h"
+#include "passes/fold_gqa_sdpa.h"
+
+using namespace updraft;
+using namespace updraft::testing;
+
+namespace {
+
+bool fold_then_dce(Graph& g) {
+  bool changed = fold_gqa_sdpa(g);
+  dce(g);
+  return changed;
+}
+
+// transformers' repeat_kv of %k and %v ([B, G, S, E] -> [B, G * R, S, E]) before sdpa; `q`,
+// `k`: input shapes, `mask`: an input declaration or "", `attrs`: sdpa's.
+std::string gqa_graph(const std::string& q, const std::string& k, const std::string& k5, const std::string& rep5,
+                      const std::string& rep4, const std::string& mask, const std::string& attrs) {
+  std::string in = "%q: f32" + q + ", %k: f32" + k + ", %v: f32" + k + (mask.empty() ? "" : ", %m: " + mask);
+  return "graph(" + in + ") {\n" +
+         "  %k5 = reshape(%k) {shape=" + k5 + "}\n  %ke = expand(%k5) {shape=" + rep5 + "}\n" +
+         "  %kr = reshape(%ke) {shape=" + rep4 + "}\n" +
+         "  %v5 = reshape(%v) {shape=" + k5 + "}\n  %ve = expand(%v5) {shape=" + rep5 + "}\n" +
+         "  %vr = reshape(%ve) {shape=" + rep4 + "}\n" +
+         "  %a = sdpa(%q, %kr, %vr" + (mask.empty() ? "" : ", %m") + ") " + attrs + "\n  return (%a)\n}";
+}
+
+// The folded graph on the fast kernels against the original on the reference.
+void expect_fast_matches(const std::string& text, const Graph& folded, const SymBindings& syms = {}) {
+  auto original = parse_graph(text);
+  auto inputs = random_inputs(*original, syms);
+  expect_same_outputs(interpret(*original, inputs, Device::ref), interpret(folded, inputs, Device::cpu), 1e-4, 1e-5);
+}
+
+// The sdpa of the folded graph, and its k input's producer op ("" for a graph input).
+const Node* the_sdpa(const Graph& g) {
+  for (const Node* n : g.nodes())
+    if (n->op_name() == "sdpa") return n;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST(PassFoldGqaSdpa, DecodeStepTakesTheGroupsHeadsAsRows) {
+  // 8 query heads over 2 key/value heads, one query row, a float mask shared by the heads.
+  const std::string text = gqa_graph("[2, 8, 1, 16]", "[2, 2, 11, 16]", "[2, 2, 1, 11, 16]", "[2, 2, 4, 11, 16]",
+                                     "[2, 8, 11, 16]", "f32[2, 1, 1, 11]", "{has_mask=true}");
+  auto g = check_pass(text, fold_then_dce, Changed::yes, {}, 1e-5, 1e-6);
+  EXPECT_EQ(ops_of(*g), "reshape reshape reshape sdpa reshape");  // no expand left
+  const Node* s = the_sdpa(*g);
+  EXPECT_EQ(shape_str(s->input(0)->type.shape), "[2, 2, 4, 16]");
+  EXPECT_EQ(shape_str(s->input(1)->type.shape), "[2, 2, 11, 16]");
+  EXPECT_EQ(s->input(3), g->inputs()[3]);  // the mask as it is: it broadcasts over groups and rows
+  expect_fast_matches(text, *g);
+}
+
+TEST(PassFoldGqaSdpa, PerHeadMaskIsViewedByGroup) {
+  const std::string text = gqa_graph("[1, 4, 1, 8]", "[1, 2, 5, 8]", "[1, 2, 1, 5, 8]", "[1, 2, 2, 5, 8]",
+                                     "[1, 4, 5, 8]", "bool[1, 4, 1, 5]", "{has_mask=true}");
+  auto g = check_pass(text, fold_then_dce, Changed::yes, {}, 1e-5, 1e-6);
+  EXPECT_EQ(shape_str(the_sdpa(*g)->input(3)->type.shape), "[1, 2, 2, 5]");
+  expect_fast_matches(text, *g);
+}
+
+TEST(PassFoldGqaSdpa, PrefillBroadcastsKeyValueOverTheRepeat) {
+  for (const char* attrs : {"{is_causal=true}", "{scale=0.3}"}) {
+    SCOPED_TRACE(attrs);
+    const std::string text = gqa_graph("[1, 6, 7, 8]", "[1, 2, 9, 8]", "[1, 2, 1, 9, 8]", "[1, 2, 3, 9, 8]",
+                                       "[1, 6, 9, 8]", "", attrs);
+    auto g = check_pass(text, fold_then_dce, Changed::yes, {}, 1e-5, 1e-6);
+    const Node* s = the_sdpa(*g);
+    EXPECT_EQ(shape_str(s->input(0)->type.shape), "[1, 2, 3, 7, 8]");
+    EXPECT_EQ(shape_str(s->input(1)->type.shape), "[1, 2, 1, 9, 8]");
+    EXPECT_EQ(s->input(1)->producer->input(0), g->inputs()[1]);  // a view of k itself
+    expect_fast_matches(text, *g);
+  }
+  // A causal decode step (is_causal with one row: only key 0) stays unfolded into rows.
+  const std::string one_row = gqa_graph("[1, 4, 1, 8]", "[1, 2, 3, 8]", "[1, 2, 1, 3, 8]", "[1, 2, 2, 3, 8]",
+                                        "[1, 4, 3, 8]", "", "{is_causal=true}");
+  auto g = check_pass(one_row, fold_then_dce, Changed::yes, {}, 1e-5, 1e-6);
+  EXPECT_EQ(shape_str(the_sdpa(*g)->input(0)->type.shape), "[1, 2, 2, 1, 8]");
+}
+
+TEST(PassFoldGqaSdpa, PrefillMaskSharedByHeadsGainsADim) {
+  const std::string text = gqa_graph("[2, 4, 3, 8]", "[2, 1, 6, 8]", "[2, 1, 1, 6, 8]", "[2, 1, 4, 6, 8]",
+                                     "[2, 4, 6, 8]", "f32[2, 1, 3, 6]", "{has_mask=true}");
+  auto g = check_pass(text, fold_then_dce, Changed::yes, {}, 1e-5, 1e-6);
+  EXPECT_EQ(shape_str(the_sdpa(*g)->input(3)->type.shape), "[2, 1, 1, 3, 6]");
+  expect_fast_matches(text, *g);
+}
+
+TEST(PassFoldGqaSdpa, SymbolicCacheLength) {
+  // The dynamic cache's decode graph: S is a symbol.
+  const std::string text = gqa_graph("[1, 4, 1, 8]", "[1, 2, s0, 8]", "[1, 2, 1, s0, 8]", "[1, 2, 2, s0, 8]",
+                                     "[1, 4, s0, 8]", "f32[1, 1, 1, s0]", "{has_mask=true}");
+  auto g = check_pass(text, fold_then_dce, Changed::yes, {{"s0", 13}}, 1e-5, 1e-6);
+  EXPECT_EQ(shape_str(the_sdpa(*g)->input(1)->type.shape), "[1, 2, s0, 8]");
+  expect_fast_matches(text, *g, {{"s0", 13}});
+}
+
+TEST(PassFoldGqaSdpa, KeyAndValueLengthsNamedApart) {
+  // Dynamo may give the k and v caches' lengths different symbols; the reshapes to the repeated
+  // heads say they are one size (a batched decode step of a dynamic cache).
+  const char* text = R"(graph(%q: f32[2, 4, 1, 8], %k: f32[2, 2, s0, 8], %v: f32[2, 2, s1, 8], %m: f32[2, 1, 1, s0]) {
+  %k5 = reshape(%k) {shape=[2, 2, 1, s0, 8]}
+  %ke = expand(%k5) {shape=[2, 2, 2, -1, 8]}
+  %kr = reshape(%ke) {shape=[2, 4, s0, 8]}
+  %v5 = reshape(%v) {shape=[2, 2, 1, s1, 8]}
+  %ve = expand(%v5) {shape=[2, 2, 2, -1, 8]}
+  %vr = reshape(%ve) {shape=[2, 4, s0, 8]}
+  %a = sdpa(%q, %kr, %vr, %m) {has_mask=true}
+  return (%a)
+})";
+  auto g = check_pass(text, fold_then_dce, Changed::yes, {{"s0", 6}, {"s1", 6}}, 1e-5, 1e-6);
+  EXPECT_EQ(shape_str(the_sdpa(*g)->input(2)->type.shape), "[2, 2, s0, 8]");
+  expect_fast_matches(text, *g, {{"s0", 6}, {"s1", 6}});
+}
+
+TEST(PassFoldGqaSdpa, OtherRepeatsStay) {
+  // v repeated by another factor than k; a repeat of the batch dim.
+  check_pass(R"(graph(%q: f32[1, 4, 1, 8], %k: f32[1, 2, 3, 8], %v: f32[1, 1, 3, 8]) {
+  %k5 = reshape(%k) {shape=[1, 2, 1, 3, 8]}
+  %ke = expand(%k5) {shape=[1, 2, 2, 3, 8]}
+  %kr = reshape(%ke) {shape=[1, 4, 3, 8]}
+  %v5 = reshape(%v) {shape=[1, 1, 1, 3, 8]}
+  %ve = expand(%v5) {shape=[1, 1, 4, 3, 8]}
+  %vr = reshape(%ve) {shape=[1, 4, 3, 8]}
+  %a = sdpa(%q, %kr, %vr)
+  return (%a)
+})", fold_gqa_sdpa, Changed::no);
+  check_pass(R"(graph(%q: f32[2, 2, 1, 8], %k: f32[1, 2, 3, 8]) {
+  %k5 = reshape(%k) {shape=[1, 1, 2, 3, 8]}
+  %ke = expand(%k5) {shape=[1, 2, 2, 3, 8]}
+  %kr = reshape(%ke) {shape=[2, 2, 3, 8]}
+  %a = sdpa(%q, %kr, %kr)
+  return (%a)
+})", fold_gqa_sdpa, Changed::no);
+}
