@@ -446,6 +446,7 @@ def compile_inference(gm: fx.GraphModule, config: CompilerConfig, report: GraphR
                   "or raise the limit.")
         return _boxed(gm.forward)
     frozen = _frozen_inputs(gm, config)
+    writes = _data_writes()
     gm, parts = partition_graph(gm, config, report, set(frozen))
     if config.debug >= 1:
         print(f"[updraft] inference graph: {report.engine_compute} compute ops in the engine, "
@@ -455,7 +456,59 @@ def compile_inference(gm: fx.GraphModule, config: CompilerConfig, report: GraphR
             print(f"[updraft]   eager {op}: {reasons[0]}", file=sys.stderr)
     if not parts and not config.gears:
         return _boxed(gm.forward)
+    _write_inputs_in_place(gm, report, writes)
     return PartitionedGraph(gm, parts, frozen, history, config, report, names)
+
+
+def _data_writes() -> list[tuple[int, int]]:
+    """(output k, input i) for each input the graph AOTAutograd is compiling writes (data only,
+    no metadata change, no grad): output k is the new value AOTAutograd copies into input i
+    after the call (its outputs start with the mutated inputs' new values, in order)."""
+    from torch._guards import TracingContext
+
+    tc = TracingContext.try_get()
+    meta = getattr(tc, "fw_metadata", None) if tc is not None else None
+    if meta is None:
+        return []
+    pairs = []
+    for k, i in enumerate(meta.mutated_inp_runtime_indices):
+        info = meta.input_info[i]
+        if info.mutates_data and not info.mutates_metadata and not info.mutates_storage_metadata \
+                and not info.requires_grad:
+            pairs.append((k, i))
+    return pairs
+
+
+def _write_inputs_in_place(gm: fx.GraphModule, report: GraphReport, writes: list[tuple[int, int]]) -> None:
+    """An input the graph writes (a static KV cache) whose new value is an engine partition's
+    output, and which nothing else reads: the partition writes it in place and returns the input
+    itself, so AOTAutograd's copy-back (`copy_` of a tensor onto itself) does nothing. Otherwise
+    the engine wrote a new tensor of the input's size and AOTAutograd copied it back: two copies
+    of the whole cache per layer and step."""
+    import operator
+
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    outputs = list(next(iter(gm.graph.find_nodes(op="output"))).args[0])
+    done = []
+    for k, i in writes:
+        if k >= len(outputs) or i >= len(placeholders) or len(placeholders[i].users) != 1:
+            continue
+        ph, out = placeholders[i], outputs[k]
+        call = next(iter(ph.users))
+        part = getattr(gm, str(call.target), None) if call.op == "call_module" else None
+        if not isinstance(part, EnginePartition) or sum(o is out for o in outputs) != 1 or call.args.count(ph) != 1:
+            continue
+        if out is call:
+            j = 0
+        elif (isinstance(out, fx.Node) and out.op == "call_function" and out.target is operator.getitem
+              and out.args[0] is call):
+            j = out.args[1]
+        else:
+            continue
+        if part.write_input_in_place(j, call.args.index(ph)):
+            done.append(ph.name)
+    if done:
+        report.compiles.append((INPUT_WRITES, f"inputs written in place by the engine (no copy-back): {', '.join(done)}"))
 
 
 def compile_training(gm: fx.GraphModule, config: CompilerConfig, report: GraphReport, kind: str) -> Callable:

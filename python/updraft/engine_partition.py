@@ -34,6 +34,14 @@ from .report import PartitionReport, warn_once
 # plan cache holds 16 by default; a bound plan stays alive while bound, so this is bounded too).
 _MAX_BOUND_PLANS = 16
 
+# aten ops whose engine lowering reads `self` only as the base of one scatter (lowering_shape.py),
+# whose kernel copies the base into its output and skips that copy when both are the same
+# memory: a graph input such an op writes (a static KV cache's index_put) can take the result in
+# place (EnginePartition.write_input_in_place). Not the accumulating forms: a call that fails in
+# the engine after its scatter runs again in PyTorch on the written input, which repeats a
+# plain write but would add twice.
+IN_PLACE_WRITERS = (torch.ops.aten.index_put.default, torch.ops.aten.scatter.src, torch.ops.aten.scatter.value)
+
 # Lowered only when a consumer asks (so addmm(b, x, permute(w)) absorbs the permute).
 _DEFERRED = {torch.ops.aten.permute.default, torch.ops.aten.t.default}
 
@@ -87,7 +95,38 @@ class EnginePartition(torch.nn.Module):
             multi = isinstance(out, (tuple, list))
         self._multi = multi
         self.dump: Any = None  # updraft.debug.dump.PartitionDump when CompilerConfig.dump_dir is set
+        # (output j, placeholder p): output j is written into input p's memory and returned as
+        # that tensor (write_input_in_place).
+        self._input_writes: list[tuple[int, int]] = []
         profiler.register(self)
+
+    def write_input_in_place(self, j: int, p: int) -> bool:
+        """Makes output j be written into input p's memory, when output j is an IN_PLACE_WRITERS
+        node whose base is placeholder p and nothing else in the partition reads p (so no read
+        of p follows the write). The caller vouches that input p is written with output j's
+        value after the call anyway (AOTAutograd's copy-back of a mutated input, which becomes a
+        no-op on the same tensor) and that nothing outside reads p's old value."""
+        placeholders = list(self.sub.graph.find_nodes(op="placeholder"))
+        out = next(n for n in self.sub.graph.nodes if n.op == "output").args[0]
+        outs = list(out) if self._multi else [out]
+        if not (0 <= p < len(placeholders) and 0 <= j < len(outs)) or self.const_mask[p]:
+            return False
+        ph, node = placeholders[p], outs[j]
+        if (not isinstance(node, fx.Node) or node.target not in IN_PLACE_WRITERS or node.args[0] is not ph
+                or list(ph.users) != [node] or sum(o is node for o in outs) != 1
+                or (len(node.args) > 3 and node.args[3]) or node.kwargs.get("accumulate")):
+            return False
+        self._input_writes.append((j, p))
+        return True
+
+    def _outputs_for(self, metas: list, args: tuple) -> list:
+        """Output tensors for a call: fresh ones, and for each input write its input, when that
+        input has the output's shape (the fast path has checked its dtype and contiguity)."""
+        outs = [torch.empty(s, dtype=d) for s, d in metas]
+        for j, p in self._input_writes:
+            if args[p].shape == metas[j][0]:
+                outs[j] = args[p]
+        return outs
 
     @property
     def _state(self) -> Any:
@@ -157,7 +196,7 @@ class EnginePartition(torch.nn.Module):
                 # A new signature (every decode step, as the KV length grows): bound here, one
                 # plan lookup (a build, or an instance of a range plan), and run by pointers.
                 call = self._bind(st, key)
-            outs = [torch.empty(s, dtype=d) for s, d in call[1]]
+            outs = self._outputs_for(call[1], args) if self._input_writes else [torch.empty(s, dtype=d) for s, d in call[1]]
             call[0].run(ptrs, [o.data_ptr() for o in outs])
         except _c().UpdraftError as e:
             return self._engine_failed(e, args)

@@ -129,6 +129,8 @@ void copy_strided(const TensorView& src, const TensorView& dst, int num_threads)
   for (int d = 0; d < src.ndim; ++d)
     UPDRAFT_CHECK(src.sizes[d] == dst.sizes[d], "kernels", "copy_strided: shapes differ");
   if (src.numel() == 0) return;
+  if (src.data == dst.data && std::equal(src.strides, src.strides + src.ndim, dst.strides))
+    return;  // the same view: a graph input written in place (EnginePartition's input writes)
   CopyPlan p = coalesce(src, dst);
   if (p.nd == 0) {  // one element
     std::memcpy(dst.data, src.data, dtype_size(src.dtype));

@@ -18,7 +18,8 @@
 
 namespace updraft::cpu {
 
-// dst and src must have the same logical shape (sizes). Neither may overlap the other.
+// dst and src must have the same logical shape (sizes). Neither may overlap the other, except
+// that src and dst may be the same view (same data and strides): then nothing is copied.
 // num_threads: 0 lets OpenMP choose; small copies run on the calling thread.
 void copy_strided(const TensorView& src, const TensorView& dst, int num_threads);
 
