@@ -3,8 +3,9 @@ a fresh process; and where an updraft run's memory sits (weights the engine hold
 
     python tools/weight_rss.py                       # eager and updraft, 3 interleaved rounds
     python tools/weight_rss.py --modes updraft --rounds 1 --stages
-    python tools/weight_rss.py --modes updraft --options '{"release_weights": true}'
+    python tools/weight_rss.py --modes updraft --options '{"prepack_weights": false}'
     python tools/weight_rss.py --modes eager,updraft --rounds 1 --prompt-lens 32,48,80   # several prompt lengths
+    python tools/weight_rss.py --modes eager,eager_backend,aot_eager,updraft   # torch.compile's own share
 
 Each run: LlamaConfig(hidden 1024, intermediate 2816, 8 layers, 16 query / 4 key-value heads,
 vocab 32000), torch.manual_seed(0), 2 threads, batch 1, a 32-token prompt, 64 new tokens,
@@ -46,6 +47,8 @@ def child(mode: str, options: dict, stages: bool, lens: list[int]) -> None:
     if mode == "updraft":
         import updraft  # noqa: F401  (registers the backend)
         model.forward = torch.compile(model.forward, backend="updraft", options=options or None)
+    elif mode in ("eager_backend", "aot_eager"):  # torch.compile's own share: Dynamo (+ AOTAutograd), no kernels
+        model.forward = torch.compile(model.forward, backend=mode.replace("_backend", ""))
     with torch.no_grad():
         model.generate(ids, max_new_tokens=64, min_new_tokens=64, do_sample=False)
         out["rss_first_gb"] = _status_gb("VmRSS")
