@@ -38,11 +38,18 @@ void expect_fast_matches(const std::string& text, const Graph& folded, const Sym
   expect_same_outputs(interpret(*original, inputs, Device::ref), interpret(folded, inputs, Device::cpu), 1e-4, 1e-5);
 }
 
-// The sdpa of the folded graph, and its k input's producer op ("" for a graph input).
+// The (first) sdpa node of g.
 const Node* the_sdpa(const Graph& g) {
   for (const Node* n : g.nodes())
     if (n->op_name() == "sdpa") return n;
   return nullptr;
+}
+
+// Folds `text` and checks the mask the folded sdpa reads has `shape`, and the fast kernels agree.
+void expect_mask_viewed(const std::string& text, const char* shape) {
+  auto g = check_pass(text, fold_then_dce, Changed::yes, {}, 1e-5, 1e-6);
+  EXPECT_EQ(shape_str(the_sdpa(*g)->input(3)->type.shape), shape);
+  expect_fast_matches(text, *g);
 }
 
 }  // namespace
@@ -61,11 +68,9 @@ TEST(PassFoldGqaSdpa, DecodeStepTakesTheGroupsHeadsAsRows) {
 }
 
 TEST(PassFoldGqaSdpa, PerHeadMaskIsViewedByGroup) {
-  const std::string text = gqa_graph("[1, 4, 1, 8]", "[1, 2, 5, 8]", "[1, 2, 1, 5, 8]", "[1, 2, 2, 5, 8]",
-                                     "[1, 4, 5, 8]", "bool[1, 4, 1, 5]", "{has_mask=true}");
-  auto g = check_pass(text, fold_then_dce, Changed::yes, {}, 1e-5, 1e-6);
-  EXPECT_EQ(shape_str(the_sdpa(*g)->input(3)->type.shape), "[1, 2, 2, 5]");
-  expect_fast_matches(text, *g);
+  expect_mask_viewed(gqa_graph("[1, 4, 1, 8]", "[1, 2, 5, 8]", "[1, 2, 1, 5, 8]", "[1, 2, 2, 5, 8]", "[1, 4, 5, 8]",
+                               "bool[1, 4, 1, 5]", "{has_mask=true}"),
+                     "[1, 2, 2, 5]");
 }
 
 TEST(PassFoldGqaSdpa, PrefillBroadcastsKeyValueOverTheRepeat) {
@@ -88,11 +93,9 @@ TEST(PassFoldGqaSdpa, PrefillBroadcastsKeyValueOverTheRepeat) {
 }
 
 TEST(PassFoldGqaSdpa, PrefillMaskSharedByHeadsGainsADim) {
-  const std::string text = gqa_graph("[2, 4, 3, 8]", "[2, 1, 6, 8]", "[2, 1, 1, 6, 8]", "[2, 1, 4, 6, 8]",
-                                     "[2, 4, 6, 8]", "f32[2, 1, 3, 6]", "{has_mask=true}");
-  auto g = check_pass(text, fold_then_dce, Changed::yes, {}, 1e-5, 1e-6);
-  EXPECT_EQ(shape_str(the_sdpa(*g)->input(3)->type.shape), "[2, 1, 1, 3, 6]");
-  expect_fast_matches(text, *g);
+  expect_mask_viewed(gqa_graph("[2, 4, 3, 8]", "[2, 1, 6, 8]", "[2, 1, 1, 6, 8]", "[2, 1, 4, 6, 8]", "[2, 4, 6, 8]",
+                               "f32[2, 1, 3, 6]", "{has_mask=true}"),
+                     "[2, 1, 1, 3, 6]");
 }
 
 TEST(PassFoldGqaSdpa, SymbolicCacheLength) {
