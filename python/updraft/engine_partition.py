@@ -122,10 +122,11 @@ class EnginePartition(torch.nn.Module):
     def _outputs_for(self, metas: list, args: tuple) -> list:
         """Output tensors for a call: fresh ones, and for each input write its input, when that
         input has the output's shape (the fast path has checked its dtype and contiguity)."""
-        outs = [torch.empty(s, dtype=d) for s, d in metas]
-        for j, p in self._input_writes:
-            if args[p].shape == metas[j][0]:
-                outs[j] = args[p]
+        writes = dict(self._input_writes)
+        outs = []
+        for j, (s, d) in enumerate(metas):
+            p = writes.get(j)
+            outs.append(args[p] if p is not None and args[p].shape == s else torch.empty(s, dtype=d))
         return outs
 
     @property
