@@ -507,6 +507,7 @@ def _write_inputs_in_place(gm: fx.GraphModule, report: GraphReport, writes: list
             continue
         if part.write_input_in_place(j, call.args.index(ph)):
             done.append(ph.name)
+    report.input_writes, report.input_writes_in_place = len(writes), len(done)
     if done:
         report.compiles.append((INPUT_WRITES, f"inputs written in place by the engine (no copy-back): {', '.join(done)}"))
 
@@ -731,7 +732,9 @@ def _timed_against_eager(compiled: Callable, gm: fx.GraphModule, report: GraphRe
     AdamW step over 2.1M parameters: the engine plus copy-back 31.2 ms, Dynamo's graph run in
     place 14.5 ms; docs/training.md). The compiled call and Dynamo's graph run eagerly are timed
     over the first calls (MeasuredChoice) and the faster keeps the graph; the report says which."""
-    on_choice = _choice_recorder([report], INPUT_WRITES, ("updraft (engine + copy-back)", "eager PyTorch (in place)"),
+    copy_back = not report.input_writes_in_place or report.input_writes > report.input_writes_in_place
+    on_choice = _choice_recorder([report], INPUT_WRITES, ("updraft (engine + copy-back)" if copy_back else
+                                                          "updraft (engine, in place)", "eager PyTorch (in place)"),
                                  "the graph writes its inputs and eager PyTorch ran it faster in place "
                                  "({pytorch_ms:.2f} ms against {engine_ms:.2f} ms compiled)")
     choice = MeasuredChoice(lambda args: compiled(*args), lambda args: gm.forward(*args), on_choice)

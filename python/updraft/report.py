@@ -107,6 +107,10 @@ class GraphReport:
     compiles: list = dataclasses.field(default_factory=list)  # [(kind, reason)]
     # Per aten node left to PyTorch (by FX name): why (graph dumps, updraft/debug/dump.py).
     node_reasons: dict = dataclasses.field(default_factory=dict, repr=False)
+    # Inputs the graph writes: how many, and how many the engine writes in place (no copy-back;
+    # backend._write_inputs_in_place).
+    input_writes: int = 0
+    input_writes_in_place: int = 0
 
     def add_fallback(self, op: str, reason: str, compute: bool, node: str = "") -> None:
         if node:

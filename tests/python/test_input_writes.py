@@ -56,6 +56,7 @@ def test_a_written_buffer_is_written_in_place():
     torch.testing.assert_close(model.cache, eager.cache, rtol=1e-5, atol=1e-6)
     rep = updraft.last_report()
     assert any("written in place by the engine" in why for g in rep.graphs for _, why in g.compiles), str(rep)
+    assert [(g.input_writes, g.input_writes_in_place) for g in rep.graphs] == [(1, 1)]
     assert rep.coverage == 1.0
 
 
