@@ -104,3 +104,19 @@ TEST(ScatterCpu, OutOfRangeIndexThrowsOnBothDevices) {
       EXPECT_THROW(run_node(*n.node, {x.view(), idx.view(), src.view()}, d), Error) << device_name(d);
   }
 }
+
+TEST(ScatterCpu, WritesIntoItsBaseInPlace) {
+  // A graph input written in place (a static KV cache, backend._write_inputs_in_place): the
+  // output buffer is the base's own memory. The base copy is skipped and the rows land as the
+  // reference writes them into a fresh buffer.
+  Tensor x = random_tensor(DType::f32, {1, 4, 9, 8}, 1);
+  Tensor idx = from_values(DType::i64, {1, 4, 1, 8}, std::vector<double>(32, 5.0));  // row 5 of each head
+  Tensor src = random_tensor(DType::f32, {1, 4, 1, 8}, 2);
+  OneNode n("scatter", {x.view(), idx.view(), src.view()}, scatter_attrs(2));
+  auto want = run_kernel(*make_kernel_for(n, Device::ref), n);
+  auto cpu = make_kernel_for(n, Device::cpu);
+  TensorView out = x.view();
+  Scratch scratch(cpu->scratch_bytes());
+  cpu->run(n.views.data(), &out, scratch.get());
+  EXPECT_TRUE(all_close(x, want, 0.0, 0.0));
+}
