@@ -9,7 +9,8 @@ backend="updraft")` (or `model.compile(backend="updraft")`, the model itself), a
   tolerance below;
 - sampling: the rule in `_check_sampled` (same seed: the same tokens while the scores agree);
 - the report over every graph the generation compiled: no partition failed, and the share of
-  compute ops in the engine at least the family's floor (FAMILIES; each floor was measured).
+  compute ops in the engine at least the family's floor (FAMILIES; each floor was measured),
+  over the graphs a timing choice did not give to PyTorch (`_supported_share`).
 
 Tolerance on the scores (the logits generate's processors return), f32: rtol 1e-4 and atol
 1e-4 * max|eager scores|. oneDNN's GEMMs sum in another order than ATen's (about 1e-6 relative
@@ -37,7 +38,7 @@ import warnings
 import pytest
 import torch
 
-from updraft.report import Report, set_collector
+from updraft.report import DECISIONS, Report, set_collector
 
 import transformers  # a pinned dependency (scripts/setup.sh): missing means a broken set-up, not a skip
 
@@ -167,8 +168,22 @@ def run_case(name, *, batch=1, cache=None, sample=False, lengths=(7,), mode="for
         what = f"{name} batch={batch} prompt={ids.shape[1]} cache={cache or 'dynamic'} {mode}"
         (_check_sampled if sample else _check_greedy)(got, want, what)
     assert not rep.failed_partitions, str(rep)
-    assert rep.coverage >= FAMILIES[name].floor, str(rep)
+    assert _supported_share(rep) >= FAMILIES[name].floor, str(rep)
     return rep
+
+
+def _supported_share(rep) -> float:
+    """The report's coverage over the graphs a timing choice did not hand to PyTorch. Those
+    choices (inference="auto", an input-writing graph) time the engine against eager over the
+    first calls, so which side wins a tiny model's decode step depends on the machine's load at
+    that moment (an input-writing GPT-2 step measured 4.71 ms in the engine against eager's 1.60
+    while another test ran beside it, 0.31-0.39 against 0.73-0.84 alone); the floor is about what
+    the engine runs, and the tokens are checked either way."""
+    graphs = [g for g in rep.graphs
+              if not any(kind in DECISIONS and "runs in eager PyTorch" in why for kind, why in g.compiles)]
+    engine = sum(g.engine_compute for g in graphs)
+    total = engine + sum(g.fallback_compute for g in graphs)
+    return 1.0 if total == 0 else engine / total
 
 
 @pytest.mark.parametrize("name", FAST)
