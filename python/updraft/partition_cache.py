@@ -46,8 +46,10 @@ def key_for(part: Any, args: tuple, placeholders: list, size_pos: list[int]) -> 
             inputs.append((j, "runtime", meta(ph)))
     # The parameters in one engine pass: their key text here, their pointers for the load.
     params = entry_params(args, part._param_pos)
-    key = partition_key(part.sub.code, inputs, params.text, part.config.cache_options(), C.engine_version(),
-                        C.cpu_features())
+    # The engine by its version and its pass pipeline: an entry optimised by another pipeline
+    # (a pass added or removed within one version) is a miss, not a graph without the new pass.
+    engine = f"{C.engine_version()} passes {','.join(C.pass_names())}"
+    key = partition_key(part.sub.code, inputs, params.text, part.config.cache_options(), engine, C.cpu_features())
     return disk, key, params
 
 

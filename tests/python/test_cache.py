@@ -60,6 +60,18 @@ def _entries(d):
     return sorted(p for p in os.listdir(d) if p.endswith(".updraft"))
 
 
+def test_another_pass_pipeline_misses(tmp_path, monkeypatch):
+    """An entry optimised by a pipeline with a pass more or less (a build within one version)
+    is not reused: the key holds the pipeline's pass names."""
+    m = _model(0)
+    _compile_run(m, tmp_path)
+    names = C.pass_names()
+    monkeypatch.setattr(C, "pass_names", lambda: names + ["a_new_pass"])
+    _, rep = _compile_run(m, tmp_path)
+    assert [p.cache for p in rep.partitions] == ["miss, stored"], str(rep)
+    assert len(_entries(tmp_path)) == 2
+
+
 def test_second_compile_hits_and_runs_bit_identical(tmp_path):
     m = _model(0)
     cold, rep = _compile_run(m, tmp_path)
