@@ -195,10 +195,13 @@ def test_generate_greedy(name):
 def test_grouped_query_attention_reads_key_values_unrepeated(cache):
     """transformers repeats each key/value head for its query heads (repeat_kv) before sdpa; the
     engine's fold_gqa_sdpa makes sdpa read the grouped k/v, so no engine graph of a batched
-    generate copies the cache into a float expand (src/passes/fold_gqa_sdpa.h)."""
+    generate copies the cache into a float expand (src/passes/fold_gqa_sdpa.h). With the static
+    cache the decode graph also writes the cache in place (backend._write_inputs_in_place)."""
     from updraft import profiler
 
-    run_case("llama", batch=2, cache=cache)
+    rep = run_case("llama", batch=2, cache=cache)
+    if cache == "static":  # and the decode step writes each layer's k and v cache in place
+        assert max(g.input_writes_in_place for g in rep.graphs) == 4, str(rep)
     texts = [cg.graph_text() for _, cg in profiler._live_graphs()]
     assert texts and all(t.count("= sdpa(") == 2 for t in texts)  # two layers, one sdpa each
     repeats = [line for t in texts for line in t.splitlines() if "= expand(" in line and ": f32" in line]
