@@ -46,6 +46,14 @@ IN_PLACE_WRITERS = (torch.ops.aten.index_put.default, torch.ops.aten.scatter.src
 _DEFERRED = {torch.ops.aten.permute.default, torch.ops.aten.t.default}
 
 
+def _accumulates(node: fx.Node) -> bool:
+    """index_put(self, indices, values, accumulate): whether it adds (the scatters in
+    IN_PLACE_WRITERS never do; their fourth argument is the source)."""
+    if node.target is not torch.ops.aten.index_put.default:
+        return False
+    return bool(node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False))
+
+
 class _Active(threading.local):
     """The parameter set (backend.PartitionedGraph's slot) of the call running on this thread.
     The graph sets it before calling its partitions, so two threads running two module
@@ -95,9 +103,9 @@ class EnginePartition(torch.nn.Module):
             multi = isinstance(out, (tuple, list))
         self._multi = multi
         self.dump: Any = None  # updraft.debug.dump.PartitionDump when CompilerConfig.dump_dir is set
-        # (output j, placeholder p): output j is written into input p's memory and returned as
+        # output j -> placeholder p: output j is written into input p's memory and returned as
         # that tensor (write_input_in_place).
-        self._input_writes: list[tuple[int, int]] = []
+        self._input_writes: dict[int, int] = {}
         profiler.register(self)
 
     def write_input_in_place(self, j: int, p: int) -> bool:
@@ -113,19 +121,17 @@ class EnginePartition(torch.nn.Module):
             return False
         ph, node = placeholders[p], outs[j]
         if (not isinstance(node, fx.Node) or node.target not in IN_PLACE_WRITERS or node.args[0] is not ph
-                or list(ph.users) != [node] or sum(o is node for o in outs) != 1
-                or (len(node.args) > 3 and node.args[3]) or node.kwargs.get("accumulate")):
+                or list(ph.users) != [node] or sum(o is node for o in outs) != 1 or _accumulates(node)):
             return False
-        self._input_writes.append((j, p))
+        self._input_writes[j] = p
         return True
 
     def _outputs_for(self, metas: list, args: tuple) -> list:
         """Output tensors for a call: fresh ones, and for each input write its input, when that
         input has the output's shape (the fast path has checked its dtype and contiguity)."""
-        writes = dict(self._input_writes)
         outs = []
         for j, (s, d) in enumerate(metas):
-            p = writes.get(j)
+            p = self._input_writes.get(j)
             outs.append(args[p] if p is not None and args[p].shape == s else torch.empty(s, dtype=d))
         return outs
 

@@ -15,15 +15,17 @@ ENGINE = get_backend(CompilerConfig(inference="engine"))  # timing could hand a 
 class Cache(torch.nn.Module):
     """A KV-cache-like buffer: one row written per call at `pos`, then read whole."""
 
-    def __init__(self, read_old: bool = False, accumulate: bool = False):
+    def __init__(self, read_old: bool = False, accumulate: bool = False, scatter: bool = False):
         super().__init__()
         self.register_buffer("cache", torch.zeros(1, 2, 8, 4))
         self.lin = torch.nn.Linear(4, 4)
-        self.read_old, self.accumulate = read_old, accumulate
+        self.read_old, self.accumulate, self.scatter = read_old, accumulate, scatter
 
     def forward(self, x, pos):
         old = self.cache.sum() if self.read_old else 0.0
-        if self.accumulate:
+        if self.scatter:  # aten.scatter.src: the row `pos` of every head
+            self.cache.scatter_(2, pos.view(1, 1, 1, 1).expand(1, 2, 1, 4), self.lin(x))
+        elif self.accumulate:
             self.cache.index_put_((torch.zeros_like(pos), torch.zeros_like(pos), pos), self.lin(x)[0, 0, 0],
                                   accumulate=True)
         else:
@@ -49,8 +51,9 @@ def _pair(**kw):
     return model, twin
 
 
-def test_a_written_buffer_is_written_in_place():
-    eager, model = _pair()
+@pytest.mark.parametrize("kw", [{}, dict(scatter=True)], ids=["index_copy_", "scatter_"])
+def test_a_written_buffer_is_written_in_place(kw):
+    eager, model = _pair(**kw)
     compiled = torch.compile(model, backend=ENGINE)
     _steps(eager, compiled)
     torch.testing.assert_close(model.cache, eager.cache, rtol=1e-5, atol=1e-6)
