@@ -14,6 +14,7 @@ import collections
 import dataclasses
 import gc
 import math
+import operator
 import sys
 import threading
 import types
@@ -460,14 +461,20 @@ def compile_inference(gm: fx.GraphModule, config: CompilerConfig, report: GraphR
     return PartitionedGraph(gm, parts, frozen, history, config, report, names)
 
 
+def _fw_metadata() -> Any:
+    """AOTAutograd's metadata of the graph being compiled (read inside a compiler call), or None
+    outside one."""
+    from torch._guards import TracingContext
+
+    tc = TracingContext.try_get()
+    return getattr(tc, "fw_metadata", None) if tc is not None else None
+
+
 def _data_writes() -> list[tuple[int, int]]:
     """(output k, input i) for each input the graph AOTAutograd is compiling writes (data only,
     no metadata change, no grad): output k is the new value AOTAutograd copies into input i
     after the call (its outputs start with the mutated inputs' new values, in order)."""
-    from torch._guards import TracingContext
-
-    tc = TracingContext.try_get()
-    meta = getattr(tc, "fw_metadata", None) if tc is not None else None
+    meta = _fw_metadata()
     if meta is None:
         return []
     pairs = []
@@ -485,8 +492,6 @@ def _write_inputs_in_place(gm: fx.GraphModule, report: GraphReport, writes: list
     itself, so AOTAutograd's copy-back (`copy_` of a tensor onto itself) does nothing. Otherwise
     the engine wrote a new tensor of the input's size and AOTAutograd copied it back: two copies
     of the whole cache per layer and step."""
-    import operator
-
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
     outputs = list(next(iter(gm.graph.find_nodes(op="output"))).args[0])
     done = []
@@ -718,10 +723,7 @@ def _training_step_timed_against_eager(compiled: Callable, eager: fx.GraphModule
 def _mutates_inputs() -> bool:
     """Whether the graph AOTAutograd is compiling writes any of its inputs (its metadata, read
     inside a compiler call)."""
-    from torch._guards import TracingContext
-
-    tc = TracingContext.try_get()
-    meta = getattr(tc, "fw_metadata", None) if tc is not None else None
+    meta = _fw_metadata()
     return any(i.mutates_data or i.mutates_metadata for i in (getattr(meta, "input_info", None) or []))
 
 
