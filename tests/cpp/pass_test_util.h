@@ -11,6 +11,7 @@
 
 #include "ir/graph.h"
 #include "ir/text.h"
+#include "passes/dce.h"
 #include "passes/verify.h"
 #include "runtime/interpreter.h"
 #include "test_util.h"
@@ -47,6 +48,15 @@ inline std::unique_ptr<Graph> check_pass(const std::string& text, bool (*pass)(G
   auto after = interpret(*g, inputs, Device::ref);
   expect_same_outputs(before, after, rtol, atol);
   return g;
+}
+
+// `Pass`, then dce (the nodes it bypassed go, as the pipeline's next dce drops them); returns
+// what `Pass` returned. For check_pass: check_pass(text, then_dce<cse>, Changed::yes).
+template <bool (*Pass)(Graph&)>
+bool then_dce(Graph& g) {
+  bool changed = Pass(g);
+  dce(g);
+  return changed;
 }
 
 // The ops of g's nodes in order, space separated: "conv2d relu".

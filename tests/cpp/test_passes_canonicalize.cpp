@@ -3,18 +3,9 @@
 
 #include "pass_test_util.h"
 #include "passes/canonicalize.h"
-#include "passes/dce.h"
 
 using namespace updraft;
 using namespace updraft::testing;
-
-namespace {
-bool canon_then_dce(Graph& g) {
-  bool changed = canonicalize(g);
-  dce(g);
-  return changed;
-}
-}  // namespace
 
 TEST(PassCanonicalize, DropsIdentities) {
   auto g = check_pass(R"(graph(%x: f32[s0, 4, 5]) {
@@ -25,7 +16,7 @@ TEST(PassCanonicalize, DropsIdentities) {
   %4 = copy(%3)
   %5 = relu(%4)
   return (%5)
-})", canon_then_dce, Changed::yes, {{"s0", 3}});
+})", then_dce<canonicalize>, Changed::yes, {{"s0", 3}});
   EXPECT_EQ(ops_of(*g), "relu");
   EXPECT_EQ(g->nodes()[0]->input(0), g->inputs()[0]);
 }
@@ -37,7 +28,7 @@ TEST(PassCanonicalize, MergesReshapeChains) {
   %2 = reshape(%1) {shape=[2, 12]}
   %3 = neg(%2)
   return (%3)
-})", canon_then_dce, Changed::yes);
+})", then_dce<canonicalize>, Changed::yes);
   EXPECT_EQ(ops_of(*g), "reshape neg");
   EXPECT_EQ(g->nodes()[0]->input(0), g->inputs()[0]);
 }
@@ -48,7 +39,7 @@ TEST(PassCanonicalize, AbsorbsExpandIntoBroadcastingConsumer) {
   %1 = add(%x, %0)
   %2 = relu(%0)              // unary: the expand decides its shape, so it stays
   return (%1, %2)
-})", canon_then_dce, Changed::yes);
+})", then_dce<canonicalize>, Changed::yes);
   EXPECT_EQ(ops_of(*g), "expand add relu");
   EXPECT_EQ(g->nodes()[1]->input(1), g->inputs()[1]);
 }
@@ -59,7 +50,7 @@ TEST(PassCanonicalize, KeepsNodesThatComputeGraphOutputs) {
   %0 = reshape(%x) {shape=[3]}
   %1 = copy(%x)
   return (%0, %1)
-})", canon_then_dce, Changed::no);
+})", then_dce<canonicalize>, Changed::no);
   EXPECT_EQ(ops_of(*g), "reshape copy");
 }
 
@@ -69,7 +60,7 @@ TEST(PassCanonicalize, RealPermuteAndReshapeStay) {
   %1 = reshape(%0) {shape=[6]}
   %2 = neg(%1)
   return (%2)
-})", canon_then_dce, Changed::no);
+})", then_dce<canonicalize>, Changed::no);
 }
 
 TEST(PassCanonicalize, TransposeOfATransposeCancels) {
@@ -80,7 +71,7 @@ TEST(PassCanonicalize, TransposeOfATransposeCancels) {
   %1 = permute(%0) {dims=[-1, -2]}
   %2 = matmul(%g, %1)
   return (%2)
-})", canon_then_dce, Changed::yes);
+})", then_dce<canonicalize>, Changed::yes);
   EXPECT_EQ(ops_of(*g), "matmul");
   EXPECT_EQ(g->nodes()[0]->input(1), g->inputs()[0]);
 }
@@ -92,7 +83,7 @@ TEST(PassCanonicalize, MergesPermuteChainsIntoOne) {
   %1 = permute(%0) {dims=[3, 0, 2, 1]}
   %2 = neg(%1)
   return (%2)
-})", canon_then_dce, Changed::yes);
+})", then_dce<canonicalize>, Changed::yes);
   EXPECT_EQ(ops_of(*g), "permute neg");
   EXPECT_EQ(g->nodes()[0]->input(0), g->inputs()[0]);
   EXPECT_EQ(g->nodes()[0]->attr("dims").ints(), (std::vector<int64_t>{3, 0, 1, 2}));
@@ -104,7 +95,7 @@ TEST(PassCanonicalize, LinearOfATransposedWeightBecomesMatmul) {
   %0 = permute(%w) {dims=[1, 0]}
   %1 = linear(%g, %0, %b) {has_bias=true}
   return (%1)
-})", canon_then_dce, Changed::yes);
+})", then_dce<canonicalize>, Changed::yes);
   EXPECT_EQ(ops_of(*g), "matmul");
   EXPECT_EQ(g->nodes()[0]->input(1), g->inputs()[1]);
   EXPECT_TRUE(g->nodes()[0]->attr("has_bias").b());
@@ -116,5 +107,5 @@ TEST(PassCanonicalize, LinearOfATransposedConstantStaysForFolding) {
   %0 = permute(%w) {dims=[1, 0]}
   %1 = linear(%g, %0)
   return (%1)
-})", canon_then_dce, Changed::no);
+})", then_dce<canonicalize>, Changed::no);
 }

@@ -3,18 +3,9 @@
 
 #include "pass_test_util.h"
 #include "passes/cse.h"
-#include "passes/dce.h"
 
 using namespace updraft;
 using namespace updraft::testing;
-
-namespace {
-bool cse_then_dce(Graph& g) {
-  bool changed = cse(g);
-  dce(g);
-  return changed;
-}
-}  // namespace
 
 TEST(PassCse, MergesRepeatsAndCascades) {
   auto g = check_pass(R"(graph(%x: f32[4, 5]) {
@@ -24,7 +15,7 @@ TEST(PassCse, MergesRepeatsAndCascades) {
   %3 = exp(%1)            // equal once %1 became %0
   %4 = add(%2, %3)
   return (%4)
-})", cse_then_dce, Changed::yes);
+})", then_dce<cse>, Changed::yes);
   EXPECT_EQ(ops_of(*g), "relu exp add");
   EXPECT_EQ(g->nodes()[2]->input(0), g->nodes()[2]->input(1));
 }
@@ -39,7 +30,7 @@ TEST(PassCse, AttributesMustMatchWithDefaultsResolved) {
   %5 = add(%0, %1)
   %6 = add(%5, %2)
   return (%6, %3, %4)
-})", cse_then_dce, Changed::yes);
+})", then_dce<cse>, Changed::yes);
   EXPECT_EQ(ops_of(*g), "gelu gelu sum sum add add");
 }
 
@@ -54,7 +45,7 @@ TEST(PassCse, IdenticalConstantsMergeSoTheirUsersDo) {
   %3 = add(%0, %1)
   %4 = add(%3, %2)
   return (%4)
-})", cse_then_dce, Changed::yes);
+})", then_dce<cse>, Changed::yes);
   EXPECT_EQ(ops_of(*g), "mul mul add add");
 }
 
@@ -63,7 +54,7 @@ TEST(PassCse, TwoGraphOutputsKeepTheirOwnNodes) {
   %0 = relu(%x)
   %1 = relu(%x)
   return (%0, %1)
-})", cse_then_dce, Changed::no);
+})", then_dce<cse>, Changed::no);
   EXPECT_EQ(g->num_nodes(), 2u);
 }
 
@@ -93,11 +84,11 @@ TEST(PassCse, EqualParametersAreNeverMerged) {
   // and either may be updated in place.
   for (auto [sa, sb] : {std::pair{0, 1}, std::pair{0, -1}, std::pair{-1, 1}}) {
     auto g = two_equal_constants(sa, sb);
-    cse_then_dce(*g);
+    then_dce<cse>(*g);
     EXPECT_EQ(ops_of(*g), "mul mul add") << "sources " << sa << ", " << sb;
   }
   auto lit = two_equal_constants(-1, -1);  // two literals do merge
-  cse_then_dce(*lit);
+  then_dce<cse>(*lit);
   EXPECT_EQ(ops_of(*lit), "mul add");
 }
 

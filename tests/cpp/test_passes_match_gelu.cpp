@@ -2,7 +2,6 @@
 #include <gtest/gtest.h>
 
 #include "pass_test_util.h"
-#include "passes/dce.h"
 #include "passes/match_gelu.h"
 
 using namespace updraft;
@@ -31,18 +30,12 @@ std::string gelu_new(bool swapped, const char* c2 = "0.7978845608028654") {
   return s;
 }
 
-bool match_then_dce(Graph& g) {
-  bool changed = match_gelu(g);
-  dce(g);
-  return changed;
-}
-
 }  // namespace
 
 TEST(PassMatchGelu, TanhFormulaBecomesOneOp) {
   for (bool swapped : {false, true}) {
     SCOPED_TRACE(swapped);
-    auto g = check_pass(gelu_new(swapped), match_then_dce, Changed::yes, {{"s0", 3}}, 1e-5, 1e-6);
+    auto g = check_pass(gelu_new(swapped), then_dce<match_gelu>, Changed::yes, {{"s0", 3}}, 1e-5, 1e-6);
     ASSERT_EQ(ops_of(*g), "gelu");
     EXPECT_EQ(g->nodes()[0]->attr("approximate").s(), "tanh");
   }
