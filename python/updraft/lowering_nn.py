@@ -400,6 +400,55 @@ def _convolution(lw, node, a):
     return y
 
 
+@register(aten.convolution_backward.default)
+def _convolution_backward(lw, node, a):
+    """A training graph's convolution gradients (docs/training.md): the input's and the weight's
+    as the engine's conv2d_backward_data / conv2d_backward_weight, the bias's as a sum of dy over
+    N and the spatial dims. conv1d runs as conv2d over [N, C, 1, L], as in the forward."""
+    if a["transposed"]:
+        raise Unsupported("the gradient of a transposed convolution")
+    rank = rank_of(a["input"])
+    if rank not in (3, 4):
+        raise Unsupported(f"the gradient of a {rank - 2}-d convolution; the engine has conv2d's (and conv1d's)")
+    _strict_dtypes(node, [a["grad_output"], a["input"], a["weight"]])
+    dt = meta(a["grad_output"]).dtype
+    if dt != torch.float32:
+        raise Unsupported(f"the gradient of a {dt} convolution; the engine's convolution gradients are float32 only")
+    want_dx, want_dw, want_db = a["output_mask"]
+    dy = lw.operand(a["grad_output"], dt)
+    stride, padding, dilation = (static_ints(a[k], k) for k in ("stride", "padding", "dilation"))
+    x_shape = static_ints(meta(a["input"]).shape[2:], "convolution input size")
+    w_shape = static_ints(meta(a["weight"]).shape, "convolution weight shape")
+    y_shape = list(meta(a["grad_output"]).shape)
+    if rank == 3:
+        # [N, C, L] as [N, C, 1, L]; stride, padding and dilation act on W only.
+        dy = lw.emit1("reshape", [dy], shape=y_shape[:2] + [1, y_shape[2]])
+        x_shape, w_shape = [1] + x_shape, w_shape[:2] + [1] + w_shape[2:]
+        stride, padding, dilation = [1] + stride[-1:], [0] + padding[-1:], [1] + dilation[-1:]
+    else:
+        stride, padding, dilation = (v * 2 if len(v) == 1 else v for v in (stride, padding, dilation))
+    geometry = dict(stride=stride, padding=padding, dilation=dilation, groups=static_int(a["groups"], "groups"))
+    dx = dw = db = None
+    if want_dx:
+        w = lw.operand(a["weight"], dt)
+        if rank == 3:
+            w = lw.emit1("reshape", [w], shape=w_shape)
+        dx = lw.emit1("conv2d_backward_data", [dy, w], input_size=x_shape, **geometry)
+        if rank == 3:
+            dx = lw.emit1("reshape", [dx], shape=list(meta(a["input"]).shape))
+    if want_dw:
+        x = lw.operand(a["input"], dt)
+        if rank == 3:
+            xs = list(meta(a["input"]).shape)
+            x = lw.emit1("reshape", [x], shape=xs[:2] + [1, xs[2]])
+        dw = lw.emit1("conv2d_backward_weight", [dy, x], kernel=w_shape[2:], **geometry)
+        if rank == 3:
+            dw = lw.emit1("reshape", [dw], shape=list(meta(a["weight"]).shape))
+    if want_db:
+        db = lw.emit1("sum", [dy], dims=[0, 2, 3])
+    return [dx, dw, db]
+
+
 def _repeat_kv_heads(lw: Lowerer, kv: int, heads: int) -> int:
     """Grouped-query attention: key/value [B, Hkv, S, E] with each head repeated for the
     heads / Hkv query heads that share it -> [B, heads, S, E] (head h reads kv head h // group),

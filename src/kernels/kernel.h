@@ -140,9 +140,10 @@ std::optional<std::string> check_op_support(const std::string& op, const std::ve
 
 // The fast (Device::cpu) kernel the runtime would build for node `n` with every symbol in its
 // shapes and attributes bound to `probe_size`, by name; nullopt when the CPU factory declines
-// (or there is none) and only the reference kernel would run it. conv2d, linear and matmul are
-// not probed: their factories create oneDNN primitives (milliseconds each) and refuse
-// reference implementations themselves; their name is returned as "<op>:not probed".
+// (or there is none) and only the reference kernel would run it. conv2d (and its gradients),
+// linear and matmul are not probed: their factories create oneDNN primitives (milliseconds
+// each) and refuse reference implementations themselves; their name is returned as
+// "<op>:not probed".
 // The partitioner asks this so that a hot op is never left to a reference kernel
 // (python/updraft/lowerer.py, Lowerer.emit).
 std::optional<std::string> probe_fast_kernel(const Node& n, int64_t probe_size);

@@ -192,7 +192,8 @@ std::optional<std::string> check_op_support(const std::string& op, const std::ve
 std::optional<std::string> probe_fast_kernel(const Node& n, int64_t probe_size) {
   // Pooling and attention are probed: their factories are cheap, and decline some dtypes and
   // shapes (f64 pooling: the reference loop, 2x slower than PyTorch on a ResNet stem).
-  static const char* const kSelfRefusing[] = {"conv2d", "linear", "matmul"};
+  static const char* const kSelfRefusing[] = {"conv2d", "conv2d_backward_data", "conv2d_backward_weight", "linear",
+                                              "matmul"};
   for (const char* op : kSelfRefusing)
     if (n.op_name() == op) return n.op_name() + ":not probed";
   const KernelFactory* f = KernelRegistry::get().find(n.op_name(), Device::cpu);

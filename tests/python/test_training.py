@@ -11,6 +11,7 @@ the curves are compared with a looser bound, stated where it is used.
 """
 from __future__ import annotations
 
+import collections
 import copy
 import sys
 import warnings
@@ -175,6 +176,56 @@ def test_convnet_train_mode_batch_norm_matches_eager_with_running_stats():
         assert_grads_match(model, ref)
         assert_buffers_match(model, ref)
     assert model.stem[1].num_batches_tracked.item() == 2
+
+
+class _Convs(torch.nn.Module):
+    """Convolutions whose gradients the engine computes: a strided conv over an odd image (the
+    input size is not implied by dy), a dilated one, a grouped one and a depthwise one, a 1x1
+    without bias, and conv1d."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.dilated = torch.nn.Conv2d(8, 8, 3, padding=2, dilation=2)
+        self.grouped = torch.nn.Conv2d(8, 16, 3, padding=1, groups=4)
+        self.depthwise = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16)
+        self.project = torch.nn.Conv2d(16, 8, 1, bias=False)
+        self.seq = torch.nn.Conv1d(8, 6, 3, stride=2, padding=1)
+        self.head = torch.nn.Linear(6, 10)
+
+    def forward(self, x):
+        x = F.relu(self.stem(x))
+        x = F.relu(self.dilated(x)) + x
+        x = F.gelu(self.depthwise(F.relu(self.grouped(x))))
+        x = self.project(x)
+        x = self.seq(x.flatten(2))
+        return self.head(x.mean(-1))
+
+
+@pytest.mark.parametrize("frozen", [(), ("stem",), ("dilated", "seq")], ids=["all", "frozen-stem", "frozen-middle"])
+def test_convolution_gradients_run_in_the_engine(frozen):
+    """Every convolution's gradient runs in the engine (conv2d_backward_data/_weight and a sum
+    for the bias): the backward graph is one partition with no op left to PyTorch. A frozen
+    conv asks for no weight gradient (and the first conv for no input gradient): AOTAutograd's
+    output mask, which the lowering follows."""
+    torch.manual_seed(0)
+    model = _Convs().train()
+    for name in frozen:
+        getattr(model, name).requires_grad_(False)
+    ref = copy.deepcopy(model)
+    x, y = torch.randn(4, 3, 15, 15), torch.randint(0, 10, (4,))
+    loss = _compiled_step(_classify_step)(model, x, y)
+    rep = updraft.last_report()
+    want = _classify_step(ref, x, y)
+    torch.testing.assert_close(loss, want, rtol=1e-5, atol=0)
+    assert_grads_match(model, ref)
+    assert _coverage(rep) == {"training forward": 1.0, "training backward": 1.0}, str(rep)
+    backward = [g for g in rep.graphs if g.kind == "training backward"]
+    ops = collections.Counter()
+    for g in backward:
+        ops.update(g.engine_ops)
+    assert ops["aten.convolution_backward.default"] == 6 - ("stem" in frozen), str(rep)
+    assert sum(len(g.partitions) for g in backward) == 1, str(rep)
 
 
 def test_adamw_steps_follow_eager():

@@ -1,9 +1,10 @@
-// Compute ops: conv2d, linear, matmul, pooling and attention (docs/ops.md, "Compute").
+// Compute ops: conv2d (and its gradients), linear, matmul, pooling and attention (docs/ops.md,
+// "Compute").
 //
 // Shape functions work on symbolic Dims, so a graph with a symbolic batch or image size
 // infers once. Every op here runs f32 on the CPU (oneDNN or blocked kernels in
-// src/kernels/onednn/) and f64 on the engine's own kernels (src/kernels/cpu/*_f64.cpp), and has
-// a reference kernel in src/kernels/ref/compute.cpp.
+// src/kernels/onednn/) and, but for conv2d's gradients, f64 on the engine's own kernels
+// (src/kernels/cpu/*_f64.cpp), and has a reference kernel in src/kernels/ref/compute.cpp.
 //
 // conv2d, linear and matmul carry the epilogue attributes filled by the epilogue-fusion pass:
 // the result is activation(op(x, w) + bias + residual); bias and residual follow the main
@@ -132,6 +133,66 @@ void infer_conv2d(InferCtx& c) {
   check_channel_block(c, x, c.attr_int("src_block"), "src_block");
   check_channel_block(c, out, c.attr_int("dst_block"), "dst_block");
   c.set_output(0, {c.in(0).dtype, out});
+}
+
+// The gradients of a plain conv2d (no epilogue: its bias gradient is a sum of dy, its
+// activation's gradient an elementwise op before these). dy is [N, O, OH, OW]; the forward's
+// stride, padding (symmetric, as aten's convolution), dilation and groups are attributes.
+struct ConvGradGeometry {
+  std::vector<int64_t> st, pad, dil;
+  int64_t g;
+};
+
+ConvGradGeometry conv_grad_geometry(InferCtx& c, const Shape& dy) {
+  if (dy.size() != 4) c.fail("dy is " + shape_str(dy) + "; expected [N, O, OH, OW]");
+  for (int k = 1; k < c.num_inputs(); ++k)
+    if (c.in(k).dtype != c.in(0).dtype)
+      c.fail("input " + std::to_string(k) + " is " + dtype_name(c.in(k).dtype) + ", expected " +
+             dtype_name(c.in(0).dtype) + " like dy");
+  ConvGradGeometry geo{pair_attr(c, "stride", 1), pair_attr(c, "padding", 0), pair_attr(c, "dilation", 1),
+                       c.attr_int("groups")};
+  if (geo.g < 1) c.fail("groups must be >= 1, got " + std::to_string(geo.g));
+  return geo;
+}
+
+// The forward's output size for input size `size` must be dy's: checked where both are static.
+void check_forward_size(InferCtx& c, const Dim& size, int64_t k, const ConvGradGeometry& geo, int i, const Dim& dy_size) {
+  Dim want = window_out(size, k, geo.st[i], geo.pad[i], geo.dil[i], false);
+  if (want.is_static() && dy_size.is_static() && want.value() != dy_size.value())
+    c.fail(std::string(i == 0 ? "height" : "width") + ": the forward conv maps " + size.str() + " to " + want.str() +
+           ", but dy has " + dy_size.str());
+}
+
+// dx [N, C, H, W] from dy and w [O, C/g, kh, kw]; `input_size` is the forward input's [H, W]
+// (a strided conv maps several sizes to one output size, so dy alone does not tell it).
+void infer_conv2d_backward_data(InferCtx& c) {
+  const Shape &dy = c.in(0).shape, &w = c.in(1).shape;
+  ConvGradGeometry geo = conv_grad_geometry(c, dy);
+  if (w.size() != 4) c.fail("w is " + shape_str(w) + "; expected [O, C/groups, kh, kw]");
+  for (const Dim& d : w)
+    if (!d.is_static()) c.fail("weight shape " + shape_str(w) + " must be static");
+  if (dy[1] != w[0]) c.fail("dy has " + dy[1].str() + " channels but w has " + w[0].str() + " output channels");
+  if (w[0].value() % geo.g != 0)
+    c.fail("out channels " + w[0].str() + " are not divisible by groups " + std::to_string(geo.g));
+  auto hw = pair_attr(c, "input_size", 1);
+  for (int i = 0; i < 2; ++i) check_forward_size(c, Dim(hw[i]), w[2 + i].value(), geo, i, dy[2 + i]);
+  c.set_output(0, {c.in(0).dtype, {dy[0], Dim(w[1].value() * geo.g), Dim(hw[0]), Dim(hw[1])}});
+}
+
+// dw [O, C/g, kh, kw] from dy and the forward input x [N, C, H, W]; `kernel` is [kh, kw].
+void infer_conv2d_backward_weight(InferCtx& c) {
+  const Shape &dy = c.in(0).shape, &x = c.in(1).shape;
+  ConvGradGeometry geo = conv_grad_geometry(c, dy);
+  if (x.size() != 4) c.fail("x is " + shape_str(x) + "; expected NCHW (rank 4)");
+  if (x[0] != dy[0]) c.fail("x " + shape_str(x) + " and dy " + shape_str(dy) + " disagree on the batch");
+  if (!x[1].is_static() || !dy[1].is_static()) c.fail("channel counts of x and dy must be static");
+  const int64_t C = x[1].value(), O = dy[1].value();
+  if (C % geo.g != 0 || O % geo.g != 0)
+    c.fail("channels " + std::to_string(C) + " in, " + std::to_string(O) + " out are not divisible by groups " +
+           std::to_string(geo.g));
+  auto k = pair_attr(c, "kernel", 1);
+  for (int i = 0; i < 2; ++i) check_forward_size(c, x[2 + i], k[i], geo, i, dy[2 + i]);
+  c.set_output(0, {c.in(0).dtype, {Dim(O), Dim(C / geo.g), Dim(k[0]), Dim(k[1])}});
 }
 
 void infer_linear(InferCtx& c) {
@@ -281,6 +342,22 @@ void register_compute_ops(OpTable& t) {
                            {"has_weight_scale", K::Bool, Attr(false)}},
                           epilogue_attrs()),
                    infer_conv2d, "2-d convolution, NCHW (or channel-blocked), with a fused bias/residual/activation epilogue"));
+  // The gradients of conv2d for training graphs (docs/training.md); f32 only (oneDNN's backward
+  // primitives), so f64 training convs stay PyTorch's.
+  const std::vector<AttrSpec> conv_grad_attrs = {{"stride", K::Ints, Attr(ones)},
+                                                 {"padding", K::Ints, Attr(zeros)},
+                                                 {"dilation", K::Ints, Attr(ones)},
+                                                 {"groups", K::Int, Attr(int64_t{1})}};
+  OpDef grad_data = compute_op("conv2d_backward_data", 2, 2,
+                               concat(conv_grad_attrs, {{"input_size", K::Ints, std::nullopt}}),
+                               infer_conv2d_backward_data, "dx of conv2d: dy [N,O,OH,OW], w [O,C/g,kh,kw] -> [N,C,H,W]");
+  OpDef grad_weight = compute_op("conv2d_backward_weight", 2, 2,
+                                 concat(conv_grad_attrs, {{"kernel", K::Ints, std::nullopt}}),
+                                 infer_conv2d_backward_weight,
+                                 "dw of conv2d: dy [N,O,OH,OW], x [N,C,H,W] -> [O,C/g,kh,kw]");
+  grad_data.dtypes = grad_weight.dtypes = {DType::f32};
+  t.add(std::move(grad_data));
+  t.add(std::move(grad_weight));
   t.add(compute_op("linear", 2, 4, epilogue_attrs(), infer_linear, "y = x @ w^T with a fused epilogue"));
   t.add(compute_op("matmul", 2, 4, epilogue_attrs(), infer_matmul,
                    "torch.matmul (batch broadcast, 1-d operands) with a fused epilogue"));

@@ -9,6 +9,7 @@ namespace updraft {
 
 void register_onednn_compute_kernels(KernelRegistry& r) {
   onednn::register_conv(r);
+  onednn::register_conv_backward(r);
   onednn::register_matmul(r);
   onednn::register_pool(r);
   onednn::register_layout(r);

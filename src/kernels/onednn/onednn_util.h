@@ -208,6 +208,7 @@ int preferred_channel_block();
 
 // Per-file registration, called by register_onednn_compute_kernels (compute.cpp).
 void register_conv(KernelRegistry& r);       // conv2d
+void register_conv_backward(KernelRegistry& r);  // conv2d_backward_data, conv2d_backward_weight
 void register_matmul(KernelRegistry& r);     // linear, matmul
 void register_pool(KernelRegistry& r);       // max_pool2d, avg_pool2d, adaptive_avg_pool2d
 void register_layout(KernelRegistry& r);     // channel_block (a oneDNN reorder)

@@ -185,6 +185,72 @@ void ref_conv2d_plain(const TensorView* in, TensorView* out, const ConvParams& c
         }
 }
 
+// ---- conv2d gradients ---------------------------------------------------------------------
+
+struct ConvGradParams {
+  std::vector<int64_t> st, pad, dil;
+  int64_t g = 1;
+
+  static ConvGradParams of(const Node& node) {
+    auto pair = [&](const char* n) {
+      std::vector<int64_t> v = node.attr(n).ints();
+      if (v.size() == 1) v.push_back(v[0]);
+      return v;
+    };
+    return {pair("stride"), pair("padding"), pair("dilation"), node.attr("groups").i()};
+  }
+};
+
+// Calls f(n, o, oh, ow, c, kh, kw, ih, iw) for every product term of the forward conv
+// y[n, o, oh, ow] += x[n, c, ih, iw] * w[o, c - group start, kh, kw] whose input position is
+// inside the image: both gradients are sums over these terms.
+template <typename F>
+void for_each_conv_term(const ConvGradParams& p, const int64_t* y_sizes, const int64_t* x_sizes,
+                        const int64_t* w_sizes, F&& f) {
+  const int64_t N = y_sizes[0], O = y_sizes[1], OH = y_sizes[2], OW = y_sizes[3];
+  const int64_t H = x_sizes[2], W = x_sizes[3], Cg = w_sizes[1], KH = w_sizes[2], KW = w_sizes[3];
+  const int64_t Og = O / p.g;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow)
+          for (int64_t c = 0; c < Cg; ++c)
+            for (int64_t kh = 0; kh < KH; ++kh) {
+              const int64_t ih = oh * p.st[0] - p.pad[0] + kh * p.dil[0];
+              if (ih < 0 || ih >= H) continue;
+              for (int64_t kw = 0; kw < KW; ++kw) {
+                const int64_t iw = ow * p.st[1] - p.pad[1] + kw * p.dil[1];
+                if (iw >= 0 && iw < W) f(n, o, oh, ow, (o / Og) * Cg + c, c, kh, kw, ih, iw);
+              }
+            }
+}
+
+// dx[n, c, ih, iw] = sum of dy[n, o, oh, ow] * w[o, c', kh, kw] over the terms that read it.
+void ref_conv2d_backward_data(const TensorView* in, TensorView* out, const ConvGradParams& p) {
+  const TensorView &dy = in[0], &w = in[1], &dx = out[0];
+  std::vector<double> acc(static_cast<size_t>(dx.numel()), 0.0);
+  const int64_t C = dx.sizes[1], H = dx.sizes[2], W = dx.sizes[3];
+  for_each_conv_term(p, dy.sizes, dx.sizes, w.sizes,
+                     [&](int64_t n, int64_t o, int64_t oh, int64_t ow, int64_t c, int64_t cg, int64_t kh, int64_t kw,
+                         int64_t ih, int64_t iw) {
+                       acc[((n * C + c) * H + ih) * W + iw] += at(dy, {n, o, oh, ow}) * at(w, {o, cg, kh, kw});
+                     });
+  for (int64_t i = 0; i < dx.numel(); ++i) store(dx, i, acc[i]);
+}
+
+// dw[o, c', kh, kw] = sum over n, oh, ow of dy[n, o, oh, ow] * x[n, c, ih, iw].
+void ref_conv2d_backward_weight(const TensorView* in, TensorView* out, const ConvGradParams& p) {
+  const TensorView &dy = in[0], &x = in[1], &dw = out[0];
+  std::vector<double> acc(static_cast<size_t>(dw.numel()), 0.0);
+  const int64_t Cg = dw.sizes[1], KH = dw.sizes[2], KW = dw.sizes[3];
+  for_each_conv_term(p, dy.sizes, x.sizes, dw.sizes,
+                     [&](int64_t n, int64_t o, int64_t oh, int64_t ow, int64_t c, int64_t cg, int64_t kh, int64_t kw,
+                         int64_t ih, int64_t iw) {
+                       acc[((o * Cg + cg) * KH + kh) * KW + kw] += at(dy, {n, o, oh, ow}) * at(x, {n, c, ih, iw});
+                     });
+  for (int64_t i = 0; i < dw.numel(); ++i) store(dw, i, acc[i]);
+}
+
 // ---- linear / matmul ----------------------------------------------------------------------
 
 // out[..., n] = sum_k x[..., k] * w[n, k]
@@ -442,6 +508,16 @@ void register_ref_compute_kernels(KernelRegistry& r) {
   r.add("conv2d", Device::ref, [](const KernelContext& ctx) {
     ConvParams p = ConvParams::of(ctx.node);
     return make_kernel("ref_conv2d", [p](const TensorView* in, TensorView* out) { ref_conv2d(in, out, p); });
+  });
+  r.add("conv2d_backward_data", Device::ref, [](const KernelContext& ctx) {
+    ConvGradParams p = ConvGradParams::of(ctx.node);
+    return make_kernel("ref_conv2d_backward_data",
+                       [p](const TensorView* in, TensorView* out) { ref_conv2d_backward_data(in, out, p); });
+  });
+  r.add("conv2d_backward_weight", Device::ref, [](const KernelContext& ctx) {
+    ConvGradParams p = ConvGradParams::of(ctx.node);
+    return make_kernel("ref_conv2d_backward_weight",
+                       [p](const TensorView* in, TensorView* out) { ref_conv2d_backward_weight(in, out, p); });
   });
   r.add("linear", Device::ref, [](const KernelContext& ctx) {
     Epilogue ep = Epilogue::of(ctx.node, 2);
