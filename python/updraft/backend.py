@@ -44,6 +44,7 @@ EXTRA_NATIVE_OPS = (
     # the table would write it as index arithmetic.
     aten.adaptive_avg_pool2d.default,
     aten.roll.default,  # slices + concat in the engine (the decomposition is index arithmetic)
+    aten.native_batch_norm_backward.default,  # the engine's batch_norm_backward (training graphs)
 )
 
 
@@ -70,19 +71,14 @@ _TRAINING_NOTE = ("training graph (inputs require grad): runs in PyTorch, as "
                   "CompilerConfig(training=\"pytorch\") asks")
 
 
-def decompositions(training: bool = False) -> dict:
+def decompositions() -> dict:
     """The decomposition table for AOTAutograd: torch's core-aten table minus the ops the
-    engine runs whole (`native_ops`); for training graphs, plus TRAINING_DECOMPOSED."""
-    from torch._decomp import core_aten_decompositions, decomposition_table
+    engine runs whole (`native_ops`)."""
+    from torch._decomp import core_aten_decompositions
 
     table = dict(core_aten_decompositions())
     for op in native_ops():
         table.pop(op, None)
-    if training:
-        from .training import TRAINING_DECOMPOSED
-
-        for op in TRAINING_DECOMPOSED:
-            table[op] = decomposition_table[op]
     return table
 
 
@@ -647,7 +643,7 @@ def _compile(gm: fx.GraphModule, example_inputs: list, config: CompilerConfig) -
     seen: dict = {}
     # The min-cut partitioner saves for backward what is cheapest to keep: cheap elementwise
     # values and views are recomputed in the backward graph instead of saved (docs/training.md).
-    backend = aot_autograd(decompositions=decompositions(for_engine),
+    backend = aot_autograd(decompositions=decompositions(),
                            partition_fn=min_cut_rematerialization_partition,
                            **_make_compilers(config, names, dump, seen))
     compiled = backend(gm, example_inputs)

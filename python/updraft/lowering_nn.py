@@ -286,6 +286,61 @@ def _batch_norm(lw, node, x, w, b, mean, var, eps):
     return [y, None, None]
 
 
+def _train_bn_dtype(node, x, params) -> torch.dtype:
+    _strict_dtypes(node, [x], params)
+    dt = meta(x).dtype
+    if dt not in (torch.float32, torch.float64):
+        raise Unsupported(f"train-mode batch_norm of {dt}: the engine's is float32/float64")
+    if any(isinstance(p, fx.Node) and meta(p).dtype != dt for p in params):
+        raise Unsupported("train-mode batch_norm with parameters in another dtype than its input")
+    return dt
+
+
+@register(aten._native_batch_norm_legit_functional.default)
+def _bn_train(lw, node, a):
+    """Train-mode batch norm in a training graph (docs/training.md): batch_norm_train gives y and
+    this batch's mean and biased variance; the saved invstd and the new running statistics (which
+    AOTAutograd writes back into the buffers) are elementwise ops on [C], in PyTorch's order:
+    rm * (1 - m) + mean * m, and the variance made unbiased (n / (n - 1)) the same way."""
+    if not a["training"]:
+        raise Unsupported("_native_batch_norm_legit_functional with training=False")
+    x, w, b = a["input"], a["weight"], a["bias"]
+    dt = _train_bn_dtype(node, x, [w, b, a["running_mean"], a["running_var"]])
+    if rank_of(x) < 2:
+        raise Unsupported("batch_norm of a rank < 2 input")
+    eps, momentum = float(a["eps"]), float(a["momentum"])
+    ins = [lw.value(x)] + [lw.operand(p, dt) for p in (w, b) if p is not None]
+    y, mean, var = lw.emit("batch_norm_train", ins, eps=eps, has_weight=w is not None, has_bias=b is not None)
+    invstd = lw.emit1("rsqrt", [lw.emit1("add", [var, lw.scalar(eps, dt)])])
+    shape = meta(x).shape
+    n = static_int(meta(x).numel() // shape[1], "batch_norm elements per channel")
+    if n < 2:  # eager raises ("Expected more than 1 value per channel when training")
+        raise Unsupported("train-mode batch_norm over one value per channel")
+    unbiased = lw.emit1("mul", [var, lw.scalar(n / (n - 1), dt)])
+
+    def running(old, new):
+        keep = lw.emit1("mul", [lw.operand(old, dt), lw.scalar(1.0 - momentum, dt)])
+        return lw.emit1("add", [lw.emit1("mul", [new, lw.scalar(momentum, dt)]), keep])
+
+    return [y, mean, invstd, running(a["running_mean"], mean), running(a["running_var"], unbiased)]
+
+
+@register(aten.native_batch_norm_backward.default)
+def _bn_backward(lw, node, a):
+    """The gradient of train-mode batch norm from its saved mean and invstd (batch_norm_backward);
+    each of dx, dw, db is returned only when the output mask asks for it."""
+    if not a["train"] or a["save_mean"] is None or a["save_invstd"] is None:
+        raise Unsupported("the gradient of an eval-mode batch_norm (running statistics)")
+    w = a["weight"]
+    dt = _train_bn_dtype(node, a["input"], [a["grad_out"], w, a["save_mean"], a["save_invstd"]])
+    ins = [lw.operand(a["grad_out"], dt), lw.value(a["input"]), lw.operand(a["save_mean"], dt),
+           lw.operand(a["save_invstd"], dt)]
+    if w is not None:
+        ins.append(lw.operand(w, dt))
+    outs = lw.emit("batch_norm_backward", ins, has_weight=w is not None)
+    return [o if want else None for o, want in zip(outs, a["output_mask"])]
+
+
 @register(aten._native_batch_norm_legit_no_training.default)
 def _bn_no_training(lw, node, a):
     return _batch_norm(lw, node, a["input"], a["weight"], a["bias"], a["running_mean"],
@@ -514,17 +569,33 @@ def _sdpa_plain(lw, node, a):
                  a["is_causal"], a["scale"], gqa=bool(a["enable_gqa"]))
 
 
+def _uses_indices(node: fx.Node) -> bool:
+    return any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users)
+
+
 @register(aten.max_pool2d_with_indices.default)
 def _max_pool(lw, node, a):
-    _only_output0(node)
+    """Values only (max_pool2d, oneDNN) unless the indices are used (a training graph saves them
+    for the gradient): then max_pool2d_indices, ATen's loop (kernels/max_pool_indices.h)."""
     if rank_of(a["self"]) != 4:
         raise Unsupported("max_pool2d on a 3-d (unbatched) input")
     kernel = _pair(a["kernel_size"], "kernel_size")
     stride = _pair(a["stride"], "stride") if a["stride"] else kernel
-    y = lw.emit1("max_pool2d", [lw.value(a["self"])], kernel=kernel, stride=stride,
-                 padding=_pair(a["padding"], "padding"), dilation=_pair(a["dilation"], "dilation"),
-                 ceil_mode=bool(a["ceil_mode"]))
-    return [y, None]
+    window = dict(kernel=kernel, stride=stride, padding=_pair(a["padding"], "padding"),
+                  dilation=_pair(a["dilation"], "dilation"), ceil_mode=bool(a["ceil_mode"]))
+    if _uses_indices(node):
+        y, indices = lw.emit("max_pool2d_indices", [lw.value(a["self"])], **window)
+        return [y, indices]
+    return [lw.emit1("max_pool2d", [lw.value(a["self"])], **window), None]
+
+
+@register(aten.max_pool2d_with_indices_backward.default)
+def _max_pool_backward(lw, node, a):
+    """dy added at the saved indices into zeros of the input's size (max_pool2d_backward)."""
+    if rank_of(a["self"]) != 4:
+        raise Unsupported("the gradient of max_pool2d on a 3-d (unbatched) input")
+    hw = static_ints(meta(a["self"]).shape[2:], "max_pool2d input size")
+    return lw.emit1("max_pool2d_backward", [lw.value(a["grad_output"]), lw.value(a["indices"])], input_size=hw)
 
 
 @register(aten.avg_pool2d.default)

@@ -3,7 +3,7 @@ and which of the engine or PyTorch runs each of its graphs.
 
 - `is_training`: AOTAutograd's own test for making forward and backward graphs.
 - `attention_as_math_in`: scaled_dot_product_attention in its math form, so its gradient is
-  ops the engine runs; `TRAINING_DECOMPOSED`: ops decomposed for training graphs only.
+  ops the engine runs.
 - `MeasuredChoice`: CompilerConfig(training="auto") times the compiled training step (forward
   and backward) against eager over its first steps and keeps the faster (never slower than
   eager by choice); the same timing decides an inference graph that writes its inputs.
@@ -24,15 +24,6 @@ import torch
 from torch import fx
 
 aten = torch.ops.aten
-
-# Training graphs decompose these too. Each is an op whose forward the engine runs but whose
-# backward op it has none of, or a train-mode op with no engine op; decomposed, the forward and
-# its gradient reach the engine as ops it runs (docs/training.md, "Ops").
-TRAINING_DECOMPOSED = (
-    # train-mode batch norm: batch mean/var reductions and elementwise ops; the new running
-    # statistics are outputs that AOTAutograd writes back to the buffers
-    aten._native_batch_norm_legit_functional.default,
-)
 
 
 def _attention_as_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,

@@ -176,6 +176,40 @@ def test_convnet_train_mode_batch_norm_matches_eager_with_running_stats():
         assert_grads_match(model, ref)
         assert_buffers_match(model, ref)
     assert model.stem[1].num_batches_tracked.item() == 2
+    # Batch norm (batch_norm_train / _backward), the max pool with its indices and every
+    # convolution gradient run in the engine.
+    assert _coverage(updraft.last_report()) == {"training forward": 1.0, "training backward": 1.0}, \
+        str(updraft.last_report())
+
+
+@pytest.mark.parametrize("pool", [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2),
+                                  dict(kernel_size=3, stride=2, ceil_mode=True), dict(kernel_size=3, dilation=2)],
+                         ids=["overlapping-padded", "tiling", "ceil", "dilated"])
+def test_max_pool_gradient_matches_eager_with_ties(pool):
+    """After a ReLU most windows hold several zeros: the gradient goes to the first of the tied
+    maxima, as eager's indices say; overlapping windows add their gradients."""
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+            self.head = torch.nn.Linear(4, 5)
+
+        def forward(self, x):
+            return self.head(F.max_pool2d(F.relu(self.conv(x)), **pool).mean((2, 3)))
+
+    torch.manual_seed(0)
+    model = Net()
+    model.conv.bias.data.fill_(-0.5)  # many exact zeros after the ReLU
+    ref = copy.deepcopy(model)
+    x, y = torch.randn(2, 3, 11, 11, requires_grad=True), torch.randint(0, 5, (2,))
+    xr = x.detach().clone().requires_grad_(True)
+    loss = _compiled_step(_classify_step)(model, x, y)
+    want = _classify_step(ref, xr, y)
+    torch.testing.assert_close(loss, want, rtol=1e-5, atol=0)
+    assert_grads_match(model, ref)
+    torch.testing.assert_close(x.grad, xr.grad, rtol=1e-4, atol=1e-6)
+    assert _coverage(updraft.last_report()) == {"training forward": 1.0, "training backward": 1.0}, \
+        str(updraft.last_report())
 
 
 class _Convs(torch.nn.Module):

@@ -234,7 +234,8 @@ void check_pool_input(InferCtx& c) {
   if (x.size() != 4 && x.size() != 3) c.fail("x is " + shape_str(x) + "; expected [N, C, H, W] or [C, H, W]");
 }
 
-void infer_pool(InferCtx& c, bool has_dilation) {
+// `blocked`: the op has the `block` layout attribute (max_pool2d, avg_pool2d).
+void infer_pool(InferCtx& c, bool has_dilation, bool blocked = true) {
   check_pool_input(c);
   const Shape& x = c.in(0).shape;
   auto k = pair_attr(c, "kernel", 1);
@@ -247,7 +248,7 @@ void infer_pool(InferCtx& c, bool has_dilation) {
       c.fail("padding " + str_of(pad) + " must be at most half the (dilated) kernel " + str_of(k) +
              " (PyTorch's rule)");
   bool ceil_mode = c.attr_bool("ceil_mode");
-  check_channel_block(c, x, c.attr_int("block"), "block");
+  if (blocked) check_channel_block(c, x, c.attr_int("block"), "block");
   size_t r = x.size();
   Shape out(x.begin(), x.end() - 2);
   out.push_back(window_out(x[r - 2], k[0], st[0], pad[0], dil[0], ceil_mode));
@@ -255,6 +256,25 @@ void infer_pool(InferCtx& c, bool has_dilation) {
   require_positive(c, out[r - 2], "output height");
   require_positive(c, out[r - 1], "output width");
   c.set_output(0, {c.in(0).dtype, out});
+}
+
+// max_pool2d_indices: max_pool2d's values and, as a second output, each maximum's position
+// h * W + w in its plane (i64), as aten's max_pool2d_with_indices (kernels/max_pool_indices.h).
+void infer_max_pool2d_indices(InferCtx& c) {
+  if (c.in(0).shape.size() != 4) c.fail("x is " + shape_str(c.in(0).shape) + "; expected [N, C, H, W]");
+  infer_pool(c, true, false);
+  c.set_output(1, {DType::i64, c.outputs()[0].shape});
+}
+
+// max_pool2d_backward: dy [N, C, OH, OW] added at `indices` into a zeroed [N, C, H, W];
+// `input_size` is [H, W].
+void infer_max_pool2d_backward(InferCtx& c) {
+  const Shape &dy = c.in(0).shape, &idx = c.in(1).shape;
+  if (dy.size() != 4) c.fail("dy is " + shape_str(dy) + "; expected [N, C, OH, OW]");
+  if (idx != dy || c.in(1).dtype != DType::i64)
+    c.fail("indices " + c.in(1).str() + " must be i64 with dy's shape " + shape_str(dy));
+  auto hw = pair_attr(c, "input_size", 1);
+  c.set_output(0, {c.in(0).dtype, {dy[0], dy[1], Dim(hw[0]), Dim(hw[1])}});
 }
 
 void infer_adaptive_avg_pool2d(InferCtx& c) {
@@ -377,6 +397,19 @@ void register_compute_ops(OpTable& t) {
                     {"count_include_pad", K::Bool, Attr(true)},
                     {"block", K::Int, Attr(int64_t{0})}},  // x's and the result's layout, as conv2d's
                    [](InferCtx& c) { infer_pool(c, false); }, "2-d average pooling"));
+  // Training graphs' max pooling (docs/training.md): the indices its gradient reads.
+  OpDef pool_idx = compute_op("max_pool2d_indices", 1, 1,
+                              {{"kernel", K::Ints, std::nullopt},
+                               {"stride", K::Ints, std::nullopt},  // [] means "same as kernel"
+                               {"padding", K::Ints, Attr(zeros)},
+                               {"dilation", K::Ints, Attr(ones)},
+                               {"ceil_mode", K::Bool, Attr(false)}},
+                              infer_max_pool2d_indices,
+                              "2-d max pooling, NCHW, with each maximum's index h*W+w in its plane (i64)");
+  pool_idx.num_outputs = 2;
+  t.add(std::move(pool_idx));
+  t.add(compute_op("max_pool2d_backward", 2, 2, {{"input_size", K::Ints, std::nullopt}}, infer_max_pool2d_backward,
+                   "gradient of max_pool2d_indices: dy [N,C,OH,OW] added at indices into zeros [N,C,H,W]"));
   t.add(compute_op("adaptive_avg_pool2d", 1, 1, {{"output_size", K::Ints, std::nullopt}}, infer_adaptive_avg_pool2d,
                    "2-d adaptive average pooling (PyTorch's window rule)"));
   t.add(compute_op("sdpa", 3, 4,

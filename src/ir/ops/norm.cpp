@@ -1,4 +1,5 @@
-// Norms (docs/ops.md, "Norms"): softmax log_softmax layer_norm batch_norm rms_norm.
+// Norms (docs/ops.md, "Norms"): softmax log_softmax layer_norm batch_norm rms_norm, and the
+// training forms of batch norm: batch_norm_train (batch statistics) and batch_norm_backward.
 // Optional inputs (weight, bias) are present exactly when their has_* attribute is true, in
 // the order the table lists them; the shape functions enforce that so kernels can index by it.
 #include "ir/op_table.h"
@@ -114,6 +115,62 @@ void register_norm_ops(OpTable& t) {
     c.set_output(0, c.in(0));
   };
   t.add(std::move(bn));
+
+  // Train-mode batch norm (docs/training.md): the statistics of this batch over every dim but
+  // channel dim 1. Outputs y, the batch mean [C] and the biased batch variance [C]; the lowering
+  // derives invstd and the running statistics from them (elementwise ops on [C]).
+  OpDef bnt;
+  bnt.name = "batch_norm_train";
+  bnt.min_inputs = 1;
+  bnt.max_inputs = 3;
+  bnt.num_outputs = 3;
+  bnt.attrs = {{"eps", Attr::Kind::Float, Attr(1e-5)},
+               {"has_weight", Attr::Kind::Bool, Attr(true)},
+               {"has_bias", Attr::Kind::Bool, Attr(true)}};
+  bnt.dtypes = kFloats;
+  bnt.cls = OpClass::Norm;
+  bnt.doc = "train-mode batch norm over channel dim 1 with this batch's mean and biased var; outputs y, mean, var";
+  bnt.infer = [](InferCtx& c) {
+    bool hw = c.attr_bool("has_weight"), hb = c.attr_bool("has_bias");
+    expect_inputs(c, 1 + hw + hb, "x, then weight if has_weight, then bias if has_bias");
+    const Shape& x = c.in(0).shape;
+    if (x.size() < 2) c.fail("input must have rank >= 2 (channel dim 1), got " + shape_str(x));
+    Shape ch = {x[1]};
+    if (hw) expect_param(c, 1, "weight", ch);
+    if (hb) expect_param(c, 1 + hw, "bias", ch);
+    c.set_output(0, c.in(0));
+    c.set_output(1, {c.in(0).dtype, ch});
+    c.set_output(2, {c.in(0).dtype, ch});
+  };
+  t.add(std::move(bnt));
+
+  // Its gradient from the saved batch mean and invstd (1 / sqrt(var + eps)): outputs dx, dw
+  // (sum of dy * x_hat) and db (sum of dy), each per channel.
+  OpDef bnb;
+  bnb.name = "batch_norm_backward";
+  bnb.min_inputs = 4;
+  bnb.max_inputs = 5;
+  bnb.num_outputs = 3;
+  bnb.attrs = {{"has_weight", Attr::Kind::Bool, Attr(true)}};
+  bnb.dtypes = kFloats;
+  bnb.cls = OpClass::Norm;
+  bnb.doc = "gradient of train-mode batch norm: dy, x, mean, invstd, [weight] -> dx, dweight, dbias";
+  bnb.infer = [](InferCtx& c) {
+    bool hw = c.attr_bool("has_weight");
+    expect_inputs(c, 4 + hw, "dy, x, mean, invstd, then weight if has_weight");
+    const Shape& x = c.in(1).shape;
+    if (x.size() < 2) c.fail("input must have rank >= 2 (channel dim 1), got " + shape_str(x));
+    if (c.in(0).shape != x || c.in(0).dtype != c.in(1).dtype)
+      c.fail("dy " + c.in(0).str() + " and x " + c.in(1).str() + " must have one shape and dtype");
+    Shape ch = {x[1]};
+    expect_param(c, 2, "mean", ch);
+    expect_param(c, 3, "invstd", ch);
+    if (hw) expect_param(c, 4, "weight", ch);
+    c.set_output(0, c.in(1));
+    c.set_output(1, {c.in(0).dtype, ch});
+    c.set_output(2, {c.in(0).dtype, ch});
+  };
+  t.add(std::move(bnb));
 }
 
 }  // namespace updraft

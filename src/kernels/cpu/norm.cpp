@@ -197,6 +197,7 @@ void register_cpu_norm_kernels(KernelRegistry& r) {
   r.add("layer_norm", Device::cpu, row_norm_factory(true, "layer_norm"));
   r.add("rms_norm", Device::cpu, row_norm_factory(false, "rms_norm"));
   r.add("batch_norm", Device::cpu, batch_norm_factory());
+  register_cpu_batch_norm_train_kernels(r);
 }
 }  // namespace cpu
 

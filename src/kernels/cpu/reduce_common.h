@@ -67,6 +67,8 @@ inline double row_sum_f64(const double* x, int64_t n) {
 
 // Norm kernels live in cpu/norm.cpp; register_cpu_reduction_kernels calls this.
 void register_cpu_norm_kernels(KernelRegistry& r);
+// batch_norm_train and batch_norm_backward (cpu/batch_norm_train.cpp); register_cpu_norm_kernels calls this.
+void register_cpu_batch_norm_train_kernels(KernelRegistry& r);
 
 // Splits a contiguous input into [O, R, I] when the reduced dims form one block.
 inline bool as_block(const TensorView& x, const std::vector<bool>& mask, int64_t& O, int64_t& R, int64_t& I) {

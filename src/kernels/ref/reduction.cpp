@@ -287,9 +287,85 @@ KernelFactory batch_norm_factory() {
   };
 }
 
+// Train-mode batch norm, literally: the batch mean and biased variance per channel in double
+// (two passes), y = (x - mean) / sqrt(var + eps) * w + b.
+KernelFactory batch_norm_train_factory() {
+  return [](const KernelContext& ctx) {
+    const Node& n = ctx.node;
+    double eps = n.attr("eps").f();
+    bool hw = n.attr("has_weight").b(), hb = n.attr("has_bias").b();
+    return make_kernel("ref_batch_norm_train", [=](const TensorView* in, TensorView* out) {
+      Lines L(in[0].shape(), 1);
+      dispatch_float(in[0].dtype, "batch_norm_train", [&](auto tag) {
+        using T = decltype(tag);
+        auto x = to_vector<T>(in[0]);
+        std::vector<T> w = hw ? to_vector<T>(in[1]) : std::vector<T>();
+        std::vector<T> b = hb ? to_vector<T>(in[1 + hw]) : std::vector<T>();
+        const double M = static_cast<double>(L.outer * L.inner);
+        for (int64_t c = 0; c < L.n; ++c) {
+          double mean = 0, var = 0;
+          for (int64_t o = 0; o < L.outer; ++o)
+            for (int64_t i = 0; i < L.inner; ++i) mean += x[L.at(o, c, i)];
+          mean /= M;
+          for (int64_t o = 0; o < L.outer; ++o)
+            for (int64_t i = 0; i < L.inner; ++i) var += (x[L.at(o, c, i)] - mean) * (x[L.at(o, c, i)] - mean);
+          var /= M;
+          out[1].ptr<T>()[c] = static_cast<T>(mean);
+          out[2].ptr<T>()[c] = static_cast<T>(var);
+          const double inv = 1.0 / std::sqrt(var + eps);
+          for (int64_t o = 0; o < L.outer; ++o)
+            for (int64_t i = 0; i < L.inner; ++i) {
+              double v = (x[L.at(o, c, i)] - mean) * inv;
+              if (hw) v *= w[c];
+              if (hb) v += b[c];
+              out[0].ptr<T>()[L.at(o, c, i)] = static_cast<T>(v);
+            }
+        }
+      });
+    });
+  };
+}
+
+// Its gradient from the saved mean and invstd, in double: with xhat = (x - mean) * invstd,
+// dx = (dy - mean(dy) - xhat * mean(dy * xhat)) * invstd * w, dw = sum(dy * xhat), db = sum(dy).
+KernelFactory batch_norm_backward_factory() {
+  return [](const KernelContext& ctx) {
+    bool hw = ctx.node.attr("has_weight").b();
+    return make_kernel("ref_batch_norm_backward", [=](const TensorView* in, TensorView* out) {
+      Lines L(in[1].shape(), 1);
+      dispatch_float(in[1].dtype, "batch_norm_backward", [&](auto tag) {
+        using T = decltype(tag);
+        auto dy = to_vector<T>(in[0]), x = to_vector<T>(in[1]);
+        auto mean = to_vector<T>(in[2]), invstd = to_vector<T>(in[3]);
+        std::vector<T> w = hw ? to_vector<T>(in[4]) : std::vector<T>();
+        const double M = static_cast<double>(L.outer * L.inner);
+        for (int64_t c = 0; c < L.n; ++c) {
+          double sum_dy = 0, dot = 0;
+          const double m = mean[c], is = invstd[c];
+          for (int64_t o = 0; o < L.outer; ++o)
+            for (int64_t i = 0; i < L.inner; ++i) {
+              sum_dy += dy[L.at(o, c, i)];
+              dot += dy[L.at(o, c, i)] * (x[L.at(o, c, i)] - m) * is;
+            }
+          out[1].ptr<T>()[c] = static_cast<T>(dot);
+          out[2].ptr<T>()[c] = static_cast<T>(sum_dy);
+          const double scale = is * (hw ? static_cast<double>(w[c]) : 1.0);
+          for (int64_t o = 0; o < L.outer; ++o)
+            for (int64_t i = 0; i < L.inner; ++i) {
+              const double xhat = (x[L.at(o, c, i)] - m) * is;
+              out[0].ptr<T>()[L.at(o, c, i)] = static_cast<T>((dy[L.at(o, c, i)] - sum_dy / M - xhat * dot / M) * scale);
+            }
+        }
+      });
+    });
+  };
+}
+
 }  // namespace
 
 void register_ref_reduction_kernels(KernelRegistry& r) {
+  r.add("batch_norm_train", Device::ref, batch_norm_train_factory());
+  r.add("batch_norm_backward", Device::ref, batch_norm_backward_factory());
   r.add("sum", Device::ref, reduce_factory(RedOp::sum, "sum"));
   r.add("mean", Device::ref, reduce_factory(RedOp::mean, "mean"));
   r.add("prod", Device::ref, reduce_factory(RedOp::prod, "prod"));
