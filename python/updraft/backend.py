@@ -703,9 +703,9 @@ def _training_step_timed_against_eager(compiled: Callable, eager: fx.GraphModule
     """CompilerConfig(training="auto"): the compiled step (AOTAutograd's forward and backward,
     in the engine) and Dynamo's graph run eagerly (torch's own kernels and autograd) are timed,
     forward plus backward, over the first steps (MeasuredChoice, backward=True); the faster runs
-    from then on. Eager is the baseline the rule "never slower than eager by choice" names: the
-    engine's backward ops are decompositions for now, and on some models (ResNet-50's
-    convolution backward in PyTorch, ViT) the whole compiled step measured slower."""
+    from then on. Eager is the baseline the rule "never slower than eager by choice" names: many
+    of the engine's backward ops are decompositions (attention's, layer norm's), and on some
+    models (ViT, GPT-2) the whole compiled step measured slower (docs/training.md)."""
     # The list the training compilers fill: the backward graph compiles at the first backward,
     # after this wrapper is made, and is in the list by the time the choice is.
     reports = seen.setdefault("training_reports", [])

@@ -1,0 +1,110 @@
+"""One model's training step (forward, cross-entropy loss, backward, AdamW), eager or the engine,
+each mode in a fresh process and the modes interleaved: an A/B for a training lever, and the
+engine's per-op profile of the step.
+
+    python tools/train_step.py                                    # resnet50 batch 8: eager, engine; 3 rounds
+    python tools/train_step.py --model vit --batch 4 --rounds 1
+    python tools/train_step.py --modes engine --profile           # updraft.profile of the step
+    python tools/train_step.py --modes engine,engine:convolution_backward   # engine without a lowering
+
+A mode is `eager`, `engine` (CompilerConfig(training="engine")), or `engine:<aten op>,...`:
+the engine with those aten ops' lowerings removed, so they run in PyTorch as before the ops
+existed (an A/B of one engine op in one build). The model comes from `updraft.zoo` (random
+weights, seed 0), the loss is a cross entropy of its main output against fixed random targets
+over the last dim (as `benchmarks/suite.py --train`), 2 threads unless --threads. Printed per
+run: the first step's time (the compile), the median of the timed steps (min-max) and, for the
+engine, the compute ops in the engine per graph kind and the partition count. For step times
+against the peers (Inductor), use `benchmarks/suite.py --train`.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def _run(args) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(args.threads)
+    import updraft
+    from updraft import CompilerConfig, get_backend, lowering, zoo
+
+    mode = args.worker
+    if mode.startswith("engine:"):
+        for name in mode.split(":", 1)[1].split(","):
+            op = getattr(torch.ops.aten, name.split(".")[0]).default
+            del lowering.LOWERINGS[op]
+    torch.manual_seed(0)
+    model, inputs = zoo.build(args.model, batch=args.batch)
+    model.train()
+    with torch.no_grad():
+        out = zoo.first_tensor(model(*inputs))
+    target = torch.randint(0, out.shape[-1], out.shape[:-1])
+    cfg = CompilerConfig(num_threads=args.threads, training="engine")
+    fast = model if mode == "eager" else torch.compile(model, backend=get_backend(cfg))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        o = zoo.first_tensor(fast(*inputs))
+        F.cross_entropy(o.reshape(-1, o.shape[-1]), target.reshape(-1)).backward()
+        opt.step()
+
+    t0 = time.perf_counter()
+    step()
+    first = time.perf_counter() - t0
+    for _ in range(2):
+        step()
+    if args.profile:
+        print(updraft.profile(step, runs=3, warmup=1, train=True))
+        return
+    ts = []
+    for _ in range(args.steps):
+        t = time.perf_counter()
+        step()
+        ts.append((time.perf_counter() - t) * 1e3)
+    extra = ""
+    if mode != "eager":
+        rep = updraft.last_report()
+        kinds = ", ".join(f"{k} {e}/{e + f}" for k, (e, f) in rep.compute_by_kind().items())
+        extra = f"; {kinds}; {rep.num_partitions} partitions"
+    print(f"{mode:24s} {args.model} b{args.batch}: first step {first:.1f} s, median {statistics.median(ts):.0f} ms "
+          f"({min(ts):.0f}-{max(ts):.0f}){extra}", flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="resnet50", help="an updraft.zoo model (default resnet50)")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--modes", default="eager,engine", help="comma-separated: eager, engine, engine:<aten ops>")
+    p.add_argument("--rounds", type=int, default=3, help="fresh processes per mode, interleaved")
+    p.add_argument("--steps", type=int, default=5, help="timed steps per run, after 3 untimed")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--profile", action="store_true", help="print updraft.profile of the step instead")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        return _run(args)
+    # engine:<ops> lists its ops with commas too: a part that is not a mode continues the last.
+    modes: list = []
+    for part in args.modes.split(","):
+        if part in ("eager", "engine") or part.startswith("engine:"):
+            modes.append(part)
+        elif modes and modes[-1].startswith("engine:"):
+            modes[-1] += "," + part
+        else:
+            p.error(f"--modes: {part!r} is not a mode; use eager, engine or engine:<aten op>[,<aten op>...]")
+    for _ in range(1 if args.profile else args.rounds):
+        for m in modes:
+            cmd = [sys.executable, __file__, "--worker", m, "--model", args.model, "--batch", str(args.batch),
+                   "--steps", str(args.steps), "--threads", str(args.threads)] + (["--profile"] if args.profile else [])
+            subprocess.run(cmd, check=True)
+
+
+if __name__ == "__main__":
+    main()
