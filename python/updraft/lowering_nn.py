@@ -611,8 +611,13 @@ def _avg_pool(lw, node, a):
         raise Unsupported(f"avg_pool2d on a {rank_of(a['self'])}-d input")
     d = a["divisor_override"]
     if d is None:
+        # Without padding, torch's divisor is the window clipped to the input either way (the
+        # part ceil_mode adds past the edge never counts), so count_include_pad is moot; as
+        # False it is the form oneDNN serves with ceil_mode (EfficientNet's final pool: a kernel
+        # larger than the image, ceil_mode=True).
+        include_pad = bool(a["count_include_pad"]) and any(padding)
         y = lw.emit1("avg_pool2d", [x], kernel=kernel, stride=stride, padding=padding,
-                     ceil_mode=ceil_mode, count_include_pad=bool(a["count_include_pad"]))
+                     ceil_mode=ceil_mode, count_include_pad=include_pad)
     else:
         # sum / d = mean over the window's valid (non-padding) elements * (their count / d).
         # The counts depend on the static spatial size only; torch computes them here, once.

@@ -336,9 +336,9 @@ def _roll_dim(lw: Lowerer, x: int, dim: int, shift: int, n: int) -> int:
 
 @register(aten.constant_pad_nd.default)
 def _pad(lw, node, a):
+    # Negative amounts crop, as in torch (the engine's pad does both: ir/ops/params.h); the
+    # gradient of a pad is one (a training graph of a model that pads, e.g. MobileNet's "same").
     pads = static_ints(a["pad"], "pad")
-    if any(p < 0 for p in pads):
-        raise Unsupported("negative padding (cropping)")
     return lw.emit1("pad", [lw.value(a["self"])], pads=pads, value=float(a["value"]))
 
 

@@ -144,6 +144,7 @@ CASES = {
     "index_select": (lambda x, i: torch.index_select(x, 1, i), lambda: (r(3, 6), torch.tensor([0, 5, 2])), EXACT),
     "gather": (lambda x, i: torch.gather(x, 1, i), lambda: (r(3, 6), ints(3, 4, hi=6)), EXACT),
     "pad": (lambda x: F.pad(x, (1, 2, 0, 1), value=0.5), lambda: (r(2, 3, 4),), EXACT),
+    "pad_crop": (lambda x: F.pad(x, (-1, 2, 1, -2)) * 2, lambda: (r(2, 3, 4),), EXACT),
     "index_tensor": (lambda x, i: x[i] * 2, lambda: (r(5, 3), torch.tensor([[4, -1], [0, 2]])), ELEM),
     "index_tensor_dim1": (lambda x, i: x[:, i] + 1, lambda: (r(2, 6, 3), torch.tensor([5, 0, -6, 3])), ELEM),
     "index_tensor_size1": (lambda x, i: x[:, :, i] + 1, lambda: (r(2, 3, 1), torch.tensor([0, 0, -1])), ELEM),
@@ -195,6 +196,9 @@ CASES = {
     "max_pool2d_ceil": (lambda x: F.max_pool2d(x, 2, ceil_mode=True), lambda: (r(1, 2, 7, 7),), EXACT),
     "avg_pool2d": (lambda x: F.avg_pool2d(x, 3, 2, 1), lambda: (r(2, 3, 9, 9),), RED),
     "avg_pool2d_nopad": (lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), lambda: (r(1, 3, 8, 8),), RED),
+    # ceil_mode windows past the edge, unpadded: the divisor is the clipped window (count_include_pad moot)
+    "avg_pool2d_ceil": (lambda x: F.avg_pool2d(x, 3, 2, ceil_mode=True), lambda: (r(2, 3, 8, 8),), RED),
+    "avg_pool2d_ceil_whole": (lambda x: F.avg_pool2d(x, 16, ceil_mode=True), lambda: (r(2, 3, 5, 7),), RED),
     "adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, (2, 3)), lambda: (r(2, 3, 8, 9),), RED),
     "adaptive_max_pool2d": (lambda x: F.adaptive_max_pool2d(x, (2, 3)), lambda: (r(2, 3, 8, 9),), EXACT),
     "adaptive_max_pool2d_global": (lambda x: F.adaptive_max_pool2d(x, 1), lambda: (r(1, 4, 5, 1),), EXACT),
