@@ -633,6 +633,34 @@ def _avg_pool(lw, node, a):
     return y
 
 
+@register(aten.avg_pool2d_backward.default)
+def _avg_pool_backward(lw, node, a):
+    """The gradient of an unpadded average pool whose windows tile the input (stride = kernel,
+    sizes divisible) or whose one window covers it all (EfficientNet's final pool): every input
+    element is in exactly one window, so dx is dy / divisor broadcast over its window (a reshape
+    and an expand). Divided, not multiplied by a reciprocal, as eager does. Overlapping or padded
+    windows stay in PyTorch."""
+    if rank_of(a["self"]) != 4:
+        raise Unsupported("the gradient of avg_pool2d on a 3-d (unbatched) input")
+    kernel = _pair(a["kernel_size"], "kernel_size")
+    stride = _pair(a["stride"], "stride") if a["stride"] else kernel
+    n, c, h, w = static_ints(meta(a["self"]).shape, "avg_pool2d input size")
+    oh, ow = static_ints(meta(a["grad_output"]).shape[2:], "avg_pool2d output size")
+    if any(_pair(a["padding"], "padding")):
+        raise Unsupported("the gradient of a padded avg_pool2d")
+    whole = oh == ow == 1 and kernel[0] >= h and kernel[1] >= w
+    tiles = stride == kernel and h % kernel[0] == 0 and w % kernel[1] == 0
+    if not (whole or tiles):
+        raise Unsupported("the gradient of avg_pool2d with overlapping or partial windows")
+    win = [h, w] if whole else kernel  # the part of each window inside the input
+    dt = meta(a["grad_output"]).dtype
+    d = a["divisor_override"]
+    dx = lw.emit1("div", [lw.value(a["grad_output"]), lw.scalar(float(d or win[0] * win[1]), dt)])
+    dx = lw.emit1("reshape", [dx], shape=[n, c, oh, 1, ow, 1])
+    dx = lw.emit1("expand", [dx], shape=[n, c, oh, win[0], ow, win[1]])
+    return lw.emit1("reshape", [dx], shape=[n, c, h, w])
+
+
 @register(aten._adaptive_avg_pool2d.default)
 def _adaptive_avg_pool(lw, node, a):
     if rank_of(a["self"]) != 4:

@@ -262,6 +262,34 @@ def test_convolution_gradients_run_in_the_engine(frozen):
     assert sum(len(g.partitions) for g in backward) == 1, str(rep)
 
 
+@pytest.mark.parametrize("pool", [dict(kernel_size=2), dict(kernel_size=16, ceil_mode=True),
+                                  dict(kernel_size=2, divisor_override=3)], ids=["tiles", "whole", "divisor"])
+def test_avg_pool_gradient_in_the_engine(pool):
+    """Average pools whose windows tile the input, or one window over all of it (EfficientNet's
+    final pool), have their gradient in the engine."""
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+            self.head = torch.nn.Linear(4, 5)
+
+        def forward(self, x):
+            return self.head(F.avg_pool2d(torch.tanh(self.conv(x)), **pool).mean((2, 3)))
+
+    torch.manual_seed(0)
+    model = Net()
+    ref = copy.deepcopy(model)
+    x, y = torch.randn(2, 3, 8, 6, requires_grad=True), torch.randint(0, 5, (2,))
+    xr = x.detach().clone().requires_grad_(True)
+    loss = _compiled_step(_classify_step)(model, x, y)
+    want = _classify_step(ref, xr, y)
+    torch.testing.assert_close(loss, want, rtol=1e-5, atol=0)
+    assert_grads_match(model, ref)
+    torch.testing.assert_close(x.grad, xr.grad, rtol=1e-4, atol=1e-6)
+    assert _coverage(updraft.last_report()) == {"training forward": 1.0, "training backward": 1.0}, \
+        str(updraft.last_report())
+
+
 def test_adamw_steps_follow_eager():
     model = _mlp()
     ref = copy.deepcopy(model)
