@@ -182,26 +182,23 @@ def test_convnet_train_mode_batch_norm_matches_eager_with_running_stats():
         str(updraft.last_report())
 
 
-@pytest.mark.parametrize("pool", [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2),
-                                  dict(kernel_size=3, stride=2, ceil_mode=True), dict(kernel_size=3, dilation=2)],
-                         ids=["overlapping-padded", "tiling", "ceil", "dilated"])
-def test_max_pool_gradient_matches_eager_with_ties(pool):
-    """After a ReLU most windows hold several zeros: the gradient goes to the first of the tied
-    maxima, as eager's indices say; overlapping windows add their gradients."""
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
-            self.head = torch.nn.Linear(4, 5)
+class _PoolNet(torch.nn.Module):
+    """conv -> act -> pool(**pool) -> global mean -> linear: a pool between trainable layers."""
 
-        def forward(self, x):
-            return self.head(F.max_pool2d(F.relu(self.conv(x)), **pool).mean((2, 3)))
+    def __init__(self, pool_fn, act, pool: dict) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.head = torch.nn.Linear(4, 5)
+        self.pool_fn, self.act, self.pool = pool_fn, act, pool
 
-    torch.manual_seed(0)
-    model = Net()
-    model.conv.bias.data.fill_(-0.5)  # many exact zeros after the ReLU
+    def forward(self, x):
+        return self.head(self.pool_fn(self.act(self.conv(x)), **self.pool).mean((2, 3)))
+
+
+def _assert_pool_step_matches_eager(model, x_shape) -> None:
+    """One step against eager: loss, parameter and input gradients, all of it in the engine."""
     ref = copy.deepcopy(model)
-    x, y = torch.randn(2, 3, 11, 11, requires_grad=True), torch.randint(0, 5, (2,))
+    x, y = torch.randn(*x_shape, requires_grad=True), torch.randint(0, 5, (x_shape[0],))
     xr = x.detach().clone().requires_grad_(True)
     loss = _compiled_step(_classify_step)(model, x, y)
     want = _classify_step(ref, xr, y)
@@ -210,6 +207,18 @@ def test_max_pool_gradient_matches_eager_with_ties(pool):
     torch.testing.assert_close(x.grad, xr.grad, rtol=1e-4, atol=1e-6)
     assert _coverage(updraft.last_report()) == {"training forward": 1.0, "training backward": 1.0}, \
         str(updraft.last_report())
+
+
+@pytest.mark.parametrize("pool", [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2),
+                                  dict(kernel_size=3, stride=2, ceil_mode=True), dict(kernel_size=3, dilation=2)],
+                         ids=["overlapping-padded", "tiling", "ceil", "dilated"])
+def test_max_pool_gradient_matches_eager_with_ties(pool):
+    """After a ReLU most windows hold several zeros: the gradient goes to the first of the tied
+    maxima, as eager's indices say; overlapping windows add their gradients."""
+    torch.manual_seed(0)
+    model = _PoolNet(F.max_pool2d, F.relu, pool)
+    model.conv.bias.data.fill_(-0.5)  # many exact zeros after the ReLU
+    _assert_pool_step_matches_eager(model, (2, 3, 11, 11))
 
 
 class _Convs(torch.nn.Module):
@@ -267,27 +276,8 @@ def test_convolution_gradients_run_in_the_engine(frozen):
 def test_avg_pool_gradient_in_the_engine(pool):
     """Average pools whose windows tile the input, or one window over all of it (EfficientNet's
     final pool), have their gradient in the engine."""
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
-            self.head = torch.nn.Linear(4, 5)
-
-        def forward(self, x):
-            return self.head(F.avg_pool2d(torch.tanh(self.conv(x)), **pool).mean((2, 3)))
-
     torch.manual_seed(0)
-    model = Net()
-    ref = copy.deepcopy(model)
-    x, y = torch.randn(2, 3, 8, 6, requires_grad=True), torch.randint(0, 5, (2,))
-    xr = x.detach().clone().requires_grad_(True)
-    loss = _compiled_step(_classify_step)(model, x, y)
-    want = _classify_step(ref, xr, y)
-    torch.testing.assert_close(loss, want, rtol=1e-5, atol=0)
-    assert_grads_match(model, ref)
-    torch.testing.assert_close(x.grad, xr.grad, rtol=1e-4, atol=1e-6)
-    assert _coverage(updraft.last_report()) == {"training forward": 1.0, "training backward": 1.0}, \
-        str(updraft.last_report())
+    _assert_pool_step_matches_eager(_PoolNet(F.avg_pool2d, torch.tanh, pool), (2, 3, 8, 6))
 
 
 def test_adamw_steps_follow_eager():
