@@ -14,31 +14,14 @@
 #include <limits>
 
 #include "core/tensor.h"
-#include "ir/graph.h"
+#include "ir/ops/params.h"
 
 namespace updraft {
-
-struct MaxPoolWindow {
-  int64_t k[2], s[2], p[2], d[2];
-
-  static MaxPoolWindow of(const Node& n) {
-    auto pair = [&](const char* name) {
-      std::vector<int64_t> v = n.attr(name).ints();
-      if (v.size() == 1) v.push_back(v[0]);
-      return v;
-    };
-    auto k = pair("kernel"), s = n.attr("stride").ints().empty() ? k : pair("stride"), p = pair("padding"),
-         d = pair("dilation");
-    MaxPoolWindow w{};
-    for (int i = 0; i < 2; ++i) w.k[i] = k[i], w.s[i] = s[i], w.p[i] = p[i], w.d[i] = d[i];
-    return w;
-  }
-};
 
 // One plane: x [H, W] -> y, idx [OH, OW].
 template <typename T>
 void max_pool_indices_plane(const T* x, T* y, int64_t* idx, int64_t H, int64_t W, int64_t OH, int64_t OW,
-                            const MaxPoolWindow& win) {
+                            const PoolWindow& win) {
   for (int64_t oh = 0; oh < OH; ++oh) {
     int64_t h0 = oh * win.s[0] - win.p[0];
     const int64_t h1 = std::min(h0 + (win.k[0] - 1) * win.d[0] + 1, H);
@@ -74,7 +57,7 @@ void max_pool_backward_plane(const T* dy, const int64_t* idx, T* dx, int64_t HW,
 // The ops on contiguous NCHW views (the kernels pack strided inputs first), planes split over
 // `threads` (1: a plain loop).
 template <typename T>
-void max_pool_indices(const TensorView& x, TensorView& y, TensorView& idx, const MaxPoolWindow& win, int threads) {
+void max_pool_indices(const TensorView& x, TensorView& y, TensorView& idx, const PoolWindow& win, int threads) {
   const int64_t planes = x.sizes[0] * x.sizes[1], H = x.sizes[2], W = x.sizes[3], OH = y.sizes[2], OW = y.sizes[3];
   const T* xp = x.ptr<const T>();
   T* yp = y.ptr<T>();

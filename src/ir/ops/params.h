@@ -74,6 +74,31 @@ inline std::vector<PadAmount> pad_amounts(const std::vector<int64_t>& pads, int 
   return r;
 }
 
+// A spatial attribute (kernel, stride, padding, dilation) as [h, w]: a single value applies to
+// both dims, as in PyTorch. The shape functions validate them (ir/ops/compute.cpp).
+inline std::vector<int64_t> spatial_pair(const Attr& a) {
+  std::vector<int64_t> v = a.ints();
+  if (v.size() == 1) v.push_back(v[0]);
+  return v;
+}
+
+// A pooling node's window (max_pool2d, max_pool2d_indices, avg_pool2d): kernel, stride (an
+// empty stride means "same as kernel", aten's default), padding, and dilation (1 for ops
+// without one). d is PyTorch's dilation (>= 1).
+struct PoolWindow {
+  int64_t k[2], s[2], p[2], d[2];
+
+  static PoolWindow of(const Node& n, bool has_dilation) {
+    auto k = spatial_pair(n.attr("kernel"));
+    auto s = n.attr("stride").ints().empty() ? k : spatial_pair(n.attr("stride"));
+    auto p = spatial_pair(n.attr("padding"));
+    auto d = has_dilation ? spatial_pair(n.attr("dilation")) : std::vector<int64_t>{1, 1};
+    PoolWindow w{};
+    for (int i = 0; i < 2; ++i) w.k[i] = k[i], w.s[i] = s[i], w.p[i] = p[i], w.d[i] = d[i];
+    return w;
+  }
+};
+
 // A channel-blocked layout (kernels/channel_block.h) of an NCHW value: `block` is 0 (plain)
 // or must divide the static channel count. Used by channel_block and conv2d's src/dst_block.
 inline void check_channel_block(InferCtx& c, const Shape& x, int64_t block, const char* what) {

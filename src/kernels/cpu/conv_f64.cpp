@@ -206,12 +206,8 @@ std::unique_ptr<Kernel> ConvF64Kernel::create(const KernelContext& ctx) {
   if (ctx.attr("src_block").i() != 0 || ctx.attr("dst_block").i() != 0) return nullptr;  // plain NCHW only
   auto k = std::make_unique<ConvF64Kernel>();
   k->uk_ = &pick_micro(ctx.options);
-  auto pair = [&](const char* name) {
-    std::vector<int64_t> v = ctx.attr(name).ints();
-    if (v.size() == 1) v.push_back(v[0]);
-    return v;
-  };
-  auto st = pair("stride"), pad = pair("padding"), dil = pair("dilation");
+  auto st = spatial_pair(ctx.attr("stride")), pad = spatial_pair(ctx.attr("padding")),
+       dil = spatial_pair(ctx.attr("dilation"));
   k->sh_ = st[0], k->sw_ = st[1], k->ph_ = pad[0], k->pw_ = pad[1], k->dh_ = dil[0], k->dw_ = dil[1];
   // padding_end only changes the output size (read from the output view); the window start
   // is set by the leading padding.

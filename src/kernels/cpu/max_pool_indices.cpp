@@ -13,7 +13,7 @@ KernelFactory pool_factory(Device d) {
   return [d](const KernelContext& ctx) -> std::unique_ptr<Kernel> {
     const DType dt = ctx.in_dtype(0);
     if (dt != DType::f32 && dt != DType::f64) return nullptr;
-    const MaxPoolWindow win = MaxPoolWindow::of(ctx.node);
+    const PoolWindow win = PoolWindow::of(ctx.node, true);
     const int threads = d == Device::ref ? 1 : cpu::threads_for(numel_of(ctx.in_shapes[0]), ctx.num_threads);
     const std::string name = std::string(d == Device::ref ? "ref_" : "cpu_") + dtype_name(dt) + "_max_pool2d_indices";
     return make_kernel(name, [=](const TensorView* in, TensorView* out) {

@@ -214,12 +214,6 @@ void ConvKernel::plan_plain_copies(ScratchPlan& plan) {
   }
 }
 
-std::vector<int64_t> pair_attr(const Node& n, const char* name) {
-  std::vector<int64_t> v = n.attr(name).ints();
-  if (v.size() == 1) v.push_back(v[0]);
-  return v;
-}
-
 std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   if (has_empty_tensor(ctx)) return nullptr;
   const Node& n = ctx.node;
@@ -228,8 +222,8 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   k->ep_ = Epilogue::of(n, k->scaled_ ? 3 : 2);
   const auto &xs = ctx.in_shapes[0], &ws = ctx.in_shapes[1], &ys = ctx.out_shapes[0];
   int64_t g = n.attr("groups").i();
-  auto st = pair_attr(n, "stride"), pad = pair_attr(n, "padding"), dil = pair_attr(n, "dilation");
-  auto pad_end = n.attr("padding_end").ints().empty() ? pad : pair_attr(n, "padding_end");
+  auto st = spatial_pair(n.attr("stride")), pad = spatial_pair(n.attr("padding")), dil = spatial_pair(n.attr("dilation"));
+  auto pad_end = n.attr("padding_end").ints().empty() ? pad : spatial_pair(n.attr("padding_end"));
   int64_t O = ws[0];
   // 2 flops per multiply-add: every output element sums C/g * kh * kw products. A depthwise
   // conv does few flops per byte it reads and writes, so its bytes count too (threads_for_gemm).

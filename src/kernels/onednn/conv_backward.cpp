@@ -24,12 +24,6 @@ namespace updraft::onednn {
 
 namespace {
 
-std::vector<int64_t> pair_attr(const KernelContext& ctx, const char* name) {
-  std::vector<int64_t> v = ctx.attr(name).ints();
-  if (v.size() == 1) v.push_back(v[0]);
-  return v;
-}
-
 // One tensor of the call: its layout in the graph and in the primitive, and when they differ
 // the reorder between them and the scratch that holds the primitive's copy.
 struct Operand {
@@ -105,7 +99,8 @@ std::unique_ptr<Kernel> ConvGradKernel::create(const KernelContext& ctx) {
   const auto& xs = k->data_ ? ctx.out_shapes[0] : ctx.in_shapes[1];
   const auto& ws = k->data_ ? ctx.in_shapes[1] : ctx.out_shapes[0];
   const int64_t g = ctx.attr("groups").i(), O = ws[0];
-  auto st = pair_attr(ctx, "stride"), pad = pair_attr(ctx, "padding"), dil = pair_attr(ctx, "dilation");
+  auto st = spatial_pair(ctx.attr("stride")), pad = spatial_pair(ctx.attr("padding")),
+       dil = spatial_pair(ctx.attr("dilation"));
 
   // The forward's multiply-adds, as conv2d counts them: both gradients do the same work.
   const double flops = 2.0 * static_cast<double>(numel_of(ys)) * ws[1] * ws[2] * ws[3];

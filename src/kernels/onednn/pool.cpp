@@ -33,25 +33,8 @@ namespace updraft::onednn {
 
 namespace {
 
-struct Window {
-  int64_t k[2], s[2], p[2], d[2];  // d: PyTorch dilation (>= 1)
-};
-
-std::vector<int64_t> pair_attr(const Node& n, const char* name) {
-  std::vector<int64_t> v = n.attr(name).ints();
-  if (v.size() == 1) v.push_back(v[0]);
-  return v;
-}
-
-Window window_of(const Node& n, bool has_dilation) {
-  Window w{};
-  auto k = pair_attr(n, "kernel");
-  auto s = n.attr("stride").ints().empty() ? k : pair_attr(n, "stride");
-  auto p = pair_attr(n, "padding");
-  auto d = has_dilation ? pair_attr(n, "dilation") : std::vector<int64_t>{1, 1};
-  for (int i = 0; i < 2; ++i) w.k[i] = k[i], w.s[i] = s[i], w.p[i] = p[i], w.d[i] = d[i];
-  return w;
-}
+// The window of a pool node (ir/ops/params.h); d is PyTorch's dilation (>= 1).
+using Window = PoolWindow;
 
 // [N, C, H, W], or [1, C, H, W] for an unbatched [C, H, W].
 dims nchw(const std::vector<int64_t>& s) {
@@ -254,12 +237,12 @@ class PoolKernel final : public Kernel {
 
 std::unique_ptr<Kernel> create_max_pool(const KernelContext& ctx) {
   if (has_empty_tensor(ctx)) return nullptr;
-  return PoolKernel::create(ctx, "max_pool2d", dnnl::algorithm::pooling_max, window_of(ctx.node, true));
+  return PoolKernel::create(ctx, "max_pool2d", dnnl::algorithm::pooling_max, PoolWindow::of(ctx.node, true));
 }
 
 std::unique_ptr<Kernel> create_avg_pool(const KernelContext& ctx) {
   if (has_empty_tensor(ctx)) return nullptr;
-  Window w = window_of(ctx.node, false);
+  Window w = PoolWindow::of(ctx.node, false);
   bool include_pad = ctx.node.attr("count_include_pad").b();
   if (include_pad) {
     dims src = nchw(ctx.in_shapes[0]), dst = nchw(ctx.out_shapes[0]);

@@ -82,13 +82,9 @@ struct ConvParams {
   bool weight_scale = false;             // input 2 scales w per output channel
 
   static ConvParams of(const Node& node) {
-    auto pair = [&](const char* n) {
-      std::vector<int64_t> v = node.attr(n).ints();
-      if (v.size() == 1) v.push_back(v[0]);
-      return v;
-    };
     const bool scaled = node.attr("has_weight_scale").b();
-    return {pair("stride"), pair("padding"), pair("dilation"), node.attr("groups").i(),
+    return {spatial_pair(node.attr("stride")), spatial_pair(node.attr("padding")), spatial_pair(node.attr("dilation")),
+            node.attr("groups").i(),
             Epilogue::of(node, scaled ? 3 : 2), node.attr("src_block").i(), node.attr("dst_block").i(), scaled};
   }
 };
@@ -192,12 +188,8 @@ struct ConvGradParams {
   int64_t g = 1;
 
   static ConvGradParams of(const Node& node) {
-    auto pair = [&](const char* n) {
-      std::vector<int64_t> v = node.attr(n).ints();
-      if (v.size() == 1) v.push_back(v[0]);
-      return v;
-    };
-    return {pair("stride"), pair("padding"), pair("dilation"), node.attr("groups").i()};
+    return {spatial_pair(node.attr("stride")), spatial_pair(node.attr("padding")), spatial_pair(node.attr("dilation")),
+            node.attr("groups").i()};
   }
 };
 
@@ -311,20 +303,9 @@ struct PoolParams {
   int64_t block = 0;  // x's and y's layout (kernels/channel_block.h)
 
   static PoolParams of(const Node& n, bool has_dilation) {
-    auto pair = [&](const char* name) {
-      std::vector<int64_t> v = n.attr(name).ints();
-      if (v.size() == 1) v.push_back(v[0]);
-      return v;
-    };
     PoolParams p;
-    auto k = pair("kernel");
-    auto s = n.attr("stride").ints().empty() ? k : pair("stride");
-    auto pad = pair("padding");
-    for (int i = 0; i < 2; ++i) p.k[i] = k[i], p.s[i] = s[i], p.p[i] = pad[i];
-    if (has_dilation) {
-      auto d = pair("dilation");
-      p.d[0] = d[0], p.d[1] = d[1];
-    }
+    const PoolWindow w = PoolWindow::of(n, has_dilation);
+    for (int i = 0; i < 2; ++i) p.k[i] = w.k[i], p.s[i] = w.s[i], p.p[i] = w.p[i], p.d[i] = w.d[i];
     p.ceil_mode = n.attr("ceil_mode").b();
     if (!has_dilation) p.include_pad = n.attr("count_include_pad").b();
     p.block = n.attr("block").i();
