@@ -138,3 +138,11 @@ TEST(BatchNormTrain, ShapeErrorsNameTheProblem) {
   ASSERT_EQ(outs.size(), 3u);
   EXPECT_EQ(outs[1].shape, shape_from({3}));
 }
+
+// An empty batch reads nothing: the statistics are NaN (0 / 0), as the reference gives.
+TEST(BatchNormTrain, EmptyBatch) {
+  OneNode fwd("batch_norm_train", {input(Tensor(DType::f32, {0, 3, 4}))}, train_attrs(false, false));
+  EXPECT_TRUE(cpu_matches_ref(fwd, 0, 0));
+  auto outs = run_kernel_outputs(*make_kernel_for(fwd, Device::cpu), fwd);
+  EXPECT_TRUE(std::isnan(values_of(outs[1])[0]));
+}

@@ -17,6 +17,7 @@
 // backward (both sums in one, then dx).
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "kernels/cpu/reduce_common.h"
 #include "kernels/cpu/strided_copy.h"
@@ -44,12 +45,22 @@ double channel_sum(int64_t planes, int64_t stride, int64_t inner, F f) {
   return s;
 }
 
+// Input k ([C] parameters, statistics) as dense memory, or nullptr when the node has none;
+// `keep` holds a packed copy of a strided graph input.
+template <typename T>
+const T* optional_input(const TensorView* in, int k, bool present, std::optional<Packed>& keep) {
+  if (!present) return nullptr;
+  keep.emplace(in[k], 1);
+  return keep->ptr<T>();
+}
+
 template <typename T>
 void batch_norm_train(const TensorView* in, TensorView* out, double eps, bool hw, bool hb, int threads) {
-  Packed px(in[0], threads), pw(in[hw ? 1 : 0], 1), pb(in[hb ? 1 + hw : 0], 1);
+  Packed px(in[0], threads);
+  std::optional<Packed> pw, pb;
   const T* x = px.ptr<T>();
-  const T* w = hw ? pw.ptr<T>() : nullptr;
-  const T* b = hb ? pb.ptr<T>() : nullptr;
+  const T* w = optional_input<T>(in, 1, hw, pw);
+  const T* b = optional_input<T>(in, 1 + hw, hb, pb);
   T *y = out[0].ptr<T>(), *mean_out = out[1].ptr<T>(), *var_out = out[2].ptr<T>();
   Lines L(px.view(), 1);
   const int64_t C = L.n, M = L.outer * L.inner, stride = C * L.inner;
@@ -59,7 +70,7 @@ void batch_norm_train(const TensorView* in, TensorView* out, double eps, bool hw
     // Summed as offsets from the channel's first element: block sums in T stay at the data's
     // spread, not its mean (values near 100 summed 256 at a time in f32 lost ~2e-5 of the mean
     // where the sum was not vectorised into lanes).
-    const T x0 = xc[0];
+    const T x0 = M > 0 ? xc[0] : T(0);  // an empty batch: mean and var are NaN, as 0 / 0
     const double mean = x0 + channel_sum<T>(L.outer, stride, L.inner, [&](int64_t i) { return xc[i] - x0; }) / M;
     const T m = static_cast<T>(mean);
     const double var =
@@ -83,9 +94,10 @@ void batch_norm_train(const TensorView* in, TensorView* out, double eps, bool hw
 
 template <typename T>
 void batch_norm_backward(const TensorView* in, TensorView* out, bool hw, int threads) {
-  Packed pdy(in[0], threads), px(in[1], threads), pm(in[2], 1), pi(in[3], 1), pw(in[hw ? 4 : 2], 1);
+  Packed pdy(in[0], threads), px(in[1], threads), pm(in[2], 1), pi(in[3], 1);
+  std::optional<Packed> pw;
   const T *dy = pdy.ptr<T>(), *x = px.ptr<T>(), *mean = pm.ptr<T>(), *invstd = pi.ptr<T>();
-  const T* w = hw ? pw.ptr<T>() : nullptr;
+  const T* w = optional_input<T>(in, 4, hw, pw);
   T *dx = out[0].ptr<T>(), *dw = out[1].ptr<T>(), *db = out[2].ptr<T>();
   Lines L(px.view(), 1);
   const int64_t C = L.n, M = L.outer * L.inner, stride = C * L.inner;
