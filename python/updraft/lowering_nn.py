@@ -197,12 +197,17 @@ def _softmax(lw, node, a):
     return lw.emit1(op, [lw.value(a["self"])], dim=norm_dim(a["dim"], rank_of(a["self"])))
 
 
+def _user_beyond_output0(node: fx.Node) -> fx.Node | None:
+    """A user of a multi-output node that reads more than its output 0, if any."""
+    return next((u for u in node.users if u.target is not operator.getitem or u.args[1] != 0), None)
+
+
 def _only_output0(node: fx.Node) -> None:
     """Multi-output norms/pools: the engine computes output 0 only."""
-    for user in node.users:
-        if user.target is not operator.getitem or user.args[1] != 0:
-            raise Unsupported(f"{op_name(node)}: only output 0 is computed by the engine, "
-                              f"but {user.name} uses more")
+    user = _user_beyond_output0(node)
+    if user is not None:
+        raise Unsupported(f"{op_name(node)}: only output 0 is computed by the engine, "
+                          f"but {user.name} uses more")
 
 
 def _used_outputs(node: fx.Node) -> set:
@@ -286,13 +291,14 @@ def _batch_norm(lw, node, x, w, b, mean, var, eps):
     return [y, None, None]
 
 
-def _train_bn_dtype(node, x, params) -> torch.dtype:
-    _strict_dtypes(node, [x], params)
-    dt = meta(x).dtype
+def _train_bn_dtype(node, data, params) -> torch.dtype:
+    """The dtype of a train-mode batch norm (or its gradient): float32 or float64 data, with
+    parameters and statistics of that dtype (_strict_dtypes lets float32 parameters pass only
+    under reduced-precision data, which this refuses)."""
+    _strict_dtypes(node, data, params)
+    dt = meta(data[0]).dtype
     if dt not in (torch.float32, torch.float64):
         raise Unsupported(f"train-mode batch_norm of {dt}: the engine's is float32/float64")
-    if any(isinstance(p, fx.Node) and meta(p).dtype != dt for p in params):
-        raise Unsupported("train-mode batch_norm with parameters in another dtype than its input")
     return dt
 
 
@@ -305,7 +311,7 @@ def _bn_train(lw, node, a):
     if not a["training"]:
         raise Unsupported("_native_batch_norm_legit_functional with training=False")
     x, w, b = a["input"], a["weight"], a["bias"]
-    dt = _train_bn_dtype(node, x, [w, b, a["running_mean"], a["running_var"]])
+    dt = _train_bn_dtype(node, [x], [w, b, a["running_mean"], a["running_var"]])
     if rank_of(x) < 2:
         raise Unsupported("batch_norm of a rank < 2 input")
     eps, momentum = float(a["eps"]), float(a["momentum"])
@@ -332,7 +338,7 @@ def _bn_backward(lw, node, a):
     if not a["train"] or a["save_mean"] is None or a["save_invstd"] is None:
         raise Unsupported("the gradient of an eval-mode batch_norm (running statistics)")
     w = a["weight"]
-    dt = _train_bn_dtype(node, a["input"], [a["grad_out"], w, a["save_mean"], a["save_invstd"]])
+    dt = _train_bn_dtype(node, [a["input"], a["grad_out"]], [w, a["save_mean"], a["save_invstd"]])
     ins = [lw.operand(a["grad_out"], dt), lw.value(a["input"]), lw.operand(a["save_mean"], dt),
            lw.operand(a["save_invstd"], dt)]
     if w is not None:
@@ -424,81 +430,75 @@ def _pair(v: Any, what: str) -> list[int]:
     return v * 2 if len(v) == 1 else v
 
 
-@register(aten.convolution.default)
-def _convolution(lw, node, a):
-    if a["transposed"]:
-        raise Unsupported("transposed convolution")
-    rank = rank_of(a["input"])
-    if rank not in (3, 4):
-        raise Unsupported(f"{rank - 2}-d convolution; the engine has conv2d (and conv1d as conv2d)")
-    _strict_dtypes(node, [a["input"], a["weight"], a["bias"]])
-    dt = out_dtype(node)
-    x, w = lw.operand(a["input"], dt), lw.operand(a["weight"], dt)
+def _conv_geometry(a: dict, rank: int) -> dict:
+    """aten's convolution (or its gradient) stride, padding, dilation and groups as conv2d's. A
+    conv1d [N, C, L] is a conv2d over [N, C, 1, L] with a [O, C/g, 1, k] kernel (the same sums in
+    the same order, so the result is what a 1-d kernel gives): its geometry acts on W, with H's
+    stride 1, padding 0, dilation 1."""
     stride, padding, dilation = (static_ints(a[k], k) for k in ("stride", "padding", "dilation"))
     if rank == 3:
-        # conv1d [N, C, L] is conv2d over [N, C, 1, L] with a [O, C/g, 1, k] kernel: the same
-        # sums in the same order, so the result is what a 1-d kernel gives.
-        xs, ws = lw.vtype(x)[1], lw.vtype(w)[1]
-        x = lw.emit1("reshape", [x], shape=[xs[0], xs[1], 1, xs[2]])
-        w = lw.emit1("reshape", [w], shape=[ws[0], ws[1], 1, ws[2]])
         stride, padding, dilation = [1] + stride[-1:], [0] + padding[-1:], [1] + dilation[-1:]
     else:
         stride, padding, dilation = (v * 2 if len(v) == 1 else v for v in (stride, padding, dilation))
-    ins = [x, w]
+    return dict(stride=stride, padding=padding, dilation=dilation, groups=static_int(a["groups"], "groups"))
+
+
+def _conv_operand(lw, v: int, rank: int) -> int:
+    """A conv1d operand ([N, C, L] or a [O, C/g, k] kernel) with a unit height inserted, as
+    conv2d takes it; conv2d's as they are."""
+    if rank == 4:
+        return v
+    s = lw.vtype(v)[1]
+    return lw.reshape(v, s[:2] + [1] + s[2:])
+
+
+def _check_conv_rank(a: dict, what: str) -> int:
+    if a["transposed"]:
+        raise Unsupported(f"{what}transposed convolution")
+    rank = rank_of(a["input"])
+    if rank not in (3, 4):
+        raise Unsupported(f"{what}{rank - 2}-d convolution; the engine has conv2d (and conv1d as conv2d)")
+    return rank
+
+
+@register(aten.convolution.default)
+def _convolution(lw, node, a):
+    rank = _check_conv_rank(a, "")
+    _strict_dtypes(node, [a["input"], a["weight"], a["bias"]])
+    dt = out_dtype(node)
+    ins = [_conv_operand(lw, lw.operand(a[k], dt), rank) for k in ("input", "weight")]
     if a["bias"] is not None:
         ins.append(lw.operand(a["bias"], dt))
-    y = lw.emit1("conv2d", ins, stride=stride, padding=padding, dilation=dilation,
-                 groups=static_int(a["groups"], "groups"), has_bias=a["bias"] is not None)
-    if rank == 3:
-        ys = lw.vtype(y)[1]
-        y = lw.emit1("reshape", [y], shape=[ys[0], ys[1], ys[3]])
-    return y
+    y = lw.emit1("conv2d", ins, has_bias=a["bias"] is not None, **_conv_geometry(a, rank))
+    return y if rank == 4 else lw.reshape(y, list(meta(node).shape))
 
 
 @register(aten.convolution_backward.default)
 def _convolution_backward(lw, node, a):
     """A training graph's convolution gradients (docs/training.md): the input's and the weight's
-    as the engine's conv2d_backward_data / conv2d_backward_weight, the bias's as a sum of dy over
-    N and the spatial dims. conv1d runs as conv2d over [N, C, 1, L], as in the forward."""
-    if a["transposed"]:
-        raise Unsupported("the gradient of a transposed convolution")
-    rank = rank_of(a["input"])
-    if rank not in (3, 4):
-        raise Unsupported(f"the gradient of a {rank - 2}-d convolution; the engine has conv2d's (and conv1d's)")
+    as the engine's conv2d_backward_data / conv2d_backward_weight, each only when AOTAutograd's
+    output mask asks for it, the bias's as a sum of dy over N and the spatial dims. conv1d as
+    conv2d, as in the forward."""
+    rank = _check_conv_rank(a, "the gradient of a ")
     _strict_dtypes(node, [a["grad_output"], a["input"], a["weight"]])
     dt = meta(a["grad_output"]).dtype
     if dt != torch.float32:
         raise Unsupported(f"the gradient of a {dt} convolution; the engine's convolution gradients are float32 only")
     want_dx, want_dw, want_db = a["output_mask"]
-    dy = lw.operand(a["grad_output"], dt)
-    stride, padding, dilation = (static_ints(a[k], k) for k in ("stride", "padding", "dilation"))
-    x_shape = static_ints(meta(a["input"]).shape[2:], "convolution input size")
-    w_shape = static_ints(meta(a["weight"]).shape, "convolution weight shape")
-    y_shape = list(meta(a["grad_output"]).shape)
-    if rank == 3:
-        # [N, C, L] as [N, C, 1, L]; stride, padding and dilation act on W only.
-        dy = lw.emit1("reshape", [dy], shape=y_shape[:2] + [1, y_shape[2]])
-        x_shape, w_shape = [1] + x_shape, w_shape[:2] + [1] + w_shape[2:]
-        stride, padding, dilation = [1] + stride[-1:], [0] + padding[-1:], [1] + dilation[-1:]
-    else:
-        stride, padding, dilation = (v * 2 if len(v) == 1 else v for v in (stride, padding, dilation))
-    geometry = dict(stride=stride, padding=padding, dilation=dilation, groups=static_int(a["groups"], "groups"))
+    geometry = _conv_geometry(a, rank)
+    unit_h = [1] if rank == 3 else []
+    dy = _conv_operand(lw, lw.operand(a["grad_output"], dt), rank)
     dx = dw = db = None
     if want_dx:
-        w = lw.operand(a["weight"], dt)
-        if rank == 3:
-            w = lw.emit1("reshape", [w], shape=w_shape)
-        dx = lw.emit1("conv2d_backward_data", [dy, w], input_size=x_shape, **geometry)
-        if rank == 3:
-            dx = lw.emit1("reshape", [dx], shape=list(meta(a["input"]).shape))
+        size = unit_h + static_ints(meta(a["input"]).shape[2:], "convolution input size")
+        dx = lw.emit1("conv2d_backward_data", [dy, _conv_operand(lw, lw.operand(a["weight"], dt), rank)],
+                      input_size=size, **geometry)
+        dx = dx if rank == 4 else lw.reshape(dx, list(meta(a["input"]).shape))
     if want_dw:
-        x = lw.operand(a["input"], dt)
-        if rank == 3:
-            xs = list(meta(a["input"]).shape)
-            x = lw.emit1("reshape", [x], shape=xs[:2] + [1, xs[2]])
-        dw = lw.emit1("conv2d_backward_weight", [dy, x], kernel=w_shape[2:], **geometry)
-        if rank == 3:
-            dw = lw.emit1("reshape", [dw], shape=list(meta(a["weight"]).shape))
+        kernel = unit_h + static_ints(meta(a["weight"]).shape[2:], "convolution kernel size")
+        dw = lw.emit1("conv2d_backward_weight", [dy, _conv_operand(lw, lw.operand(a["input"], dt), rank)],
+                      kernel=kernel, **geometry)
+        dw = dw if rank == 4 else lw.reshape(dw, list(meta(a["weight"]).shape))
     if want_db:
         db = lw.emit1("sum", [dy], dims=[0, 2, 3])
     return [dx, dw, db]
@@ -569,10 +569,6 @@ def _sdpa_plain(lw, node, a):
                  a["is_causal"], a["scale"], gqa=bool(a["enable_gqa"]))
 
 
-def _uses_indices(node: fx.Node) -> bool:
-    return any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users)
-
-
 @register(aten.max_pool2d_with_indices.default)
 def _max_pool(lw, node, a):
     """Values only (max_pool2d, oneDNN) unless the indices are used (a training graph saves them
@@ -583,7 +579,7 @@ def _max_pool(lw, node, a):
     stride = _pair(a["stride"], "stride") if a["stride"] else kernel
     window = dict(kernel=kernel, stride=stride, padding=_pair(a["padding"], "padding"),
                   dilation=_pair(a["dilation"], "dilation"), ceil_mode=bool(a["ceil_mode"]))
-    if _uses_indices(node):
+    if _user_beyond_output0(node) is not None:  # the indices
         y, indices = lw.emit("max_pool2d_indices", [lw.value(a["self"])], **window)
         return [y, indices]
     return [lw.emit1("max_pool2d", [lw.value(a["self"])], **window), None]
