@@ -12,7 +12,8 @@
 // A form names the activations' layout; the weights always use format_tag::any. Where the
 // primitive's layout differs from the graph's, its inputs are reordered into scratch and its
 // output reordered back: one pass over each tensor, counted in the measured order of forms
-// (create(); docs/BENCHMARKS.md, "Issue 17: convolution gradients in the engine").
+// (create(); docs/BENCHMARKS.md, "Issue 17: convolution gradients, batch norm and max pool in
+// the engine (session 23)").
 //
 // The bias gradient is not here: it is a sum of dy over N, H and W, which the lowering emits as
 // the engine's sum.
