@@ -12,6 +12,7 @@
 #include "ir/op_table.h"
 #include "kernels/channel_block.h"
 #include "kernels/kernel.h"
+#include "kernels/philox.h"
 
 namespace nb = nanobind;
 using namespace updraft;
@@ -37,6 +38,7 @@ const char* class_name(OpClass c) {
     case OpClass::DataMovement: return "DataMovement";
     case OpClass::Compute: return "Compute";
     case OpClass::Fused: return "Fused";
+    case OpClass::Random: return "Random";
   }
   return "?";
 }
@@ -134,7 +136,7 @@ NB_MODULE(_C, m) {
       "None if the engine can run `op` on inputs [(dtype, shape)] with `attrs`; otherwise the reason.");
   m.def("op_info", &op_info,
         "Every op in the engine's op table, in table order, as a dict: name, class (Elementwise, "
-        "Reduction, Norm, View, DataMovement, Compute, Fused), min_inputs, max_inputs (-1: variadic), "
+        "Reduction, Norm, View, DataMovement, Compute, Fused, Random), min_inputs, max_inputs (-1: variadic), "
         "num_outputs (-1: variable), attrs [{name, kind, required, default}], dtypes (input 0's; "
         "empty: any), inplace, alias, doc.");
   m.def("op_doc", [](const std::string& op) { return OpTable::get().at(op).doc; });
@@ -142,6 +144,18 @@ NB_MODULE(_C, m) {
         "The conv activation layout the kernels prefer on this CPU (CHANNELS_LAST: AVX-512, 8: nChw8c with "
         "AVX2, 0: none).");
   m.attr("CHANNELS_LAST") = kChannelsLast;
+  m.def(
+      "bernoulli_fill",
+      [](uintptr_t out, int64_t numel, double p, int64_t seed, int64_t stream) {
+        UPDRAFT_CHECK(numel >= 0 && (out != 0 || numel == 0) && p >= 0.0 && p <= 1.0 && stream >= 0, "bindings",
+                      "bernoulli_fill: needs a bool buffer of numel >= 0 elements, p in [0, 1], stream >= 0");
+        nb::gil_scoped_release release;
+        philox::bernoulli_fill(reinterpret_cast<bool*>(out), 0, numel, philox::bernoulli_threshold(p),
+                               static_cast<uint64_t>(seed), static_cast<uint64_t>(stream));
+      },
+      nb::arg("out_ptr"), nb::arg("numel"), nb::arg("p"), nb::arg("seed"), nb::arg("stream"),
+      "Fills `numel` contiguous bools at out_ptr as the engine's bernoulli op (p, stream) does under "
+      "`seed`: the PyTorch side of a random op draws the engine's bits (python/updraft/random_ops.py).");
   m.def("has_cpu_kernel", [](const std::string& op) { return KernelRegistry::get().has(op, Device::cpu); });
 
   py::bind_graph(m);

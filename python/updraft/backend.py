@@ -28,6 +28,7 @@ from .config import CompilerConfig
 from .engine_partition import EnginePartition, active
 from .gears import GearBox
 from .partition import partition_graph
+from .random_ops import engine_rng_in
 from .report import INFERENCE_CHOICE, INPUT_WRITES, TRAINING_CHOICE, GraphReport, report_for_new_graph, warn_once
 from .training import SETUP_STREAK_LIMIT, TRIALS, MeasuredChoice, attention_as_math_in, eager_copy, is_training
 
@@ -583,6 +584,7 @@ def _make_compilers(config: CompilerConfig, input_names: Optional[list] = None, 
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         names = input_names if input_names and len(input_names) == len(placeholders) else None
         aot = dump.aot_graph("inference", gm) if dump is not None else None
+        engine_rng_in(gm)
         try:
             compiled = compile_inference(gm, config, graph_report, names)
         except Exception as e:
@@ -607,6 +609,8 @@ def _make_compilers(config: CompilerConfig, input_names: Optional[list] = None, 
                 _record_all_in_pytorch(gm, graph_report, _TRAINING_NOTE)
                 compiled = _boxed(gm.forward)
             else:
+                if kind == "training forward":  # a backward reuses the forward's masks
+                    engine_rng_in(gm)
                 compiled = compile_training(gm, config, graph_report, kind)
             if aot is not None:
                 aot.finish(compiled, graph_report)

@@ -14,6 +14,7 @@ import torch
 from torch import fx
 
 from . import lowering_elementwise, lowering_extra, lowering_nn, lowering_shape, lowering_views  # noqa: F401  (fill LOWERINGS)
+from . import random_ops  # noqa: F401  (fills LOWERINGS with updraft.dropout)
 from .lowerer import (DTYPES, LOWERINGS, TORCH_DTYPES, Lowerer, Unsupported, aten, bind_args,
                       engine_dim, engine_dtype, meta, op_name, register,
                       static_int, static_ints, tensor_type)
@@ -47,6 +48,7 @@ NON_COMPUTE = {
     aten.flatten.using_ints, aten.alias.default, aten.detach.default, aten.clone.default,
     aten.lift_fresh_copy.default, aten.permute.default, aten.t.default, aten.transpose.int,
     aten.expand.default, aten.slice.Tensor, aten.select.int,
+    random_ops.SEED,  # one i64 drawn from torch's generator per call (random_ops.py)
 }
 
 

@@ -37,6 +37,7 @@ const OpTable& OpTable::get() {
     register_grouped_ops(*t);
     register_quantized_ops(*t);
     register_fused_ops(*t);
+    register_random_ops(*t);
     return t;
   }();
   return *table;

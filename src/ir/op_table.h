@@ -27,6 +27,7 @@ enum class OpClass : uint8_t {
   DataMovement,   // copies: permute, slice, concat, expand, gather
   Compute,        // conv, matmul, linear, pooling, attention: oneDNN or blocked kernels
   Fused,          // produced by fusion passes
+  Random,         // drawn from the counter-based generator under a seed input (kernels/philox.h)
 };
 
 struct AttrSpec {
@@ -113,6 +114,7 @@ void register_compute_ops(OpTable& t);
 void register_grouped_ops(OpTable& t);
 void register_quantized_ops(OpTable& t);  // low-precision weights: quantize_rows, to_bf16, linear_wq
 void register_fused_ops(OpTable& t);
+void register_random_ops(OpTable& t);  // bernoulli (the engine's dropout masks)
 
 // Shape helpers shared by families.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const std::string& op);  // numpy rules

@@ -126,6 +126,8 @@ void register_ref_quantized_kernels(KernelRegistry& r);   // quantize_rows, to_b
 void register_cpu_quantized_kernels(KernelRegistry& r);   // linear_wq (kernels/cpu/linear_wq.cpp)
 // max_pool2d_indices, max_pool2d_backward: ref and cpu (kernels/cpu/max_pool_indices.cpp)
 void register_max_pool_indices_kernels(KernelRegistry& r);
+// bernoulli: ref and cpu (kernels/cpu/random.cpp, on kernels/philox.h)
+void register_random_kernels(KernelRegistry& r);
 
 // The activation layout the conv kernels run fastest with on this CPU (kChannelsLast with
 // AVX-512, block 8 with AVX2, 0 otherwise; kernels/channel_block.h); CompileOptions::

@@ -94,6 +94,7 @@ const KernelRegistry& KernelRegistry::get() {
     register_ref_quantized_kernels(*r);
     register_cpu_quantized_kernels(*r);
     register_max_pool_indices_kernels(*r);
+    register_random_kernels(*r);
     // f64 compute nodes go to the engine's own kernels (oneDNN 3.2 has no f64 on the CPU), the
     // others to oneDNN: each op that has an f64 factory gets one that picks by input 0's dtype.
     KernelRegistry f64;

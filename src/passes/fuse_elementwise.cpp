@@ -4,7 +4,8 @@
 // What it fuses: starting from the last node, a group grows backwards through producers whose
 // result is used only inside the group (never a graph output), that are Elementwise ops with
 // a program form (not cast/bitwise), read f32 data (where's condition may be bool) and
-// produce f32 or bool. Groups of one node are left alone (nothing to gain). Single-element
+// produce f32 or bool; and casts of bool to f32, which a program computes as where(b, 1, 0)
+// (a dropout mask or a ReLU gradient's mask joins the multiply that reads it). Groups of one node are left alone (nothing to gain). Single-element
 // f32/bool constants become immediates. A group holds at most kMaxNodes nodes and
 // kMaxInputs tensor inputs, which keeps every program inside the CPU kernel's stack blocks
 // (inputs + immediates + live values <= 8 + 32 + 16 <= 64 slots).
@@ -43,8 +44,23 @@ namespace {
 constexpr size_t kMaxNodes = 16;
 constexpr size_t kMaxInputs = 8;
 
+bool is_bool_to_f32(const Node* n) {
+  return n->op_name() == "cast" && n->inputs.size() == 1 && n->input(0)->type.dtype == DType::boolean &&
+         n->output(0)->type.dtype == DType::f32;
+}
+
+// Node n as a program instruction (its inputs as operands 0..k-1).
+EwInstr program_instr(const Node& n) {
+  if (!is_bool_to_f32(&n)) return ew_instr_for_node(n);
+  EwInstr ins;
+  ins.op = EwOp::where;
+  ins.args = {EwOperand::in(0), EwOperand::value(1.0), EwOperand::value(0.0)};
+  return ins;
+}
+
 // Can node n be part of a fused program?
 bool fusible(const Node* n) {
+  if (is_bool_to_f32(n)) return true;
   if (n->op->cls != OpClass::Elementwise || n->op_name() == "cast" || n->outputs.size() != 1) return false;
   EwInstr ins = ew_instr_for_node(*n);
   if (!ew_op_info(ins.op).in_program) return false;
@@ -87,7 +103,7 @@ EwProgram build_program(const Group& grp, const std::vector<Value*>& ext, bool u
   p.out_dtype = grp.nodes.back()->output(0)->type.dtype;
   std::unordered_map<const Value*, int> reg;
   for (const Node* n : grp.nodes) {
-    EwInstr ins = ew_instr_for_node(*n);
+    EwInstr ins = program_instr(*n);
     for (EwOperand& a : ins.args) {
       if (a.kind != EwOperand::Kind::input) continue;  // immediates from attributes stay
       const Value* v = n->inputs[a.index];

@@ -120,6 +120,30 @@ TEST(FuseElementwise, CompareAndWhereFuseWithBoolInsideAndOut) {
   EXPECT_EQ(f->attr("program").s().substr(0, 5), "bool:");
 }
 
+// Dropout's x * f32(mask) * scale and its gradient's g * f32(mask) * scale: the bool cast joins
+// the program (as where(mask, 1, 0)); one node reading x and the mask as bytes.
+TEST(FuseElementwise, BoolToF32CastJoinsTheProgram) {
+  Graph g;
+  Value* x = g.add_input("x", {DType::f32, {7, 33}});
+  Value* m = g.add_input("m", {DType::boolean, {7, 33}});
+  Value* f = g.add_node("cast", {m}, {{"dtype", "f32"}})->output(0);
+  Value* kept = g.add_node("mul", {x, f})->output(0);
+  Value* y = g.add_node("mul", {kept, g.add_constant("scale", scalar(1.25f))})->output(0);
+  g.set_outputs({y});
+  fuse_and_compare(g, {random_tensor(DType::f32, {7, 33}, 9), random_tensor(DType::boolean, {7, 33}, 10)});
+  const Node* fused = only_node(g);
+  ASSERT_NE(fused, nullptr);
+  ASSERT_EQ(fused->inputs.size(), 2u);
+  EXPECT_TRUE(fused->input(0) == m || fused->input(1) == m);  // the mask itself, not a cast copy
+
+  Graph h;  // a lone cast stays a cast; a cast to another dtype is not fused
+  Value* b = h.add_input("b", {DType::boolean, {8}});
+  Value* c = h.add_node("cast", {b}, {{"dtype", "f32"}})->output(0);
+  h.set_outputs({c});
+  fuse_and_compare(h, {random_tensor(DType::boolean, {8}, 11)}, /*expect_change=*/false);
+  EXPECT_EQ(count(h, "cast"), 1);
+}
+
 TEST(FuseElementwise, GraphOutputIntermediateIsNotSwallowed) {
   Graph g;
   Value* x = g.add_input("x", {DType::f32, {64}});

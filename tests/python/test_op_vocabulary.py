@@ -19,7 +19,7 @@ from updraft.lowering_elementwise import aten_overloads, is_composite
 
 aten = torch.ops.aten
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
-CLASSES = {"Elementwise", "Reduction", "Norm", "View", "DataMovement", "Compute", "Fused"}
+CLASSES = {"Elementwise", "Reduction", "Norm", "View", "DataMovement", "Compute", "Fused", "Random"}
 INFO = _C.op_info()
 
 

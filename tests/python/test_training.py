@@ -355,9 +355,8 @@ def test_activation_checkpointing_matches_eager():
 
 
 def test_dropout_keeps_its_rate_and_gradient_mask():
-    # Dropout's mask comes from PyTorch's generator (the random op runs in PyTorch; the rest of
-    # the step in the engine): the kept fraction is 1-p and the gradient is zero exactly where
-    # the output was dropped.
+    # The default backend (training="auto"): whichever side runs the step, the kept fraction is
+    # 1-p and the gradient is zero exactly where the output was dropped.
     drop = torch.nn.Dropout(0.3).train()
     x = torch.randn(200, 100, requires_grad=True)
     out = torch.compile(drop, backend="updraft")(x)
@@ -366,6 +365,83 @@ def test_dropout_keeps_its_rate_and_gradient_mask():
     assert abs(kept.float().mean().item() - 0.7) < 0.02
     torch.testing.assert_close(out[kept], x.detach()[kept] / 0.7)
     torch.testing.assert_close(x.grad, kept.float() / 0.7)
+
+
+class _TwoDropouts(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(32, 64), torch.nn.Linear(64, 16)
+        self.d1, self.d2 = torch.nn.Dropout(0.3), torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.d2(self.b(self.d1(torch.relu(self.a(x)))))
+
+
+def _dropout_reference(model, x, seed_state):
+    """The step with the engine's masks (updraft.random_ops.keep_mask) under the seed the compiled
+    call draws after torch.manual_seed(seed_state): one i64 from torch's generator."""
+    from updraft.random_ops import keep_mask
+
+    torch.manual_seed(seed_state)
+    seed = int(torch.randint(-2**63, 2**63 - 1, (), dtype=torch.int64))
+    h = torch.relu(model.a(x))
+    h = h * keep_mask(h.shape, 0.3, seed, 0) * (1 / 0.7)
+    y = model.b(h)
+    return y * keep_mask(y.shape, 0.5, seed, 1) * 2.0
+
+
+@pytest.mark.parametrize("side", ["engine", "pytorch"])
+def test_dropout_draws_the_engines_masks_repeatably(side, monkeypatch):
+    # Dropout runs in the engine (bernoulli from a counter-based generator, seeded from torch's
+    # generator once per call): the forward stays one partition. Where it falls back to PyTorch
+    # (side="pytorch": no lowering), the op draws the same bits, so both sides give the same
+    # output. torch.manual_seed repeats a call's masks; the next call gets new ones.
+    from updraft import lowering, random_ops
+
+    if side == "pytorch":
+        monkeypatch.delitem(lowering.LOWERINGS, random_ops.DROPOUT)
+    torch.manual_seed(0)
+    model = _TwoDropouts().train()
+    ref = copy.deepcopy(model)
+    x = torch.randn(64, 32)
+    fast = torch.compile(model, backend=get_backend(ENGINE))
+    torch.manual_seed(11)
+    y = fast(x)
+    y.square().sum().backward()
+    want = _dropout_reference(ref, x, 11)
+    want.square().sum().backward()
+    torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-6)
+    assert_grads_match(model, ref)
+    rep = updraft.last_report()
+    forward = next(g for g in rep.graphs if g.kind == "training forward")
+    if side == "engine":
+        assert forward.fallback_compute == 0, str(rep)
+        assert len(forward.partitions) == 1, str(rep)
+        assert rep.engine_ops["updraft.dropout.default"] == 2, str(rep)
+    else:
+        assert rep.fallback_ops["updraft.dropout.default"] == 2, str(rep)
+    with torch.no_grad():
+        torch.manual_seed(3)
+        first = fast(x)
+        torch.manual_seed(3)
+        again, other = fast(x), fast(x)
+    assert torch.equal(first, again)
+    assert not torch.equal(again, other)
+
+
+def test_dropout_rate_and_scale_in_the_engine():
+    # p > 0 cannot be compared with eager's masks: the kept fraction is within 5 sigma of 1 - p,
+    # each element kept is x / (1 - p), and the gradient is the mask / (1 - p).
+    for p in (0.1, 0.5, 0.9):
+        x = torch.randn(512, 256, requires_grad=True)
+        out = torch.compile(torch.nn.Dropout(p).train(), backend=get_backend(ENGINE))(x)
+        out.sum().backward()
+        assert updraft.last_report().engine_ops["updraft.dropout.default"] == 1
+        kept = out != 0
+        n = kept.numel()
+        assert abs(kept.sum().item() - n * (1 - p)) <= 5 * (n * p * (1 - p)) ** 0.5, p
+        torch.testing.assert_close(out[kept], x.detach()[kept] * (1 / (1 - p)), rtol=1e-6, atol=0)
+        torch.testing.assert_close(x.grad, kept.float() * (1 / (1 - p)), rtol=1e-6, atol=0)
 
 
 def test_explain_train_reports_forward_and_backward_apart():

@@ -1,0 +1,123 @@
+// bernoulli: the reference kernel draws one Philox block per element (kernels/philox.h, bits);
+// the CPU kernel fills 32 elements per pass (8 blocks in the lanes of AVX2 registers) on
+// chunks split between threads. Both give the same bits for every thread count.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "kernels/cpu/reduce_common.h"
+#include "kernels/cpu/threads.h"
+#include "kernels/kernel.h"
+#include "kernels/philox.h"
+
+namespace updraft {
+
+namespace philox {
+
+namespace {
+
+// 32x32 -> 64-bit products of 8 lanes by one multiplier, as (high halves, low halves).
+inline void mulhilo(__m256i a, __m256i m, __m256i& hi, __m256i& lo) {
+  const __m256i even = _mm256_mul_epu32(a, m);                         // lanes 0, 2, 4, 6
+  const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);  // lanes 1, 3, 5, 7
+  lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+  hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+}
+
+// Blocks j .. j+7 (8 lanes): elements 4j .. 4j+31 as bools (bits below t), 32 bytes.
+inline __m256i eight_blocks(uint64_t j, uint32_t s0, uint32_t s1, uint32_t k0, uint32_t k1, uint32_t t) {
+  alignas(32) uint32_t lo[8], hi[8];
+  for (int l = 0; l < 8; ++l) {
+    lo[l] = static_cast<uint32_t>(j + l);
+    hi[l] = static_cast<uint32_t>((j + l) >> 32);
+  }
+  __m256i c0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo));
+  __m256i c1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi));
+  __m256i c2 = _mm256_set1_epi32(static_cast<int>(s0)), c3 = _mm256_set1_epi32(static_cast<int>(s1));
+  const __m256i m0 = _mm256_set1_epi64x(kMul0), m1 = _mm256_set1_epi64x(kMul1);
+  for (int r = 0; r < kRounds; ++r) {
+    __m256i hi0, lo0, hi1, lo1;
+    mulhilo(c0, m0, hi0, lo0);
+    mulhilo(c2, m1, hi1, lo1);
+    const __m256i key0 = _mm256_set1_epi32(static_cast<int>(k0 + static_cast<uint32_t>(r) * kWeyl0));
+    const __m256i key1 = _mm256_set1_epi32(static_cast<int>(k1 + static_cast<uint32_t>(r) * kWeyl1));
+    c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), key0);
+    c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), key1);
+    c1 = lo1;
+    c3 = lo0;
+  }
+  // Unsigned w < t as a signed compare of both flipped at the sign bit; word w of lane l is
+  // element 4l + w, so byte w of lane l: the 32 bytes in element order.
+  const __m256i flip = _mm256_set1_epi32(static_cast<int>(0x80000000u)), one = _mm256_set1_epi32(1);
+  const __m256i tv = _mm256_xor_si256(_mm256_set1_epi32(static_cast<int>(t)), flip);
+  const __m256i words[4] = {c0, c1, c2, c3};
+  __m256i bytes = _mm256_setzero_si256();
+  for (int w = 0; w < 4; ++w) {
+    const __m256i below = _mm256_and_si256(_mm256_cmpgt_epi32(tv, _mm256_xor_si256(words[w], flip)), one);
+    bytes = _mm256_or_si256(bytes, _mm256_sll_epi32(below, _mm_cvtsi32_si128(8 * w)));
+  }
+  return bytes;
+}
+
+}  // namespace
+
+void bernoulli_fill(bool* out, int64_t begin, int64_t end, uint64_t threshold, uint64_t seed, uint64_t stream) {
+  if (threshold > 0xFFFFFFFFu) {  // p = 1: every element (the compares are 32-bit)
+    std::fill(out, out + (end - begin), true);
+    return;
+  }
+  const uint32_t t = static_cast<uint32_t>(threshold);
+  const uint32_t s0 = static_cast<uint32_t>(stream), s1 = static_cast<uint32_t>(stream >> 32);
+  const uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (uint64_t j = static_cast<uint64_t>(begin) >> 2; j * 4 < static_cast<uint64_t>(end); j += 8) {
+    const __m256i bytes = eight_blocks(j, s0, s1, k0, k1, t);
+    const int64_t first = static_cast<int64_t>(j * 4);
+    if (first >= begin && first + 32 <= end) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (first - begin)), bytes);
+      continue;
+    }
+    alignas(32) uint8_t part[32];  // a pass that starts before begin or ends after end
+    _mm256_store_si256(reinterpret_cast<__m256i*>(part), bytes);
+    for (int64_t i = std::max(first, begin); i < std::min(first + 32, end); ++i) out[i - begin] = part[i - first] != 0;
+  }
+}
+
+}  // namespace philox
+
+namespace {
+
+// Chunks that keep every thread's share a whole number of 64-element passes.
+constexpr int64_t kChunk = int64_t{1} << 14;
+
+KernelFactory bernoulli_factory(Device d) {
+  return [d](const KernelContext& ctx) -> std::unique_ptr<Kernel> {
+    const uint64_t threshold = philox::bernoulli_threshold(ctx.attr("p").f());
+    const uint64_t stream = static_cast<uint64_t>(ctx.attr("stream").i());
+    if (d == Device::ref) {
+      return make_kernel("ref_bernoulli", [=](const TensorView* in, TensorView* out) {
+        const uint64_t seed = static_cast<uint64_t>(in[1].ptr<int64_t>()[0]);
+        bool* o = out[0].ptr<bool>();
+        const int64_t n = out[0].numel();
+        for (int64_t i = 0; i < n; ++i) o[i] = philox::bits(seed, stream, static_cast<uint64_t>(i)) < threshold;
+      });
+    }
+    const int threads = cpu::threads_for(numel_of(ctx.out_shapes[0]), ctx.num_threads);
+    return make_kernel("cpu_bernoulli_philox", [=](const TensorView* in, TensorView* out) {
+      const uint64_t seed = static_cast<uint64_t>(in[1].ptr<int64_t>()[0]);
+      bool* o = out[0].ptr<bool>();
+      const int64_t n = out[0].numel();
+      cpu::parallel_for((n + kChunk - 1) / kChunk, threads, [&](int64_t c) {
+        const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
+        philox::bernoulli_fill(o + b, b, e, threshold, seed, stream);
+      });
+    });
+  };
+}
+
+}  // namespace
+
+void register_random_kernels(KernelRegistry& r) {
+  for (Device d : {Device::ref, Device::cpu}) r.add("bernoulli", d, bernoulli_factory(d));
+}
+
+}  // namespace updraft
