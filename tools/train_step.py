@@ -7,8 +7,9 @@ engine's per-op profile of the step.
     python tools/train_step.py --modes engine --profile           # updraft.profile of the step
     python tools/train_step.py --modes engine,engine:convolution_backward   # engine without a lowering
 
-A mode is `eager`, `engine` (CompilerConfig(training="engine")), or `engine:<aten op>,...`:
-the engine with those aten ops' lowerings removed, so they run in PyTorch as before the ops
+A mode is `eager`, `engine` (CompilerConfig(training="engine")), or `engine:<op>,...`: the
+engine with those ops' lowerings removed (an aten op by its name, another namespace's as
+`updraft.dropout`), so they run in PyTorch as before the ops
 existed (an A/B of one engine op in one build). The model comes from `updraft.zoo` (random
 weights, seed 0), the loss is a cross entropy of its main output against fixed random targets
 over the last dim (as `benchmarks/suite.py --train`), 2 threads unless --threads. Printed per
@@ -37,8 +38,8 @@ def _run(args) -> None:
     mode = args.worker
     if mode.startswith("engine:"):
         for name in mode.split(":", 1)[1].split(","):
-            op = getattr(torch.ops.aten, name.split(".")[0]).default
-            del lowering.LOWERINGS[op]
+            ns, op = name.split(".", 1) if "." in name else ("aten", name)  # updraft.dropout: ours
+            del lowering.LOWERINGS[getattr(getattr(torch.ops, ns), op).default]
     torch.manual_seed(0)
     model, inputs = zoo.build(args.model, batch=args.batch)
     model.train()

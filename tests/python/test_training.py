@@ -429,6 +429,45 @@ def test_dropout_draws_the_engines_masks_repeatably(side, monkeypatch):
     assert not torch.equal(again, other)
 
 
+class _StochasticDepth(torch.nn.Module):
+    """A residual branch dropped per sample, as torchvision's StochasticDepth(p, "row") does it."""
+
+    def __init__(self, p):
+        super().__init__()
+        self.p, self.f = p, torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        keep = 1.0 - self.p
+        noise = torch.empty([x.shape[0], 1], dtype=x.dtype).bernoulli_(keep).div_(keep)
+        return x + self.f(x) * noise
+
+
+def test_stochastic_depth_draws_in_the_engine():
+    # bernoulli_(p) on a fresh tensor (functionalised: aten.bernoulli.p) takes the engine's bits
+    # like dropout: the step equals a reference built from those bits, in one partition.
+    from updraft.random_ops import draw_mask
+
+    torch.manual_seed(0)
+    model = _StochasticDepth(0.4).train()
+    ref = copy.deepcopy(model)
+    x = torch.randn(256, 16)
+    torch.manual_seed(21)
+    y = torch.compile(model, backend=get_backend(ENGINE))(x)
+    y.sum().backward()
+    rep = updraft.last_report()
+    assert rep.engine_ops["updraft.bernoulli.default"] == 1, str(rep)
+    forward = next(g for g in rep.graphs if g.kind == "training forward")
+    assert forward.fallback_compute == 0 and len(forward.partitions) == 1, str(rep)
+    torch.manual_seed(21)
+    seed = int(torch.randint(-2**63, 2**63 - 1, (), dtype=torch.int64))
+    noise = draw_mask([256, 1], 0.6, seed, 0).float() / 0.6
+    want = x + ref.f(x) * noise
+    want.sum().backward()
+    torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-6)
+    assert_grads_match(model, ref)
+    assert 0.4 < (noise > 0).float().mean().item() < 0.8  # 256 draws of p = 0.6: 7 sigma either side
+
+
 def test_dropout_rate_and_scale_in_the_engine():
     # p > 0 cannot be compared with eager's masks: the kept fraction is within 5 sigma of 1 - p,
     # each element kept is x / (1 - p), and the gradient is the mask / (1 - p).
