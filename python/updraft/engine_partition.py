@@ -42,8 +42,9 @@ _MAX_BOUND_PLANS = 16
 # plain write but would add twice.
 IN_PLACE_WRITERS = (torch.ops.aten.index_put.default, torch.ops.aten.scatter.src, torch.ops.aten.scatter.value)
 
-# Lowered only when a consumer asks (so addmm(b, x, permute(w)) absorbs the permute).
-_DEFERRED = {torch.ops.aten.permute.default, torch.ops.aten.t.default}
+# Lowered only when a consumer asks (so addmm(b, x, permute(w)) absorbs the permute, and
+# index_put into a full(...) broadcasts its value instead of making a constant of its size).
+_DEFERRED = {torch.ops.aten.permute.default, torch.ops.aten.t.default, torch.ops.aten.full.default}
 
 
 def _accumulates(node: fx.Node) -> bool:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import torch
 from torch import fx
 
-from .lowerer import (Lowerer, Unsupported, aten, meta, norm_dim, op_name,
+from .lowerer import (Lowerer, Unsupported, aten, bind_args, meta, norm_dim, op_name,
                       out_dtype, rank_of, register, shape_of, static_int, static_ints,
                       static_or_none, sym_expr)
 
@@ -196,11 +196,12 @@ def _gather(lw, node, a):
                     dim=norm_dim(a["dim"], rank_of(a["self"])))
 
 
-def _advanced_index(lw: Lowerer, x_arg: Any, indices: list) -> tuple:
+def _advanced_index(lw: Lowerer, x_arg: Any, indices: list, lower_x: bool = True) -> tuple:
     """x[:, ..., i0, i1, ...] with index tensors on adjacent dims k..k+m-1 (the leading dims
     indexed by None = ':'): the indexed dims merged into one of size n0*n1*... and the index
     tensors broadcast into one flat linear index (i0*n1*n2... + i1*n2... + ..., negative indices
-    counted from the end as torch does). Returns (k, merged x, flat index, broadcast shape).
+    counted from the end as torch does). Returns (k, merged x, flat index, broadcast shape,
+    merged x's shape); with lower_x False, x is not lowered (None: index_put's splat base).
     Shared by index (index_select on the merged dim) and index_put (scatter into it)."""
     idxs = list(indices)
     while idxs and idxs[-1] is None:
@@ -215,7 +216,7 @@ def _advanced_index(lw: Lowerer, x_arg: Any, indices: list) -> tuple:
     x_meta = meta(x_arg)
     m = len(idxs) - k
     sizes = list(x_meta.shape[k:k + m])  # ints or SymInts: a dynamic dim's size is a value too
-    x = lw.value(x_arg)
+    x = lw.value(x_arg) if lower_x else None
     i64 = torch.int64
     lin = None
     stride = 1
@@ -227,16 +228,16 @@ def _advanced_index(lw: Lowerer, x_arg: Any, indices: list) -> tuple:
             i = lw.emit1("mul", [i, lw.size_value(stride)])
         lin = i if lin is None else lw.emit1("add", [i, lin])
         stride = stride * n
-    if m > 1:
-        shape = lw.vtype(x)[1]
-        x = lw.emit1("reshape", [x], shape=shape[:k] + [lw.dim(stride)] + shape[k + m:])
+    merged = lw.dims(x_meta.shape[:k]) + [lw.dim(stride)] + lw.dims(x_meta.shape[k + m:])
+    if m > 1 and x is not None:
+        x = lw.emit1("reshape", [x], shape=merged)
     # The adds broadcast the index tensors; one alone may need expanding to the common shape.
     bshape = list(torch.broadcast_shapes(*[meta(t).shape for t in idxs[k:]]))
     if lw.vtype(lin)[1] != lw.dims(bshape):
         lin = lw.emit1("expand", [lin], shape=lw.dims(bshape))
     if len(bshape) != 1:
         lin = lw.emit1("reshape", [lin], shape=[-1])
-    return k, x, lin, bshape
+    return k, x, lin, bshape, merged
 
 
 @register(aten.index.Tensor)
@@ -244,7 +245,7 @@ def _index(lw, node, a):
     # index_select along the merged dim, reshaped to x.shape[:k] + broadcast(i).shape +
     # x.shape[k+m:]. Exact (no arithmetic on x); interpolate's nearest/bilinear decompositions
     # emit it.
-    k, x, lin, _ = _advanced_index(lw, a["self"], a["indices"])
+    k, x, lin, _, _ = _advanced_index(lw, a["self"], a["indices"])
     y = lw.emit1("index_select", [x, lin], dim=k)
     return lw.reshape(y, shape_of(meta(node)))
 
@@ -256,8 +257,14 @@ def _index_put(lw, node, a):
     # the same way. Duplicate indices without accumulate: the last one wins (torch leaves it
     # unspecified; its CPU kernel also writes in order).
     dt = out_dtype(node)
-    k, x, lin, bshape = _advanced_index(lw, a["self"], a["indices"])
-    xs = lw.vtype(x)[1]
+    # Into a fresh full(size, c) (embedding's gradient: zeros of the table's size): the scatter
+    # broadcasts c itself, so no constant of the table's size is made, held and copied.
+    fill = _fill_of(a["self"])
+    k, x, lin, bshape, xs = _advanced_index(lw, a["self"], a["indices"], lower_x=fill is None)
+    splat = {}
+    if fill is not None:
+        x = lw.reshape(lw.scalar(fill, dt), [1] * len(xs))
+        splat = dict(shape=xs)
     # The number of indexed positions: a symbol when the index tensor's size is dynamic (a
     # static cache's prefill writes prompt-length rows at cache_position).
     nb = 1
@@ -275,8 +282,17 @@ def _index_put(lw, node, a):
     v = lw.emit1("reshape", [v], shape=target)
     idx = lw.emit1("reshape", [lin], shape=[1] * k + [nb] + [1] * (len(xs) - k - 1))
     idx = lw.emit1("expand", [idx], shape=target)
-    y = lw.emit1("scatter", [x, idx, v], dim=k, reduce="add" if a["accumulate"] else "none")
+    y = lw.emit1("scatter", [x, idx, v], dim=k, reduce="add" if a["accumulate"] else "none", **splat)
     return lw.reshape(y, shape_of(meta(node)))
+
+
+def _fill_of(arg: Any) -> Any:
+    """c when `arg` is an aten.full(size, c) node (a number), else None."""
+    if isinstance(arg, fx.Node) and arg.op == "call_function" and arg.target is aten.full.default:
+        c = bind_args(arg)["fill_value"]
+        if isinstance(c, (bool, int, float)) and meta(arg).device.type == "cpu":
+            return c
+    return None
 
 
 @register(aten.scatter.src, aten.scatter.value, aten.scatter_add.default, aten.scatter.reduce,

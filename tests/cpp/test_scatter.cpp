@@ -94,6 +94,30 @@ TEST(ScatterCpu, MatchesReference) {
   expect_exact({x.view(), dup.view(), many.view()}, scatter_attrs(1, "add"));
 }
 
+// x broadcast to `shape` (the front end's zero-filled embedding gradient): a one-value x fills
+// the output, a row x fills each row; the index is checked against the output's size, not x's.
+TEST(ScatterCpu, BroadcastBaseFillsTheOutput) {
+  Tensor idx = random_tensor(DType::i64, {9, 6}, 11, 0, 40);
+  Tensor src = random_tensor(DType::f32, {9, 6}, 12);
+  Attrs a = scatter_attrs(0, "add");
+  a["shape"] = std::vector<int64_t>{40, 6};
+  Tensor zero = from_values(DType::f32, {1, 1}, {0.0});
+  expect_exact({zero.view(), idx.view(), src.view()}, a);
+  Tensor row = random_tensor(DType::f32, {1, 6}, 13);
+  expect_exact({row.view(), idx.view(), src.view()}, a);
+  OneNode n("scatter", {zero.view(), idx.view(), src.view()}, a);
+  std::vector<double> got = values_of(run_kernel(*make_kernel_for(n, Device::cpu), n));
+  ASSERT_EQ(got.size(), 240u);
+  std::vector<double> want(240, 0.0), s = values_of(src), i = values_of(idx);
+  for (size_t p = 0; p < 54; ++p) want[static_cast<size_t>(i[p]) * 6 + p % 6] += s[p];
+  for (size_t e = 0; e < 240; ++e) EXPECT_NEAR(got[e], want[e], 1e-5) << e;
+  // Shape errors: another rank, a dim that is neither 1 nor the target's.
+  TensorType i2{DType::i64, {9, 6}}, s2{DType::f32, {9, 6}};
+  EXPECT_THROW(infer("scatter", {{DType::f32, {1}}, i2, s2}, a), Error);
+  EXPECT_THROW(infer("scatter", {{DType::f32, {2, 6}}, i2, s2}, a), Error);
+  EXPECT_EQ(infer("scatter", {{DType::f32, {1, 1}}, i2, s2}, a)[0].shape, (Shape{40, 6}));
+}
+
 TEST(ScatterCpu, OutOfRangeIndexThrowsOnBothDevices) {
   Tensor x = random_tensor(DType::f32, {3, 4}, 1);
   Tensor src = random_tensor(DType::f32, {3, 4}, 2);

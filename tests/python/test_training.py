@@ -468,6 +468,25 @@ def test_stochastic_depth_draws_in_the_engine():
     assert 0.4 < (noise > 0).float().mean().item() < 0.8  # 256 draws of p = 0.6: 7 sigma either side
 
 
+def test_embedding_gradient_scatters_into_a_broadcast_zero():
+    # embedding_dense_backward is index_put(full(table size, 0), ids, grad, accumulate): the
+    # scatter broadcasts the zero itself, so the engine holds no constant of the table's size
+    # (before: a 2.6 MB literal here, 94 MB for BERT-base's vocabulary) and the gradient matches.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(20000, 32), torch.nn.Linear(32, 8))
+    ref = copy.deepcopy(model)
+    ids = torch.randint(0, 20000, (4, 50))
+    ids[0, :5] = 7  # repeated ids sum their rows
+    y = torch.compile(model, backend=get_backend(ENGINE))(ids)
+    y.square().sum().backward()
+    ref(ids).square().sum().backward()
+    assert_grads_match(model, ref)
+    rep = updraft.last_report()
+    backward = next(g for g in rep.graphs if g.kind == "training backward")
+    assert backward.fallback_compute == 0, str(rep)
+    assert rep.weights["literal_bytes"] < 64 * 1024, rep.weights
+
+
 def test_dropout_rate_and_scale_in_the_engine():
     # p > 0 cannot be compared with eager's masks: the kept fraction is within 5 sigma of 1 - p,
     # each element kept is x / (1 - p), and the gradient is the mask / (1 - p).

@@ -280,12 +280,23 @@ void infer_gather(InferCtx& c) {
 
 // scatter: out = x with out[..., index[p], ...] (dim replaced) = src[p] for every position p
 // of index ("add": += instead). index and src have x's rank; index fits in src everywhere and
-// in x except along dim.
+// in x except along dim. With `shape`, out has that shape and x (of the same rank) is broadcast
+// to it: a zero-filled gradient (embedding's) is one value, not a tensor of the table's size.
 void infer_scatter(InferCtx& c) {
-  const TensorType& x = c.in(0);
+  const TensorType& in0 = c.in(0);
   const TensorType& idx = c.in(1);
   const TensorType& src = c.in(2);
   check_index_dtype(c, 1, false);
+  TensorType x = in0;  // the output's type: x, or x broadcast to `shape`
+  const Shape target = c.attr_dims("shape");
+  if (!target.empty()) {
+    if (target.size() != in0.shape.size())
+      c.fail("x " + shape_str(in0.shape) + " must have the rank of shape " + shape_str(target));
+    for (size_t d = 0; d < target.size(); ++d)
+      if (!(in0.shape[d] == Dim(1)) && !(in0.shape[d] == target[d]))
+        c.fail("x " + shape_str(in0.shape) + " does not broadcast to shape " + shape_str(target));
+    x.shape = target;
+  }
   if (x.shape.empty()) c.fail("x must have rank >= 1");
   if (idx.shape.size() != x.shape.size() || src.shape.size() != x.shape.size())
     c.fail("index " + shape_str(idx.shape) + " and src " + shape_str(src.shape) + " must have the rank of x " +
@@ -453,8 +464,12 @@ void register_data_movement_ops(OpTable& t) {
   gather.infer = infer_gather;
   t.add(std::move(gather));
 
-  OpDef scatter = movement("scatter", {{"dim", integer, std::nullopt}, {"reduce", Attr::Kind::Str, Attr("none")}},
-                           "torch.scatter / scatter_add: x with src written (or added) at index along dim");
+  OpDef scatter = movement("scatter",
+                           {{"dim", integer, std::nullopt},
+                            {"reduce", Attr::Kind::Str, Attr("none")},
+                            {"shape", dims, Attr(std::vector<int64_t>{})}},  // [] = x's shape
+                           "torch.scatter / scatter_add: x (broadcast to `shape` when given) with src written (or "
+                           "added) at index along dim");
   scatter.min_inputs = scatter.max_inputs = 3;
   scatter.infer = infer_scatter;
   t.add(std::move(scatter));

@@ -151,7 +151,7 @@ KernelFactory gather_factory() {
   };
 }
 
-// scatter: out = x, then for each position p of index in row-major order the out element at p
+// scatter: out = x (broadcast to out's shape), then for each position p of index in row-major order the out element at p
 // with dim replaced by index[p] receives src[p] (reduce none: later positions win) or adds it.
 KernelFactory scatter_factory() {
   return [](const KernelContext& ctx) {
@@ -159,8 +159,10 @@ KernelFactory scatter_factory() {
     int dim = normalize_dim(ctx.node.attr("dim").i(), rank, "scatter");
     bool add = ctx.node.attr("reduce").s() == "add";
     return make_kernel("ref_scatter", [dim, add](const TensorView* in, TensorView* out) {
-      map_copy(in[0], out[0], nullptr, [](const Index& o, Index& i) {
+      map_copy(in[0], out[0], nullptr, [&](const Index& o, Index& i) {  // x broadcast to out
         i = o;
+        for (int d = 0; d < in[0].ndim; ++d)
+          if (in[0].sizes[d] == 1) i[d] = 0;
         return true;
       });
       const TensorView& idx = in[1];
