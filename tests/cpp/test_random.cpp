@@ -72,10 +72,19 @@ TEST(Philox, BlockedFillEqualsOneElementAtATime) {
   }
 }
 
+// Multi-thread OpenMP regions on purpose: the TSan lane leaves this test out (libgomp's barriers
+// are invisible to TSan; scripts/sanitize.sh) and runs ConcurrentCalls instead.
 TEST(Bernoulli, CpuEqualsReferenceForEveryThreadCount) {
   const std::vector<int64_t> shape = {3, 70001};  // not a multiple of a chunk, a pass or a block
   const auto want = mask_of(Device::ref, shape, 0.1, -5, 2);
   for (int threads : {1, 2, 3}) EXPECT_EQ(mask_of(Device::cpu, shape, 0.1, -5, 2, threads), want) << threads;
+}
+
+// One kernel run from 4 caller threads at once (the kernel is const and shared: the TSan lane
+// runs this), each equal to the reference.
+TEST(Bernoulli, ConcurrentCalls) {
+  OneNode n("bernoulli", {input(Tensor(DType::f32, {40000})), input(seed_tensor(99))}, {{"p", 0.3}, {"stream", int64_t{5}}});
+  expect_same_from_threads(n, 10, 0.0, 0.0);
 }
 
 TEST(Bernoulli, RateStreamsAndSeeds) {
