@@ -286,11 +286,12 @@ def _train_worker(spec: dict) -> dict:
     name, kwargs = TRAIN_MODELS[spec["model"]]
     model, inputs = zoo.build(name, **kwargs)
     model.train()
-    for m in model.modules() if not spec.get("dropout") else []:  # off: the first loss is compared
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
-        if isinstance(getattr(m, "dropout_prob", None), float):
-            m.dropout_prob = 0.0
+    if not spec.get("dropout"):  # dropout off: the first loss is compared with eager's
+        for m in model.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = 0.0
+            if isinstance(getattr(m, "dropout_prob", None), float):
+                m.dropout_prob = 0.0
     ref = copy.deepcopy(model)
     with torch.no_grad():
         classes = zoo.first_tensor(model(*inputs)).shape[-1]

@@ -94,8 +94,8 @@ def _probability(p) -> bool:
 
 
 def _rewrite_of(node: fx.Node):
-    """(new target, its arguments but the seed and stream) for a random op this module takes over,
-    else None."""
+    """(new target, x, p) for a random op this module takes over (its call is target(x, p, seed,
+    stream)), else None."""
     if node.op != "call_function":
         return None
     val = meta(node)
@@ -103,35 +103,36 @@ def _rewrite_of(node: fx.Node):
         a = bind_args(node)
         if (a["train"] is not False and _probability(a["p"]) and isinstance(val, (list, tuple)) and len(val) == 2
                 and isinstance(val[0], torch.Tensor) and val[0].device.type == "cpu" and val[1].dtype == torch.bool):
-            return DROPOUT, (a["input"], float(a["p"]))
+            return DROPOUT, a["input"], float(a["p"])
     if node.target is aten.bernoulli.p:
         a = bind_args(node)
         if (a["generator"] is None and _probability(a["p"]) and isinstance(val, torch.Tensor)
                 and val.device.type == "cpu" and val.dtype.is_floating_point):
-            return BERNOULLI, (a["self"], float(a["p"]))
+            return BERNOULLI, a["self"], float(a["p"])
     return None
 
 
 def engine_rng_in(gm: fx.GraphModule) -> int:
     """Rewrites the graph's train-mode dropouts and bernoulli draws as above (one seed node, one
     stream each); returns how many. Call on forward and inference graphs only (see the module docstring)."""
-    drops = [(n, r) for n in gm.graph.nodes if (r := _rewrite_of(n)) is not None]
-    if not drops:
+    draws = [(n, r) for n in gm.graph.nodes if (r := _rewrite_of(n)) is not None]
+    if not draws:
         return 0
     graph = gm.graph
     first = next(n for n in graph.nodes if n.op != "placeholder")
     with graph.inserting_before(first):
         s = graph.call_function(SEED, ())
-    fake, zero = getattr(meta(drops[0][1][1][0]), "fake_mode", None), torch.empty((), dtype=torch.int64)
+    _, (_, x0, _) = draws[0]
+    fake, zero = getattr(meta(x0), "fake_mode", None), torch.empty((), dtype=torch.int64)
     s.meta["val"] = fake.from_tensor(zero) if fake is not None else zero
-    for stream, (n, (target, args)) in enumerate(drops):
+    for stream, (n, (target, x, p)) in enumerate(draws):
         with graph.inserting_before(n):
-            new = graph.call_function(target, (*args, s, stream))
+            new = graph.call_function(target, (x, p, s, stream))
         new.meta = dict(n.meta)
         n.replace_all_uses_with(new)
         graph.erase_node(n)
     gm.recompile()
-    return len(drops)
+    return len(draws)
 
 
 @register(SEED)

@@ -225,8 +225,9 @@ KernelFactory gather_factory() {
   };
 }
 
-// scatter: out = x (one strided copy; a broadcast x, a fill), then a serial pass over index in row-major order (the
-// order the reference and ATen's CPU kernel use, so duplicate indices resolve the same way).
+// scatter: out = x (one strided copy, x broadcast when the node has `shape`), then a serial
+// pass over index in row-major order (the order the reference and ATen's CPU kernel use, so
+// duplicate indices resolve the same way).
 // Indices are validated before anything is written.
 template <typename T, bool kAdd>
 void scatter_typed(const TensorView& idx_view, const std::vector<int64_t>& idx, const TensorView& src, int dim,
@@ -255,28 +256,6 @@ void scatter_typed(const TensorView& idx_view, const std::vector<int64_t>& idx, 
   }
 }
 
-// out filled with the one value of `v` (a broadcast scatter base), in chunks across threads:
-// a fresh output's page faults are taken in parallel too.
-template <typename U>
-void fill_with(const TensorView& v, TensorView& out, int threads) {
-  U value;
-  std::memcpy(&value, v.data, sizeof(U));
-  U* o = out.ptr<U>();
-  const int64_t n = out.numel(), chunk = int64_t{1} << 16;
-  parallel_for((n + chunk - 1) / chunk, n >= (int64_t{1} << 18) ? threads : 1, [&](int64_t c) {
-    std::fill(o + c * chunk, o + std::min(n, (c + 1) * chunk), value);
-  });
-}
-
-void fill_one_value(const TensorView& v, TensorView& out, int threads) {
-  switch (dtype_size(out.dtype)) {
-    case 1: return fill_with<uint8_t>(v, out, threads);
-    case 2: return fill_with<uint16_t>(v, out, threads);
-    case 4: return fill_with<uint32_t>(v, out, threads);
-    default: return fill_with<uint64_t>(v, out, threads);
-  }
-}
-
 KernelFactory scatter_factory() {
   return [](const KernelContext& ctx) {
     int rank = static_cast<int>(ctx.in_shapes[0].size());
@@ -285,8 +264,7 @@ KernelFactory scatter_factory() {
     int threads = ctx.num_threads;
     return make_kernel(add ? "cpu_scatter_add" : "cpu_scatter", [=](const TensorView* in, TensorView* out) {
       auto idx = checked_indices("scatter", in[1], out[0].sizes[dim]);
-      if (in[0].numel() == 1 && out[0].numel() > 1) fill_one_value(in[0], out[0], threads > 0 ? threads : omp_get_max_threads());
-      else expand_fn(in, out, threads);  // out = x, broadcast when the node has `shape`
+      expand_fn(in, out, threads);  // out = x; a broadcast x (`shape`) is a threaded fill
       if (idx.empty()) return;
       if (add) {
         switch (in[0].dtype) {

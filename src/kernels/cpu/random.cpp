@@ -86,7 +86,7 @@ void bernoulli_fill(bool* out, int64_t begin, int64_t end, uint64_t threshold, u
 
 namespace {
 
-// Chunks that keep every thread's share a whole number of 64-element passes.
+// Chunks that keep every thread's share a whole number of 32-element passes.
 constexpr int64_t kChunk = int64_t{1} << 14;
 
 KernelFactory bernoulli_factory(Device d) {

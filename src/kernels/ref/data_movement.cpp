@@ -151,8 +151,9 @@ KernelFactory gather_factory() {
   };
 }
 
-// scatter: out = x (broadcast to out's shape), then for each position p of index in row-major order the out element at p
-// with dim replaced by index[p] receives src[p] (reduce none: later positions win) or adds it.
+// scatter: out = x (broadcast to out's shape), then for each position p of index in row-major
+// order the out element at p with dim replaced by index[p] receives src[p] (reduce none: later
+// positions win) or adds it.
 KernelFactory scatter_factory() {
   return [](const KernelContext& ctx) {
     int rank = static_cast<int>(ctx.in_shapes[0].size());
