@@ -252,8 +252,9 @@ def _layer_norm(lw, node, a):
 def _group_norm(lw, node, a):
     # y = (x - mean) / sqrt(var + eps) * w[c] + b[c] with mean and biased var over each group
     # of C/G channels and all spatial positions: reshape to [N, G, C/G * HxW], engine mean and
-    # var (correction 0) over the last dim, then elementwise; weight/bias as [C, 1, ...].
-    _only_output0(node)
+    # var (correction 0) over the last dim, then elementwise; weight/bias as [C, 1, ...]. The
+    # mean and 1/sqrt(var + eps) are outputs 1 and 2 ([N, G]), which a training graph saves for
+    # the gradient.
     dt = out_dtype(node)
     if not dt.is_floating_point:
         raise Unsupported(f"group_norm of {dt}")
@@ -275,7 +276,7 @@ def _group_norm(lw, node, a):
         y = lw.emit1("mul", [y, lw.emit1("reshape", [lw.operand(a["weight"], dt)], shape=per_channel)])
     if a["bias"] is not None:
         y = lw.emit1("add", [y, lw.emit1("reshape", [lw.operand(a["bias"], dt)], shape=per_channel)])
-    return [y, None, None]
+    return [y] + [lw.emit1("reshape", [t], shape=[shape[0], g]) for t in (mean, inv)]
 
 
 def _batch_norm(lw, node, x, w, b, mean, var, eps):
@@ -329,6 +330,25 @@ def _bn_train(lw, node, a):
         return lw.emit1("add", [lw.emit1("mul", [new, lw.scalar(momentum, dt)]), keep])
 
     return [y, mean, invstd, running(a["running_mean"], mean), running(a["running_var"], unbiased)]
+
+
+@register(aten._native_batch_norm_legit.no_stats)
+def _bn_no_stats(lw, node, a):
+    """Batch statistics with no running ones: instance norm (F.instance_norm views x as
+    [1, N*C, ...] and calls this) and batch norm with track_running_stats=False. y, the batch
+    mean and invstd, as _bn_train gives them."""
+    if not a["training"]:
+        raise Unsupported("_native_batch_norm_legit.no_stats with training=False")
+    x, w, b = a["input"], a["weight"], a["bias"]
+    dt = _train_bn_dtype(node, [x], [w, b])
+    if rank_of(x) < 2:
+        raise Unsupported("batch_norm of a rank < 2 input")
+    if static_int(meta(x).numel() // meta(x).shape[1], "batch_norm elements per channel") < 2:
+        raise Unsupported("train-mode batch_norm over one value per channel")
+    eps = float(a["eps"])
+    ins = [lw.value(x)] + [lw.operand(p, dt) for p in (w, b) if p is not None]
+    y, mean, var = lw.emit("batch_norm_train", ins, eps=eps, has_weight=w is not None, has_bias=b is not None)
+    return [y, mean, lw.emit1("rsqrt", [lw.emit1("add", [var, lw.scalar(eps, dt)])])]
 
 
 @register(aten.native_batch_norm_backward.default)
@@ -453,12 +473,25 @@ def _conv_operand(lw, v: int, rank: int) -> int:
 
 
 def _check_conv_rank(a: dict, what: str) -> int:
-    if a["transposed"]:
-        raise Unsupported(f"{what}transposed convolution")
     rank = rank_of(a["input"])
     if rank not in (3, 4):
         raise Unsupported(f"{what}{rank - 2}-d convolution; the engine has conv2d (and conv1d as conv2d)")
+    if a["transposed"]:
+        _check_output_padding(a, rank, what)
     return rank
+
+
+def _check_output_padding(a: dict, rank: int, what: str) -> None:
+    """A transposed convolution runs as the data gradient of the convolution it transposes,
+    whose output size rounds down: that gives the transposed output's extra `output_padding`
+    rows only while output_padding < stride (torch also allows it below the dilation)."""
+    pads, strides = static_ints(a["output_padding"], "output_padding"), static_ints(a["stride"], "stride")
+    if rank == 3:
+        pads, strides = pads[-1:], strides[-1:]
+    if len(strides) == 1:
+        strides = strides * len(pads)
+    if any(p >= s for p, s in zip(pads, strides)):
+        raise Unsupported(f"{what}transposed convolution with output_padding {pads} not below its stride {strides}")
 
 
 @register(aten.convolution.default)
@@ -467,10 +500,27 @@ def _convolution(lw, node, a):
     _strict_dtypes(node, [a["input"], a["weight"], a["bias"]])
     dt = out_dtype(node)
     ins = [_conv_operand(lw, lw.operand(a[k], dt), rank) for k in ("input", "weight")]
+    if a["transposed"]:
+        return _transposed_convolution(lw, node, a, ins, rank, dt)
     if a["bias"] is not None:
         ins.append(lw.operand(a["bias"], dt))
     y = lw.emit1("conv2d", ins, has_bias=a["bias"] is not None, **_conv_geometry(a, rank))
     return y if rank == 4 else lw.reshape(y, list(meta(node).shape))
+
+
+def _transposed_convolution(lw, node, a, ins: list, rank: int, dt) -> int:
+    """conv_transpose(x, w) is the data gradient of the convolution it transposes: that conv
+    maps the output's size to x's with w [C_in, C_out/g, kh, kw] as its [O, C/g, kh, kw]
+    weight, so x plays dy. The engine's gradient ops are float32 (oneDNN's backward primitives);
+    the bias is a broadcast add."""
+    if dt != torch.float32:
+        raise Unsupported(f"a {dt} transposed convolution; the engine runs transposed convolutions in float32 only")
+    out_shape = list(meta(node).shape)
+    size = ([1] if rank == 3 else []) + static_ints(out_shape[2:], "transposed convolution output size")
+    y = lw.emit1("conv2d_backward_data", ins, input_size=size, **_conv_geometry(a, rank))
+    if a["bias"] is not None:
+        y = lw.emit1("add", [y, lw.emit1("reshape", [lw.operand(a["bias"], dt)], shape=[1, -1, 1, 1])])
+    return y if rank == 4 else lw.reshape(y, out_shape)
 
 
 @register(aten.convolution_backward.default)
@@ -489,6 +539,8 @@ def _convolution_backward(lw, node, a):
     unit_h = [1] if rank == 3 else []
     dy = _conv_operand(lw, lw.operand(a["grad_output"], dt), rank)
     dx = dw = db = None
+    if a["transposed"]:
+        return _transposed_convolution_backward(lw, a, dy, rank, dt, geometry)
     if want_dx:
         size = unit_h + static_ints(meta(a["input"]).shape[2:], "convolution input size")
         dx = lw.emit1("conv2d_backward_data", [dy, _conv_operand(lw, lw.operand(a["weight"], dt), rank)],
@@ -498,6 +550,26 @@ def _convolution_backward(lw, node, a):
         kernel = unit_h + static_ints(meta(a["weight"]).shape[2:], "convolution kernel size")
         dw = lw.emit1("conv2d_backward_weight", [dy, _conv_operand(lw, lw.operand(a["input"], dt), rank)],
                       kernel=kernel, **geometry)
+        dw = dw if rank == 4 else lw.reshape(dw, list(meta(a["weight"]).shape))
+    if want_db:
+        db = lw.emit1("sum", [dy], dims=[0, 2, 3])
+    return [dx, dw, db]
+
+
+def _transposed_convolution_backward(lw, a, dy: int, rank: int, dt, geometry: dict) -> list:
+    """The gradients of conv_transpose(x, w), which is the data gradient of a convolution C
+    from the output's size to x's (_transposed_convolution): dx is C itself applied to dy, dw
+    is C's weight gradient with dy as C's input and x as its output's gradient."""
+    want_dx, want_dw, want_db = a["output_mask"]
+    dx = dw = db = None
+    if want_dx:
+        w = _conv_operand(lw, lw.operand(a["weight"], dt), rank)
+        dx = lw.emit1("conv2d", [dy, w], has_bias=False, **geometry)
+        dx = dx if rank == 4 else lw.reshape(dx, list(meta(a["input"]).shape))
+    if want_dw:
+        x = _conv_operand(lw, lw.operand(a["input"], dt), rank)
+        kernel = ([1] if rank == 3 else []) + static_ints(meta(a["weight"]).shape[2:], "convolution kernel size")
+        dw = lw.emit1("conv2d_backward_weight", [x, dy], kernel=kernel, **geometry)
         dw = dw if rank == 4 else lw.reshape(dw, list(meta(a["weight"]).shape))
     if want_db:
         db = lw.emit1("sum", [dy], dims=[0, 2, 3])
@@ -668,8 +740,9 @@ def _adaptive_avg_pool(lw, node, a):
 @register(aten.adaptive_max_pool2d.default)
 def _adaptive_max_pool(lw, node, a):
     # When the output size divides the input size, every adaptive window is the same
-    # [H/oh, W/ow] tile with that stride: max_pool2d, exact. Other sizes fall back.
-    _only_output0(node)
+    # [H/oh, W/ow] tile with that stride: max_pool2d, exact. Other sizes fall back. A training
+    # graph's indices (flat h*W+w in each plane, the first maximum of a window, as ATen's
+    # adaptive loop picks it) come from max_pool2d_indices over those tiles.
     x_meta = meta(a["self"])
     if x_meta.dim() != 4:
         raise Unsupported("adaptive_max_pool2d on a 3-d (unbatched) input")
@@ -678,6 +751,17 @@ def _adaptive_max_pool(lw, node, a):
     if oh <= 0 or ow <= 0 or h % oh or w % ow:
         raise Unsupported(f"adaptive_max_pool2d from {h}x{w} to {oh}x{ow} (sizes that do not divide)")
     k = [h // oh, w // ow]
-    y = lw.emit1("max_pool2d", [lw.value(a["self"])], kernel=k, stride=k, padding=[0, 0],
-                 dilation=[1, 1], ceil_mode=False)
-    return [y, None]
+    window = dict(kernel=k, stride=k, padding=[0, 0], dilation=[1, 1], ceil_mode=False)
+    if _user_beyond_output0(node) is not None:
+        return list(lw.emit("max_pool2d_indices", [lw.value(a["self"])], **window))
+    return [lw.emit1("max_pool2d", [lw.value(a["self"])], **window), None]
+
+
+@register(aten.adaptive_max_pool2d_backward.default)
+def _adaptive_max_pool_backward(lw, node, a):
+    """dy added at the saved indices into zeros of the input's size, as max_pool2d's gradient
+    (the indices are flat positions in each plane whatever the windows were)."""
+    if rank_of(a["self"]) != 4:
+        raise Unsupported("the gradient of adaptive_max_pool2d on a 3-d (unbatched) input")
+    hw = static_ints(meta(a["self"]).shape[2:], "adaptive_max_pool2d input size")
+    return lw.emit1("max_pool2d_backward", [lw.value(a["grad_output"]), lw.value(a["indices"])], input_size=hw)

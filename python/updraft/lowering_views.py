@@ -96,14 +96,14 @@ def _repeat(lw, node, a):
 
 @register(aten.slice_scatter.default)
 def _slice_scatter(lw, node, a):
-    # out = x with x[start:end] (along dim) replaced by src: the part before, src, the part
-    # after, joined. Step 1 only (a strided scatter interleaves).
+    # out = x with x[start:end:step] (along dim) replaced by src: the part before, the written
+    # part, the part after, joined.
     x = lw.value(a["self"])
     shape = _static_shape(lw, x, "slice_scatter")
     if not shape:
         raise Unsupported("slice_scatter of a 0-d tensor")
     step = static_int(a["step"], "slice_scatter step")
-    if step != 1:
+    if step < 1:
         raise Unsupported(f"slice_scatter with step {step}")
     dim = norm_dim(static_int(a["dim"], "slice_scatter dim"), len(shape))
     n = shape[dim]
@@ -117,12 +117,30 @@ def _slice_scatter(lw, node, a):
     start = clamp(a["start"], 0)
     end = max(clamp(a["end"], n), start)
     src = lw.operand(a["src"], lw.dtype_of(x))
-    parts = []
-    if start > 0:
-        parts.append(lw.emit1("slice", [x], dim=dim, start=0, end=start))
-    parts.append(src)
-    if end < n:
-        parts.append(lw.emit1("slice", [x], dim=dim, start=end, end=n))
+    count = len(range(start, end, step))
+
+    def part(v: int, lo: int, hi: int) -> list:
+        return [lw.emit1("slice", [v], dim=dim, start=lo, end=hi)] if hi > lo else []
+
+    if count == 0:
+        return lw.emit1("copy", [x])
+    written = [src] if step == 1 else _interleaved(lw, x, src, shape, dim, start, step, count, part)
+    last = start + (count - 1) * step + 1  # one past the last element written
+    parts = part(x, 0, start) + written + part(x, last, n)
     if len(parts) == 1:
         return lw.emit1("copy", [src])
     return lw.emit1("concat", parts, dim=dim)
+
+
+def _interleaved(lw, x, src, shape, dim, start, step, count, part) -> list:
+    """x[start : last] with every step-th element from src (a strided slice_scatter, as the
+    gradient of x[:, 0::2] in a patch merge): the first count - 1 elements as rows of a
+    [count - 1, step] view whose column 0 is src's, then src's last element."""
+    pieces = []
+    if count > 1:
+        around = shape[:dim], shape[dim + 1:]
+        region = lw.reshape(part(x, start, start + (count - 1) * step)[0], around[0] + [count - 1, step] + around[1])
+        head = lw.reshape(part(src, 0, count - 1)[0], around[0] + [count - 1, 1] + around[1])
+        rows = lw.emit1("concat", [head, lw.emit1("slice", [region], dim=dim + 1, start=1, end=step)], dim=dim + 1)
+        pieces.append(lw.reshape(rows, around[0] + [(count - 1) * step] + around[1]))
+    return pieces + part(src, count - 1, count)

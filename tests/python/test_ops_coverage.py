@@ -93,6 +93,10 @@ CASES = {
     "repeat_empty": (lambda x: x.repeat(0, 2) + 1, lambda: (r(3, 4),), EXACT),
     "slice_scatter": (lambda x, y: torch.slice_scatter(x, y, 1, 2, 5), lambda: (r(3, 7), r(3, 3)), EXACT),
     "slice_scatter_tail": (lambda x, y: torch.slice_scatter(x, y, 0, -2), lambda: (r(5, 2), r(2, 2)), EXACT),
+    # Strided: the gradient of a patch merge's x[:, 0::2]; a tail that is not a whole step.
+    "slice_scatter_step2": (lambda x, y: torch.slice_scatter(x, y, 1, 1, None, 2), lambda: (r(2, 8, 3), r(2, 4, 3)), EXACT),
+    "slice_scatter_step3_tail": (lambda x, y: torch.slice_scatter(x, y, 0, 2, 9, 3), lambda: (r(10, 4), r(3, 4)), EXACT),
+    "slice_scatter_step_one_elem": (lambda x, y: torch.slice_scatter(x, y, -1, 4, None, 5), lambda: (r(3, 6), r(3, 1)), EXACT),
     # an empty result goes through a contiguous output buffer whatever its strides
     "prod_empty_bool": (lambda b: b.prod(1), lambda: (torch.zeros(0, 3, dtype=torch.bool),), EXACT),
 }
