@@ -4,12 +4,14 @@ counter-based generator (Philox4x32-10, src/kernels/philox.h) instead of torch's
 A graph with dropout gets, before partitioning (`engine_rng_in`):
 - one `updraft.seed()` node at its top, which runs in PyTorch at each call and draws one i64
   from torch's default generator: `torch.manual_seed` repeats a run, and each call differs;
-- each `aten.native_dropout(x, p, train=True)` as `updraft.dropout(x, p, seed, stream)`, and
-  each `aten.bernoulli.p(x, p)` (stochastic depth's per-sample flags) as
-  `updraft.bernoulli(x, p, seed, stream)`, with `stream` the op's position among them. The engine lowers it to `bernoulli` (the
-  keep mask, true with probability 1 - p) and `x * mask * (1 / (1 - p))`, as ATen computes it;
-  the PyTorch side of the op (a partition that falls back) draws the same mask through the
-  bindings, so the engine and PyTorch agree bit for bit on every call.
+- each `aten.native_dropout(x, p, train=True)` as `updraft.dropout(x, p, seed, stream)`, each
+  `aten.bernoulli.p(x, p)` (torchvision's stochastic depth flags) as
+  `updraft.bernoulli(x, p, seed, stream)`, and each float32 `aten.rand(size)` / `rand_like(x)`
+  (transformers' drop path: floor(keep + rand)) as `updraft.rand(size, seed, stream)`, with
+  `stream` the op's position among them. The engine lowers dropout to `bernoulli` (the keep
+  mask, true with probability 1 - p) and `x * mask * (1 / (1 - p))`, as ATen computes it, and
+  rand to `uniform`; the PyTorch side of each op (a partition that falls back) draws the same
+  bits through the bindings, so the engine and PyTorch agree bit for bit on every call.
 
 Masks cannot equal eager PyTorch's (a different generator; Inductor's differ too): parity tests
 use p = 0, and tests of p > 0 check the rate, the scaling and the gradient's use of the mask.
@@ -84,18 +86,45 @@ def _bernoulli_fake(x, p, seed, stream):
     return torch.empty_like(x)
 
 
+def draw_uniform(shape, seed_value: int, stream: int) -> torch.Tensor:
+    """The engine's `uniform` (float32 in [0, 1)) for `seed_value` and `stream`, drawn in PyTorch
+    through the bindings."""
+    from . import _C
+
+    out = torch.empty(shape, dtype=torch.float32)
+    _C.uniform_fill(out.data_ptr(), out.numel(), seed_value, stream)
+    return out
+
+
+@torch.library.custom_op("updraft::rand", mutates_args=())
+def rand(size: list[int], seed: torch.Tensor, stream: int) -> torch.Tensor:
+    """aten.rand(size) (float32, CPU) with the engine's bits."""
+    return draw_uniform(size, int(seed), stream)
+
+
+@rand.register_fake
+def _rand_fake(size, seed, stream):
+    return torch.empty(size, dtype=torch.float32)
+
+
 SEED = torch.ops.updraft.seed.default
 DROPOUT = torch.ops.updraft.dropout.default
 BERNOULLI = torch.ops.updraft.bernoulli.default
+RAND = torch.ops.updraft.rand.default
 
 
 def _probability(p) -> bool:
     return isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 <= float(p) <= 1.0
 
 
+def _static_size(val: torch.Tensor):
+    size = list(val.shape)
+    return size if all(isinstance(d, int) for d in size) else None
+
+
 def _rewrite_of(node: fx.Node):
-    """(new target, x, p) for a random op this module takes over (its call is target(x, p, seed,
-    stream)), else None."""
+    """(new target, its leading arguments) for a random op this module takes over (its call is
+    target(*arguments, seed, stream)), else None."""
     if node.op != "call_function":
         return None
     val = meta(node)
@@ -103,13 +132,25 @@ def _rewrite_of(node: fx.Node):
         a = bind_args(node)
         if (a["train"] is not False and _probability(a["p"]) and isinstance(val, (list, tuple)) and len(val) == 2
                 and isinstance(val[0], torch.Tensor) and val[0].device.type == "cpu" and val[1].dtype == torch.bool):
-            return DROPOUT, a["input"], float(a["p"])
+            return DROPOUT, (a["input"], float(a["p"]))
     if node.target is aten.bernoulli.p:
         a = bind_args(node)
         if (a["generator"] is None and _probability(a["p"]) and isinstance(val, torch.Tensor)
                 and val.device.type == "cpu" and val.dtype.is_floating_point):
-            return BERNOULLI, a["self"], float(a["p"])
+            return BERNOULLI, (a["self"], float(a["p"]))
+    if node.target in (aten.rand.default, aten.rand_like.default):
+        # Plain strided float32 on the CPU with a static size; the generator overloads (an
+        # explicit torch.Generator) stay torch's.
+        if (isinstance(val, torch.Tensor) and val.device.type == "cpu" and val.dtype == torch.float32
+                and val.layout == torch.strided and _static_size(val) is not None):
+            return RAND, (_static_size(val),)
     return None
+
+
+def _fake_mode_of(node: fx.Node):
+    val = meta(node)
+    val = val[0] if isinstance(val, (list, tuple)) else val
+    return getattr(val, "fake_mode", None)
 
 
 def engine_rng_in(gm: fx.GraphModule) -> int:
@@ -122,12 +163,11 @@ def engine_rng_in(gm: fx.GraphModule) -> int:
     first = next(n for n in graph.nodes if n.op != "placeholder")
     with graph.inserting_before(first):
         s = graph.call_function(SEED, ())
-    _, (_, x0, _) = draws[0]
-    fake, zero = getattr(meta(x0), "fake_mode", None), torch.empty((), dtype=torch.int64)
+    fake, zero = _fake_mode_of(draws[0][0]), torch.empty((), dtype=torch.int64)
     s.meta["val"] = fake.from_tensor(zero) if fake is not None else zero
-    for stream, (n, (target, x, p)) in enumerate(draws):
+    for stream, (n, (target, args)) in enumerate(draws):
         with graph.inserting_before(n):
-            new = graph.call_function(target, (x, p, s, stream))
+            new = graph.call_function(target, (*args, s, stream))
         new.meta = dict(n.meta)
         n.replace_all_uses_with(new)
         graph.erase_node(n)
@@ -155,3 +195,13 @@ def _dropout_lowering(lw, node, a):
 def _bernoulli_lowering(lw, node, a):
     mask = lw.emit1("bernoulli", [lw.value(a["x"]), lw.value(a["seed"])], p=float(a["p"]), stream=int(a["stream"]))
     return lw.cast(mask, meta(a["x"]).dtype)
+
+
+@register(RAND)
+def _rand_lowering(lw, node, a):
+    """`uniform` over a like of the size (its data unread: a broadcast zero)."""
+    size = [int(d) for d in a["size"]]
+    like = lw.scalar(0.0, torch.float32)
+    if size:
+        like = lw.emit1("expand", [lw.reshape(like, [1] * len(size))], shape=size)
+    return lw.emit1("uniform", [like, lw.value(a["seed"])], stream=int(a["stream"]))

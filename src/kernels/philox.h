@@ -3,8 +3,8 @@
 // a key and a counter, so a random op's output depends only on (seed, stream, element index):
 // not on the thread count or split, the plan, or which side draws it. The reference kernel
 // (one element at a time), the CPU kernel (blocks across threads) and the PyTorch fallback of
-// the front end's dropout (python/updraft/random_ops.py, through the bindings) give the same
-// bits.
+// the front end's random ops (python/updraft/random_ops.py, through the bindings) give the
+// same bits.
 //
 // Element i of stream s under seed k: word i % 4 of the block with counter
 // (i / 4 low, i / 4 high, s low, s high) and key (k low, k high).
@@ -60,5 +60,12 @@ inline uint64_t bernoulli_threshold(double prob) {
 // out[i - begin] = bits(seed, stream, i) < threshold for i in [begin, end): 8 blocks at a
 // time in AVX2 lanes (kernels/cpu/random.cpp).
 void bernoulli_fill(bool* out, int64_t begin, int64_t end, uint64_t threshold, uint64_t seed, uint64_t stream);
+
+// A float in [0, 1) from 32 random bits: the top 24 times 2^-24, so every value is exact in f32
+// and equally likely (torch's CPU uniform for float draws 24 bits the same way).
+inline float uniform_of(uint32_t bits) { return static_cast<float>(bits >> 8) * 0x1p-24f; }
+
+// out[i - begin] = uniform_of(bits(seed, stream, i)) for i in [begin, end), as bernoulli_fill.
+void uniform_fill(float* out, int64_t begin, int64_t end, uint64_t seed, uint64_t stream);
 
 }  // namespace updraft::philox

@@ -271,6 +271,46 @@ def test_convolution_gradients_run_in_the_engine(frozen):
     assert sum(len(g.partitions) for g in backward) == 1, str(rep)
 
 
+class _Decoder(torch.nn.Module):
+    """Layers of decoders and audio models: transposed convolutions (2-d with output padding
+    and groups, 1-d with bias), group norm, instance norm and an adaptive max pool whose
+    indices the gradient reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.gn = torch.nn.GroupNorm(4, 8)
+        self.up = torch.nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
+        self.inorm = torch.nn.InstanceNorm2d(6, affine=True)
+        self.up1d = torch.nn.ConvTranspose1d(6, 4, 4, stride=2, padding=1)
+        self.head = torch.nn.Linear(4, 10)
+
+    def forward(self, x):
+        x = F.silu(self.gn(self.down(x)))
+        x = F.leaky_relu(self.inorm(self.up(x)), 0.1)  # back to the input's size
+        x = F.adaptive_max_pool2d(x, (1, None)).squeeze(2)  # [N, 6, W]: max over H
+        x = torch.tanh(self.up1d(x))
+        return self.head(F.adaptive_max_pool1d(x, 1).squeeze(-1))
+
+
+def test_decoder_layers_run_in_the_engine():
+    """Transposed convolutions (the data gradient of the convolution they transpose; their
+    gradients a convolution and a weight gradient), group norm and instance norm with the
+    statistics they save, and adaptive max pooling with indices: loss, gradients and
+    coverage."""
+    torch.manual_seed(0)
+    model = _Decoder().train()
+    ref = copy.deepcopy(model)
+    x, y = torch.randn(4, 3, 12, 10), torch.randint(0, 10, (4,))
+    loss = _compiled_step(_classify_step)(model, x, y)
+    rep = updraft.last_report()
+    want = _classify_step(ref, x, y)
+    torch.testing.assert_close(loss, want, rtol=1e-5, atol=0)
+    assert_grads_match(model, ref)
+    assert _coverage(rep) == {"training forward": 1.0, "training backward": 1.0}, str(rep)
+    assert sum(len(g.partitions) for g in rep.graphs) == 2, str(rep)
+
+
 @pytest.mark.parametrize("pool", [dict(kernel_size=2), dict(kernel_size=16, ceil_mode=True),
                                   dict(kernel_size=2, divisor_override=3)], ids=["tiles", "whole", "divisor"])
 def test_avg_pool_gradient_in_the_engine(pool):
@@ -466,6 +506,58 @@ def test_stochastic_depth_draws_in_the_engine():
     torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-6)
     assert_grads_match(model, ref)
     assert 0.4 < (noise > 0).float().mean().item() < 0.8  # 256 draws of p = 0.6: 7 sigma either side
+
+
+class _DropPath(torch.nn.Module):
+    """transformers' drop path (Swin, BEiT, ConvNeXt): floor(keep + rand) per sample, and a
+    rand_like noise added to the input."""
+
+    def __init__(self, p):
+        super().__init__()
+        self.p, self.f = p, torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        x = x + 0.01 * torch.rand_like(x)
+        keep = 1.0 - self.p
+        flags = (keep + torch.rand((x.shape[0], 1), dtype=x.dtype)).floor_()
+        return x + self.f(x).div(keep) * flags
+
+
+@pytest.mark.parametrize("side", ["engine", "pytorch"])
+def test_drop_path_draws_uniforms_in_the_engine(side, monkeypatch):
+    # aten.rand / rand_like become updraft.rand: the engine's uniform (Philox bits, top 24 of
+    # 32), one stream each in graph order; where it falls back (side="pytorch") the op draws the
+    # same bits through the bindings. The step equals a reference built from those bits.
+    from updraft import lowering, random_ops
+
+    if side == "pytorch":
+        monkeypatch.delitem(lowering.LOWERINGS, random_ops.RAND)
+    torch.manual_seed(0)
+    model = _DropPath(0.3).train()
+    ref = copy.deepcopy(model)
+    x = torch.randn(512, 16)
+    torch.manual_seed(8)
+    y = torch.compile(model, backend=get_backend(ENGINE))(x)
+    y.sum().backward()
+    rep = updraft.last_report()
+    forward = next(g for g in rep.graphs if g.kind == "training forward")
+    if side == "engine":
+        assert rep.engine_ops["updraft.rand.default"] == 2, str(rep)
+        assert forward.fallback_compute == 0 and len(forward.partitions) == 1, str(rep)
+    else:
+        assert rep.fallback_ops["updraft.rand.default"] == 2, str(rep)
+    torch.manual_seed(8)
+    seed = int(torch.randint(-2**63, 2**63 - 1, (), dtype=torch.int64))
+    noise, u = random_ops.draw_uniform([512, 16], seed, 0), random_ops.draw_uniform([512, 1], seed, 1)
+    xn = x + 0.01 * noise
+    flags = (0.7 + u).floor()
+    want = xn + ref.f(xn).div(0.7) * flags
+    want.sum().backward()
+    torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-6)
+    assert_grads_match(model, ref)
+    assert 0.0 <= noise.min().item() and noise.max().item() < 1.0
+    assert abs(noise.mean().item() - 0.5) < 0.02  # 8192 uniforms: 7 sigma
+    assert 0.6 < flags.mean().item() < 0.8  # 512 draws of p = 0.7: 5 sigma either side
 
 
 def test_embedding_gradient_scatters_into_a_broadcast_zero():

@@ -10,29 +10,48 @@ namespace {
 // bernoulli(like, seed): bool of like's shape, each element true with probability p; like's
 // data is not read. The seed is an i64 scalar ([] or [1]); `stream` tells apart the random
 // nodes of one graph under one seed.
-void infer_bernoulli(InferCtx& c) {
+// Both ops: like's shape for the output, one i64 seed, a stream >= 0.
+void check_draw(InferCtx& c) {
   const TensorType& seed = c.in(1);
   if (seed.dtype != DType::i64 || seed.shape.size() > 1 || (seed.shape.size() == 1 && !(seed.shape[0] == Dim(1))))
     c.fail("seed is " + seed.str() + "; expected one i64 value ([] or [1])");
+  if (c.attr_int("stream") < 0) c.fail("stream " + std::to_string(c.attr_int("stream")) + " must be >= 0");
+}
+
+void infer_bernoulli(InferCtx& c) {
+  check_draw(c);
   const double p = c.attr_float("p");
   if (!(p >= 0.0 && p <= 1.0)) c.fail("p = " + std::to_string(p) + " is not a probability in [0, 1]");
-  if (c.attr_int("stream") < 0) c.fail("stream " + std::to_string(c.attr_int("stream")) + " must be >= 0");
   c.set_output(0, {DType::boolean, c.in(0).shape});
+}
+
+// uniform(like, seed): f32 of like's shape in [0, 1).
+void infer_uniform(InferCtx& c) {
+  check_draw(c);
+  c.set_output(0, {DType::f32, c.in(0).shape});
+}
+
+OpDef random_op(const char* name, std::vector<AttrSpec> attrs, void (*infer)(InferCtx&), const char* doc) {
+  OpDef d;
+  d.name = name;
+  d.min_inputs = d.max_inputs = 2;
+  d.attrs = std::move(attrs);
+  d.attrs.push_back({"stream", Attr::Kind::Int, Attr(int64_t{0})});
+  d.cls = OpClass::Random;
+  d.infer = infer;
+  d.doc = doc;
+  return d;
 }
 
 }  // namespace
 
 void register_random_ops(OpTable& t) {
-  using K = Attr::Kind;
-  OpDef d;
-  d.name = "bernoulli";
-  d.min_inputs = d.max_inputs = 2;
-  d.attrs = {{"p", K::Float, std::nullopt}, {"stream", K::Int, Attr(int64_t{0})}};
-  d.cls = OpClass::Random;
-  d.infer = infer_bernoulli;
-  d.doc = "bool of input 0's shape (its data unread), true with probability p: Philox4x32-10 bits of "
-          "(seed = input 1, stream, element index) below ceil(p * 2^32)";
-  t.add(std::move(d));
+  t.add(random_op("bernoulli", {{"p", Attr::Kind::Float, std::nullopt}}, infer_bernoulli,
+                  "bool of input 0's shape (its data unread), true with probability p: Philox4x32-10 bits of "
+                  "(seed = input 1, stream, element index) below ceil(p * 2^32)"));
+  t.add(random_op("uniform", {}, infer_uniform,
+                  "f32 of input 0's shape (its data unread), uniform in [0, 1): the top 24 of the Philox4x32-10 "
+                  "bits of (seed = input 1, stream, element index) times 2^-24"));
 }
 
 }  // namespace updraft

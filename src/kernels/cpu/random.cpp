@@ -1,6 +1,7 @@
-// bernoulli: the reference kernel draws one Philox block per element (kernels/philox.h, bits);
-// the CPU kernel fills 32 elements per pass (8 blocks in the lanes of AVX2 registers) on
-// chunks split between threads. Both give the same bits for every thread count.
+// bernoulli and uniform: the reference kernels draw one Philox block per element
+// (kernels/philox.h, bits); the CPU kernels fill 32 elements per pass (8 blocks in the lanes of
+// AVX2 registers) on chunks split between threads. Both give the same bits for every thread
+// count.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -24,8 +25,8 @@ inline void mulhilo(__m256i a, __m256i m, __m256i& hi, __m256i& lo) {
   hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
 }
 
-// Blocks j .. j+7 (8 lanes): elements 4j .. 4j+31 as bools (bits below t), 32 bytes.
-inline __m256i eight_blocks(uint64_t j, uint32_t s0, uint32_t s1, uint32_t k0, uint32_t k1, uint32_t t) {
+// Blocks j .. j+7 (8 lanes): word w of lane l is the bits of element 4j + 4l + w.
+inline void eight_blocks(uint64_t j, uint32_t s0, uint32_t s1, uint32_t k0, uint32_t k1, __m256i words[4]) {
   alignas(32) uint32_t lo[8], hi[8];
   for (int l = 0; l < 8; ++l) {
     lo[l] = static_cast<uint32_t>(j + l);
@@ -46,11 +47,20 @@ inline __m256i eight_blocks(uint64_t j, uint32_t s0, uint32_t s1, uint32_t k0, u
     c1 = lo1;
     c3 = lo0;
   }
+  words[0] = c0;
+  words[1] = c1;
+  words[2] = c2;
+  words[3] = c3;
+}
+
+// Elements 4j .. 4j+31 as bools (bits below t), 32 bytes in element order.
+inline __m256i eight_blocks_below(uint64_t j, uint32_t s0, uint32_t s1, uint32_t k0, uint32_t k1, uint32_t t) {
+  __m256i words[4];
+  eight_blocks(j, s0, s1, k0, k1, words);
   // Unsigned w < t as a signed compare of both flipped at the sign bit; word w of lane l is
   // element 4l + w, so byte w of lane l: the 32 bytes in element order.
   const __m256i flip = _mm256_set1_epi32(static_cast<int>(0x80000000u)), one = _mm256_set1_epi32(1);
   const __m256i tv = _mm256_xor_si256(_mm256_set1_epi32(static_cast<int>(t)), flip);
-  const __m256i words[4] = {c0, c1, c2, c3};
   __m256i bytes = _mm256_setzero_si256();
   for (int w = 0; w < 4; ++w) {
     const __m256i below = _mm256_and_si256(_mm256_cmpgt_epi32(tv, _mm256_xor_si256(words[w], flip)), one);
@@ -70,7 +80,7 @@ void bernoulli_fill(bool* out, int64_t begin, int64_t end, uint64_t threshold, u
   const uint32_t s0 = static_cast<uint32_t>(stream), s1 = static_cast<uint32_t>(stream >> 32);
   const uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
   for (uint64_t j = static_cast<uint64_t>(begin) >> 2; j * 4 < static_cast<uint64_t>(end); j += 8) {
-    const __m256i bytes = eight_blocks(j, s0, s1, k0, k1, t);
+    const __m256i bytes = eight_blocks_below(j, s0, s1, k0, k1, t);
     const int64_t first = static_cast<int64_t>(j * 4);
     if (first >= begin && first + 32 <= end) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (first - begin)), bytes);
@@ -79,6 +89,26 @@ void bernoulli_fill(bool* out, int64_t begin, int64_t end, uint64_t threshold, u
     alignas(32) uint8_t part[32];  // a pass that starts before begin or ends after end
     _mm256_store_si256(reinterpret_cast<__m256i*>(part), bytes);
     for (int64_t i = std::max(first, begin); i < std::min(first + 32, end); ++i) out[i - begin] = part[i - first] != 0;
+  }
+}
+
+void uniform_fill(float* out, int64_t begin, int64_t end, uint64_t seed, uint64_t stream) {
+  const uint32_t s0 = static_cast<uint32_t>(stream), s1 = static_cast<uint32_t>(stream >> 32);
+  const uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  const __m256 scale = _mm256_set1_ps(0x1p-24f);
+  for (uint64_t j = static_cast<uint64_t>(begin) >> 2; j * 4 < static_cast<uint64_t>(end); j += 8) {
+    __m256i words[4];
+    eight_blocks(j, s0, s1, k0, k1, words);
+    // uniform_of on the lanes (the top 24 bits convert exactly), then element 4l + w of
+    // word w, lane l into place.
+    alignas(32) float f[4][8];
+    for (int w = 0; w < 4; ++w)
+      _mm256_store_ps(f[w], _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(words[w], 8)), scale));
+    const int64_t first = static_cast<int64_t>(j * 4);
+    for (int64_t i = std::max(first, begin); i < std::min(first + 32, end); ++i) {
+      const int64_t e = i - first;
+      out[i - begin] = f[e & 3][e >> 2];
+    }
   }
 }
 
@@ -114,10 +144,37 @@ KernelFactory bernoulli_factory(Device d) {
   };
 }
 
+KernelFactory uniform_factory(Device d) {
+  return [d](const KernelContext& ctx) -> std::unique_ptr<Kernel> {
+    const uint64_t stream = static_cast<uint64_t>(ctx.attr("stream").i());
+    if (d == Device::ref) {
+      return make_kernel("ref_uniform", [=](const TensorView* in, TensorView* out) {
+        const uint64_t seed = static_cast<uint64_t>(in[1].ptr<int64_t>()[0]);
+        float* o = out[0].ptr<float>();
+        const int64_t n = out[0].numel();
+        for (int64_t i = 0; i < n; ++i) o[i] = philox::uniform_of(philox::bits(seed, stream, static_cast<uint64_t>(i)));
+      });
+    }
+    const int threads = cpu::threads_for(numel_of(ctx.out_shapes[0]), ctx.num_threads);
+    return make_kernel("cpu_uniform_philox", [=](const TensorView* in, TensorView* out) {
+      const uint64_t seed = static_cast<uint64_t>(in[1].ptr<int64_t>()[0]);
+      float* o = out[0].ptr<float>();
+      const int64_t n = out[0].numel();
+      cpu::parallel_for((n + kChunk - 1) / kChunk, threads, [&](int64_t c) {
+        const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
+        philox::uniform_fill(o + b, b, e, seed, stream);
+      });
+    });
+  };
+}
+
 }  // namespace
 
 void register_random_kernels(KernelRegistry& r) {
-  for (Device d : {Device::ref, Device::cpu}) r.add("bernoulli", d, bernoulli_factory(d));
+  for (Device d : {Device::ref, Device::cpu}) {
+    r.add("bernoulli", d, bernoulli_factory(d));
+    r.add("uniform", d, uniform_factory(d));
+  }
 }
 
 }  // namespace updraft
