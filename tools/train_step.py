@@ -6,11 +6,13 @@ engine's per-op profile of the step.
     python tools/train_step.py --model vit --batch 4 --rounds 1
     python tools/train_step.py --modes engine --profile           # updraft.profile of the step
     python tools/train_step.py --modes engine,engine:convolution_backward   # engine without a lowering
+    python tools/train_step.py --modes engine,engine-without:fold_transpose_matmul  # without a pass
 
-A mode is `eager`, `engine` (CompilerConfig(training="engine")), or `engine:<op>,...`: the
+A mode is `eager`, `engine` (CompilerConfig(training="engine")), `engine:<op>,...`: the
 engine with those ops' lowerings removed (an aten op by its name, another namespace's as
-`updraft.dropout`), so they run in PyTorch as before the ops
-existed (an A/B of one engine op in one build). The model comes from `updraft.zoo` (random
+`updraft.dropout`), so they run in PyTorch as before the ops existed (an A/B of one engine op
+in one build), or `engine-without:<pass>,...`: the engine with those passes disabled
+(CompilerConfig.disable_passes). The model comes from `updraft.zoo` (random
 weights, seed 0), the loss is a cross entropy of its main output against fixed random targets
 over the last dim (as `benchmarks/suite.py --train`), 2 threads unless --threads. Printed per
 run: the first step's time (the compile), the median of the timed steps (min-max) and, for the
@@ -36,6 +38,7 @@ def _run(args) -> None:
     from updraft import CompilerConfig, get_backend, lowering, zoo
 
     mode = args.worker
+    skip = tuple(mode.split(":", 1)[1].split(",")) if mode.startswith("engine-without:") else ()
     if mode.startswith("engine:"):
         for name in mode.split(":", 1)[1].split(","):
             ns, op = name.split(".", 1) if "." in name else ("aten", name)  # updraft.dropout: ours
@@ -46,7 +49,7 @@ def _run(args) -> None:
     with torch.no_grad():
         out = zoo.first_tensor(model(*inputs))
     target = torch.randint(0, out.shape[-1], out.shape[:-1])
-    cfg = CompilerConfig(num_threads=args.threads, training="engine")
+    cfg = CompilerConfig(num_threads=args.threads, training="engine", disable_passes=skip)
     fast = model if mode == "eager" else torch.compile(model, backend=get_backend(cfg))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
@@ -82,7 +85,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="resnet50", help="an updraft.zoo model (default resnet50)")
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--modes", default="eager,engine", help="comma-separated: eager, engine, engine:<aten ops>")
+    p.add_argument("--modes", default="eager,engine",
+                   help="comma-separated: eager, engine, engine:<aten ops>, engine-without:<passes>")
     p.add_argument("--rounds", type=int, default=3, help="fresh processes per mode, interleaved")
     p.add_argument("--steps", type=int, default=5, help="timed steps per run, after 3 untimed")
     p.add_argument("--threads", type=int, default=2)
@@ -94,12 +98,13 @@ def main() -> None:
     # engine:<ops> lists its ops with commas too: a part that is not a mode continues the last.
     modes: list = []
     for part in args.modes.split(","):
-        if part in ("eager", "engine") or part.startswith("engine:"):
+        if part in ("eager", "engine") or part.startswith(("engine:", "engine-without:")):
             modes.append(part)
-        elif modes and modes[-1].startswith("engine:"):
+        elif modes and modes[-1].startswith(("engine:", "engine-without:")):
             modes[-1] += "," + part
         else:
-            p.error(f"--modes: {part!r} is not a mode; use eager, engine or engine:<aten op>[,<aten op>...]")
+            p.error(f"--modes: {part!r} is not a mode; use eager, engine, engine:<aten op>[,<aten op>...] or "
+                    "engine-without:<pass>[,<pass>...]")
     for _ in range(1 if args.profile else args.rounds):
         for m in modes:
             cmd = [sys.executable, __file__, "--worker", m, "--model", args.model, "--batch", str(args.batch),

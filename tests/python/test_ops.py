@@ -273,6 +273,24 @@ def test_noncontiguous_input():
     assert updraft.last_report().num_fallback_compute == 0
 
 
+@pytest.mark.parametrize("layout", ["dense", "transposed-view"])
+def test_matmul_of_transposes_reads_operands_in_place(layout):
+    # a^T @ b^T: the engine folds both transposes into the matmul (fold_transpose_matmul), which
+    # reads its operands with swapped strides; an input that is itself a transposed torch view
+    # then is dense in the matmul's eyes. 2-d and batched, against eager.
+    from updraft import CompilerConfig, get_backend
+
+    fn = lambda a, b: torch.relu(a.transpose(-2, -1) @ b.transpose(-2, -1))
+    for shape_a, shape_b in [((7, 5), (4, 7)), ((3, 9, 6), (3, 8, 9))]:
+        a, b = r(*shape_a), r(*shape_b)
+        if layout == "transposed-view":
+            a, b = a.transpose(-2, -1).contiguous().transpose(-2, -1), b.transpose(-2, -1).contiguous().transpose(-2, -1)
+        with torch.no_grad():
+            got = torch.compile(fn, backend=get_backend(CompilerConfig(inference="engine")))(a, b)
+        torch.testing.assert_close(got, fn(a, b), rtol=1e-4, atol=1e-5)
+        assert updraft.last_report().num_fallback_compute == 0
+
+
 def test_zero_size_and_scalar_inputs():
     fn = lambda a, b: (a * 2 + b).sum(-1)
     with torch.no_grad():

@@ -209,10 +209,16 @@ void infer_linear(InferCtx& c) {
 }
 
 // torch.matmul: 1-d operands gain a dim (a: leading 1, b: trailing 1) that the result drops;
-// batch dims broadcast.
+// batch dims broadcast. transpose_a / transpose_b: that operand is read with its last two dims
+// swapped (the pass fold_transpose_matmul puts a transposing permute there).
 void infer_matmul(InferCtx& c) {
   if (c.num_inputs() < 2) c.fail("needs inputs a and b");
   Shape a = c.in(0).shape, b = c.in(1).shape;
+  for (auto [name, shape] : {std::pair<const char*, Shape*>{"transpose_a", &a}, {"transpose_b", &b}}) {
+    if (!c.attr_bool(name)) continue;
+    if (shape->size() < 2) c.fail(std::string(name) + " needs a rank >= 2 operand, got " + shape_str(*shape));
+    std::swap((*shape)[shape->size() - 1], (*shape)[shape->size() - 2]);
+  }
   if (a.empty() || b.empty()) c.fail("operands must have rank >= 1 (got " + shape_str(a) + " and " + shape_str(b) + ")");
   bool a1 = a.size() == 1, b1 = b.size() == 1;
   if (a1) a.insert(a.begin(), Dim(1));
@@ -379,7 +385,9 @@ void register_compute_ops(OpTable& t) {
   t.add(std::move(grad_data));
   t.add(std::move(grad_weight));
   t.add(compute_op("linear", 2, 4, epilogue_attrs(), infer_linear, "y = x @ w^T with a fused epilogue"));
-  t.add(compute_op("matmul", 2, 4, epilogue_attrs(), infer_matmul,
+  t.add(compute_op("matmul", 2, 4,
+                   concat(epilogue_attrs(), {{"transpose_a", K::Bool, Attr(false)}, {"transpose_b", K::Bool, Attr(false)}}),
+                   infer_matmul,
                    "torch.matmul (batch broadcast, 1-d operands) with a fused epilogue"));
   t.add(compute_op("max_pool2d", 1, 1,
                    {{"kernel", K::Ints, std::nullopt},

@@ -156,6 +156,7 @@ namespace cpu {
 std::unique_ptr<Kernel> make_stream_f32(const KernelContext& ctx) {
   const bool linear = ctx.node.op_name() == "linear";
   if (!linear && ctx.node.op_name() != "matmul") return nullptr;
+  if (!linear && (ctx.attr("transpose_a").b() || ctx.attr("transpose_b").b())) return nullptr;  // oneDNN's gemm
   if (ctx.in_dtype(0) != DType::f32 || ctx.in_dtype(1) != DType::f32 || ctx.out_dtype(0) != DType::f32) return nullptr;
   if (!ctx.const_inputs[1]) return nullptr;  // a weight computed per call: oneDNN's gemm
   const auto& ws = ctx.in_shapes[1];

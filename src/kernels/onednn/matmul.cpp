@@ -27,6 +27,10 @@
 // a reference implementation), and for x as a graph input or a residual that is one (they may
 // need staging sized by M).
 //
+// Transposed operands. matmul's transpose_a / transpose_b (set by fold_transpose_matmul in
+// place of a permute that swaps the last two dims): that operand's dense memory is read with
+// swapped strides, as linear reads its [N, K] weight; oneDNN takes the strides, no copy.
+//
 // Strided operands. Engine intermediates are dense, but graph inputs may be torch views; the
 // common one is a transpose of the last two dims (x @ w.t()). For an operand that is a graph
 // input the factory builds a second primitive variant whose memory descriptor carries those
@@ -234,11 +238,13 @@ class GemmKernel final : public Kernel {
   }
   size_t scratch_bytes_for(const KernelContext&) const override { return scratch_total_; }  // no M-sized regions
 
-  // a_dims/b_dims/c_dims: the gemm problem (same rank, batch dims equal or 1). b_flip: see
-  // Operand::init. b is prepacked when it is a constant. `runtime_m`: a_dims/c_dims are
-  // {DNNL_RUNTIME_DIM_VAL, K} / {.., N} (2-d, constant b, nothing staged; see the top).
+  // a_dims/b_dims/c_dims: the gemm problem (same rank, batch dims equal or 1). a_flip, b_flip:
+  // see Operand::init (matmul's transpose_a / transpose_b, linear's weight). b is prepacked when
+  // it is a constant. `runtime_m`: a_dims/c_dims are {DNNL_RUNTIME_DIM_VAL, K} / {.., N} (2-d,
+  // constant b, nothing staged; see the top).
   static std::unique_ptr<Kernel> create(const KernelContext& ctx, const char* op, const dims& a_dims,
-                                        const dims& b_dims, const dims& c_dims, bool b_flip, bool runtime_m = false);
+                                        const dims& b_dims, const dims& c_dims, bool b_flip, bool runtime_m = false,
+                                        bool a_flip = false);
 
  private:
   struct Variant {
@@ -403,7 +409,8 @@ class GemmKernel final : public Kernel {
 };
 
 std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char* op, const dims& a_dims,
-                                           const dims& b_dims, const dims& c_dims, bool b_flip, bool runtime_m) {
+                                           const dims& b_dims, const dims& c_dims, bool b_flip, bool runtime_m,
+                                           bool a_flip) {
   auto k = std::make_unique<GemmKernel>();
   k->op_ = op;
   k->runtime_m_ = runtime_m;
@@ -423,7 +430,7 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
   ScratchPlan rest;
   // linear flattens x's leading dims into M, which a transposed view cannot be described by.
   bool a_swappable = std::string(op) == "matmul" || ctx.in_shapes[0].size() == 2;
-  k->a_.init(ctx, 0, a_dims, false, a_swappable, rest);
+  k->a_.init(ctx, 0, a_dims, a_flip, a_swappable, rest);
   const Tensor* b_const = ctx.const_inputs[1];
   if (!b_const) k->b_.init(ctx, 1, b_dims, b_flip, true, rest);
   k->c_md_ = dnnl::memory::desc(c_dims, dt::f32, dense_strides(c_dims));
@@ -531,7 +538,9 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
   k->prim_region_ = base;
   k->name_ = std::string("onednn_f32_") + op + ":" + k->variants_[0][0].pd.impl_info_str() +
              (b_const ? (k->b_in_place_ ? ":inplace_w" : k->b_shared_ ? ":prepacked:shared" : ":prepacked") : "") +
-             (k->b_padded_ && !k->b_in_place_ ? ":padded_rows" : "") + (runtime_m ? (k->by_m_w_ ? ":runtime_m:static_by_m" : ":runtime_m") : k->threads_ == 1 ? ":1thread" : "");
+             (k->b_padded_ && !k->b_in_place_ ? ":padded_rows" : "") +
+             (std::string(op) == "matmul" && a_flip ? ":ta" : "") + (std::string(op) == "matmul" && b_flip ? ":tb" : "") +
+             (runtime_m ? (k->by_m_w_ ? ":runtime_m:static_by_m" : ":runtime_m") : k->threads_ == 1 ? ":1thread" : "");
   return k;
 }
 
@@ -572,9 +581,12 @@ std::unique_ptr<Kernel> gemm_linear(const KernelContext& ctx) {
 // matmul on oneDNN: promote 1-d operands, then collapse the broadcast batch dims.
 std::unique_ptr<Kernel> gemm_matmul(const KernelContext& ctx) {
   if (has_empty_tensor(ctx)) return nullptr;
+  // transpose_a / transpose_b (fold_transpose_matmul): the operand is the dense transpose of the
+  // gemm's view of it, read with swapped strides as linear reads its weight.
+  const bool ta = ctx.attr("transpose_a").b(), tb = ctx.attr("transpose_b").b();
   // x @ W with a constant 2-d W (GPT-2's Conv1D): x's dense leading dims flatten into M, as
   // for linear, so a symbolic batch or sequence gets the runtime-M kernel.
-  if (ctx.in_shapes[1].size() == 2 && ctx.in_shapes[0].size() >= 2 && runtime_m_fits(ctx)) {
+  if (!ta && !tb && ctx.in_shapes[1].size() == 2 && ctx.in_shapes[0].size() >= 2 && runtime_m_fits(ctx)) {
     const int64_t K = ctx.in_shapes[1][0], N = ctx.in_shapes[1][1], rt = DNNL_RUNTIME_DIM_VAL;
     try {
       return GemmKernel::create(ctx, "matmul", {rt, K}, {K, N}, {rt, N}, /*b_flip=*/false, /*runtime_m=*/true);
@@ -583,6 +595,8 @@ std::unique_ptr<Kernel> gemm_matmul(const KernelContext& ctx) {
     }
   }
   std::vector<int64_t> a = ctx.in_shapes[0], b = ctx.in_shapes[1];
+  if (ta) std::swap(a[a.size() - 1], a[a.size() - 2]);
+  if (tb) std::swap(b[b.size() - 1], b[b.size() - 2]);
   if (a.size() == 1) a.insert(a.begin(), 1);
   if (b.size() == 1) b.push_back(1);
   int64_t M = a[a.size() - 2], K = a.back(), N = b.back();
@@ -612,7 +626,7 @@ std::unique_ptr<Kernel> gemm_matmul(const KernelContext& ctx) {
   ad.insert(ad.end(), {M, K});
   bd.insert(bd.end(), {K, N});
   cd.insert(cd.end(), {M, N});
-  return GemmKernel::create(ctx, "matmul", ad, bd, cd, /*b_flip=*/false);
+  return GemmKernel::create(ctx, "matmul", ad, bd, cd, /*b_flip=*/tb, /*runtime_m=*/false, /*a_flip=*/ta);
 }
 
 // linear and matmul: the streaming kernel for a decode step's few rows (cpu/linear_stream.h),

@@ -264,6 +264,12 @@ void ref_linear_impl(const TensorView* in, TensorView* out, const Epilogue& ep) 
   }
 }
 
+TensorView last_two_swapped(TensorView v) {
+  std::swap(v.sizes[v.ndim - 1], v.sizes[v.ndim - 2]);
+  std::swap(v.strides[v.ndim - 1], v.strides[v.ndim - 2]);
+  return v;
+}
+
 // torch.matmul with broadcast batch dims. 1-d operands are treated as [1, K] / [K, 1] and the
 // added dim is absent from the output.
 void ref_matmul_impl(const TensorView* in, TensorView* out, const Epilogue& ep) {
@@ -506,7 +512,14 @@ void register_ref_compute_kernels(KernelRegistry& r) {
   });
   r.add("matmul", Device::ref, [](const KernelContext& ctx) {
     Epilogue ep = Epilogue::of(ctx.node, 2);
-    return make_kernel("ref_matmul", [ep](const TensorView* in, TensorView* out) { ref_matmul_impl(in, out, ep); });
+    const bool ta = ctx.attr("transpose_a").b(), tb = ctx.attr("transpose_b").b();
+    return make_kernel("ref_matmul", [ep, ta, tb](const TensorView* in, TensorView* out) {
+      // A transposed operand is read through a view with its last two sizes and strides swapped.
+      std::vector<TensorView> views(in, in + 2 + ep.has_bias + ep.has_residual);
+      if (ta) views[0] = last_two_swapped(views[0]);
+      if (tb) views[1] = last_two_swapped(views[1]);
+      ref_matmul_impl(views.data(), out, ep);
+    });
   });
   r.add("max_pool2d", Device::ref, [](const KernelContext& ctx) {
     PoolParams p = PoolParams::of(ctx.node, true);
