@@ -142,6 +142,16 @@ BufferAssignment assign_buffers(const Graph& g, const Liveness& lv, const std::v
                     std::to_string(value_bytes.size()));
   BufferAssignment a;
   a.buffer_of_value.assign(g.num_values(), -1);
+  a.output_host.assign(g.num_values(), -1);
+  // Roots that host a graph output viewing them: the first such output of equal byte size.
+  const auto& outs = g.outputs();
+  for (size_t o = 0; o < outs.size(); ++o) {
+    const int root = lv.of(outs[o]).root;
+    const Value* r = g.value(root);
+    if (root == outs[o]->id || a.output_host[root] >= 0 || g.is_output(r) || r->producer == nullptr) continue;
+    if (value_bytes[root] == value_bytes[outs[o]->id] && dtype_size(r->type.dtype) == dtype_size(outs[o]->type.dtype))
+      a.output_host[root] = static_cast<int>(o);
+  }
 
   for (int step = 0; step < lv.at_end; ++step) {
     const Node* n = lv.order[step];
@@ -153,7 +163,8 @@ BufferAssignment assign_buffers(const Graph& g, const Liveness& lv, const std::v
         a.buffer_of_value[out->id] = a.buffer_of_value[life.root];
         continue;
       }
-      if (g.is_output(out)) continue;  // the producing kernel writes the caller's buffer
+      // The producing kernel writes the caller's buffer (the output's, or a view's: output_host).
+      if (g.is_output(out) || a.output_host[out->id] >= 0) continue;
 
       if (k == 0 && n->op->inplace && !n->inputs.empty()) {
         const Value* in0 = n->inputs[0];

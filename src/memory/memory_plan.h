@@ -57,12 +57,20 @@ struct BufferAssignment {
   std::vector<int> buffer_of_value;     // by value id; -1: not in the arena
   std::vector<BufferRequest> requests;  // one per buffer, lifetimes from liveness
   std::vector<int> inplace_steps;       // steps whose output 0 reuses input 0's buffer
+  // By value id: the graph output (index into g.outputs()) whose memory this root is written
+  // into because that output is a view of it; -1 for none.
+  std::vector<int> output_host;
 };
 
 // `value_bytes` gives each value's concrete byte size (indexed by value id).
 // Arena buffers go to node outputs that are their own root (not a View of something) and are
 // not graph outputs (those are written straight into the caller's memory). A buffer lives
 // from its definition to the last use of any alias (liveness.buffer_last).
+//
+// A root that is not a graph output but has a graph output among its views of the same byte
+// size (a training forward returns reshape(matmul(...)) to save it) is written straight into
+// that output's memory instead (output_host), as the output itself would be: no arena buffer
+// and no copy of it at the end. Its other views read that memory, which nothing else writes.
 //
 // In-place reuse: a node whose op is OpDef::inplace writes output 0 into input 0's buffer when
 // input 0's buffer is an arena buffer (so not a graph input, constant, output or a view of

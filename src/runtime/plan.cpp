@@ -288,13 +288,19 @@ void Plan::Builder::slots_and_steps() {
                                    shape[v->id], v});
         continue;
       }
-      // Not in the arena: a graph output; its first occurrence is written in place.
+      // Not in the arena: a graph output; its first occurrence is written in place. Or the root
+      // of one (assign_buffers' output_host): written into that output's memory, which the
+      // output, its view, then reads with no copy.
       for (size_t o = 0; o < outs.size(); ++o)
         if (outs[o] == v) {
           slot_of[v->id] = p->output_slot_[o];
           direct[o] = true;
           break;
         }
+      if (const int o = assign.output_host[v->id]; slot_of[v->id] < 0 && o >= 0) {
+        slot_of[v->id] = add_slot({SlotKind::Alias, p->output_slot_[o], 0, nullptr, v->type.dtype, shape[v->id], v});
+        direct[o] = true;
+      }
       UPDRAFT_CHECK(slot_of[v->id] >= 0, "plan", "internal error: " + value_label(v) + " has no buffer");
     }
   }

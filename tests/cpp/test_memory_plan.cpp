@@ -264,3 +264,24 @@ TEST(MemoryPlan, NoInPlaceWhenInputZeroIsBroadcast) {
   EXPECT_NE(as.buffer_of_value[e->id], as.buffer_of_value[a->id]);
   EXPECT_EQ(as.buffer_of_value[n->id], as.buffer_of_value[e->id]);
 }
+
+// A root whose view is a graph output of the same size is written into that output's memory
+// (output_host): no arena buffer. Not when the root is an output itself; of two outputs
+// viewing one root, the first hosts it.
+TEST(MemoryPlan, RootOfAnOutputViewIsWrittenIntoTheOutput) {
+  Graph g;
+  Value* x = g.add_input("x", f32({4, 6}));
+  Value* a = g.add_node("relu", {x})->output();
+  Value* v = g.add_node("reshape", {a}, {{"shape", std::vector<int64_t>{24}}})->output();
+  Value* w = g.add_node("reshape", {a}, {{"shape", std::vector<int64_t>{6, 4}}})->output();
+  Value* b = g.add_node("neg", {a})->output();  // another reader of a, after it is written
+  Value* c = g.add_node("relu", {b})->output();
+  Value* d = g.add_node("reshape", {c}, {{"shape", std::vector<int64_t>{24}}})->output();
+  g.set_outputs({b, v, w, c, d});
+  Liveness lv = compute_liveness(g);
+  BufferAssignment as = assign_buffers(g, lv, bytes_of(g));
+  EXPECT_EQ(as.output_host[a->id], 1);   // v, the first output viewing it
+  EXPECT_EQ(as.output_host[c->id], -1);  // c is an output itself: d is copied from it
+  EXPECT_EQ(as.buffer_of_value[a->id], -1);
+  EXPECT_TRUE(as.requests.empty()) << as.requests.size();
+}

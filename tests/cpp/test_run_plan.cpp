@@ -58,3 +58,40 @@ TEST(RunPlan, HeldPlanSurvivesEviction) {
   cg->run({x.view(), x.view()}, {want.view()});
   EXPECT_TRUE(all_close(out, want, 0, 0));
 }
+
+// Outputs that view an intermediate (a training forward returns reshape(x @ w) to save it): the
+// intermediate is written into the first such output, which then needs no copy; a second view
+// of it and a view of an output are still copied. Same results as the reference kernels.
+TEST(RunPlan, OutputViewsOfIntermediatesAreNotCopied) {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->add_input("x", {DType::f32, {6, 8}});
+  Value* w = g->add_input("w", {DType::f32, {8, 5}});
+  Value* y = g->add_node("matmul", {x, w})->output();
+  Value* v = g->add_node("reshape", {y}, {{"shape", std::vector<int64_t>{30}}})->output();
+  Value* v2 = g->add_node("reshape", {y}, {{"shape", std::vector<int64_t>{5, 6}}})->output();
+  Value* z = g->add_node("relu", {y})->output();
+  Value* zv = g->add_node("reshape", {z}, {{"shape", std::vector<int64_t>{3, 10}}})->output();
+  g->set_outputs({z, v, v2, zv});
+  CompileOptions o;
+  auto cg = Executable::compile(std::move(g), o);
+  cg->set_profiling(true);
+  Tensor xt = random_tensor(DType::f32, {6, 8}, 1), wt = random_tensor(DType::f32, {8, 5}, 2);
+  std::vector<Tensor> outs = {Tensor(DType::f32, {6, 5}), Tensor(DType::f32, {30}), Tensor(DType::f32, {5, 6}),
+                              Tensor(DType::f32, {3, 10})};
+  cg->run({xt.view(), wt.view()}, {outs[0].view(), outs[1].view(), outs[2].view(), outs[3].view()});
+  // the reference: y = x @ w in double
+  for (int64_t i = 0; i < 6; ++i)
+    for (int64_t j = 0; j < 5; ++j) {
+      double acc = 0;
+      for (int64_t k = 0; k < 8; ++k) acc += double(xt.ptr<float>()[i * 8 + k]) * wt.ptr<float>()[k * 5 + j];
+      const int64_t e = i * 5 + j;
+      EXPECT_NEAR(outs[1].ptr<float>()[e], acc, 1e-4) << e;
+      EXPECT_NEAR(outs[2].ptr<float>()[e], acc, 1e-4) << e;
+      EXPECT_NEAR(outs[0].ptr<float>()[e], std::max(acc, 0.0), 1e-4) << e;
+      EXPECT_EQ(outs[3].ptr<float>()[e], outs[0].ptr<float>()[e]) << e;
+    }
+  int copies = 0;
+  for (const auto& [shapes, steps] : cg->step_times())
+    for (const StepTime& t : steps) copies += t.op == "copy-out";
+  EXPECT_EQ(copies, 2);  // v2 (y already hosts v) and zv (z is an output itself)
+}
