@@ -64,6 +64,7 @@ TRAIN_MODELS = {
     "gpt2": ("gpt2", dict(batch=2, seq=128)),
     "resnet50_b8": ("resnet50", dict(batch=8)),
     "vit": ("vit", dict(batch=4)),
+    "swin_t": ("swin", dict(batch=2)),  # windowed attention, patch merges, drop path (rand)
 }
 # --train backends: the optimizer runs eagerly in every row. updraft is the default
 # (training="auto": per graph, the faster of the engine and PyTorch); updraft_engine forces

@@ -26,6 +26,7 @@ import torch
 from torch import fx
 
 from .lowerer import Unsupported, bind_args, meta, register
+from .lowering_shape import _broadcast_scalar
 
 aten = torch.ops.aten
 
@@ -139,10 +140,11 @@ def _rewrite_of(node: fx.Node):
                 and val.device.type == "cpu" and val.dtype.is_floating_point):
             return BERNOULLI, (a["self"], float(a["p"]))
     if node.target in (aten.rand.default, aten.rand_like.default):
-        # Plain strided float32 on the CPU with a static size; the generator overloads (an
-        # explicit torch.Generator) stay torch's.
+        # Contiguous float32 on the CPU with a static size (rand_like keeps x's strides, which
+        # the op's dense output would not); the generator overloads (an explicit
+        # torch.Generator) stay torch's.
         if (isinstance(val, torch.Tensor) and val.device.type == "cpu" and val.dtype == torch.float32
-                and val.layout == torch.strided and _static_size(val) is not None):
+                and val.layout == torch.strided and _static_size(val) is not None and val.is_contiguous()):
             return RAND, (_static_size(val),)
     return None
 
@@ -154,8 +156,8 @@ def _fake_mode_of(node: fx.Node):
 
 
 def engine_rng_in(gm: fx.GraphModule) -> int:
-    """Rewrites the graph's train-mode dropouts and bernoulli draws as above (one seed node, one
-    stream each); returns how many. Call on forward and inference graphs only (see the module docstring)."""
+    """Rewrites the graph's train-mode dropouts, bernoulli draws and rands as above (one seed
+    node, one stream each); returns how many. Call on forward and inference graphs only (see the module docstring)."""
     draws = [(n, r) for n in gm.graph.nodes if (r := _rewrite_of(n)) is not None]
     if not draws:
         return 0
@@ -200,8 +202,5 @@ def _bernoulli_lowering(lw, node, a):
 @register(RAND)
 def _rand_lowering(lw, node, a):
     """`uniform` over a like of the size (its data unread: a broadcast zero)."""
-    size = [int(d) for d in a["size"]]
-    like = lw.scalar(0.0, torch.float32)
-    if size:
-        like = lw.emit1("expand", [lw.reshape(like, [1] * len(size))], shape=size)
+    like = _broadcast_scalar(lw, 0.0, torch.float32, [int(d) for d in a["size"]])
     return lw.emit1("uniform", [like, lw.value(a["seed"])], stream=int(a["stream"]))
