@@ -50,6 +50,14 @@ inline std::unique_ptr<Graph> check_pass(const std::string& text, bool (*pass)(G
   return g;
 }
 
+// The rewritten graph on the fast kernels against the original `text` on the reference ones.
+inline void expect_fast_matches(const std::string& text, const Graph& rewritten, const SymBindings& syms = {},
+                                double rtol = 1e-4, double atol = 1e-4) {
+  auto original = parse_graph(text);
+  auto inputs = random_inputs(*original, syms);
+  expect_same_outputs(interpret(*original, inputs, Device::ref), interpret(rewritten, inputs, Device::cpu), rtol, atol);
+}
+
 // `Pass`, then dce (the nodes it bypassed go, as the pipeline's next dce drops them); returns
 // what `Pass` returned. For check_pass: check_pass(text, then_dce<cse>, Changed::yes).
 template <bool (*Pass)(Graph&)>

@@ -10,17 +10,6 @@
 using namespace updraft;
 using namespace updraft::testing;
 
-namespace {
-
-// The folded graph on the fast kernels against the original on the reference.
-void expect_fast_matches(const std::string& text, const Graph& folded) {
-  auto original = parse_graph(text);
-  auto inputs = random_inputs(*original);
-  expect_same_outputs(interpret(*original, inputs, Device::ref), interpret(folded, inputs, Device::cpu), 1e-4, 1e-4);
-}
-
-}  // namespace
-
 TEST(PassFoldPadConv, TfSamePaddingBecomesAsymmetricConvPadding) {
   // Stride-2 "same" padding: nothing before, one after, in both H and W.
   const char* text = R"(graph(%x: f32[2, 8, 9, 10]) {

@@ -12,13 +12,6 @@ using namespace updraft::testing;
 
 namespace {
 
-// The folded graph on the fast kernels against the original on the reference.
-void expect_fast_matches(const std::string& text, const Graph& folded) {
-  auto original = parse_graph(text);
-  auto inputs = random_inputs(*original);
-  expect_same_outputs(interpret(*original, inputs, Device::ref), interpret(folded, inputs, Device::cpu), 1e-4, 1e-4);
-}
-
 const Node* the_matmul(const Graph& g) {
   for (const Node* n : g.nodes())
     if (n->op_name() == "matmul") return n;

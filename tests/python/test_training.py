@@ -125,16 +125,20 @@ def _coverage(rep) -> dict:
     return {kind: eng / max(eng + fb, 1) for kind, (eng, fb) in rep.compute_by_kind().items()}
 
 
-def test_mlp_one_step_matches_eager_and_runs_in_the_engine():
-    model = _mlp()
+def _assert_classify_step_in_the_engine(model, x, y):
+    """One compiled classification step against eager from a copy of `model`: the loss, every
+    gradient, and every compute op of both graphs in the engine. Returns the step's report."""
     ref = copy.deepcopy(model)
-    x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
     loss = _compiled_step(_classify_step)(model, x, y)
-    want = _classify_step(ref, x, y)
-    torch.testing.assert_close(loss, want, rtol=1e-5, atol=0)
+    rep = updraft.last_report()
+    torch.testing.assert_close(loss, _classify_step(ref, x, y), rtol=1e-5, atol=0)
     assert_grads_match(model, ref)
-    cov = _coverage(updraft.last_report())
-    assert cov == {"training forward": 1.0, "training backward": 1.0}, str(updraft.last_report())
+    assert _coverage(rep) == {"training forward": 1.0, "training backward": 1.0}, str(rep)
+    return rep
+
+
+def test_mlp_one_step_matches_eager_and_runs_in_the_engine():
+    _assert_classify_step_in_the_engine(_mlp(), torch.randn(16, 32), torch.randint(0, 10, (16,)))
 
 
 @pytest.mark.parametrize("build", [_bert, _gpt2, _vit], ids=["bert", "gpt2", "vit"])
@@ -255,14 +259,7 @@ def test_convolution_gradients_run_in_the_engine(frozen):
     model = _Convs().train()
     for name in frozen:
         getattr(model, name).requires_grad_(False)
-    ref = copy.deepcopy(model)
-    x, y = torch.randn(4, 3, 15, 15), torch.randint(0, 10, (4,))
-    loss = _compiled_step(_classify_step)(model, x, y)
-    rep = updraft.last_report()
-    want = _classify_step(ref, x, y)
-    torch.testing.assert_close(loss, want, rtol=1e-5, atol=0)
-    assert_grads_match(model, ref)
-    assert _coverage(rep) == {"training forward": 1.0, "training backward": 1.0}, str(rep)
+    rep = _assert_classify_step_in_the_engine(model, torch.randn(4, 3, 15, 15), torch.randint(0, 10, (4,)))
     backward = [g for g in rep.graphs if g.kind == "training backward"]
     ops = collections.Counter()
     for g in backward:
@@ -299,15 +296,8 @@ def test_decoder_layers_run_in_the_engine():
     statistics they save, and adaptive max pooling with indices: loss, gradients and
     coverage."""
     torch.manual_seed(0)
-    model = _Decoder().train()
-    ref = copy.deepcopy(model)
-    x, y = torch.randn(4, 3, 12, 10), torch.randint(0, 10, (4,))
-    loss = _compiled_step(_classify_step)(model, x, y)
-    rep = updraft.last_report()
-    want = _classify_step(ref, x, y)
-    torch.testing.assert_close(loss, want, rtol=1e-5, atol=0)
-    assert_grads_match(model, ref)
-    assert _coverage(rep) == {"training forward": 1.0, "training backward": 1.0}, str(rep)
+    rep = _assert_classify_step_in_the_engine(_Decoder().train(), torch.randn(4, 3, 12, 10),
+                                              torch.randint(0, 10, (4,)))
     assert sum(len(g.partitions) for g in rep.graphs) == 2, str(rep)
 
 
@@ -482,6 +472,19 @@ class _StochasticDepth(torch.nn.Module):
         return x + self.f(x) * noise
 
 
+def _seeded_engine_step(model, x, seed):
+    """model(x) compiled for the engine after torch.manual_seed(seed), its sum backpropagated:
+    (the output, the report, a copy of the model from before the step, and the seed the call's
+    random ops drew from: updraft.seed's one draw from torch's generator)."""
+    ref = copy.deepcopy(model)
+    torch.manual_seed(seed)
+    y = torch.compile(model, backend=get_backend(ENGINE))(x)
+    y.sum().backward()
+    rep = updraft.last_report()
+    torch.manual_seed(seed)
+    return y, rep, ref, int(torch.randint(-2**63, 2**63 - 1, (), dtype=torch.int64))
+
+
 def test_stochastic_depth_draws_in_the_engine():
     # bernoulli_(p) on a fresh tensor (functionalised: aten.bernoulli.p) takes the engine's bits
     # like dropout: the step equals a reference built from those bits, in one partition.
@@ -489,17 +492,11 @@ def test_stochastic_depth_draws_in_the_engine():
 
     torch.manual_seed(0)
     model = _StochasticDepth(0.4).train()
-    ref = copy.deepcopy(model)
     x = torch.randn(256, 16)
-    torch.manual_seed(21)
-    y = torch.compile(model, backend=get_backend(ENGINE))(x)
-    y.sum().backward()
-    rep = updraft.last_report()
+    y, rep, ref, seed = _seeded_engine_step(model, x, 21)
     assert rep.engine_ops["updraft.bernoulli.default"] == 1, str(rep)
     forward = next(g for g in rep.graphs if g.kind == "training forward")
     assert forward.fallback_compute == 0 and len(forward.partitions) == 1, str(rep)
-    torch.manual_seed(21)
-    seed = int(torch.randint(-2**63, 2**63 - 1, (), dtype=torch.int64))
     noise = draw_mask([256, 1], 0.6, seed, 0).float() / 0.6
     want = x + ref.f(x) * noise
     want.sum().backward()
@@ -534,20 +531,14 @@ def test_drop_path_draws_uniforms_in_the_engine(side, monkeypatch):
         monkeypatch.delitem(lowering.LOWERINGS, random_ops.RAND)
     torch.manual_seed(0)
     model = _DropPath(0.3).train()
-    ref = copy.deepcopy(model)
     x = torch.randn(512, 16)
-    torch.manual_seed(8)
-    y = torch.compile(model, backend=get_backend(ENGINE))(x)
-    y.sum().backward()
-    rep = updraft.last_report()
+    y, rep, ref, seed = _seeded_engine_step(model, x, 8)
     forward = next(g for g in rep.graphs if g.kind == "training forward")
     if side == "engine":
         assert rep.engine_ops["updraft.rand.default"] == 2, str(rep)
         assert forward.fallback_compute == 0 and len(forward.partitions) == 1, str(rep)
     else:
         assert rep.fallback_ops["updraft.rand.default"] == 2, str(rep)
-    torch.manual_seed(8)
-    seed = int(torch.randint(-2**63, 2**63 - 1, (), dtype=torch.int64))
     noise, u = random_ops.draw_uniform([512, 16], seed, 0), random_ops.draw_uniform([512, 1], seed, 1)
     xn = x + 0.01 * noise
     flags = (0.7 + u).floor()

@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <string>
 
 #include "kernels/cpu/reduce_common.h"
 #include "kernels/cpu/threads.h"
@@ -119,52 +120,46 @@ namespace {
 // Chunks that keep every thread's share a whole number of 32-element passes.
 constexpr int64_t kChunk = int64_t{1} << 14;
 
-KernelFactory bernoulli_factory(Device d) {
-  return [d](const KernelContext& ctx) -> std::unique_ptr<Kernel> {
-    const uint64_t threshold = philox::bernoulli_threshold(ctx.attr("p").f());
-    const uint64_t stream = static_cast<uint64_t>(ctx.attr("stream").i());
-    if (d == Device::ref) {
-      return make_kernel("ref_bernoulli", [=](const TensorView* in, TensorView* out) {
-        const uint64_t seed = static_cast<uint64_t>(in[1].ptr<int64_t>()[0]);
-        bool* o = out[0].ptr<bool>();
-        const int64_t n = out[0].numel();
-        for (int64_t i = 0; i < n; ++i) o[i] = philox::bits(seed, stream, static_cast<uint64_t>(i)) < threshold;
-      });
-    }
-    const int threads = cpu::threads_for(numel_of(ctx.out_shapes[0]), ctx.num_threads);
-    return make_kernel("cpu_bernoulli_philox", [=](const TensorView* in, TensorView* out) {
+// A random op's kernel on `d`: element i is elem(bits(seed, stream, i)) one at a time on the
+// reference device; on the CPU, fill(out + b, b, e, seed, stream) writes chunk [b, e) with the
+// same values. The seed is input 1's one i64, read at each call.
+template <typename T, typename Elem, typename Fill>
+std::unique_ptr<Kernel> draw_kernel(const KernelContext& ctx, Device d, const std::string& name, Elem elem, Fill fill) {
+  const uint64_t stream = static_cast<uint64_t>(ctx.attr("stream").i());
+  if (d == Device::ref) {
+    return make_kernel("ref_" + name, [=](const TensorView* in, TensorView* out) {
       const uint64_t seed = static_cast<uint64_t>(in[1].ptr<int64_t>()[0]);
-      bool* o = out[0].ptr<bool>();
+      T* o = out[0].ptr<T>();
       const int64_t n = out[0].numel();
-      cpu::parallel_for((n + kChunk - 1) / kChunk, threads, [&](int64_t c) {
-        const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
-        philox::bernoulli_fill(o + b, b, e, threshold, seed, stream);
-      });
+      for (int64_t i = 0; i < n; ++i) o[i] = elem(philox::bits(seed, stream, static_cast<uint64_t>(i)));
     });
+  }
+  const int threads = cpu::threads_for(numel_of(ctx.out_shapes[0]), ctx.num_threads);
+  return make_kernel("cpu_" + name + "_philox", [=](const TensorView* in, TensorView* out) {
+    const uint64_t seed = static_cast<uint64_t>(in[1].ptr<int64_t>()[0]);
+    T* o = out[0].ptr<T>();
+    const int64_t n = out[0].numel();
+    cpu::parallel_for((n + kChunk - 1) / kChunk, threads, [&](int64_t c) {
+      const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
+      fill(o + b, b, e, seed, stream);
+    });
+  });
+}
+
+KernelFactory bernoulli_factory(Device d) {
+  return [d](const KernelContext& ctx) {
+    const uint64_t threshold = philox::bernoulli_threshold(ctx.attr("p").f());
+    return draw_kernel<bool>(
+        ctx, d, "bernoulli", [threshold](uint32_t bits) { return bits < threshold; },
+        [threshold](bool* o, int64_t b, int64_t e, uint64_t seed, uint64_t stream) {
+          philox::bernoulli_fill(o, b, e, threshold, seed, stream);
+        });
   };
 }
 
 KernelFactory uniform_factory(Device d) {
-  return [d](const KernelContext& ctx) -> std::unique_ptr<Kernel> {
-    const uint64_t stream = static_cast<uint64_t>(ctx.attr("stream").i());
-    if (d == Device::ref) {
-      return make_kernel("ref_uniform", [=](const TensorView* in, TensorView* out) {
-        const uint64_t seed = static_cast<uint64_t>(in[1].ptr<int64_t>()[0]);
-        float* o = out[0].ptr<float>();
-        const int64_t n = out[0].numel();
-        for (int64_t i = 0; i < n; ++i) o[i] = philox::uniform_of(philox::bits(seed, stream, static_cast<uint64_t>(i)));
-      });
-    }
-    const int threads = cpu::threads_for(numel_of(ctx.out_shapes[0]), ctx.num_threads);
-    return make_kernel("cpu_uniform_philox", [=](const TensorView* in, TensorView* out) {
-      const uint64_t seed = static_cast<uint64_t>(in[1].ptr<int64_t>()[0]);
-      float* o = out[0].ptr<float>();
-      const int64_t n = out[0].numel();
-      cpu::parallel_for((n + kChunk - 1) / kChunk, threads, [&](int64_t c) {
-        const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
-        philox::uniform_fill(o + b, b, e, seed, stream);
-      });
-    });
+  return [d](const KernelContext& ctx) {
+    return draw_kernel<float>(ctx, d, "uniform", philox::uniform_of, philox::uniform_fill);
   };
 }
 
