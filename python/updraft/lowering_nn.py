@@ -303,6 +303,24 @@ def _train_bn_dtype(node, data, params) -> torch.dtype:
     return dt
 
 
+def _batch_stats(lw, node, a, params: list) -> tuple:
+    """batch_norm_train over this batch (train-mode and no-stats batch norm): (y, mean, biased
+    var, invstd = 1/sqrt(var + eps), dtype, elements per channel n). Refuses what eager refuses
+    or the engine lacks: rank < 2, n < 2, dtypes other than float32/float64."""
+    x, w, b = a["input"], a["weight"], a["bias"]
+    dt = _train_bn_dtype(node, [x], [w, b] + params)
+    if rank_of(x) < 2:
+        raise Unsupported("batch_norm of a rank < 2 input")
+    n = static_int(meta(x).numel() // meta(x).shape[1], "batch_norm elements per channel")
+    if n < 2:  # eager raises ("Expected more than 1 value per channel when training")
+        raise Unsupported("train-mode batch_norm over one value per channel")
+    eps = float(a["eps"])
+    ins = [lw.value(x)] + [lw.operand(p, dt) for p in (w, b) if p is not None]
+    y, mean, var = lw.emit("batch_norm_train", ins, eps=eps, has_weight=w is not None, has_bias=b is not None)
+    invstd = lw.emit1("rsqrt", [lw.emit1("add", [var, lw.scalar(eps, dt)])])
+    return y, mean, var, invstd, dt, n
+
+
 @register(aten._native_batch_norm_legit_functional.default)
 def _bn_train(lw, node, a):
     """Train-mode batch norm in a training graph (docs/training.md): batch_norm_train gives y and
@@ -311,18 +329,8 @@ def _bn_train(lw, node, a):
     rm * (1 - m) + mean * m, and the variance made unbiased (n / (n - 1)) the same way."""
     if not a["training"]:
         raise Unsupported("_native_batch_norm_legit_functional with training=False")
-    x, w, b = a["input"], a["weight"], a["bias"]
-    dt = _train_bn_dtype(node, [x], [w, b, a["running_mean"], a["running_var"]])
-    if rank_of(x) < 2:
-        raise Unsupported("batch_norm of a rank < 2 input")
-    eps, momentum = float(a["eps"]), float(a["momentum"])
-    ins = [lw.value(x)] + [lw.operand(p, dt) for p in (w, b) if p is not None]
-    y, mean, var = lw.emit("batch_norm_train", ins, eps=eps, has_weight=w is not None, has_bias=b is not None)
-    invstd = lw.emit1("rsqrt", [lw.emit1("add", [var, lw.scalar(eps, dt)])])
-    shape = meta(x).shape
-    n = static_int(meta(x).numel() // shape[1], "batch_norm elements per channel")
-    if n < 2:  # eager raises ("Expected more than 1 value per channel when training")
-        raise Unsupported("train-mode batch_norm over one value per channel")
+    y, mean, var, invstd, dt, n = _batch_stats(lw, node, a, [a["running_mean"], a["running_var"]])
+    momentum = float(a["momentum"])
     unbiased = lw.emit1("mul", [var, lw.scalar(n / (n - 1), dt)])
 
     def running(old, new):
@@ -339,16 +347,8 @@ def _bn_no_stats(lw, node, a):
     mean and invstd, as _bn_train gives them."""
     if not a["training"]:
         raise Unsupported("_native_batch_norm_legit.no_stats with training=False")
-    x, w, b = a["input"], a["weight"], a["bias"]
-    dt = _train_bn_dtype(node, [x], [w, b])
-    if rank_of(x) < 2:
-        raise Unsupported("batch_norm of a rank < 2 input")
-    if static_int(meta(x).numel() // meta(x).shape[1], "batch_norm elements per channel") < 2:
-        raise Unsupported("train-mode batch_norm over one value per channel")
-    eps = float(a["eps"])
-    ins = [lw.value(x)] + [lw.operand(p, dt) for p in (w, b) if p is not None]
-    y, mean, var = lw.emit("batch_norm_train", ins, eps=eps, has_weight=w is not None, has_bias=b is not None)
-    return [y, mean, lw.emit1("rsqrt", [lw.emit1("add", [var, lw.scalar(eps, dt)])])]
+    y, mean, _, invstd, _, _ = _batch_stats(lw, node, a, [])
+    return [y, mean, invstd]
 
 
 @register(aten.native_batch_norm_backward.default)
@@ -528,7 +528,9 @@ def _convolution_backward(lw, node, a):
     """A training graph's convolution gradients (docs/training.md): the input's and the weight's
     as the engine's conv2d_backward_data / conv2d_backward_weight, each only when AOTAutograd's
     output mask asks for it, the bias's as a sum of dy over N and the spatial dims. conv1d as
-    conv2d, as in the forward."""
+    conv2d, as in the forward. A transposed convolution is the data gradient of a convolution C
+    from the output's size to x's (_transposed_convolution): its dx is C itself applied to dy,
+    its dw C's weight gradient with x as C's output gradient and dy as C's input."""
     rank = _check_conv_rank(a, "the gradient of a ")
     _strict_dtypes(node, [a["grad_output"], a["input"], a["weight"]])
     dt = meta(a["grad_output"]).dtype
@@ -537,39 +539,21 @@ def _convolution_backward(lw, node, a):
     want_dx, want_dw, want_db = a["output_mask"]
     geometry = _conv_geometry(a, rank)
     unit_h = [1] if rank == 3 else []
+    transposed = bool(a["transposed"])
     dy = _conv_operand(lw, lw.operand(a["grad_output"], dt), rank)
-    dx = dw = db = None
-    if a["transposed"]:
-        return _transposed_convolution_backward(lw, a, dy, rank, dt, geometry)
-    if want_dx:
-        size = unit_h + static_ints(meta(a["input"]).shape[2:], "convolution input size")
-        dx = lw.emit1("conv2d_backward_data", [dy, _conv_operand(lw, lw.operand(a["weight"], dt), rank)],
-                      input_size=size, **geometry)
-        dx = dx if rank == 4 else lw.reshape(dx, list(meta(a["input"]).shape))
-    if want_dw:
-        kernel = unit_h + static_ints(meta(a["weight"]).shape[2:], "convolution kernel size")
-        dw = lw.emit1("conv2d_backward_weight", [dy, _conv_operand(lw, lw.operand(a["input"], dt), rank)],
-                      kernel=kernel, **geometry)
-        dw = dw if rank == 4 else lw.reshape(dw, list(meta(a["weight"]).shape))
-    if want_db:
-        db = lw.emit1("sum", [dy], dims=[0, 2, 3])
-    return [dx, dw, db]
-
-
-def _transposed_convolution_backward(lw, a, dy: int, rank: int, dt, geometry: dict) -> list:
-    """The gradients of conv_transpose(x, w), which is the data gradient of a convolution C
-    from the output's size to x's (_transposed_convolution): dx is C itself applied to dy, dw
-    is C's weight gradient with dy as C's input and x as its output's gradient."""
-    want_dx, want_dw, want_db = a["output_mask"]
     dx = dw = db = None
     if want_dx:
         w = _conv_operand(lw, lw.operand(a["weight"], dt), rank)
-        dx = lw.emit1("conv2d", [dy, w], has_bias=False, **geometry)
+        if transposed:
+            dx = lw.emit1("conv2d", [dy, w], has_bias=False, **geometry)
+        else:
+            size = unit_h + static_ints(meta(a["input"]).shape[2:], "convolution input size")
+            dx = lw.emit1("conv2d_backward_data", [dy, w], input_size=size, **geometry)
         dx = dx if rank == 4 else lw.reshape(dx, list(meta(a["input"]).shape))
     if want_dw:
         x = _conv_operand(lw, lw.operand(a["input"], dt), rank)
-        kernel = ([1] if rank == 3 else []) + static_ints(meta(a["weight"]).shape[2:], "convolution kernel size")
-        dw = lw.emit1("conv2d_backward_weight", [x, dy], kernel=kernel, **geometry)
+        kernel = unit_h + static_ints(meta(a["weight"]).shape[2:], "convolution kernel size")
+        dw = lw.emit1("conv2d_backward_weight", [x, dy] if transposed else [dy, x], kernel=kernel, **geometry)
         dw = dw if rank == 4 else lw.reshape(dw, list(meta(a["weight"]).shape))
     if want_db:
         db = lw.emit1("sum", [dy], dims=[0, 2, 3])

@@ -6,9 +6,10 @@
 // a program form (not cast/bitwise), read f32 data (where's condition may be bool) and
 // produce f32 or bool; and casts of bool to f32, which a program computes as where(b, 1, 0)
 // (a dropout mask or a ReLU gradient's mask joins the multiply that reads it). Groups of one
-// node are left alone (nothing to gain). Single-element f32/bool constants become immediates. A group holds at most kMaxNodes nodes and
-// kMaxInputs tensor inputs, which keeps every program inside the CPU kernel's stack blocks
-// (inputs + immediates + live values <= 8 + 32 + 16 <= 64 slots).
+// node are left alone (nothing to gain). Single-element f32/bool constants become immediates.
+// A group holds at most kMaxNodes nodes and kMaxInputs tensor inputs, which keeps every
+// program inside the CPU kernel's stack blocks (inputs + immediates + live values <= 8 + 32 +
+// 16 <= 64 slots).
 // What it does not do: fuse into reductions/matmuls (fuse_epilogue does that), duplicate work
 // for multi-use intermediates, or fuse f64/int ops.
 //
