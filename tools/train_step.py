@@ -7,22 +7,27 @@ engine's per-op profile of the step.
     python tools/train_step.py --modes engine --profile           # updraft.profile of the step
     python tools/train_step.py --modes engine,engine:convolution_backward   # engine without a lowering
     python tools/train_step.py --modes engine,engine-without:fold_transpose_matmul  # without a pass
+    python tools/train_step.py --model vit --batch 4 --modes engine,engine@release_saved=False  # a config knob
 
 A mode is `eager`, `engine` (CompilerConfig(training="engine")), `engine:<op>,...`: the
 engine with those ops' lowerings removed (an aten op by its name, another namespace's as
 `updraft.dropout`), so they run in PyTorch as before the ops existed (an A/B of one engine op
 in one build), or `engine-without:<pass>,...`: the engine with those passes disabled
-(CompilerConfig.disable_passes). The model comes from `updraft.zoo` (random
+(CompilerConfig.disable_passes), or `engine@<knob>=<value>,...`: the engine with those
+CompilerConfig fields (Python literals). The model comes from `updraft.zoo` (random
 weights, seed 0), the loss is a cross entropy of its main output against fixed random targets
 over the last dim (as `benchmarks/suite.py --train`), 2 threads unless --threads. Printed per
-run: the first step's time (the compile), the median of the timed steps (min-max) and, for the
-engine, the compute ops in the engine per graph kind and the partition count. For step times
+run: the first step's time (the compile), the median of the timed steps (min-max), the
+process's peak RSS and, for the engine, the compute ops in the engine per graph kind and the
+partition count. For step times
 against the peers (Inductor), use `benchmarks/suite.py --train`.
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -39,6 +44,11 @@ def _run(args) -> None:
 
     mode = args.worker
     skip = tuple(mode.split(":", 1)[1].split(",")) if mode.startswith("engine-without:") else ()
+    knobs = {}
+    if mode.startswith("engine@"):
+        for item in mode.split("@", 1)[1].split(","):
+            key, _, value = item.partition("=")
+            knobs[key] = ast.literal_eval(value)
     if mode.startswith("engine:"):
         for name in mode.split(":", 1)[1].split(","):
             ns, op = name.split(".", 1) if "." in name else ("aten", name)  # updraft.dropout: ours
@@ -49,7 +59,7 @@ def _run(args) -> None:
     with torch.no_grad():
         out = zoo.first_tensor(model(*inputs))
     target = torch.randint(0, out.shape[-1], out.shape[:-1])
-    cfg = CompilerConfig(num_threads=args.threads, training="engine", disable_passes=skip)
+    cfg = CompilerConfig(num_threads=args.threads, training="engine", disable_passes=skip, **knobs)
     fast = model if mode == "eager" else torch.compile(model, backend=get_backend(cfg))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
@@ -77,8 +87,9 @@ def _run(args) -> None:
         rep = updraft.last_report()
         kinds = ", ".join(f"{k} {e}/{e + f}" for k, (e, f) in rep.compute_by_kind().items())
         extra = f"; {kinds}; {rep.num_partitions} partitions"
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
     print(f"{mode:24s} {args.model} b{args.batch}: first step {first:.1f} s, median {statistics.median(ts):.0f} ms "
-          f"({min(ts):.0f}-{max(ts):.0f}){extra}", flush=True)
+          f"({min(ts):.0f}-{max(ts):.0f}), peak RSS {peak_mb} MB{extra}", flush=True)
 
 
 def main() -> None:
@@ -86,7 +97,8 @@ def main() -> None:
     p.add_argument("--model", default="resnet50", help="an updraft.zoo model (default resnet50)")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--modes", default="eager,engine",
-                   help="comma-separated: eager, engine, engine:<aten ops>, engine-without:<passes>")
+                   help="comma-separated: eager, engine, engine:<aten ops>, engine-without:<passes>, "
+                        "engine@<knob>=<value>")
     p.add_argument("--rounds", type=int, default=3, help="fresh processes per mode, interleaved")
     p.add_argument("--steps", type=int, default=5, help="timed steps per run, after 3 untimed")
     p.add_argument("--threads", type=int, default=2)
@@ -98,13 +110,13 @@ def main() -> None:
     # engine:<ops> lists its ops with commas too: a part that is not a mode continues the last.
     modes: list = []
     for part in args.modes.split(","):
-        if part in ("eager", "engine") or part.startswith(("engine:", "engine-without:")):
+        if part in ("eager", "engine") or part.startswith(("engine:", "engine-without:", "engine@")):
             modes.append(part)
-        elif modes and modes[-1].startswith(("engine:", "engine-without:")):
+        elif modes and modes[-1].startswith(("engine:", "engine-without:", "engine@")):
             modes[-1] += "," + part
         else:
-            p.error(f"--modes: {part!r} is not a mode; use eager, engine, engine:<aten op>[,<aten op>...] or "
-                    "engine-without:<pass>[,<pass>...]")
+            p.error(f"--modes: {part!r} is not a mode; use eager, engine, engine:<aten op>[,<aten op>...], "
+                    "engine-without:<pass>[,<pass>...] or engine@<knob>=<value>[,<knob>=<value>...]")
     for _ in range(1 if args.profile else args.rounds):
         for m in modes:
             cmd = [sys.executable, __file__, "--worker", m, "--model", args.model, "--batch", str(args.batch),

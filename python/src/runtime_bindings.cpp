@@ -82,11 +82,11 @@ CompileOptions options_from(const nb::dict& d) {
 }
 
 // A torch tensor over an engine Tensor's memory (no copy); the capsule keeps the storage alive.
-static nb::object torch_view(const Tensor& t) {
+static nb::dlpack::dtype dlpack_dtype(DType t) {
   using C = nb::dlpack::dtype_code;
   auto code = [](C c, int bits) { return nb::dlpack::dtype{static_cast<uint8_t>(c), static_cast<uint8_t>(bits), 1}; };
-  nb::dlpack::dtype dt;
-  switch (t.dtype()) {
+  nb::dlpack::dtype dt{};
+  switch (t) {
     case DType::f32: dt = code(C::Float, 32); break;
     case DType::f64: dt = code(C::Float, 64); break;
     case DType::f16: dt = code(C::Float, 16); break;
@@ -98,10 +98,19 @@ static nb::object torch_view(const Tensor& t) {
     case DType::u8: dt = code(C::UInt, 8); break;
     case DType::boolean: dt = code(C::Bool, 8); break;
   }
-  std::vector<size_t> shape(t.shape().begin(), t.shape().end());
-  nb::capsule owner(new Tensor(t), [](void* p) noexcept { delete static_cast<Tensor*>(p); });
-  nb::ndarray<nb::pytorch, nb::device::cpu> arr(t.data(), shape.size(), shape.data(), owner, nullptr, dt);
+  return dt;
+}
+
+// A torch tensor over `data` (contiguous), kept alive by `owner` until torch frees it.
+static nb::object torch_tensor(void* data, const std::vector<int64_t>& dims, DType dtype, nb::capsule owner) {
+  std::vector<size_t> shape(dims.begin(), dims.end());
+  nb::ndarray<nb::pytorch, nb::device::cpu> arr(data, shape.size(), shape.data(), owner, nullptr, dlpack_dtype(dtype));
   return nb::cast(arr, nb::rv_policy::reference);
+}
+
+static nb::object torch_view(const Tensor& t) {
+  nb::capsule owner(new Tensor(t), [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+  return torch_tensor(t.data(), t.shape(), t.dtype(), owner);
 }
 
 static std::vector<TensorView> views_of(const std::vector<AnyArray>& arrays) {
@@ -138,6 +147,11 @@ struct PlannedCall {
     }
     std::vector<DType> odt = cg->output_dtypes();
     for (size_t k = 0; k < plan->output_shapes().size(); ++k) outs.push_back(contiguous(plan->output_shapes()[k], odt[k]));
+    release_after.assign(plan->steps().size() + 1, {});
+    std::vector<int> last = plan->input_last_steps();
+    for (size_t k = 0; k < last.size() && k < ins.size(); ++k)
+      if (std::find(size_inputs.begin(), size_inputs.end(), k) == size_inputs.end())
+        release_after[std::max(last[k], 0)].push_back(static_cast<int>(k));
   }
 
   static TensorView contiguous(const std::vector<int64_t>& shape, DType dt) {
@@ -154,18 +168,98 @@ struct PlannedCall {
     return v;
   }
 
-  void run(const std::vector<uintptr_t>& in_ptrs, const std::vector<uintptr_t>& out_ptrs) const {
-    UPDRAFT_CHECK(in_ptrs.size() == ins.size() && out_ptrs.size() == outs.size(), "bindings",
-                  "PlannedCall.run: expected " + std::to_string(ins.size()) + " input and " +
-                      std::to_string(outs.size()) + " output pointers, got " + std::to_string(in_ptrs.size()) +
-                      " and " + std::to_string(out_ptrs.size()));
-    std::vector<TensorView> in = ins, out = outs;  // per call: concurrent callers share this object
-    for (size_t k = 0; k < in.size(); ++k) in[k].data = reinterpret_cast<void*>(in_ptrs[k]);
-    for (size_t k : size_inputs) in[k].data = const_cast<int64_t*>(plan->input_shapes()[k].data());
+  // By step: the tensor inputs whose last reader it is (Plan::input_last_steps; an input no
+  // step reads goes with step 0).
+  std::vector<std::vector<int>> release_after;
+
+  // `strides`: [(input index, its strides in elements)] for inputs that are strided views of
+  // their memory (a saved activation that is a transpose); the plan packs them before its
+  // first step, as it does on the general path.
+  void run(const std::vector<uintptr_t>& in_ptrs, const std::vector<uintptr_t>& out_ptrs,
+           const std::vector<std::pair<size_t, std::vector<int64_t>>>& strides) const {
+    UPDRAFT_CHECK(out_ptrs.size() == outs.size(), "bindings",
+                  "PlannedCall.run: expected " + std::to_string(outs.size()) + " output pointers, got " +
+                      std::to_string(out_ptrs.size()));
+    std::vector<TensorView> in = inputs(in_ptrs, strides), out = outs;  // per call: callers share this object
     for (size_t k = 0; k < out.size(); ++k) out[k].data = reinterpret_cast<void*>(out_ptrs[k]);
     nb::gil_scoped_release release;
     cg->run_plan(*plan, in, out);
   }
+
+  // A call that frees as it goes (engine_partition.py, run_boxed: a training backward, whose
+  // saved activations eager autograd frees after their nodes and whose gradients it allocates
+  // as it reaches them). `owners` is a list of the input tensors, in input order: each entry
+  // is dropped (set to None) after the input's last reader, so a tensor held by nothing else
+  // is freed while the rest of the plan runs; after an error the None entries say which were
+  // (the caller cannot run the call again in PyTorch once one is). The outputs are allocated
+  // by the engine at their first step (OutputSource), where freed inputs left room, and
+  // returned as torch tensors. The GIL is taken after a step only when something is dropped.
+  nb::list run_releasing(const std::vector<uintptr_t>& in_ptrs, nb::list owners,
+                         const std::vector<std::pair<size_t, std::vector<int64_t>>>& strides) const {
+    std::vector<TensorView> in = inputs(in_ptrs, strides), out = outs;
+    for (TensorView& o : out) o.data = nullptr;
+    ReleaseInputs drop(owners, release_after);
+    EngineOutputs mem(out.size());
+    {
+      nb::gil_scoped_release release;
+      cg->run_plan(*plan, in, out, &drop, &mem);
+    }
+    nb::list r;
+    for (size_t k = 0; k < out.size(); ++k) {
+      auto* keep = new std::shared_ptr<void>(std::move(mem.buffers[k]));
+      nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<void>*>(p); });
+      r.append(torch_tensor(keep->get(), plan->output_shapes()[k], out[k].dtype, owner));
+    }
+    return r;
+  }
+
+  std::vector<TensorView> inputs(const std::vector<uintptr_t>& in_ptrs,
+                                 const std::vector<std::pair<size_t, std::vector<int64_t>>>& strides) const {
+    UPDRAFT_CHECK(in_ptrs.size() == ins.size(), "bindings",
+                  "PlannedCall.run: expected " + std::to_string(ins.size()) + " input pointers, got " +
+                      std::to_string(in_ptrs.size()));
+    std::vector<TensorView> in = ins;
+    for (size_t k = 0; k < in.size(); ++k) in[k].data = reinterpret_cast<void*>(in_ptrs[k]);
+    for (size_t k : size_inputs) in[k].data = const_cast<int64_t*>(plan->input_shapes()[k].data());
+    for (const auto& [k, st] : strides) {
+      UPDRAFT_CHECK(k < in.size() && static_cast<int>(st.size()) == in[k].ndim, "bindings",
+                    "PlannedCall.run: strides for input " + std::to_string(k) + " do not match its rank");
+      for (int d = 0; d < in[k].ndim; ++d) {
+        UPDRAFT_CHECK(st[d] >= 0, "bindings", "PlannedCall.run: negative stride for input " + std::to_string(k));
+        in[k].strides[d] = st[d];
+      }
+    }
+    return in;
+  }
+
+  // Drops owners[k] after input k's last reader (the StepObserver hook runs on the calling thread).
+  struct ReleaseInputs : StepObserver {
+    nb::list owners;
+    const std::vector<std::vector<int>>& by_step;
+    ReleaseInputs(nb::list o, const std::vector<std::vector<int>>& b) : owners(std::move(o)), by_step(b) {}
+    void after(const Plan&, const StepEvent& ev) override {
+      const std::vector<int>& ks = by_step[ev.index];
+      if (ks.empty()) return;
+      nb::gil_scoped_acquire gil;
+      for (int k : ks)
+        if (static_cast<size_t>(k) < owners.size()) owners[k] = nb::none();
+    }
+  };
+
+  // Output memory as the plan reaches each output: plain 64-byte aligned heap blocks, the
+  // alignment torch's CPU allocator gives, so they reuse what freed inputs left.
+  struct EngineOutputs : OutputSource {
+    std::vector<std::shared_ptr<void>> buffers;
+    explicit EngineOutputs(size_t n) : buffers(n) {}
+    void* output(size_t k, size_t bytes) override {
+      void* p = nullptr;
+      if (posix_memalign(&p, kArenaAlign, std::max<size_t>(bytes, kArenaAlign)) != 0 || p == nullptr)
+        throw Error("runtime", "out of memory allocating output " + std::to_string(k) + " (" +
+                                   std::to_string(bytes) + " bytes)");
+      buffers[k] = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+      return p;
+    }
+  };
 };
 
 // A StepObserver for Python (updraft/profiler.py): per step of an Executable.run it records
@@ -254,7 +348,12 @@ void bind_runtime(nb::module_& m) {
 
   nb::class_<PlannedCall>(m, "PlannedCall")
       .def("run", &PlannedCall::run, nb::arg("input_ptrs"), nb::arg("output_ptrs"),
+           nb::arg("strides") = std::vector<std::pair<size_t, std::vector<int64_t>>>{},
            "Runs the plan on raw data pointers (see runtime_bindings.cpp for the contract).")
+      .def("run_releasing", &PlannedCall::run_releasing, nb::arg("input_ptrs"), nb::arg("owners"),
+           nb::arg("strides") = std::vector<std::pair<size_t, std::vector<int64_t>>>{},
+           "Runs the plan, dropping each entry of `owners` (the input tensors) after its last reader; returns "
+           "the outputs, allocated as the plan reaches them.")
       .def_prop_ro("output_shapes", [](const PlannedCall& p) { return p.plan->output_shapes(); });
 
   using CG = Executable;

@@ -105,6 +105,16 @@ def _boxed_function(compiled: Callable) -> Callable:
     return run
 
 
+def _box(*values: Any) -> list:
+    """A partition's inputs as a list of their own (PartitionedGraph.release_inputs): once it is
+    made, FX code drops its own references to inputs that have no later use."""
+    return list(values)
+
+
+def _run_boxed(part: EnginePartition, args: list) -> Any:
+    return part.run_boxed(args)
+
+
 # Every PartitionedGraph with frozen parameters: what `_drop_released` discounts as its own.
 _graphs_with_sets: "weakref.WeakSet[PartitionedGraph]" = weakref.WeakSet()
 
@@ -140,6 +150,7 @@ class PartitionedGraph:
         if frozen:
             _graphs_with_sets.add(self)
         self._names = names or [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+        self._boxed_gm: Optional[fx.GraphModule] = None  # release_inputs
         self.gears: list = []
         for gear in (config.gears if config is not None else ()):
             box = GearBox.bind(gear, gm, self._names, warn_once,
@@ -151,7 +162,35 @@ class PartitionedGraph:
                                             f"{list(gear.sizes)} at the first call, padding "
                                             f"{'on' if box.padding else 'off'}"))
 
+    def release_inputs(self) -> bool:
+        """From now on a call takes its argument list over (boxed: the list is emptied, as
+        AOTAutograd lets a backward do with the saved activations it steals) and frees each input
+        after its last use: the outer graph's PyTorch nodes drop theirs as FX code does, and
+        each partition gets its inputs in a list of their own (EnginePartition.run_boxed) that
+        the engine empties as its steps pass their last readers. For graphs without frozen
+        parameters or gears (a training graph); False when it does not apply."""
+        if self.frozen or self.gears:
+            return False
+        g = fx.Graph()
+        env = g.graph_copy(self.gm.graph, {})
+        g.output(env)
+        for node in list(g.nodes):
+            if node.op == "call_module" and isinstance(getattr(self.gm, str(node.target), None), EnginePartition) \
+                    and not node.kwargs:
+                with g.inserting_before(node):
+                    part = g.get_attr(node.target)
+                    box = g.call_function(_box, tuple(node.args))
+                    run = g.call_function(_run_boxed, (part, box))
+                node.replace_all_uses_with(run)
+                g.erase_node(node)
+        g.set_codegen(fx.graph._BoxedCodeGen())
+        self._boxed_gm = fx.GraphModule(self.gm, g)
+        return True
+
     def __call__(self, args: list) -> Any:
+        boxed = self._boxed_gm
+        if boxed is not None:
+            return boxed.forward(args)
         if self.frozen:
             cur = self._current
             if cur is None or any(args[i] is not t or t._version != v for i, t, v in cur.bound):
@@ -525,6 +564,8 @@ def compile_training(gm: fx.GraphModule, config: CompilerConfig, report: GraphRe
     try:
         keep = False if config.keep_arenas is None else config.keep_arenas  # training frees them: config.py
         compiled = compile_inference(gm, dataclasses.replace(config, freeze=False, keep_arenas=keep), report)
+        if kind == "training backward" and config.release_saved and isinstance(compiled, PartitionedGraph):
+            compiled.release_inputs()
     except Exception as e:
         if not config.fallback:
             raise

@@ -164,6 +164,13 @@ class CompilerConfig:
         would otherwise stay resident through the backward; BERT-base training: peak RSS 3264
         -> 2842 MB, eager 2478; docs/training.md). True or False forces it for every graph.
         Changes no result; not in the compile-cache key.
+    release_saved: whether a training backward frees each saved activation as soon as its last
+        engine step has read it (True, default), as eager autograd frees each after its node,
+        instead of holding every one until the backward returns (ViT-B/16 batch 4: the peak RSS
+        measured in docs/training.md). The cost: a backward call whose engine run fails after
+        freeing an input cannot be re-run in PyTorch, so that call raises (naming the error),
+        and the graph runs in PyTorch from the next call on. False keeps every input for a
+        re-run. Changes no result; not in the compile-cache key.
     weight_dtype: how the engine stores the weights of large linear layers (constant f32 weights
         of at least 64K elements, src/passes/quantize_weights.h; docs/quantization.md). "f32"
         (default): as given. "bf16": rounded to bf16 (half the bytes). "int8": symmetric int8 with
@@ -233,6 +240,7 @@ class CompilerConfig:
     training: str = "auto"
     inference: str = "auto"
     keep_arenas: Optional[bool] = None
+    release_saved: bool = True
     prepack_weights: bool = _knob("prepack_weights", True)
     static_gemm: bool = _knob("static_gemm", False)
     cpu_isa: str = _knob("cpu_isa", "native")
@@ -245,7 +253,7 @@ class CompilerConfig:
 
     def __post_init__(self) -> None:
         for name in ("freeze", "fold_constants", "fuse", "fallback", "partition_cost", "prepack_weights",
-                     "static_gemm", "range_plans"):
+                     "static_gemm", "range_plans", "release_saved"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise TypeError(f"[updraft.config] {name} must be a bool, got {type(value).__name__} {value!r}")

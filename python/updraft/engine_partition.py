@@ -173,6 +173,19 @@ class EnginePartition(torch.nn.Module):
             self.report.status = f"in PyTorch: {reason}"
 
     def forward(self, *args: Any) -> Any:
+        return self._call(args)
+
+    def run_boxed(self, args: list) -> Any:
+        """A call given the only list of its inputs (backend.PartitionedGraph.release_inputs: a
+        training backward, whose saved activations AOTAutograd hands over). On the bound fast
+        path the list is emptied and the engine drops each runtime input after its last reader
+        (PlannedCall.run_releasing), so an input nothing else holds is freed while the rest of
+        the call runs, as eager autograd frees each saved tensor after its node, and it
+        allocates each output at its first writer, in the room freed inputs left. Any other
+        path runs as forward() does, holding every input to the end."""
+        return self._call(args, boxed=True)
+
+    def _call(self, args: Sequence, boxed: bool = False) -> Any:
         by = self._by_set
         st = self._one if by is None else by.get(active.slot)
         if st is None:
@@ -185,18 +198,22 @@ class EnginePartition(torch.nn.Module):
             return profiler.run_observed(self, st, args)
         # Tensors cross as data pointers through a plan bound to the input signature
         # (PlannedCall): no DLPack, no plan lookup once the signature is bound. That needs each
-        # runtime input to be a contiguous CPU tensor of the dtype the engine graph was built for
-        # (the shape is the key); anything else takes _run_general.
+        # runtime input to be a CPU tensor of the dtype the engine graph was built for (the shape
+        # is the key); a strided one passes its strides, for the plan to pack. Anything else
+        # takes _run_general.
         ins = [args[j] for j in st.runtime_pos]
         sig = [t.shape for t in ins]
         if st.size_pos:  # a size input's value is its signature; the plan holds it (ptr 0)
             sig += [args[j] for j in st.size_pos]
         key = tuple(sig)
-        ptrs = []
-        for t, dt in zip(ins, st.in_dtypes):
-            if t.dtype is not dt or not t.is_cpu or not t.is_contiguous():
+        ptrs, strided = [], []
+        for k, (t, dt) in enumerate(zip(ins, st.in_dtypes)):
+            if t.dtype is not dt or not t.is_cpu:
                 return self._run_general(st, args)
+            if not t.is_contiguous():
+                strided.append((k, t.stride()))
             ptrs.append(t.data_ptr())
+        t = None  # run_boxed: `ins` must be the only holder of its tensors
         ptrs += [0] * len(st.size_pos)
         try:
             call = st.calls.get(key)
@@ -204,11 +221,40 @@ class EnginePartition(torch.nn.Module):
                 # A new signature (every decode step, as the KV length grows): bound here, one
                 # plan lookup (a build, or an instance of a range plan), and run by pointers.
                 call = self._bind(st, key)
-            outs = self._outputs_for(call[1], args) if self._input_writes else [torch.empty(s, dtype=d) for s, d in call[1]]
-            call[0].run(ptrs, [o.data_ptr() for o in outs])
+            if boxed and not self._input_writes:
+                rest = [None if j in st.runtime_set else a for j, a in enumerate(args)]
+                args.clear()  # `ins` holds the runtime inputs now; the engine drops them one by one
+                try:
+                    outs = call[0].run_releasing(ptrs, ins, strided)
+                except _c().UpdraftError as e:
+                    if any(t is None for t in ins):
+                        self._failed_after_release(e, ins)
+                    for j, t in zip(st.runtime_pos, ins):
+                        rest[j] = t
+                    args = rest
+                    raise
+            else:
+                outs = self._outputs_for(call[1], args) if self._input_writes else [torch.empty(s, dtype=d) for s, d in call[1]]
+                call[0].run(ptrs, [o.data_ptr() for o in outs], strided)
         except _c().UpdraftError as e:
             return self._engine_failed(e, args)
         return tuple(outs) if self._multi else outs[0]
+
+    def _failed_after_release(self, e: Exception, ins: list) -> None:
+        """The engine failed a run_boxed call after dropping some inputs: PyTorch cannot run it
+        again, so the call raises (a watchdog timeout as it is); the partition runs in PyTorch
+        from the next call on."""
+        if isinstance(e, _c().WatchdogTimeout):
+            raise e
+        freed = sum(t is None for t in ins)
+        msg = f"[updraft.partition] {self.report.name}: engine error at run time: {e}"
+        with self._lock:
+            self._state = msg
+            self.report.fail(f"engine error at run time: {e}")
+        raise RuntimeError(f"{msg}. It had already freed {freed} of this call's {len(ins)} inputs "
+                           "(CompilerConfig.release_saved), so PyTorch cannot run the call again; the partition "
+                           "runs in PyTorch from the next call on. CompilerConfig(release_saved=False) keeps the "
+                           "inputs for a re-run.") from e
 
     def _engine_failed(self, e: Exception, args: tuple) -> Any:
         """The engine raised `e` running this call. PyTorch runs the same call: when it fails too,
@@ -432,12 +478,13 @@ def check_out_dtypes(outputs: list, engine_dtypes: list[str]) -> list[torch.dtyp
 
 
 class _Built:
-    __slots__ = ("cg", "runtime_pos", "size_pos", "out_dtypes", "in_dtypes", "calls", "lock")
+    __slots__ = ("cg", "runtime_pos", "runtime_set", "size_pos", "out_dtypes", "in_dtypes", "calls", "lock")
 
     def __init__(self, cg: Any, runtime_pos: list[int], out_dtypes: list[torch.dtype],
                  in_dtypes: list[torch.dtype], size_pos: list[int]) -> None:
         self.cg = cg
         self.runtime_pos = runtime_pos  # tensor inputs
+        self.runtime_set = frozenset(runtime_pos)
         self.size_pos = size_pos  # size inputs (ints at run time), after the tensors
         self.out_dtypes = out_dtypes
         self.in_dtypes = in_dtypes  # runtime inputs' dtypes the engine graph was built for

@@ -108,7 +108,7 @@ class LoadedModel:
             raise TypeError(f"[updraft.load] {self.path} takes {self._n} input(s) ({', '.join(self.input_names)}), "
                             f"got {len(inputs)}")
         as_numpy = False
-        tensors, key, ptrs = [], [], []
+        tensors, key, ptrs, strided = [], [], [], []
         for k, (x, dt) in enumerate(zip(inputs, self._in_dtypes)):
             where = f"input {k} '{self.input_names[k]}'"
             if self._size_input[k]:
@@ -132,8 +132,8 @@ class LoadedModel:
             if x.dtype is not dt:
                 raise TypeError(f"[updraft.load] {where} has dtype {x.dtype}, the model takes {dt}: convert it "
                                 f"(x.to({dt}))")
-            if not x.is_contiguous():
-                x = x.contiguous()
+            if not x.is_contiguous():  # the plan packs it (src/runtime/plan.h)
+                strided.append((k, x.stride()))
             tensors.append(x)  # keeps a converted input alive through the run
             key.append(tuple(x.shape))
             ptrs.append(x.data_ptr())
@@ -142,7 +142,7 @@ class LoadedModel:
         if call is None:
             call = self._bind(key)
         outs = [torch.empty_like(t) for t in call[1]]
-        call[0].run(ptrs, [o.data_ptr() for o in outs])
+        call[0].run(ptrs, [o.data_ptr() for o in outs], strided)
         if as_numpy:
             outs = [o.numpy() for o in outs]
         return outs[0] if self._single else tuple(outs)

@@ -266,18 +266,19 @@ void Executable::run(const std::vector<TensorView>& inputs, const std::vector<Te
 }
 
 void Executable::run_plan(const Plan& plan, const std::vector<TensorView>& inputs,
-                             const std::vector<TensorView>& outputs, StepObserver* observer) {
+                             const std::vector<TensorView>& outputs, StepObserver* observer, OutputSource* source) {
   check_inputs(inputs);
   if (!plan.matches(inputs)) {
     std::string got;
     for (const TensorView& v : inputs) got += dims_str(v.sizes, v.ndim);
     throw Error("runtime", "run_plan: input shapes " + got + " are not the plan's");
   }
-  execute_checked(plan, inputs, outputs, observer);
+  execute_checked(plan, inputs, outputs, observer, source);
 }
 
 void Executable::execute_checked(const Plan& plan_ref, const std::vector<TensorView>& inputs,
-                                    const std::vector<TensorView>& outputs, StepObserver* observer) {
+                                    const std::vector<TensorView>& outputs, StepObserver* observer,
+                                    OutputSource* source) {
   const Plan* plan = &plan_ref;
   const auto& want = plan->output_shapes();
   UPDRAFT_CHECK(outputs.size() == want.size(), "runtime",
@@ -296,7 +297,7 @@ void Executable::execute_checked(const Plan& plan_ref, const std::vector<TensorV
                                  " (call prepare() for the output shapes)");
     if (!o.is_contiguous())
       throw Error("runtime", "output " + std::to_string(k) + " is not contiguous; pass a contiguous buffer");
-    if (o.data == nullptr && o.numel() > 0)
+    if (o.data == nullptr && o.numel() > 0 && !source)
       throw Error("runtime", "output " + std::to_string(k) + " has no data pointer");
   }
 
@@ -304,9 +305,9 @@ void Executable::execute_checked(const Plan& plan_ref, const std::vector<TensorV
   try {
     if (opts_.watchdog_s > 0) {  // the whole cost of the watchdog when off: this test
       WatchedCall watched(*this, *plan, opts_.watchdog_s, observer);
-      plan->execute(*st, inputs, outputs, &watched);
+      plan->execute(*st, inputs, outputs, &watched, source);
     } else {
-      plan->execute(*st, inputs, outputs, observer);
+      plan->execute(*st, inputs, outputs, observer, source);
     }
   } catch (...) {
     if (opts_.keep_arenas) plan->release(std::move(st));

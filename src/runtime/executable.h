@@ -25,6 +25,7 @@ namespace updraft {
 
 class Plan;          // runtime/plan.h
 class StepObserver;  // runtime/plan.h
+class OutputSource;  // runtime/plan.h
 
 // One plan step's accumulated time while profiling is on (Executable::set_profiling).
 struct StepTime {
@@ -81,8 +82,10 @@ class Executable {
   // needed); run_plan() runs it with the same validation as run() but no plan lookup. The
   // plan stays valid while the caller holds it, even if the LRU evicts it.
   std::shared_ptr<const Plan> plan(const std::vector<std::vector<int64_t>>& input_shapes);
+  // With a source, outputs passed without data (null) are allocated by it as the plan reaches
+  // them (OutputSource, plan.h).
   void run_plan(const Plan& plan, const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
-                StepObserver* observer = nullptr);
+                StepObserver* observer = nullptr, OutputSource* source = nullptr);
 
   const Graph& graph() const { return *graph_; }
   const CompileOptions& options() const { return opts_; }  // as compiled (channel_block resolved)
@@ -108,7 +111,8 @@ class Executable {
   void check_inputs(const std::vector<TensorView>& inputs) const;  // count, dtype, rank, data
   // Checks the outputs against the plan (count, dtype, shape, contiguity) and executes it.
   void execute_checked(const Plan& plan, const std::vector<TensorView>& inputs,
-                       const std::vector<TensorView>& outputs, StepObserver* observer);
+                       const std::vector<TensorView>& outputs, StepObserver* observer,
+                       OutputSource* source = nullptr);
 
   std::unique_ptr<Graph> graph_;
   CompileOptions opts_;

@@ -63,7 +63,7 @@ struct Plan::Builder {
       : g(g), input_shapes(input_shapes), opts(opts), cache(cache), lv(cache.liveness), p(new Plan()) {}
 
   void shapes();           // binds symbols, then every value's concrete shape
-  void buffers();          // byte counts, arena buffers for values and packed inputs
+  void buffers();          // byte counts, arena buffers for values, which inputs may need packing
   void kernels();          // a kernel per node (from the cache) and its scratch request
   void memory_plan();      // offsets of every requested buffer in the arena
   void slots_and_steps();  // the slot table and the schedule
@@ -79,7 +79,7 @@ struct Plan::Builder {
   std::vector<std::optional<Attrs>> bound_attrs;    // by order index: symbolic attributes bound
   BufferAssignment assign;
   std::vector<BufferRequest> requests;
-  std::vector<int> pack_request;                    // by input: its pack buffer's request, or -1
+  std::vector<bool> packable;                       // by input: some node reads it (or a view of it)
   std::vector<std::shared_ptr<const Kernel>> node_kernels;  // by order index (null for views)
   std::vector<int> scratch_request;                 // by order index: its scratch request, or -1
 
@@ -191,7 +191,10 @@ void Plan::Builder::buffers() {
   p->num_inplace_ = static_cast<int>(assign.inplace_steps.size());
   requests = assign.requests;
 
-  // Pack buffers for graph inputs that some node reads (see the header: strided inputs).
+  // Graph inputs that some node reads get packed when a call passes them strided (see the
+  // header). Their packed copies are not arena buffers: a training graph reads every
+  // parameter and saved activation, and reserving room for a copy of each made its arena as
+  // large as its inputs (ViT-B/16's backward: 919 MB, 861 of them for copies no call made).
   std::vector<bool> read_by_node(g.num_values(), false);
   for (const Node* n : lv.order)
     for (const Value* v : n->inputs) read_by_node[v->id] = true;
@@ -199,14 +202,8 @@ void Plan::Builder::buffers() {
   for (const Node* n : lv.order)
     for (const Value* v : n->inputs)
       if (lv.of(v).root != v->id) read_by_node[lv.of(v).root] = true;
-  pack_request.assign(g.inputs().size(), -1);
-  for (size_t k = 0; k < g.inputs().size(); ++k) {
-    const Value* in = g.inputs()[k];
-    if (!read_by_node[in->id]) continue;
-    pack_request[k] = static_cast<int>(requests.size());
-    requests.push_back({"packed input " + std::to_string(k), bytes[in->id], Liveness::kBeforeFirst,
-                        lv.buffer_last(in->id)});
-  }
+  packable.assign(g.inputs().size(), false);
+  for (size_t k = 0; k < g.inputs().size(); ++k) packable[k] = read_by_node[g.inputs()[k]->id];
 }
 
 void Plan::Builder::kernels() {
@@ -259,7 +256,7 @@ void Plan::Builder::slots_and_steps() {
     const Value* in = g.inputs()[k];
     slot_of[in->id] = add_slot({SlotKind::Input, static_cast<int>(k), 0, nullptr, in->type.dtype, shape[in->id], in});
     p->input_slot_.push_back(slot_of[in->id]);
-    p->pack_buffer_.push_back(pack_request[k] < 0 ? -1 : static_cast<int>(p->memory_.buffers[pack_request[k]].offset));
+    p->packable_.push_back(packable[k]);
   }
   for (const Value* c : cache.constants) {
     if (lv.of(c).last == ValueLife::kNever || lv.of(c).last < 0) continue;  // unread constant
@@ -502,7 +499,7 @@ std::shared_ptr<Plan> Plan::instantiate(const std::vector<std::vector<int64_t>>&
   p->steps_ = steps_;
   p->input_slot_ = input_slot_;
   p->output_slot_ = output_slot_;
-  p->pack_buffer_ = pack_buffer_;
+  p->packable_ = packable_;
   p->size_input_ = size_input_;
   p->memory_ = memory_;
   p->num_inplace_ = num_inplace_;
@@ -581,13 +578,6 @@ std::unique_ptr<CallState> Plan::make_state() const {
     }
   }
   st->inputs.resize(input_slot_.size());
-  st->packed.resize(input_slot_.size());
-  char* base = static_cast<char*>(st->arena.get());
-  for (size_t k = 0; k < input_slot_.size(); ++k) {
-    const Slot& sl = slots_[input_slot_[k]];
-    void* at = pack_buffer_[k] >= 0 ? base + pack_buffer_[k] : nullptr;
-    st->packed[k] = contiguous_like(at, sl.dtype, static_cast<int>(sl.shape.size()), sl.shape.data());
-  }
   return st;
 }
 
@@ -609,14 +599,26 @@ void Plan::release(std::unique_ptr<CallState> st) const {
 }
 
 void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
-                   StepObserver* observer) const {
+                   StepObserver* observer, OutputSource* source) const {
   char* base = static_cast<char*>(st.arena.get());
-  // Inputs: read in place when contiguous; otherwise packed into the arena first, so every
-  // kernel (and every view of the input) sees contiguous memory.
+  // Inputs: read in place when contiguous; otherwise packed first, so every kernel (and every
+  // view of the input) sees contiguous memory. The packed copies share one buffer of the
+  // call's state, grown to what this call's strided inputs need.
+  auto padded = [](const TensorView& v) { return (v.nbytes() + kArenaAlign - 1) / kArenaAlign * kArenaAlign; };
+  size_t pack_bytes = 0;
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (packable_[k] && !inputs[k].is_contiguous()) pack_bytes += padded(inputs[k]);
+  if (pack_bytes > st.pack_bytes) {
+    st.pack = aligned_alloc_shared(pack_bytes);
+    st.pack_bytes = pack_bytes;
+  }
+  char* pack = static_cast<char*>(st.pack.get());
   for (size_t k = 0; k < inputs.size(); ++k) {
-    if (pack_buffer_[k] >= 0 && !inputs[k].is_contiguous()) {
-      cpu::copy_strided(inputs[k], st.packed[k], num_threads_);
-      st.inputs[k] = st.packed[k];
+    if (packable_[k] && !inputs[k].is_contiguous()) {
+      TensorView packed = contiguous_like(pack, inputs[k].dtype, inputs[k].ndim, inputs[k].sizes);
+      pack += padded(inputs[k]);
+      cpu::copy_strided(inputs[k], packed, num_threads_);
+      st.inputs[k] = packed;
     } else {
       st.inputs[k] = inputs[k];
     }
@@ -648,9 +650,34 @@ void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const s
       cpu::copy_strided(src.kind == SlotKind::Input ? st.inputs[src.index] : v[0], v[1], num_threads_);
     }
   };
+  // Outputs without memory come from the source at their first step (OutputSource); the
+  // aliases of every slot are resolved again after each supply, in slot order (an alias always
+  // follows the slot it aliases).
+  std::vector<std::vector<int>> due;
+  if (source) {
+    std::vector<int> first = output_first_steps();
+    for (size_t k = 0; k < outputs.size(); ++k)
+      if (outputs[k].data == nullptr) {
+        if (due.empty()) due.resize(steps_.size() + 1);
+        due[std::max(first[k], 0)].push_back(static_cast<int>(k));
+      }
+  }
+  auto supply = [&](size_t i) {
+    if (due.empty() || due[i].empty()) return;
+    for (int k : due[i]) {
+      const Slot& sl = slots_[output_slot_[k]];
+      st.ptrs[output_slot_[k]] = source->output(k, shape_nbytes(sl.shape, sl.dtype, "plan"));
+    }
+    for (size_t s = 0; s < slots_.size(); ++s)
+      if (slots_[s].kind == SlotKind::Alias) st.ptrs[s] = st.ptrs[slots_[s].index];
+  };
   const bool profiling = profiling_.load(std::memory_order_relaxed);
   if (!observer && !profiling) {
-    for (const Step& step : steps_) run_step(step, bind_step(step));
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      supply(i);
+      run_step(steps_[i], bind_step(steps_[i]));
+    }
+    if (!due.empty()) supply(steps_.size());
     return;
   }
   // Timed: one pair of clock reads per step feeds both the profiling counters and the observer.
@@ -659,6 +686,7 @@ void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const s
   TensorView copy_views[2];  // an output copy's event views (the caller's view of a strided input)
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& step = steps_[i];
+    supply(i);
     TensorView* v = bind_step(step);
     if (observer) {
       ev = StepEvent{};
@@ -690,6 +718,32 @@ void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const s
       observer->after(*this, ev);
     }
   }
+  if (!due.empty()) supply(steps_.size());
+}
+
+// By step, in order: the `kind` call positions (inputs or outputs) whose memory it touches.
+template <typename F>
+static void for_each_touch(const std::vector<Step>& steps, const std::vector<Slot>& slots, SlotKind kind, F&& f) {
+  for (size_t i = 0; i < steps.size(); ++i)
+    for (const std::vector<int>* in_or_out : {&steps[i].in_slots, &steps[i].out_slots})
+      for (int s : *in_or_out) {
+        while (slots[s].kind == SlotKind::Alias) s = slots[s].index;
+        if (slots[s].kind == kind) f(static_cast<int>(i), slots[s].index);
+      }
+}
+
+std::vector<int> Plan::input_last_steps() const {
+  std::vector<int> last(input_slot_.size(), -1);
+  for_each_touch(steps_, slots_, SlotKind::Input, [&](int i, int k) { last[k] = i; });
+  return last;
+}
+
+std::vector<int> Plan::output_first_steps() const {
+  std::vector<int> first(output_slot_.size(), -1);
+  for_each_touch(steps_, slots_, SlotKind::Output, [&](int i, int k) {
+    if (first[k] < 0) first[k] = i;
+  });
+  return first;
 }
 
 void Plan::set_profiling(bool on) const {

@@ -19,22 +19,24 @@
 // a final copy step fills the caller's buffer instead; no output ever aliases other memory.
 //
 // Who makes strided inputs contiguous (the one statement of the rule):
-// - The plan does, and it is the only layer that must. Every graph input that some node reads
-//   has an arena buffer reserved (live from before the first step to the input's last use,
-//   aliases included); when a call passes a non-contiguous view, a copy-in step packs it there
-//   with the kernels' cpu::copy_strided and every reader (views included) sees the packed copy.
-//   Contiguous inputs are read in place. An input that is only returned as an output is copied
-//   straight from the strided view. So a kernel run by a plan sees contiguous inputs only. The
-//   plan owns this because it alone knows which inputs are read and has an arena to pack into
-//   without a per-call allocation.
+// - The plan does, and it is the only layer that must. When a call passes a non-contiguous
+//   view of a graph input that some node reads (aliases included), execute() packs it with the
+//   kernels' cpu::copy_strided into a buffer of the call's state (grown on demand, so steady
+//   state allocates nothing), and every reader (views included) sees the packed copy for the
+//   whole call. Contiguous inputs are read in place and cost no memory: the packed copies are
+//   not reserved in the arena, where a training graph, which reads every parameter and saved
+//   activation, would have reserved as much again as its inputs. An input that is only
+//   returned as an output is copied straight from the strided view. So a kernel run by a plan
+//   sees contiguous inputs only. The plan owns this because it alone knows which inputs are
+//   read.
 // - Kernels may assume contiguous inputs under a plan. Their cpu::Packed (kernels/cpu/
 //   strided_copy.h) of an input costs nothing on contiguous memory; it is there for kernels
 //   run without a plan (run_node, whose engine callers pass contiguous tensors; kernel tests
 //   that pass strided views). Views a kernel builds itself (a reduction's permute_view) are
 //   its own layout choice, not input handling.
-// - Python (updraft/engine_partition.py) does not: the bound fast path takes contiguous inputs
-//   only, and the general path hands a strided input over as a DLPack view, for the plan to pack
-//   (no torch copy on top of the plan's).
+// - Python (updraft/engine_partition.py) does not: the bound fast path passes a strided
+//   input's strides with its pointer, and the general path hands it over as a DLPack view, for
+//   the plan to pack (no torch copy on top of the plan's).
 #pragma once
 #include <atomic>
 #include <memory>
@@ -103,6 +105,17 @@ class StepObserver {
   virtual void after(const Plan& plan, const StepEvent& ev) {}
 };
 
+// Memory for a call's outputs that the caller passed without any (data null): execute() asks
+// for output k just before the first step that writes it, so the outputs are allocated as the
+// call goes, where the inputs it has already freed left room (a training backward's gradients,
+// as eager autograd allocates them), not all before the first step. Called on the calling
+// thread; it must return at least `bytes` bytes aligned to kArenaAlign, or throw.
+class OutputSource {
+ public:
+  virtual ~OutputSource() = default;
+  virtual void* output(size_t k, size_t bytes) = 0;
+};
+
 // The clock of step times and StepEvent times: steady_clock in nanoseconds (CLOCK_MONOTONIC on
 // Linux, the clock of Python's time.monotonic_ns), so Python can place its own ranges on it.
 int64_t runtime_clock_ns();
@@ -112,8 +125,9 @@ struct CallState {
   std::shared_ptr<void> arena;
   std::vector<void*> ptrs;         // by slot
   std::vector<TensorView> views;   // per step: in views then out views, shapes prebuilt
-  std::vector<TensorView> inputs;  // by input: what this call reads (the caller's view or `packed`)
-  std::vector<TensorView> packed;  // by input: contiguous view of its pack buffer in this arena
+  std::vector<TensorView> inputs;  // by input: what this call reads (the caller's view or its packed copy)
+  std::shared_ptr<void> pack;      // packed copies of a call's strided inputs (grown on demand)
+  size_t pack_bytes = 0;           // pack's size
 };
 
 // One symbol's size bucket in a range plan: every value in [lo, hi] runs on the plan built at hi.
@@ -165,6 +179,14 @@ class Plan {
   const std::vector<Step>& steps() const { return steps_; }
   const std::vector<Slot>& slots() const { return slots_; }
   int num_inplace() const { return num_inplace_; }
+  // By input: the last step (index in steps()) that reads or writes its memory, through any
+  // alias of it, or -1 when no step does. After that step a call no longer touches the input,
+  // so a caller that owns it may free it while the rest of the call runs (a training backward's
+  // saved activations: PlannedCall.run's `owners`, python/src/runtime_bindings.cpp).
+  std::vector<int> input_last_steps() const;
+  // By output: the first step that writes or reads its memory (through any alias of it), or
+  // -1 when no step does: when execute() asks an OutputSource for it.
+  std::vector<int> output_first_steps() const;
 
   // True when these views have exactly this plan's input shapes, and each size input's view
   // holds the value this plan was built for (allocates nothing).
@@ -176,8 +198,9 @@ class Plan {
   // Runs the schedule. Inputs/outputs must already be validated against this plan
   // (Executable::run does that): count, dtype, shapes, contiguous outputs. With an observer,
   // it is called before and after every step (StepObserver).
+  // With a source, outputs whose data is null are asked of it as the call reaches them.
   void execute(CallState& st, const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
-               StepObserver* observer = nullptr) const;
+               StepObserver* observer = nullptr, OutputSource* source = nullptr) const;
 
   std::string str() const;  // bindings, schedule (step, op, kernel, slots), memory plan
 
@@ -201,7 +224,7 @@ class Plan {
   std::vector<Step> steps_;          // kernels in graph order, then output copies
   std::vector<int> input_slot_;      // by input: its slot
   std::vector<int> output_slot_;     // by output: the slot of kind Output
-  std::vector<int> pack_buffer_;     // by input: arena slot for a packed copy, or -1
+  std::vector<bool> packable_;       // by input: read by some node, so packed when it comes strided
   std::vector<bool> size_input_;     // by input: a size input (its signature entry is {value})
   MemoryPlan memory_;
   // Range templates (build_range): the buckets, and the slots and kernel steps whose shapes

@@ -95,3 +95,70 @@ TEST(RunPlan, OutputViewsOfIntermediatesAreNotCopied) {
     for (const StepTime& t : steps) copies += t.op == "copy-out";
   EXPECT_EQ(copies, 2);  // v2 (y already hosts v) and zv (z is an output itself)
 }
+
+namespace {
+
+// x -> exp -> a (output 0); x is read last by the add; y only through its view; z is returned.
+std::shared_ptr<Executable> release_graph() {
+  auto g = std::make_unique<Graph>();
+  Value* x = g->add_input("x", {DType::f32, {4, 6}});
+  Value* y = g->add_input("y", {DType::f32, {6, 4}});
+  Value* z = g->add_input("z", {DType::f32, {3}});
+  Value* a = g->add_node("exp", {x})->output();
+  Value* yv = g->add_node("reshape", {y}, {{"shape", std::vector<int64_t>{4, 6}}})->output();
+  Value* b = g->add_node("mul", {a, yv})->output();
+  Value* c = g->add_node("add", {b, x})->output();
+  Value* d = g->add_node("relu", {c})->output();
+  g->set_outputs({a, d, z});
+  CompileOptions o;
+  o.fuse = false;  // one step per node
+  return Executable::compile(std::move(g), o);
+}
+
+// The steps as they run, and output requests between them.
+struct Trace : StepObserver, OutputSource {
+  std::vector<std::string> events;
+  std::vector<Tensor> mem;
+  explicit Trace(size_t n) { mem.resize(n); }
+  void before(const Plan& plan, const StepEvent& ev) override { events.push_back("step " + ev.op()); }
+  void* output(size_t k, size_t bytes) override {
+    events.push_back("output " + std::to_string(k));
+    mem[k] = Tensor(DType::u8, {static_cast<int64_t>(bytes)});
+    return mem[k].data();
+  }
+};
+
+}  // namespace
+
+// Plan::input_last_steps follows views (y is read through its reshape by the mul) and counts
+// an output copy of an input (z); output_first_steps gives each output's first writer.
+TEST(RunPlan, InputLastAndOutputFirstSteps) {
+  auto cg = release_graph();
+  auto plan = cg->plan({{4, 6}, {6, 4}, {3}});
+  std::vector<std::string> ops;
+  for (const Step& s : plan->steps()) ops.push_back(s.kind == Step::Kind::CopyOut ? "copy-out" : s.node->op_name());
+  ASSERT_EQ(ops, (std::vector<std::string>{"exp", "mul", "add", "relu", "copy-out"}));
+  EXPECT_EQ(plan->input_last_steps(), (std::vector<int>{2, 1, 4}));
+  EXPECT_EQ(plan->output_first_steps(), (std::vector<int>{0, 3, 4}));
+}
+
+// Outputs passed without memory are asked of the OutputSource just before their first step,
+// and the results are those of a call with the outputs given.
+TEST(RunPlan, OutputSourceSuppliesEachOutputAtItsFirstStep) {
+  auto cg = release_graph();
+  auto plan = cg->plan({{4, 6}, {6, 4}, {3}});
+  Tensor x = random_tensor(DType::f32, {4, 6}, 1), y = random_tensor(DType::f32, {6, 4}, 2),
+         z = random_tensor(DType::f32, {3}, 3);
+  std::vector<Tensor> want = {Tensor(DType::f32, {4, 6}), Tensor(DType::f32, {4, 6}), Tensor(DType::f32, {3})};
+  cg->run_plan(*plan, {x.view(), y.view(), z.view()}, {want[0].view(), want[1].view(), want[2].view()});
+  std::vector<TensorView> outs = {want[0].view(), want[1].view(), want[2].view()};
+  for (TensorView& v : outs) v.data = nullptr;
+  Trace trace(outs.size());
+  cg->run_plan(*plan, {x.view(), y.view(), z.view()}, outs, &trace, &trace);
+  EXPECT_EQ(trace.events, (std::vector<std::string>{"output 0", "step exp", "step mul", "step add", "output 1",
+                                                    "step relu", "output 2", "step copy-out"}));
+  for (size_t k = 0; k < outs.size(); ++k)
+    EXPECT_EQ(std::memcmp(trace.mem[k].data(), want[k].data(), want[k].nbytes()), 0) << k;
+  // Without a source, a null output is still an error.
+  EXPECT_THROW(cg->run_plan(*plan, {x.view(), y.view(), z.view()}, outs), Error);
+}

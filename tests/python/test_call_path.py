@@ -1,6 +1,7 @@
 """The per-call path of an engine partition: after a shape signature's first call, calls go
-through a bound plan with raw data pointers (PlannedCall). Inputs it cannot vouch for (strided,
-another dtype) take the general DLPack path, and results stay right either way. The graphs run
+through a bound plan with raw data pointers (PlannedCall), strided inputs with their strides.
+Inputs it cannot vouch for (another dtype) take the general DLPack path, and results stay right
+either way. The graphs run
 with inference="engine": these tests count engine calls, which the default's timing against
 eager (CompilerConfig.inference) would share with PyTorch over the first calls."""
 import warnings
@@ -80,7 +81,7 @@ def _partition_args(p, f, x) -> list:
     return list(captured["args"])
 
 
-def test_strided_and_new_shape_inputs_after_the_fast_path(partitions):
+def test_strided_inputs_run_by_pointer_with_their_strides(partitions):
     m = _mlp()
     with torch.no_grad():
         f = torch.compile(m, backend=get_backend(CompilerConfig(num_threads=1, inference="engine")), dynamic=False)
@@ -88,23 +89,26 @@ def test_strided_and_new_shape_inputs_after_the_fast_path(partitions):
         f(x)
         f(x)
         (p,) = partitions
-        # Call the partition itself with a strided runtime input of the bound shape.
+        # Call the partition itself with strided runtime inputs of the bound shape: a transpose,
+        # broadcast rows (stride 0), and a view at a storage offset with padded rows. They go
+        # through the bound plan with their strides, and the plan packs them.
         sub_args = _partition_args(p, f, x)
         j = p._state.runtime_pos[0]
-        strided = torch.randn(16, 3).t()
-        assert not strided.is_contiguous()
-        sub_args[j] = strided
-        key = (strided.shape,)
-        p._state.calls[key] = (_Boom(), p._state.calls[key][1])
-        got = p.forward(*sub_args)
-        torch.testing.assert_close(got, m(strided))
-        # The general path hands strided views to the engine as they are (the plan packs them):
-        # broadcast rows (stride 0) and a view at a storage offset with padded rows too.
-        for other in (torch.randn(1, 16).expand(3, 16), torch.randn(3, 20)[:, 2:18]):
+        key = (x.shape,)
+        planned, meta = p._state.calls[key]
+        seen = []
+
+        class Recording:
+            def run(self, ptrs, outs, strides=()):
+                seen.append(list(strides))
+                planned.run(ptrs, outs, strides)
+
+        p._state.calls[key] = (Recording(), meta)
+        for other in (torch.randn(16, 3).t(), torch.randn(1, 16).expand(3, 16), torch.randn(3, 20)[:, 2:18]):
             assert not other.is_contiguous()
             sub_args[j] = other
-            p._state.calls[key] = (_Boom(), p._state.calls[key][1])
             torch.testing.assert_close(p.forward(*sub_args), m(other))
+            assert seen.pop() == [(0, other.stride())]
 
 
 def test_wrong_dtype_on_a_bound_signature_is_never_run_by_pointer(partitions):

@@ -264,10 +264,12 @@ def test_numpy_in_numpy_out(mlp_file):
 def test_strided_and_grad_inputs_take_the_general_path(mlp_file):
     model, path = mlp_file
     loaded = updraft.load(path)
-    x = torch.randn(64, 7).t()  # [7, 64], not contiguous
+    x = torch.randn(64, 7).t()  # [7, 64], not contiguous: passed with its strides, packed by the plan
     want = loaded(x.contiguous())
     assert torch.equal(loaded(x), want)
     assert torch.equal(loaded(x.contiguous().requires_grad_()), want)
+    row = torch.randn(1, 64).expand(7, 64)  # stride 0
+    assert torch.equal(loaded(row), loaded(row.contiguous()))
 
 
 def test_the_call_path_runs_no_dynamo_or_aot(mlp_file):

@@ -804,3 +804,96 @@ def test_training_graphs_free_their_arenas_unless_told():
     assert {p.config.keep_arenas for p in partitions_after(forced, True)} == {True}
     with pytest.raises(TypeError, match="keep_arenas must be True, False or None"):
         CompilerConfig(keep_arenas="no")
+
+
+def _backward_graph(monkeypatch, config):
+    """Compiles one MLP training step under `config`; returns the backward's compiled callable
+    and the (shape, dtype, strides) of the inputs its first call got."""
+    from updraft import backend
+
+    made, seen = {}, []
+    compile_training = backend.compile_training
+
+    def spy(gm, cfg, report, kind):
+        made[kind] = compile_training(gm, cfg, report, kind)
+        if kind != "training backward":
+            return made[kind]
+
+        def record(args):
+            seen.extend((t.shape, t.dtype, t.stride()) for t in args)
+            return made[kind](args)
+        record._boxed_call = True
+        return record
+
+    monkeypatch.setattr(backend, "compile_training", spy)
+    torch._dynamo.reset()
+    model = _mlp()
+    torch.compile(model, backend=get_backend(config))(torch.randn(8, 32)).sum().backward()
+    return made["training backward"], seen
+
+
+def test_backward_frees_each_input_after_its_last_engine_step(monkeypatch):
+    # A training backward takes AOTAutograd's list of saved activations over and frees each
+    # one as soon as the engine's last reader of it has run, as eager autograd does, instead of
+    # holding all of them until it returns; its gradients match a call that holds them.
+    import weakref
+
+    bw, seen = _backward_graph(monkeypatch, ENGINE)
+    graph = bw.__wrapped__
+    assert graph._boxed_gm is not None
+    torch.manual_seed(0)
+    # Every matrix transposed in memory: the bound path's strided inputs, which the plan packs.
+    inputs = [torch.randn(s[::-1], dtype=d).t() if len(s) == 2 else torch.randn(s, dtype=d) for s, d, _ in seen]
+    assert sum(not t.is_contiguous() for t in inputs) >= 4
+    want = graph.gm.forward(*[t.clone() for t in inputs])
+    events = []
+    for k, t in enumerate(inputs):
+        weakref.finalize(t, events.append, k)
+    args = inputs
+    del inputs, t
+    got = bw(args)
+    events.append("returned")
+    assert args == []
+    assert events.index("returned") == len(seen), f"inputs freed after the call returned: {events}"
+    for g, w in zip(got, want):
+        assert (g is None and w is None) or torch.equal(g, w)
+
+
+def test_release_saved_false_keeps_the_inputs(monkeypatch):
+    bw, seen = _backward_graph(monkeypatch, CompilerConfig(training="engine", release_saved=False))
+    assert bw.__wrapped__._boxed_gm is None
+    args = [torch.empty_strided(s, st, dtype=d).normal_() for s, d, st in seen]
+    held = list(args)
+    bw(args)
+    assert all(a is b for a, b in zip(args, held))
+    with pytest.raises(TypeError, match="release_saved must be a bool"):
+        CompilerConfig(release_saved="yes")
+
+
+def test_an_engine_error_after_freeing_inputs_names_itself_and_moves_to_pytorch(monkeypatch):
+    # Once the engine has freed an input, PyTorch cannot run the call again: the call raises
+    # with the engine's error and the reason, and the partition runs in PyTorch from then on.
+    from updraft import engine_partition
+
+    bw, seen = _backward_graph(monkeypatch, ENGINE)
+    part = next(m for m in bw.__wrapped__.gm.modules() if isinstance(m, engine_partition.EnginePartition))
+
+    class Failing:
+        def __init__(self, planned):
+            self.planned = planned
+
+        def run_releasing(self, ptrs, owners, strided):
+            owners[0] = None  # as the engine does after the input's last reader
+            raise updraft._C.UpdraftError("[test] a kernel failed")
+
+    part._one.calls = {k: (Failing(v[0]), v[1]) for k, v in part._one.calls.items()}
+    args = [torch.empty_strided(s, st, dtype=d).normal_() for s, d, st in seen]
+    with pytest.raises(RuntimeError, match=r"a kernel failed.*already freed 1 of this call's .* inputs.*release_saved=False"):
+        bw(args)
+    assert isinstance(part._one, str) and "a kernel failed" in part._one
+    args = [torch.empty_strided(s, st, dtype=d).normal_() for s, d, st in seen]
+    keep = [t.clone() for t in args]
+    got = bw(args)  # the partition's graph in PyTorch now
+    want = bw.__wrapped__.gm.forward(*keep)
+    for g, w in zip(got, want):
+        assert (g is None and w is None) or torch.allclose(g, w, rtol=1e-5, atol=1e-6)
