@@ -29,7 +29,8 @@ from .engine_partition import EnginePartition, active
 from .gears import GearBox
 from .partition import partition_graph
 from .random_ops import engine_rng_in
-from .report import INFERENCE_CHOICE, INPUT_WRITES, TRAINING_CHOICE, GraphReport, report_for_new_graph, warn_once
+from .report import (INFERENCE_CHOICE, INPUT_WRITES, SAVED_INPUTS, TRAINING_CHOICE, GraphReport, report_for_new_graph,
+                     warn_once)
 from .training import SETUP_STREAK_LIMIT, TRIALS, MeasuredChoice, attention_as_math_in, eager_copy, is_training
 
 aten = torch.ops.aten
@@ -564,8 +565,10 @@ def compile_training(gm: fx.GraphModule, config: CompilerConfig, report: GraphRe
     try:
         keep = False if config.keep_arenas is None else config.keep_arenas  # training frees them: config.py
         compiled = compile_inference(gm, dataclasses.replace(config, freeze=False, keep_arenas=keep), report)
-        if kind == "training backward" and config.release_saved and isinstance(compiled, PartitionedGraph):
-            compiled.release_inputs()
+        if kind == "training backward" and config.release_saved and isinstance(compiled, PartitionedGraph) \
+                and compiled.release_inputs():
+            report.compiles.append((SAVED_INPUTS, "each freed after its last reader, gradients allocated at their "
+                                    "first writer (CompilerConfig.release_saved)"))
     except Exception as e:
         if not config.fallback:
             raise

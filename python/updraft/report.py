@@ -27,9 +27,11 @@ def warn_once(msg: str) -> None:
 
 
 # GraphReport.compiles kinds that record a decision, not a compile: which of the engine and
-# PyTorch runs a graph, timed over its first calls (updraft/training.py, MeasuredChoice).
+# PyTorch runs a graph, timed over its first calls (updraft/training.py, MeasuredChoice), and
+# what a backward does with its saved activations (CompilerConfig.release_saved).
 TRAINING_CHOICE, INPUT_WRITES, INFERENCE_CHOICE = "training choice", "input-writing graph", "inference choice"
-DECISIONS = (TRAINING_CHOICE, INPUT_WRITES, INFERENCE_CHOICE)
+SAVED_INPUTS = "saved activations"
+DECISIONS = (TRAINING_CHOICE, INPUT_WRITES, INFERENCE_CHOICE, SAVED_INPUTS)
 
 
 @dataclasses.dataclass

@@ -841,6 +841,7 @@ def test_backward_frees_each_input_after_its_last_engine_step(monkeypatch):
     bw, seen = _backward_graph(monkeypatch, ENGINE)
     graph = bw.__wrapped__
     assert graph._boxed_gm is not None
+    assert "saved activations: each freed after its last reader" in str(updraft.last_report())
     torch.manual_seed(0)
     # Every matrix transposed in memory: the bound path's strided inputs, which the plan packs.
     inputs = [torch.randn(s[::-1], dtype=d).t() if len(s) == 2 else torch.randn(s, dtype=d) for s, d, _ in seen]
@@ -862,6 +863,7 @@ def test_backward_frees_each_input_after_its_last_engine_step(monkeypatch):
 def test_release_saved_false_keeps_the_inputs(monkeypatch):
     bw, seen = _backward_graph(monkeypatch, CompilerConfig(training="engine", release_saved=False))
     assert bw.__wrapped__._boxed_gm is None
+    assert "saved activations" not in str(updraft.last_report())
     args = [torch.empty_strided(s, st, dtype=d).normal_() for s, d, st in seen]
     held = list(args)
     bw(args)
