@@ -167,6 +167,17 @@ NB_MODULE(_C, m) {
       },
       nb::arg("out_ptr"), nb::arg("numel"), nb::arg("seed"), nb::arg("stream"),
       "Fills `numel` contiguous float32s at out_ptr as the engine's uniform op (stream) does under `seed`.");
+  m.def(
+      "normal_fill",
+      [](uintptr_t out, int64_t numel, int64_t seed, int64_t stream) {
+        UPDRAFT_CHECK(numel >= 0 && (out != 0 || numel == 0) && stream >= 0, "bindings",
+                      "normal_fill: needs a float32 buffer of numel >= 0 elements, stream >= 0");
+        nb::gil_scoped_release release;
+        philox::normal_fill(reinterpret_cast<float*>(out), 0, numel, static_cast<uint64_t>(seed),
+                            static_cast<uint64_t>(stream));
+      },
+      nb::arg("out_ptr"), nb::arg("numel"), nb::arg("seed"), nb::arg("stream"),
+      "Fills `numel` contiguous float32s at out_ptr as the engine's normal op (stream) does under `seed`.");
   m.def("has_cpu_kernel", [](const std::string& op) { return KernelRegistry::get().has(op, Device::cpu); });
 
   py::bind_graph(m);

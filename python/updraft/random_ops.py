@@ -6,12 +6,14 @@ A graph with dropout gets, before partitioning (`engine_rng_in`):
   from torch's default generator: `torch.manual_seed` repeats a run, and each call differs;
 - each `aten.native_dropout(x, p, train=True)` as `updraft.dropout(x, p, seed, stream)`, each
   `aten.bernoulli.p(x, p)` (torchvision's stochastic depth flags) as
-  `updraft.bernoulli(x, p, seed, stream)`, and each float32 `aten.rand(size)` / `rand_like(x)`
-  (transformers' drop path: floor(keep + rand)) as `updraft.rand(size, seed, stream)`, with
-  `stream` the op's position among them. The engine lowers dropout to `bernoulli` (the keep
-  mask, true with probability 1 - p) and `x * mask * (1 / (1 - p))`, as ATen computes it, and
-  rand to `uniform`; the PyTorch side of each op (a partition that falls back) draws the same
-  bits through the bindings, so the engine and PyTorch agree bit for bit on every call.
+  `updraft.bernoulli(x, p, seed, stream)`, each float32 `aten.rand(size)` / `rand_like(x)`
+  (transformers' drop path: floor(keep + rand)) as `updraft.rand(size, seed, stream)`, and each
+  float32 `aten.randn` / `randn_like` (a VAE's reparameterisation, noise inside a model) as
+  `updraft.randn(size, seed, stream)`, with `stream` the op's position among them. The engine
+  lowers dropout to `bernoulli` (the keep mask, true with probability 1 - p) and
+  `x * mask * (1 / (1 - p))`, as ATen computes it, rand to `uniform` and randn to `normal`; the
+  PyTorch side of each op (a partition that falls back) draws the same bits through the
+  bindings, so the engine and PyTorch agree bit for bit on every call.
 
 Masks cannot equal eager PyTorch's (a different generator; Inductor's differ too): parity tests
 use p = 0, and tests of p > 0 check the rate, the scaling and the gradient's use of the mask.
@@ -108,10 +110,32 @@ def _rand_fake(size, seed, stream):
     return torch.empty(size, dtype=torch.float32)
 
 
+def draw_normal(shape, seed_value: int, stream: int) -> torch.Tensor:
+    """The engine's `normal` (float32, standard normal) for `seed_value` and `stream`, drawn in
+    PyTorch through the bindings."""
+    from . import _C
+
+    out = torch.empty(shape, dtype=torch.float32)
+    _C.normal_fill(out.data_ptr(), out.numel(), seed_value, stream)
+    return out
+
+
+@torch.library.custom_op("updraft::randn", mutates_args=())
+def randn(size: list[int], seed: torch.Tensor, stream: int) -> torch.Tensor:
+    """aten.randn(size) (float32, CPU) with the engine's bits."""
+    return draw_normal(size, int(seed), stream)
+
+
+@randn.register_fake
+def _randn_fake(size, seed, stream):
+    return torch.empty(size, dtype=torch.float32)
+
+
 SEED = torch.ops.updraft.seed.default
 DROPOUT = torch.ops.updraft.dropout.default
 BERNOULLI = torch.ops.updraft.bernoulli.default
 RAND = torch.ops.updraft.rand.default
+RANDN = torch.ops.updraft.randn.default
 
 
 def _probability(p) -> bool:
@@ -139,13 +163,15 @@ def _rewrite_of(node: fx.Node):
         if (a["generator"] is None and _probability(a["p"]) and isinstance(val, torch.Tensor)
                 and val.device.type == "cpu" and val.dtype.is_floating_point):
             return BERNOULLI, (a["self"], float(a["p"]))
-    if node.target in (aten.rand.default, aten.rand_like.default):
+    draws = {aten.rand.default: RAND, aten.rand_like.default: RAND, aten.randn.default: RANDN,
+             aten.randn_like.default: RANDN}
+    if node.target in draws:
         # Contiguous float32 on the CPU with a static size (rand_like keeps x's strides, which
         # the op's dense output would not); the generator overloads (an explicit
         # torch.Generator) stay torch's.
         if (isinstance(val, torch.Tensor) and val.device.type == "cpu" and val.dtype == torch.float32
                 and val.layout == torch.strided and _static_size(val) is not None and val.is_contiguous()):
-            return RAND, (_static_size(val),)
+            return draws[node.target], (_static_size(val),)
     return None
 
 
@@ -199,8 +225,14 @@ def _bernoulli_lowering(lw, node, a):
     return lw.cast(mask, meta(a["x"]).dtype)
 
 
-@register(RAND)
-def _rand_lowering(lw, node, a):
-    """`uniform` over a like of the size (its data unread: a broadcast zero)."""
-    like = _broadcast_scalar(lw, 0.0, torch.float32, [int(d) for d in a["size"]])
-    return lw.emit1("uniform", [like, lw.value(a["seed"])], stream=int(a["stream"]))
+def _draw_lowering(op: str):
+    """The engine's `op` (uniform, normal) over a like of the size (its data unread: a
+    broadcast zero)."""
+    def lower(lw, node, a):
+        like = _broadcast_scalar(lw, 0.0, torch.float32, [int(d) for d in a["size"]])
+        return lw.emit1(op, [like, lw.value(a["seed"])], stream=int(a["stream"]))
+    return lower
+
+
+register(RAND)(_draw_lowering("uniform"))
+register(RANDN)(_draw_lowering("normal"))

@@ -68,4 +68,24 @@ inline float uniform_of(uint32_t bits) { return static_cast<float>(bits >> 8) * 
 // out[i - begin] = uniform_of(bits(seed, stream, i)) for i in [begin, end), as bernoulli_fill.
 void uniform_fill(float* out, int64_t begin, int64_t end, uint64_t seed, uint64_t stream);
 
+// A normal draw takes its second uniform from the same element of the stream with this bit set
+// (streams are >= 0, so no other op's stream has it).
+constexpr uint64_t kSecondStream = uint64_t{1} << 63;
+
+// A standard normal from two uniforms in [0, 1) (Box-Muller): sqrt(-2 ln(1 - a)) cos(2 pi b),
+// computed in double and rounded once. 1 - a is in (0, 1] and exact, so |z| <= sqrt(48 ln 2)
+// = 5.77 (P(|z| > 5.77) is 8e-9 for a true normal).
+inline float normal_of(float a, float b) {
+  const double r = std::sqrt(-2.0 * std::log(1.0 - static_cast<double>(a)));
+  return static_cast<float>(r * std::cos(6.283185307179586 * static_cast<double>(b)));
+}
+
+// Element i of a normal draw of stream `stream` under `seed` (the reference path).
+inline float normal(uint64_t seed, uint64_t stream, uint64_t i) {
+  return normal_of(uniform_of(bits(seed, stream, i)), uniform_of(bits(seed, stream | kSecondStream, i)));
+}
+
+// out[i - begin] = normal(seed, stream, i) for i in [begin, end): both uniforms by uniform_fill.
+void normal_fill(float* out, int64_t begin, int64_t end, uint64_t seed, uint64_t stream);
+
 }  // namespace updraft::philox

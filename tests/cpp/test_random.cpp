@@ -30,11 +30,17 @@ std::vector<bool> mask_of(Device d, std::vector<int64_t> shape, double p, int64_
   return std::vector<bool>(out.ptr<bool>(), out.ptr<bool>() + out.numel());
 }
 
-std::vector<float> uniform_of(Device d, std::vector<int64_t> shape, int64_t seed, int64_t stream, int threads = 0) {
-  OneNode n("uniform", {input(Tensor(DType::f32, shape)), input(seed_tensor(seed))}, {{"stream", stream}});
+// A float draw (uniform or normal) of `shape`.
+std::vector<float> draw_of(const char* op, Device d, std::vector<int64_t> shape, int64_t seed, int64_t stream,
+                           int threads = 0) {
+  OneNode n(op, {input(Tensor(DType::f32, shape)), input(seed_tensor(seed))}, {{"stream", stream}});
   Tensor out = run_kernel(*make_kernel_for(n, d, threads), n);
   EXPECT_EQ(out.dtype(), DType::f32);
   return std::vector<float>(out.ptr<float>(), out.ptr<float>() + out.numel());
+}
+
+std::vector<float> uniform_of(Device d, std::vector<int64_t> shape, int64_t seed, int64_t stream, int threads = 0) {
+  return draw_of("uniform", d, std::move(shape), seed, stream, threads);
 }
 
 }  // namespace
@@ -184,4 +190,50 @@ TEST(Uniform, ShapeErrorsNameTheProblem) {
   Node* ok = g.add_node("uniform", {x, s});
   EXPECT_EQ(ok->output(0)->type.dtype, DType::f32);
   EXPECT_EQ(ok->output(0)->type.shape, (Shape{Dim(4), Dim(2)}));
+}
+
+TEST(Philox, NormalFillEqualsOneElementAtATime) {
+  const uint64_t seed = 0x0123456789abcdefULL, stream = 5;
+  for (auto [b, e] : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {3, 40}, {1020, 1030}, {0, 2500}}) {
+    std::vector<float> got(static_cast<size_t>(e - b));
+    philox::normal_fill(got.data(), b, e, seed, stream);
+    for (int64_t i = b; i < e; ++i)
+      ASSERT_EQ(got[static_cast<size_t>(i - b)], philox::normal(seed, stream, static_cast<uint64_t>(i)))
+          << "element " << i << " of [" << b << ", " << e << ")";
+  }
+  // The extremes of Box-Muller on 24-bit uniforms: a = 0 gives r = 0; the largest a gives
+  // sqrt(48 ln 2), finite.
+  EXPECT_EQ(philox::normal_of(0.0f, 0.25f), 0.0f);
+  EXPECT_NEAR(philox::normal_of(1.0f - 0x1p-24f, 0.0f), std::sqrt(48 * std::log(2.0)), 1e-5);
+}
+
+// Multi-thread OpenMP regions: left out of the TSan lane, as Uniform's.
+TEST(Normal, CpuEqualsReferenceForEveryThreadCount) {
+  const std::vector<int64_t> shape = {3, 20011};
+  const auto want = draw_of("normal", Device::ref, shape, 9, 2);
+  for (int threads : {1, 2, 3}) EXPECT_EQ(draw_of("normal", Device::cpu, shape, 9, 2, threads), want) << threads;
+}
+
+// Mean 0, variance 1 and the mass beyond 1.96 within 5 sigma; bounded by sqrt(48 ln 2); another
+// stream is uncorrelated, and so is the uniform draw of the same stream.
+TEST(Normal, MomentsTailsAndStreams) {
+  const int64_t n = 1 << 20;
+  auto z = draw_of("normal", Device::cpu, {n}, 42, 0);
+  double sum = 0, sq = 0, tail = 0;
+  for (float v : z) {
+    ASSERT_TRUE(std::fabs(v) <= 5.7686f) << v;
+    sum += v;
+    sq += static_cast<double>(v) * v;
+    tail += std::fabs(v) > 1.959964;
+  }
+  EXPECT_LE(std::fabs(sum / n), 5 * std::sqrt(1.0 / n));
+  EXPECT_LE(std::fabs(sq / n - 1.0), 5 * std::sqrt(2.0 / n));  // Var(z^2) = 2
+  EXPECT_LE(std::fabs(tail / n - 0.05), 5 * std::sqrt(0.05 * 0.95 / n));
+  for (auto other : {draw_of("normal", Device::cpu, {n}, 42, 1), uniform_of(Device::cpu, {n}, 42, 0)}) {
+    double prod = 0, mean = 0;
+    for (float v : other) mean += v;
+    mean /= n;
+    for (int64_t i = 0; i < n; ++i) prod += static_cast<double>(z[static_cast<size_t>(i)]) * (other[static_cast<size_t>(i)] - mean);
+    EXPECT_LE(std::fabs(prod / n), 5 * std::sqrt(1.0 / n)) << "correlated";  // Var(z w) = Var(w) <= 1
+  }
 }

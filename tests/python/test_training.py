@@ -551,6 +551,46 @@ def test_drop_path_draws_uniforms_in_the_engine(side, monkeypatch):
     assert 0.6 < flags.mean().item() < 0.8  # 512 draws of p = 0.7: 5 sigma either side
 
 
+class _Reparameterise(torch.nn.Module):
+    """A VAE's encoder head and sample: mu + randn_like(mu) * exp(logvar / 2)."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc, self.dec = torch.nn.Linear(16, 32), torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        mu, logvar = self.enc(x).chunk(2, dim=-1)
+        return self.dec(mu + torch.randn_like(mu) * torch.exp(0.5 * logvar))
+
+
+@pytest.mark.parametrize("side", ["engine", "pytorch"])
+def test_reparameterisation_draws_normals_in_the_engine(side, monkeypatch):
+    # aten.randn_like becomes updraft.randn: the engine's normal (Box-Muller of two Philox
+    # uniforms); where it falls back the op draws the same bits through the bindings. The step
+    # equals a reference built from those bits, and the forward stays one partition.
+    from updraft import lowering, random_ops
+
+    if side == "pytorch":
+        monkeypatch.delitem(lowering.LOWERINGS, random_ops.RANDN)
+    torch.manual_seed(0)
+    model = _Reparameterise().train()
+    x = torch.randn(1024, 16)
+    y, rep, ref, seed = _seeded_engine_step(model, x, 5)
+    forward = next(g for g in rep.graphs if g.kind == "training forward")
+    if side == "engine":
+        assert rep.engine_ops["updraft.randn.default"] == 1, str(rep)
+        assert forward.fallback_compute == 0 and len(forward.partitions) == 1, str(rep)
+    else:
+        assert rep.fallback_ops["updraft.randn.default"] == 1, str(rep)
+    eps = random_ops.draw_normal([1024, 16], seed, 0)
+    mu, logvar = ref.enc(x).chunk(2, dim=-1)
+    want = ref.dec(mu + eps * torch.exp(0.5 * logvar))
+    want.sum().backward()
+    torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-6)
+    assert_grads_match(model, ref)
+    assert abs(eps.mean().item()) < 0.04 and abs(eps.std().item() - 1) < 0.04  # 16384 normals: 5 sigma
+
+
 def test_embedding_gradient_scatters_into_a_broadcast_zero():
     # embedding_dense_backward is index_put(full(table size, 0), ids, grad, accumulate): the
     # scatter broadcasts the zero itself, so the engine holds no constant of the table's size

@@ -1,4 +1,4 @@
-// bernoulli and uniform: the reference kernels draw one Philox block per element
+// bernoulli, uniform and normal: the reference kernels draw one Philox block per element
 // (kernels/philox.h, bits); the CPU kernels fill 32 elements per pass (8 blocks in the lanes of
 // AVX2 registers) on chunks split between threads. Both give the same bits for every thread
 // count.
@@ -113,6 +113,18 @@ void uniform_fill(float* out, int64_t begin, int64_t end, uint64_t seed, uint64_
   }
 }
 
+void normal_fill(float* out, int64_t begin, int64_t end, uint64_t seed, uint64_t stream) {
+  constexpr int64_t kBlock = 1024;
+  float second[kBlock];
+  for (int64_t b = begin; b < end; b += kBlock) {
+    const int64_t e = std::min(end, b + kBlock);
+    float* first = out + (b - begin);
+    uniform_fill(first, b, e, seed, stream);
+    uniform_fill(second, b, e, seed, stream | kSecondStream);
+    for (int64_t i = 0; i < e - b; ++i) first[i] = normal_of(first[i], second[i]);
+  }
+}
+
 }  // namespace philox
 
 namespace {
@@ -120,7 +132,7 @@ namespace {
 // Chunks that keep every thread's share a whole number of 32-element passes.
 constexpr int64_t kChunk = int64_t{1} << 14;
 
-// A random op's kernel on `d`: element i is elem(bits(seed, stream, i)) one at a time on the
+// A random op's kernel on `d`: element i is elem(seed, stream, i) one at a time on the
 // reference device; on the CPU, fill(out + b, b, e, seed, stream) writes chunk [b, e) with the
 // same values. The seed is input 1's one i64, read at each call.
 template <typename T, typename Elem, typename Fill>
@@ -131,7 +143,7 @@ std::unique_ptr<Kernel> draw_kernel(const KernelContext& ctx, Device d, const st
       const uint64_t seed = static_cast<uint64_t>(in[1].ptr<int64_t>()[0]);
       T* o = out[0].ptr<T>();
       const int64_t n = out[0].numel();
-      for (int64_t i = 0; i < n; ++i) o[i] = elem(philox::bits(seed, stream, static_cast<uint64_t>(i)));
+      for (int64_t i = 0; i < n; ++i) o[i] = elem(seed, stream, static_cast<uint64_t>(i));
     });
   }
   const int threads = cpu::threads_for(numel_of(ctx.out_shapes[0]), ctx.num_threads);
@@ -150,7 +162,8 @@ KernelFactory bernoulli_factory(Device d) {
   return [d](const KernelContext& ctx) {
     const uint64_t threshold = philox::bernoulli_threshold(ctx.attr("p").f());
     return draw_kernel<bool>(
-        ctx, d, "bernoulli", [threshold](uint32_t bits) { return bits < threshold; },
+        ctx, d, "bernoulli",
+        [threshold](uint64_t seed, uint64_t stream, uint64_t i) { return philox::bits(seed, stream, i) < threshold; },
         [threshold](bool* o, int64_t b, int64_t e, uint64_t seed, uint64_t stream) {
           philox::bernoulli_fill(o, b, e, threshold, seed, stream);
         });
@@ -159,7 +172,16 @@ KernelFactory bernoulli_factory(Device d) {
 
 KernelFactory uniform_factory(Device d) {
   return [d](const KernelContext& ctx) {
-    return draw_kernel<float>(ctx, d, "uniform", philox::uniform_of, philox::uniform_fill);
+    return draw_kernel<float>(
+        ctx, d, "uniform",
+        [](uint64_t seed, uint64_t stream, uint64_t i) { return philox::uniform_of(philox::bits(seed, stream, i)); },
+        philox::uniform_fill);
+  };
+}
+
+KernelFactory normal_factory(Device d) {
+  return [d](const KernelContext& ctx) {
+    return draw_kernel<float>(ctx, d, "normal", philox::normal, philox::normal_fill);
   };
 }
 
@@ -169,6 +191,7 @@ void register_random_kernels(KernelRegistry& r) {
   for (Device d : {Device::ref, Device::cpu}) {
     r.add("bernoulli", d, bernoulli_factory(d));
     r.add("uniform", d, uniform_factory(d));
+    r.add("normal", d, normal_factory(d));
   }
 }
 
