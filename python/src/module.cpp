@@ -156,28 +156,32 @@ NB_MODULE(_C, m) {
       nb::arg("out_ptr"), nb::arg("numel"), nb::arg("p"), nb::arg("seed"), nb::arg("stream"),
       "Fills `numel` contiguous bools at out_ptr as the engine's bernoulli op (p, stream) does under "
       "`seed`: the PyTorch side of a random op draws the engine's bits (python/updraft/random_ops.py).");
-  m.def(
-      "uniform_fill",
-      [](uintptr_t out, int64_t numel, int64_t seed, int64_t stream) {
-        UPDRAFT_CHECK(numel >= 0 && (out != 0 || numel == 0) && stream >= 0, "bindings",
-                      "uniform_fill: needs a float32 buffer of numel >= 0 elements, stream >= 0");
-        nb::gil_scoped_release release;
-        philox::uniform_fill(reinterpret_cast<float*>(out), 0, numel, static_cast<uint64_t>(seed),
-                             static_cast<uint64_t>(stream));
-      },
-      nb::arg("out_ptr"), nb::arg("numel"), nb::arg("seed"), nb::arg("stream"),
-      "Fills `numel` contiguous float32s at out_ptr as the engine's uniform op (stream) does under `seed`.");
-  m.def(
-      "normal_fill",
-      [](uintptr_t out, int64_t numel, int64_t seed, int64_t stream) {
-        UPDRAFT_CHECK(numel >= 0 && (out != 0 || numel == 0) && stream >= 0, "bindings",
-                      "normal_fill: needs a float32 buffer of numel >= 0 elements, stream >= 0");
-        nb::gil_scoped_release release;
-        philox::normal_fill(reinterpret_cast<float*>(out), 0, numel, static_cast<uint64_t>(seed),
-                            static_cast<uint64_t>(stream));
-      },
-      nb::arg("out_ptr"), nb::arg("numel"), nb::arg("seed"), nb::arg("stream"),
-      "Fills `numel` contiguous float32s at out_ptr as the engine's normal op (stream) does under `seed`.");
+  // The float draws' fills, one binding each (uniform_fill, normal_fill); names and docs are
+  // literals (nanobind keeps the pointers).
+  using FloatFill = void (*)(float*, int64_t, int64_t, uint64_t, uint64_t);
+  struct Fill {
+    const char* name;
+    const char* doc;
+    FloatFill fill;
+  };
+  for (const Fill& f : {Fill{"uniform_fill",
+                             "Fills `numel` contiguous float32s at out_ptr as the engine's uniform op (stream) does "
+                             "under `seed`.",
+                             philox::uniform_fill},
+                        Fill{"normal_fill",
+                             "Fills `numel` contiguous float32s at out_ptr as the engine's normal op (stream) does "
+                             "under `seed`.",
+                             philox::normal_fill}}) {
+    m.def(
+        f.name,
+        [name = f.name, fill = f.fill](uintptr_t out, int64_t numel, int64_t seed, int64_t stream) {
+          UPDRAFT_CHECK(numel >= 0 && (out != 0 || numel == 0) && stream >= 0, "bindings",
+                        std::string(name) + ": needs a float32 buffer of numel >= 0 elements, stream >= 0");
+          nb::gil_scoped_release release;
+          fill(reinterpret_cast<float*>(out), 0, numel, static_cast<uint64_t>(seed), static_cast<uint64_t>(stream));
+        },
+        nb::arg("out_ptr"), nb::arg("numel"), nb::arg("seed"), nb::arg("stream"), f.doc);
+  }
   m.def("has_cpu_kernel", [](const std::string& op) { return KernelRegistry::get().has(op, Device::cpu); });
 
   py::bind_graph(m);

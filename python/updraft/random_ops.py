@@ -89,14 +89,24 @@ def _bernoulli_fake(x, p, seed, stream):
     return torch.empty_like(x)
 
 
-def draw_uniform(shape, seed_value: int, stream: int) -> torch.Tensor:
-    """The engine's `uniform` (float32 in [0, 1)) for `seed_value` and `stream`, drawn in PyTorch
-    through the bindings."""
+def _draw_float(fill: str, shape, seed_value: int, stream: int) -> torch.Tensor:
+    """A float32 tensor filled by the bindings' `fill` (uniform_fill, normal_fill) for
+    `seed_value` and `stream`: the engine op's bits, drawn in PyTorch."""
     from . import _C
 
     out = torch.empty(shape, dtype=torch.float32)
-    _C.uniform_fill(out.data_ptr(), out.numel(), seed_value, stream)
+    getattr(_C, fill)(out.data_ptr(), out.numel(), seed_value, stream)
     return out
+
+
+def draw_uniform(shape, seed_value: int, stream: int) -> torch.Tensor:
+    """The engine's `uniform` (float32 in [0, 1))."""
+    return _draw_float("uniform_fill", shape, seed_value, stream)
+
+
+def draw_normal(shape, seed_value: int, stream: int) -> torch.Tensor:
+    """The engine's `normal` (float32, standard normal)."""
+    return _draw_float("normal_fill", shape, seed_value, stream)
 
 
 @torch.library.custom_op("updraft::rand", mutates_args=())
@@ -108,16 +118,6 @@ def rand(size: list[int], seed: torch.Tensor, stream: int) -> torch.Tensor:
 @rand.register_fake
 def _rand_fake(size, seed, stream):
     return torch.empty(size, dtype=torch.float32)
-
-
-def draw_normal(shape, seed_value: int, stream: int) -> torch.Tensor:
-    """The engine's `normal` (float32, standard normal) for `seed_value` and `stream`, drawn in
-    PyTorch through the bindings."""
-    from . import _C
-
-    out = torch.empty(shape, dtype=torch.float32)
-    _C.normal_fill(out.data_ptr(), out.numel(), seed_value, stream)
-    return out
 
 
 @torch.library.custom_op("updraft::randn", mutates_args=())
