@@ -82,11 +82,11 @@ CompileOptions options_from(const nb::dict& d) {
 }
 
 // A torch tensor over an engine Tensor's memory (no copy); the capsule keeps the storage alive.
-static nb::dlpack::dtype dlpack_dtype(DType t) {
+static nb::object torch_view(const Tensor& t) {
   using C = nb::dlpack::dtype_code;
   auto code = [](C c, int bits) { return nb::dlpack::dtype{static_cast<uint8_t>(c), static_cast<uint8_t>(bits), 1}; };
-  nb::dlpack::dtype dt{};
-  switch (t) {
+  nb::dlpack::dtype dt;
+  switch (t.dtype()) {
     case DType::f32: dt = code(C::Float, 32); break;
     case DType::f64: dt = code(C::Float, 64); break;
     case DType::f16: dt = code(C::Float, 16); break;
@@ -98,19 +98,10 @@ static nb::dlpack::dtype dlpack_dtype(DType t) {
     case DType::u8: dt = code(C::UInt, 8); break;
     case DType::boolean: dt = code(C::Bool, 8); break;
   }
-  return dt;
-}
-
-// A torch tensor over `data` (contiguous), kept alive by `owner` until torch frees it.
-static nb::object torch_tensor(void* data, const std::vector<int64_t>& dims, DType dtype, nb::capsule owner) {
-  std::vector<size_t> shape(dims.begin(), dims.end());
-  nb::ndarray<nb::pytorch, nb::device::cpu> arr(data, shape.size(), shape.data(), owner, nullptr, dlpack_dtype(dtype));
-  return nb::cast(arr, nb::rv_policy::reference);
-}
-
-static nb::object torch_view(const Tensor& t) {
+  std::vector<size_t> shape(t.shape().begin(), t.shape().end());
   nb::capsule owner(new Tensor(t), [](void* p) noexcept { delete static_cast<Tensor*>(p); });
-  return torch_tensor(t.data(), t.shape(), t.dtype(), owner);
+  nb::ndarray<nb::pytorch, nb::device::cpu> arr(t.data(), shape.size(), shape.data(), owner, nullptr, dt);
+  return nb::cast(arr, nb::rv_policy::reference);
 }
 
 static std::vector<TensorView> views_of(const std::vector<AnyArray>& arrays) {
@@ -147,11 +138,6 @@ struct PlannedCall {
     }
     std::vector<DType> odt = cg->output_dtypes();
     for (size_t k = 0; k < plan->output_shapes().size(); ++k) outs.push_back(contiguous(plan->output_shapes()[k], odt[k]));
-    release_after.assign(plan->steps().size() + 1, {});
-    std::vector<int> last = plan->input_last_steps();
-    for (size_t k = 0; k < last.size() && k < ins.size(); ++k)
-      if (std::find(size_inputs.begin(), size_inputs.end(), k) == size_inputs.end())
-        release_after[std::max(last[k], 0)].push_back(static_cast<int>(k));
   }
 
   static TensorView contiguous(const std::vector<int64_t>& shape, DType dt) {
@@ -167,10 +153,6 @@ struct PlannedCall {
     }
     return v;
   }
-
-  // By step: the tensor inputs whose last reader it is (Plan::input_last_steps; an input no
-  // step reads goes with step 0).
-  std::vector<std::vector<int>> release_after;
 
   // `strides`: [(input index, its strides in elements)] for inputs that are strided views of
   // their memory (a saved activation that is a transpose); the plan packs them before its
@@ -191,25 +173,29 @@ struct PlannedCall {
   // as it reaches them). `owners` is a list of the input tensors, in input order: each entry
   // is dropped (set to None) after the input's last reader, so a tensor held by nothing else
   // is freed while the rest of the plan runs; after an error the None entries say which were
-  // (the caller cannot run the call again in PyTorch once one is). The outputs are allocated
-  // by the engine at their first step (OutputSource), where freed inputs left room, and
-  // returned as torch tensors. The GIL is taken after a step only when something is dropped.
+  // (the caller cannot run the call again in PyTorch once one is). Output k is asked of
+  // `make_output(k)` (a contiguous torch tensor of its shape and dtype) just before its first
+  // writer, so torch allocates it where the freed inputs left room (OutputSource); the outputs
+  // are returned. The GIL is taken only at the steps that drop or allocate something. The
+  // release schedule is derived per call: O(steps), nothing next to a backward's work.
   nb::list run_releasing(const std::vector<uintptr_t>& in_ptrs, nb::list owners,
-                         const std::vector<std::pair<size_t, std::vector<int64_t>>>& strides) const {
+                         const std::vector<std::pair<size_t, std::vector<int64_t>>>& strides,
+                         nb::callable make_output) const {
     std::vector<TensorView> in = inputs(in_ptrs, strides), out = outs;
     for (TensorView& o : out) o.data = nullptr;
-    ReleaseInputs drop(owners, release_after);
-    EngineOutputs mem(out.size());
+    std::vector<std::vector<int>> by_step(plan->steps().size() + 1);
+    std::vector<int> last = plan->input_last_steps();
+    for (size_t k = 0; k < last.size(); ++k)
+      if (std::find(size_inputs.begin(), size_inputs.end(), k) == size_inputs.end())
+        by_step[std::max(last[k], 0)].push_back(static_cast<int>(k));  // unread: after step 0
+    ReleaseInputs drop(owners, by_step);
+    TorchOutputs made(std::move(make_output), out.size());
     {
       nb::gil_scoped_release release;
-      cg->run_plan(*plan, in, out, &drop, &mem);
+      cg->run_plan(*plan, in, out, &drop, &made);
     }
     nb::list r;
-    for (size_t k = 0; k < out.size(); ++k) {
-      auto* keep = new std::shared_ptr<void>(std::move(mem.buffers[k]));
-      nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<void>*>(p); });
-      r.append(torch_tensor(keep->get(), plan->output_shapes()[k], out[k].dtype, owner));
-    }
+    for (nb::object& t : made.tensors) r.append(t);
     return r;
   }
 
@@ -246,17 +232,20 @@ struct PlannedCall {
     }
   };
 
-  // Output memory as the plan reaches each output: plain 64-byte aligned heap blocks, the
-  // alignment torch's CPU allocator gives, so they reuse what freed inputs left.
-  struct EngineOutputs : OutputSource {
-    std::vector<std::shared_ptr<void>> buffers;
-    explicit EngineOutputs(size_t n) : buffers(n) {}
+  // Output memory from torch as the plan reaches each output (DESIGN.md: torch allocates what
+  // the user holds), checked to be contiguous and large enough.
+  struct TorchOutputs : OutputSource {
+    nb::callable make;
+    std::vector<nb::object> tensors;
+    TorchOutputs(nb::callable m, size_t n) : make(std::move(m)), tensors(n) {}
     void* output(size_t k, size_t bytes) override {
-      void* p = nullptr;
-      if (posix_memalign(&p, kArenaAlign, std::max<size_t>(bytes, kArenaAlign)) != 0 || p == nullptr)
-        throw Error("runtime", "out of memory allocating output " + std::to_string(k) + " (" +
-                                   std::to_string(bytes) + " bytes)");
-      buffers[k] = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+      nb::gil_scoped_acquire gil;
+      nb::object t = make(k);
+      UPDRAFT_CHECK(nb::cast<bool>(t.attr("is_contiguous")()) && nb::cast<size_t>(t.attr("nbytes")) >= bytes,
+                    "bindings", "PlannedCall.run_releasing: make_output(" + std::to_string(k) +
+                                    ") must return a contiguous tensor of at least " + std::to_string(bytes) + " bytes");
+      void* p = reinterpret_cast<void*>(nb::cast<uintptr_t>(t.attr("data_ptr")()));
+      tensors[k] = std::move(t);
       return p;
     }
   };
@@ -351,9 +340,9 @@ void bind_runtime(nb::module_& m) {
            nb::arg("strides") = std::vector<std::pair<size_t, std::vector<int64_t>>>{},
            "Runs the plan on raw data pointers (see runtime_bindings.cpp for the contract).")
       .def("run_releasing", &PlannedCall::run_releasing, nb::arg("input_ptrs"), nb::arg("owners"),
-           nb::arg("strides") = std::vector<std::pair<size_t, std::vector<int64_t>>>{},
-           "Runs the plan, dropping each entry of `owners` (the input tensors) after its last reader; returns "
-           "the outputs, allocated as the plan reaches them.")
+           nb::arg("strides"), nb::arg("make_output"),
+           "Runs the plan, dropping each entry of `owners` (the input tensors) after its last reader; output k "
+           "is make_output(k), asked for just before its first writer. Returns the outputs.")
       .def_prop_ro("output_shapes", [](const PlannedCall& p) { return p.plan->output_shapes(); });
 
   using CG = Executable;

@@ -180,8 +180,8 @@ class EnginePartition(torch.nn.Module):
         training backward, whose saved activations AOTAutograd hands over). On the bound fast
         path the list is emptied and the engine drops each runtime input after its last reader
         (PlannedCall.run_releasing), so an input nothing else holds is freed while the rest of
-        the call runs, as eager autograd frees each saved tensor after its node, and it
-        allocates each output at its first writer, in the room freed inputs left. Any other
+        the call runs, as eager autograd frees each saved tensor after its node, and each output
+        is torch.empty'd at its first writer, in the room freed inputs left. Any other
         path runs as forward() does, holding every input to the end."""
         return self._call(args, boxed=True)
 
@@ -222,10 +222,13 @@ class EnginePartition(torch.nn.Module):
                 # plan lookup (a build, or an instance of a range plan), and run by pointers.
                 call = self._bind(st, key)
             if boxed and not self._input_writes:
-                rest = [None if j in st.runtime_set else a for j, a in enumerate(args)]
+                rest = list(args)
+                for j in st.runtime_pos:
+                    rest[j] = None
                 args.clear()  # `ins` holds the runtime inputs now; the engine drops them one by one
+                meta = call[1]
                 try:
-                    outs = call[0].run_releasing(ptrs, ins, strided)
+                    outs = call[0].run_releasing(ptrs, ins, strided, lambda k: torch.empty(meta[k][0], dtype=meta[k][1]))
                 except _c().UpdraftError as e:
                     if any(t is None for t in ins):
                         self._failed_after_release(e, ins)
@@ -478,13 +481,12 @@ def check_out_dtypes(outputs: list, engine_dtypes: list[str]) -> list[torch.dtyp
 
 
 class _Built:
-    __slots__ = ("cg", "runtime_pos", "runtime_set", "size_pos", "out_dtypes", "in_dtypes", "calls", "lock")
+    __slots__ = ("cg", "runtime_pos", "size_pos", "out_dtypes", "in_dtypes", "calls", "lock")
 
     def __init__(self, cg: Any, runtime_pos: list[int], out_dtypes: list[torch.dtype],
                  in_dtypes: list[torch.dtype], size_pos: list[int]) -> None:
         self.cg = cg
         self.runtime_pos = runtime_pos  # tensor inputs
-        self.runtime_set = frozenset(runtime_pos)
         self.size_pos = size_pos  # size inputs (ints at run time), after the tensors
         self.out_dtypes = out_dtypes
         self.in_dtypes = in_dtypes  # runtime inputs' dtypes the engine graph was built for

@@ -136,6 +136,9 @@ DROPOUT = torch.ops.updraft.dropout.default
 BERNOULLI = torch.ops.updraft.bernoulli.default
 RAND = torch.ops.updraft.rand.default
 RANDN = torch.ops.updraft.randn.default
+# aten draws of floats -> the updraft op that takes each over (_rewrite_of).
+_FLOAT_DRAWS = {aten.rand.default: RAND, aten.rand_like.default: RAND, aten.randn.default: RANDN,
+                aten.randn_like.default: RANDN}
 
 
 def _probability(p) -> bool:
@@ -163,15 +166,13 @@ def _rewrite_of(node: fx.Node):
         if (a["generator"] is None and _probability(a["p"]) and isinstance(val, torch.Tensor)
                 and val.device.type == "cpu" and val.dtype.is_floating_point):
             return BERNOULLI, (a["self"], float(a["p"]))
-    draws = {aten.rand.default: RAND, aten.rand_like.default: RAND, aten.randn.default: RANDN,
-             aten.randn_like.default: RANDN}
-    if node.target in draws:
+    if node.target in _FLOAT_DRAWS:
         # Contiguous float32 on the CPU with a static size (rand_like keeps x's strides, which
         # the op's dense output would not); the generator overloads (an explicit
         # torch.Generator) stay torch's.
         if (isinstance(val, torch.Tensor) and val.device.type == "cpu" and val.dtype == torch.float32
                 and val.layout == torch.strided and _static_size(val) is not None and val.is_contiguous()):
-            return draws[node.target], (_static_size(val),)
+            return _FLOAT_DRAWS[node.target], (_static_size(val),)
     return None
 
 

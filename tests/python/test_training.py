@@ -924,7 +924,7 @@ def test_an_engine_error_after_freeing_inputs_names_itself_and_moves_to_pytorch(
         def __init__(self, planned):
             self.planned = planned
 
-        def run_releasing(self, ptrs, owners, strided):
+        def run_releasing(self, ptrs, owners, strided, make_output):
             owners[0] = None  # as the engine does after the input's last reader
             raise updraft._C.UpdraftError("[test] a kernel failed")
 

@@ -26,7 +26,7 @@ void infer_bernoulli(InferCtx& c) {
 }
 
 // uniform(like, seed): f32 of like's shape in [0, 1); normal(like, seed): standard normal.
-void infer_uniform(InferCtx& c) {
+void infer_float_draw(InferCtx& c) {
   check_draw(c);
   c.set_output(0, {DType::f32, c.in(0).shape});
 }
@@ -49,10 +49,10 @@ void register_random_ops(OpTable& t) {
   t.add(random_op("bernoulli", {{"p", Attr::Kind::Float, std::nullopt}}, infer_bernoulli,
                   "bool of input 0's shape (its data unread), true with probability p: Philox4x32-10 bits of "
                   "(seed = input 1, stream, element index) below ceil(p * 2^32)"));
-  t.add(random_op("uniform", {}, infer_uniform,
+  t.add(random_op("uniform", {}, infer_float_draw,
                   "f32 of input 0's shape (its data unread), uniform in [0, 1): the top 24 of the Philox4x32-10 "
                   "bits of (seed = input 1, stream, element index) times 2^-24"));
-  t.add(random_op("normal", {}, infer_uniform,
+  t.add(random_op("normal", {}, infer_float_draw,
                   "f32 of input 0's shape (its data unread), standard normal: Box-Muller of two uniforms, "
                   "a = uniform of (seed = input 1, stream, element index) and b = the same with stream bit 63 "
                   "set, sqrt(-2 ln(1 - a)) cos(2 pi b) in double, rounded; |z| <= 5.77"));
