@@ -86,7 +86,7 @@ struct EwOpInfo {
 namespace ew_detail {
 #define UPDRAFT_EW_ARGS(...) __VA_ARGS__
 #define UPDRAFT_EW_EPI_no_epi ::updraft::EwEpi::no
-#define UPDRAFT_EW_EPI_engine_epi ::updraft::EwEpi::engine
+#define UPDRAFT_EW_EPI_engine_epi(...) ::updraft::EwEpi::engine
 #define UPDRAFT_EW_EPI_dnnl_epi(...) ::updraft::EwEpi::dnnl
 inline constexpr EwOpInfo kOps[] = {
 #define UPDRAFT_EW_OP(name, arity, form, result, dtypes, attrs, epi, doc, ...)                          \

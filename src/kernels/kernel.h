@@ -42,6 +42,11 @@ struct KernelContext {
   // The compile's kernel knobs (CompileOptions::kernels): the only settings a factory reads
   // besides the node and its shapes.
   KernelOptions options{};
+  // Every value this node reads is finite on the calls where call_inputs_finite() is true (the
+  // plan scans the graph inputs it depends on: runtime/finite_inputs.h). A kernel may then run
+  // forms that differ from PyTorch only on NaN (oneDNN's relu and clip post-ops turn NaN into
+  // a bound), and must run its exact form on the other calls.
+  bool finite_inputs = false;
 
   const Attr& attr(const std::string& name) const {
     if (attrs) {
@@ -80,9 +85,27 @@ class Kernel {
   // size of a range plan's bucket with this one kernel. Default: true, the attributes bound
   // at build time are part of the kernel.
   virtual bool reads_attrs() const { return true; }
+  // True when run() takes another form on calls where call_inputs_finite() (built from a
+  // context with finite_inputs): the plan scans its inputs only for kernels that do.
+  virtual bool fuses_when_finite() const { return false; }
 };
 
 using KernelFactory = std::function<std::unique_ptr<Kernel>(const KernelContext&)>;
+
+// Whether the plan running on this thread scanned the graph inputs it proves its
+// finite_inputs nodes' values from, and found them finite (runtime/finite_inputs.h). A
+// kernel's run() reads it; Plan::execute sets it for one call (FiniteCall); false elsewhere.
+bool call_inputs_finite();
+class FiniteCall {
+ public:
+  explicit FiniteCall(bool finite);
+  ~FiniteCall();
+  FiniteCall(const FiniteCall&) = delete;
+  FiniteCall& operator=(const FiniteCall&) = delete;
+
+ private:
+  bool prev_;
+};
 
 // A kernel from a plain function (most elementwise and data-movement kernels), specific to
 // the shapes it was built for (the reference kernels use this).

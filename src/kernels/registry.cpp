@@ -65,6 +65,14 @@ std::unique_ptr<Kernel> with_fault(const KernelContext& ctx, std::unique_ptr<Ker
 }
 }  // namespace
 
+namespace {
+thread_local bool t_call_inputs_finite = false;
+}  // namespace
+
+bool call_inputs_finite() { return t_call_inputs_finite; }
+FiniteCall::FiniteCall(bool finite) : prev_(t_call_inputs_finite) { t_call_inputs_finite = finite; }
+FiniteCall::~FiniteCall() { t_call_inputs_finite = prev_; }
+
 std::unique_ptr<Kernel> make_kernel(std::string name, KernelFn fn) {
   return std::make_unique<FnKernel>(std::move(name), std::move(fn), FnUse::shapes);
 }

@@ -46,7 +46,7 @@ std::shared_ptr<const Kernel> KernelCache::get(const KernelContext& ctx, Device 
 }
 
 CrossShapeCache::CrossShapeCache(const Graph& g, size_t kernels_per_node)
-    : liveness(compute_liveness(g)), kernels(kernels_per_node) {
+    : liveness(compute_liveness(g)), kernels(kernels_per_node), finite(prove_finite_inputs(g)) {
   for (const Value* c : g.constants()) constants.push_back(c);
   const size_t n = static_cast<size_t>(liveness.at_end);
   symbolic_attrs.resize(n);

@@ -23,6 +23,7 @@
 #include "ir/graph.h"
 #include "kernels/kernel.h"
 #include "memory/liveness.h"
+#include "runtime/finite_inputs.h"
 
 namespace updraft {
 
@@ -70,6 +71,10 @@ struct CrossShapeCache {
   std::vector<int> twin;
   // The graph's constants (Graph::constants() walks every value the passes ever made).
   std::vector<const Value*> constants;
+  // The nodes whose kernels may fuse a relu / clamp epilogue on calls with finite inputs, and
+  // the inputs a plan scans for that (runtime/finite_inputs.h). Shape-independent: a kernel
+  // one plan builds and another reuses sees the same answer.
+  FiniteInputs finite;
 };
 
 }  // namespace updraft

@@ -7,6 +7,7 @@
 #include "core/checked.h"
 #include "core/error.h"
 #include "ir/op_table.h"
+#include "kernels/cpu/finite_scan.h"
 #include "kernels/cpu/strided_copy.h"
 #include "memory/liveness.h"
 #include "runtime/bind_inputs.h"
@@ -65,6 +66,7 @@ struct Plan::Builder {
   void shapes();           // binds symbols, then every value's concrete shape
   void buffers();          // byte counts, arena buffers for values, which inputs may need packing
   void kernels();          // a kernel per node (from the cache) and its scratch request
+  void finite_check();     // which inputs each call scans for NaN / inf (runtime/finite_inputs.h)
   void memory_plan();      // offsets of every requested buffer in the arena
   void slots_and_steps();  // the slot table and the schedule
 
@@ -227,6 +229,7 @@ void Plan::Builder::kernels() {
     for (const Value* v : n->inputs) ctx_const.push_back(v->is_constant() ? &*v->constant : nullptr);
     KernelContext ctx{*n, std::move(ctx_in), std::move(ctx_out), std::move(ctx_const), opts.num_threads, bound(i),
                       opts.kernels};
+    ctx.finite_inputs = cache.finite.marks(*n);
     size_t s = 0;
     node_kernels[i] = cache.kernels.get(ctx, Device::cpu, &s);
     ctx_in = std::move(ctx.in_shapes);
@@ -237,6 +240,19 @@ void Plan::Builder::kernels() {
       requests.push_back({"scratch step " + std::to_string(i) + " (" + n->op_name() + ")", s, i, i});
     }
   }
+}
+
+void Plan::Builder::finite_check() {
+  // Scanning pays when it reads fewer bytes than the activation passes it saves: a relu or
+  // clamp applied after the primitive reads and writes the whole output once more.
+  if (cache.finite.inputs.empty()) return;
+  size_t scan = 0, saved = 0;
+  for (int k : cache.finite.inputs) scan += shape_nbytes(shape[g.inputs()[static_cast<size_t>(k)]->id], DType::f32, "plan");
+  for (int i = 0; i < lv.at_end; ++i)
+    if (node_kernels[i] && node_kernels[i]->fuses_when_finite())
+      for (const Value* v : lv.order[i]->outputs) saved += 2 * shape_nbytes(shape[v->id], v->type.dtype, "plan");
+  if (saved == 0) return;
+  if (scan <= saved) p->finite_inputs_ = cache.finite.inputs;
 }
 
 void Plan::Builder::memory_plan() {
@@ -346,6 +362,7 @@ std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<
   b.buffers();
   timer.mark("buffers");
   b.kernels();
+  b.finite_check();
   timer.mark("kernels");
   b.memory_plan();
   timer.mark("memory plan");
@@ -500,6 +517,7 @@ std::shared_ptr<Plan> Plan::instantiate(const std::vector<std::vector<int64_t>>&
   p->input_slot_ = input_slot_;
   p->output_slot_ = output_slot_;
   p->packable_ = packable_;
+  p->finite_inputs_ = finite_inputs_;
   p->size_input_ = size_input_;
   p->memory_ = memory_;
   p->num_inplace_ = num_inplace_;
@@ -557,6 +575,14 @@ bool Plan::matches(const std::vector<TensorView>& inputs) const {
     if (inputs[k].ndim != static_cast<int>(want.size())) return false;
     for (int d = 0; d < inputs[k].ndim; ++d)
       if (inputs[k].sizes[d] != want[d]) return false;
+  }
+  return true;
+}
+
+bool Plan::inputs_finite(const CallState& st) const {
+  for (int k : finite_inputs_) {
+    const TensorView& v = st.inputs[static_cast<size_t>(k)];
+    if (!v.is_contiguous() || !cpu::all_finite(v.ptr<const float>(), v.numel(), num_threads_)) return false;
   }
   return true;
 }
@@ -633,6 +659,9 @@ void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const s
       case SlotKind::Alias: st.ptrs[s] = st.ptrs[sl.index]; break;
     }
   }
+  // Kernels built with KernelContext::finite_inputs take their fused form on this call only
+  // when the inputs they depend on are finite (runtime/finite_inputs.h).
+  FiniteCall finite(!finite_inputs_.empty() && inputs_finite(st));
   auto bind_step = [&](const Step& step) {
     TensorView* v = st.views.data() + step.view_base;
     const size_t nin = step.in_slots.size();

@@ -179,6 +179,10 @@ class Plan {
   const std::vector<Step>& steps() const { return steps_; }
   const std::vector<Slot>& slots() const { return slots_; }
   int num_inplace() const { return num_inplace_; }
+  // The graph inputs each call scans for NaN / inf before its steps (runtime/finite_inputs.h);
+  // empty when no kernel of the plan has a form for finite calls, or the scan would cost more
+  // than the activation passes it saves.
+  const std::vector<int>& finite_inputs() const { return finite_inputs_; }
   // By input: the last step (index in steps()) that reads or writes its memory, through any
   // alias of it, or -1 when no step does. After that step a call no longer touches the input,
   // so a caller that owns it may free it while the rest of the call runs (a training backward's
@@ -214,6 +218,8 @@ class Plan {
   struct Builder;  // build()'s phases (plan.cpp)
   Plan() = default;
   std::unique_ptr<CallState> make_state() const;
+  // Whether this call's finite_inputs_ hold no NaN and no infinity.
+  bool inputs_finite(const CallState& st) const;
   // Fills sym_slots_/sym_steps_ from this plan's bindings; false (and why) when a value's type
   // does not give its concrete shape.
   bool find_moving_parts(const Graph& g, std::string* why);
@@ -225,6 +231,7 @@ class Plan {
   std::vector<int> input_slot_;      // by input: its slot
   std::vector<int> output_slot_;     // by output: the slot of kind Output
   std::vector<bool> packable_;       // by input: read by some node, so packed when it comes strided
+  std::vector<int> finite_inputs_;   // inputs scanned per call for NaN / inf (Builder::finite_check)
   std::vector<bool> size_input_;     // by input: a size input (its signature entry is {value})
   MemoryPlan memory_;
   // Range templates (build_range): the buckets, and the slots and kernel steps whose shapes

@@ -30,6 +30,11 @@
 // (ResidualMode::separate): one extra pass over dst, both primitives jitted. conv2d is not
 // declared in-place, so the output never aliases the residual otherwise.
 //
+// relu / clamp epilogues: oneDNN's post-ops turn NaN into the bound, so by default the kernel
+// applies them after the primitive (apply_engine_act, NaN kept). A node the plan proves finite
+// (KernelContext::finite_inputs, runtime/finite_inputs.h) also gets a primitive with the
+// activation as a post-op, which run() takes on calls where call_inputs_finite().
+//
 // Reference implementations: in the channel-blocked layout oneDNN v3.2 has no jit kernel for
 // some problems (large "same" padding against the image: Conv1d k=32 p=16 over 49 steps, k=15
 // p=7 on 32x32, k=7 p=7 on 16x16) and picks "ref:any", 100-2000x slower than eager. The
@@ -97,7 +102,10 @@ class ConvKernel final : public Kernel {
       else
         copy_residual_into(in[ep_.residual_input], out[0]);  // dst is out[0] unless it is reordered
     }
-    call.execute(prim_, s);
+    // The activation as a post-op where the plan found this call's inputs finite (oneDNN's
+    // relu / clip differ from PyTorch only on NaN); else after the primitive, keeping NaN.
+    const bool act_fused = fused_prim_ && call_inputs_finite();
+    call.execute(act_fused ? *fused_prim_ : prim_, s);
     if (residual_mode_ == ResidualMode::separate) {
       const dnnl::memory& d = call.memory(arg_dst_);
       add_.execute(s, {{DNNL_ARG_SRC_0, d},
@@ -110,11 +118,13 @@ class ConvKernel final : public Kernel {
     // The whole output buffer in the graph's layout, channel-block padding included (the act
     // keeps its zeros zero); dst_md_ may be another layout (a larger padded block) when
     // via_plain_.
-    apply_engine_act(ep_, out[0].ptr<float>(), static_cast<int64_t>(outer_dst_md_.get_size() / sizeof(float)), threads_);
+    if (!act_fused)
+      apply_engine_act(ep_, out[0].ptr<float>(), static_cast<int64_t>(outer_dst_md_.get_size() / sizeof(float)), threads_);
   }
 
   size_t scratch_bytes() const override { return scratch_total_; }
   std::string name() const override { return name_; }
+  bool fuses_when_finite() const override { return fused_prim_.has_value(); }
 
   static std::unique_ptr<Kernel> create(const KernelContext& ctx);
 
@@ -128,6 +138,10 @@ class ConvKernel final : public Kernel {
   // Picks the primitive for src_md_ / dst_md_ and the residual mode (see the file comment).
   template <typename MakePd>
   void choose_primitive(const MakePd& make_pd);
+  // Keeps `fused` (pd_ with the relu / clamp epilogue as a post-op) as the primitive for calls
+  // with finite inputs, when oneDNN serves it with pd_'s implementation, weight layout and
+  // scratchpad (so the packed weights and the planned scratch serve both).
+  void keep_fused_act(const dnnl::convolution_forward::primitive_desc& fused);
   // Builds the reorders between the graph's blocked layouts and the plain ones the primitive
   // runs in, and plans their buffers.
   void plan_plain_copies(ScratchPlan& plan);
@@ -159,6 +173,7 @@ class ConvKernel final : public Kernel {
   dnnl::memory::desc src_md_, dst_md_, w_user_md_, bias_md_, scale_md_;
   dnnl::convolution_forward::primitive_desc pd_;
   dnnl::convolution_forward prim_;
+  std::optional<dnnl::convolution_forward> fused_prim_;  // keep_fused_act
   dnnl::binary::primitive_desc add_pd_;  // ResidualMode::separate: dst = act(dst + residual)
   dnnl::binary add_;
   size_t add_scratch_ = 0;
@@ -192,6 +207,13 @@ void ConvKernel::choose_primitive(const MakePd& make_pd) {
   append_post_ops(act_only, add_attr, ResidualMode::none, nullptr);
   add_pd_ = dnnl::binary::primitive_desc(engine(), dnnl::algorithm::binary_add, dst_md_, dst_md_, dst_md_, add_attr);
   add_ = dnnl::binary(add_pd_);
+}
+
+void ConvKernel::keep_fused_act(const dnnl::convolution_forward::primitive_desc& fused) {
+  if (std::string(fused.impl_info_str()) != pd_.impl_info_str() || fused.weights_desc() != pd_.weights_desc() ||
+      fused.scratchpad_desc() != pd_.scratchpad_desc())
+    return;
+  fused_prim_ = dnnl::convolution_forward(fused);
 }
 
 void ConvKernel::plan_plain_copies(ScratchPlan& plan) {
@@ -253,9 +275,9 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   dims strides{st[0], st[1]}, dilates{dil[0] - 1, dil[1] - 1}, pl{pad[0], pad[1]}, pr{pad_end[0], pad_end[1]};
   std::string what = "a convolution for x " + shape_text(xs) + ", w " + shape_text(ws) + ", groups " +
                      std::to_string(g);
-  auto make_pd = [&](ResidualMode mode, const dims& pl, const dims& pr) {
+  auto make_pd = [&](ResidualMode mode, const dims& pl, const dims& pr, bool finite = false) {
     dnnl::primitive_attr attr = user_scratchpad_attr();
-    if (mode != ResidualMode::separate) append_post_ops(k->ep_, attr, mode, &k->dst_md_);
+    if (mode != ResidualMode::separate) append_post_ops(k->ep_, attr, mode, &k->dst_md_, finite);
     using pd_t = dnnl::convolution_forward::primitive_desc;
     const auto fwd = dnnl::prop_kind::forward_inference;
     const auto alg = dnnl::algorithm::convolution_direct;
@@ -313,6 +335,10 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
                            ") serves " + what + " in any layout; it runs orders of magnitude slower than "
                            "PyTorch's, so this partition is left to PyTorch");
     k->prim_ = dnnl::convolution_forward(k->pd_);
+    if (ctx.finite_inputs && act_in_engine(k->ep_) && k->residual_mode_ != ResidualMode::separate) {
+      const dims none{0, 0};
+      k->keep_fused_act(make_pd(k->residual_mode_, k->pre_pad_ ? none : pl, k->pre_pad_ ? none : pr, true));
+    }
   } catch (const dnnl::error& e) {
     fail_create(kOp, what, e);
   }
@@ -377,7 +403,7 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
     k->arg_res_ = k->args_.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, k->dst_md_);
   k->name_ = std::string("onednn_f32_conv2d:") + k->pd_.impl_info_str() + (k->packed_w_ ? ":prepacked" : "") +
              (k->scaled_ ? ":scaled" : "") + (k->pre_pad_ ? ":pre_padded" : k->via_plain_ ? ":via_plain" : "") +
-             (k->threads_ == 1 ? ":1thread" : "");
+             (k->threads_ == 1 ? ":1thread" : "") + (k->fused_prim_ ? ":act_fused_if_finite" : "");
   if (k->residual_mode_ == ResidualMode::separate) k->name_ += std::string("+binary_add:") + k->add_pd_.impl_info_str();
   return k;
 }

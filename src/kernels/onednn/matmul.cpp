@@ -224,13 +224,21 @@ class GemmKernel final : public Kernel {
     if (v.arg_bias >= 0) call.set(v.arg_bias, in[ep_.bias_input].data);
     if (v.arg_res >= 0) call.set(v.arg_res, res_.get(in, scratch, op_));
     if (v.residual == ResidualMode::sum) copy_residual_into(in[ep_.residual_input], out[0]);
-    call.execute(v.prim, s);
+    // relu / clamp as a post-op on calls whose inputs the plan found finite (conv.cpp's rule).
+    const bool act_fused = v.fused && call_inputs_finite();
+    call.execute(act_fused ? *v.fused : v.prim, s);
     s.wait();
-    apply_engine_act(ep_, out[0].ptr<float>(), out[0].numel(), threads_);
+    if (!act_fused) apply_engine_act(ep_, out[0].ptr<float>(), out[0].numel(), threads_);
   }
 
   size_t scratch_bytes() const override { return scratch_total_; }
   std::string name() const override { return name_; }
+  bool fuses_when_finite() const override {
+    for (const auto& row : variants_)
+      for (const Variant& v : row)
+        if (v.fused) return true;
+    return false;
+  }
   // Runtime-M kernels run any M (the weight, so K and N, is the same constant in every plan);
   // empty tensors go to the reference kernel, as create_linear decides.
   bool runs_shapes_of(const KernelContext& ctx) const override {
@@ -250,6 +258,9 @@ class GemmKernel final : public Kernel {
   struct Variant {
     dnnl::matmul::primitive_desc pd;
     dnnl::matmul prim;
+    // prim with the relu / clamp epilogue as a post-op, for calls with finite inputs
+    // (KernelContext::finite_inputs): same implementation, weight layout and scratchpad.
+    std::optional<dnnl::matmul> fused;
     ResidualMode residual = ResidualMode::none;
     ArgCache args;  // execute() arguments; indices below, -1 when absent or fixed
     int arg_src = -1, arg_w = -1, arg_dst = -1, arg_scratch = -1, arg_bias = -1, arg_res = -1;
@@ -495,6 +506,17 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
           k->b_padded_ = k->b_padded_ || (padded != want && v.pd.weights_desc() == padded);
         }
         v.prim = dnnl::matmul(v.pd);
+        if (ctx.finite_inputs && !runtime_m && act_in_engine(k->ep_)) {
+          dnnl::primitive_attr attr = user_scratchpad_attr();
+          append_post_ops(k->ep_, attr, v.residual, &k->c_md_, true);
+          const dnnl::memory::desc w = v.pd.weights_desc();
+          auto fused = k->ep_.has_bias
+                           ? dnnl::matmul::primitive_desc(engine(), k->a_.md[va], w, k->bias_md_, k->c_md_, attr)
+                           : dnnl::matmul::primitive_desc(engine(), k->a_.md[va], w, k->c_md_, attr);
+          if (std::string(fused.impl_info_str()) == v.pd.impl_info_str() && fused.weights_desc() == w &&
+              fused.scratchpad_desc() == v.pd.scratchpad_desc())
+            v.fused = dnnl::matmul(fused);
+        }
       } catch (const dnnl::error& e) {
         fail_create(op, "a matmul for " + shape_text(ctx.in_shapes[0]) + " x " + shape_text(ctx.in_shapes[1]), e);
       }
@@ -540,7 +562,8 @@ std::unique_ptr<Kernel> GemmKernel::create(const KernelContext& ctx, const char*
              (b_const ? (k->b_in_place_ ? ":inplace_w" : k->b_shared_ ? ":prepacked:shared" : ":prepacked") : "") +
              (k->b_padded_ && !k->b_in_place_ ? ":padded_rows" : "") +
              (std::string(op) == "matmul" && a_flip ? ":ta" : "") + (std::string(op) == "matmul" && b_flip ? ":tb" : "") +
-             (runtime_m ? (k->by_m_w_ ? ":runtime_m:static_by_m" : ":runtime_m") : k->threads_ == 1 ? ":1thread" : "");
+             (runtime_m ? (k->by_m_w_ ? ":runtime_m:static_by_m" : ":runtime_m") : k->threads_ == 1 ? ":1thread" : "") +
+             (k->variants_[0][0].fused ? ":act_fused_if_finite" : "");
   return k;
 }
 

@@ -29,18 +29,18 @@ dnnl::primitive_attr user_scratchpad_attr() {
 }
 
 void append_post_ops(const Epilogue& ep, dnnl::primitive_attr& attr, ResidualMode mode,
-                     const dnnl::memory::desc* residual) {
+                     const dnnl::memory::desc* residual, bool finite) {
   dnnl::post_ops po;
   // The residual goes before the activation: act(op + bias + residual).
   if (mode == ResidualMode::binary_add) po.append_binary(dnnl::algorithm::binary_add, *residual);
   if (mode == ResidualMode::sum) po.append_sum(1.f);
   // PyTorch's activations as oneDNN eltwise algorithms (alpha, beta as oneDNN defines them),
   // from each row's dnnl_epi; `alpha` / `beta` in a row are the epilogue's parameters.
-  if (ep.act && !act_in_engine(ep)) {
+  if (ep.act && (finite || !act_in_engine(ep))) {
     [[maybe_unused]] const float alpha = static_cast<float>(ep.alpha), beta = static_cast<float>(ep.beta);
     switch (*ep.act) {
 #define UPDRAFT_EW_POST_OP_no_epi throw Error("onednn", "activation '" + std::string(ew_op_info(*ep.act).name) + "' has no oneDNN post-op");
-#define UPDRAFT_EW_POST_OP_engine_epi break;
+#define UPDRAFT_EW_POST_OP_engine_epi(alg, a, b) po.append_eltwise(dnnl::algorithm::alg, a, b); break;
 #define UPDRAFT_EW_POST_OP_dnnl_epi(alg, a, b) po.append_eltwise(dnnl::algorithm::alg, a, b); break;
 #define UPDRAFT_EW_OP(name, arity, form, result, dtypes, attrs, epi, ...) \
   case EwOp::name: UPDRAFT_EW_POST_OP_##epi

@@ -63,9 +63,11 @@ enum class ResidualMode { none, binary_add, sum, separate };
 // binary_add) and then the activation, giving act(op + bias + residual); the bias is the
 // primitive's own bias argument. The activation is its row's eltwise post-op
 // (ir/elementwise_ops.def, dnnl_epi); the ones act_in_engine() names are left out, and the
-// kernel applies them to its output with apply_engine_act() after the primitive.
+// kernel applies them to its output with apply_engine_act() after the primitive, unless
+// `finite`: the primitive runs only on calls whose inputs are finite (KernelContext::
+// finite_inputs), where oneDNN's relu / clip give PyTorch's values, so they are post-ops too.
 void append_post_ops(const Epilogue& ep, dnnl::primitive_attr& attr, ResidualMode mode,
-                     const dnnl::memory::desc* residual);
+                     const dnnl::memory::desc* residual, bool finite = false);
 // relu and clamp (hardtanh, relu6), the rows marked engine_epi: oneDNN's x64 post-ops compute
 // them with a vector max/min that turns NaN into the bound, where PyTorch keeps the NaN (an MLP
 // with one NaN input gave finite outputs). The engine applies them in one NaN-propagating pass
