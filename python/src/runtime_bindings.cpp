@@ -458,6 +458,11 @@ void bind_runtime(nb::module_& m) {
                    "Kernels made by a factory over all plans (shape-generic ones once per compile).")
       .def_prop_ro("kernels_reused", [](const CG& cg) { return cg.plan_stats().kernels_reused; },
                    "Plan nodes served by an already built kernel (KernelCache).")
+      .def_prop_ro("finite_kernels", [](const CG& cg) { return cg.plan_stats().finite_kernels; },
+                   "Kernels of the most recent plan that run relu / clamp as oneDNN post-ops on calls whose "
+                   "inputs are finite (runtime/finite_inputs.h).")
+      .def_prop_ro("finite_scanned", [](const CG& cg) { return cg.plan_stats().finite_scanned; },
+                   "Graph inputs the most recent plan scans for NaN / inf per call (0: no scan).")
       .def_prop_ro(
           "constant_bytes",
           [](const CG& cg) {

@@ -335,6 +335,7 @@ class EnginePartition(torch.nn.Module):
         r.plans_built, r.plans_instantiated, r.range_plans = cg.plans_built, cg.plans_instantiated, cg.range_plans
         r.plan_ms, r.plan_cpu_ms = cg.total_plan_ms, cg.total_plan_cpu_ms
         r.kernels_created, r.kernels_reused = cg.kernels_created, cg.kernels_reused
+        r.finite_kernels, r.finite_scanned = cg.finite_kernels, cg.finite_scanned
 
     def _build_once(self, args: tuple) -> Any:
         with self._lock:

@@ -57,6 +57,10 @@ class PartitionReport:
     # Kernels the plans made vs took from the compile's kernel cache (new shapes reuse most).
     kernels_created: int = 0
     kernels_reused: int = 0
+    # relu / clamp epilogues run as oneDNN post-ops on calls whose scanned inputs are finite
+    # (docs/decisions.md): the latest plan's kernels with that form, and the inputs it scans.
+    finite_kernels: int = 0
+    finite_scanned: int = 0
     # Persistent compile cache: "" (off), "hit", "miss, stored", "rebuilt: <why>, stored", ...
     cache: str = ""
     cache_ms: float = 0.0  # on a hit: key + load + refit, the whole build
@@ -305,6 +309,11 @@ class Report:
                     lines.append(f"      range plans: {p.plans_instantiated} size(s) run on a bucket's plan "
                                  f"without a build" if p.range_plans == "on"
                                  else f"      range plans off, one plan per size: {p.range_plans}")
+                if p.finite_kernels:
+                    lines.append(f"      relu/clamp as oneDNN post-ops in {p.finite_kernels} kernel(s): "
+                                 + (f"on calls whose {p.finite_scanned} scanned input(s) hold no NaN or inf; "
+                                    "on other calls after the primitive, keeping NaN" if p.finite_scanned else
+                                    "not taken, scanning the inputs would cost more than the passes it saves"))
         low = [p for p in self.partitions if p.weight_dtype != "f32"]
         if low:
             count = stored = as_f32 = 0

@@ -121,6 +121,11 @@ std::shared_ptr<Plan> Executable::build_timed(const std::vector<std::vector<int6
   last_plan_cpu_ms_ = thread_cpu_ms() - cpu0;
   total_plan_cpu_ms_ += last_plan_cpu_ms_;
   ++plans_built_;  // a range attempt that did not qualify still built (and counts)
+  if (plan) {
+    finite_kernels_ = 0;
+    for (const Step& st : plan->steps()) finite_kernels_ += st.kernel && st.kernel->fuses_when_finite();
+    finite_scanned_ = plan->finite_inputs().size();
+  }
   return plan;
 }
 
@@ -177,8 +182,9 @@ std::string Executable::plan_text(const std::vector<std::vector<int64_t>>& input
 PlanStats Executable::plan_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   KernelCache::Stats k = cross_shape_cache_ ? cross_shape_cache_->kernels.stats() : KernelCache::Stats{};
-  return {plans_built_,        last_plan_ms_,        total_plan_ms_, k.created, k.reused, last_plan_cpu_ms_,
-          total_plan_cpu_ms_, plans_instantiated_, range_state_};
+  return {plans_built_,        last_plan_ms_,        total_plan_ms_, k.created,       k.reused,
+          last_plan_cpu_ms_,   total_plan_cpu_ms_,   plans_instantiated_, range_state_, finite_kernels_,
+          finite_scanned_};
 }
 
 void Executable::set_profiling(bool on) {

@@ -53,6 +53,9 @@ struct PlanStats {
   // graph builds one plan per signature instead.
   size_t instantiated = 0;
   std::string range;
+  // The most recent plan build's relu / clamp post-ops for finite calls (runtime/finite_inputs.h):
+  // kernels that have that form, and the graph inputs each call scans for it (0: no scan).
+  size_t finite_kernels = 0, finite_scanned = 0;
 };
 
 class Executable {
@@ -134,6 +137,7 @@ class Executable {
   std::shared_ptr<Plan> build_timed(const std::vector<std::vector<int64_t>>& input_shapes, bool range, std::string* why);
   bool profiling_ = false;  // guarded by mu_
   double last_plan_ms_ = 0, total_plan_ms_ = 0, last_plan_cpu_ms_ = 0, total_plan_cpu_ms_ = 0;
+  size_t finite_kernels_ = 0, finite_scanned_ = 0;  // PlanStats, of the most recent build
 };
 
 }  // namespace updraft

@@ -5,6 +5,7 @@
 #include <string>
 #include <unordered_set>
 
+#include "core/error.h"
 #include "ir/elementwise_program.h"
 #include "ir/op_table.h"
 #include "ir/ops/params.h"
@@ -64,9 +65,24 @@ const std::unordered_set<std::string>& finite_ops() {
       // compute (their epilogues are checked as elementwise ops)
       "conv2d", "linear", "matmul", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "sdpa",
       // reductions and norms
-      "sum", "mean", "amax", "amin", "argmax", "argmin", "softmax", "log_softmax", "layer_norm", "rms_norm",
-      "batch_norm"};
+      "sum", "amax", "amin", "argmax", "argmin", "softmax", "log_softmax", "layer_norm", "rms_norm"};
   return ops;
+}
+
+// mean divides by the reduced count: over an empty dim it is 0 / 0. Kept only when every
+// reduced dim is static and not empty.
+bool mean_of_nonempty(const Node& n) {
+  const Shape& x = n.input(0)->type.shape;
+  std::vector<int64_t> dims = n.attr("dims").ints();
+  if (dims.empty())
+    for (size_t d = 0; d < x.size(); ++d) dims.push_back(static_cast<int64_t>(d));
+  for (int64_t d : dims) {
+    const int64_t k = d < 0 ? d + static_cast<int64_t>(x.size()) : d;
+    if (k < 0 || k >= static_cast<int64_t>(x.size())) return false;
+    const Dim& dim = x[static_cast<size_t>(k)];
+    if (!dim.is_static() || dim.value() <= 0) return false;
+  }
+  return true;
 }
 
 bool finite_attrs(const Node& n) {
@@ -97,7 +113,7 @@ bool finite_epilogue(const Node& n) {
   return keeps_finite(*act) && finite_immediates(*act, imms);
 }
 
-bool keeps_finite(const Node& n) {
+bool keeps_finite_op(const Node& n) {
   const std::string& op = n.op_name();
   if (op == "fused_elementwise") {
     for (const EwInstr& in : parse_ew_program(n.attr("program").s(), "finite_inputs").instrs)
@@ -105,8 +121,19 @@ bool keeps_finite(const Node& n) {
     return true;
   }
   if (op == "cast") return true;
+  if (op == "mean") return mean_of_nonempty(n);
   if (ew_node_info(op) || ew_op_from_name(op)) return keeps_finite(ew_instr_for_node(n));
   return finite_ops().count(op) && finite_attrs(n) && finite_epilogue(n);
+}
+
+// A node the proof cannot read (an attribute it does not expect) keeps nothing finite: the
+// proof only ever loses a fusion, never a compile.
+bool keeps_finite(const Node& n) {
+  try {
+    return keeps_finite_op(n);
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 bool all_finite(const Tensor& t) {
@@ -136,8 +163,12 @@ bool all_finite(const Tensor& t) {
 bool engine_act_node(const Node& n) {
   const std::string& op = n.op_name();
   if ((op != "conv2d" && op != "linear" && op != "matmul") || !has_epilogue(n)) return false;
-  const std::optional<EwOp> act = Epilogue::activation(n.attr("activation").s());
-  return act && ew_op_info(*act).epi == EwEpi::engine;
+  try {
+    const std::optional<EwOp> act = Epilogue::activation(n.attr("activation").s());
+    return act && ew_op_info(*act).epi == EwEpi::engine;
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 }  // namespace

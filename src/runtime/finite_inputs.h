@@ -6,7 +6,8 @@
 //  - a graph input of an integer or bool dtype, or an f32 input (the plan scans those per call),
 //  - a constant whose elements are all finite,
 //  - the output of a node that keeps finite values finite (listed in finite_inputs.cpp: views
-//    and copies, conv / linear / matmul / pools, sums and means, softmax, norms with eps > 0,
+//    and copies, conv / linear / matmul / pools, sums, means over static non-empty dims,
+//    softmax, layer and RMS norms with eps > 0,
 //    and elementwise ops and programs whose every op is in the list and whose immediates are
 //    finite) when all its inputs are.
 // It marks the conv2d, linear and matmul nodes whose epilogue activation the engine applies
@@ -20,7 +21,8 @@
 // the bound in the fused form. The engine already differs from eager in such sums (it
 // accumulates in f32 where eager may not; docs/decisions.md, "Edge values follow eager
 // PyTorch"). Ops that give NaN or inf from finite operands without overflowing (log, div, sqrt,
-// pow, var, norms with eps 0, ...) are not in the list, so nodes past them are not marked.
+// pow, var, norms with eps 0, a mean over an empty dim, batch_norm's arbitrary running var) are
+// not in the list, so nodes past them are not marked.
 #pragma once
 #include <vector>
 

@@ -133,6 +133,19 @@ TEST(FiniteInputs, ProofFollowsOpsThatKeepFiniteValuesFinite) {
     EXPECT_FALSE(f.marks(*a->producer));
     EXPECT_FALSE(f.marks(*b->producer));
   }
+  {  // a mean over static dims keeps finite values finite; over a dim that may be empty, 0 / 0
+    Chain c;
+    Value* m = c.g.add_node("mean", {c.x}, {{"dims", std::vector<int64_t>{2, 3}}, {"keepdim", true}})->output();
+    Value* a = c.conv(m, "relu", rnd({4, 4, 3, 3}, 1));
+    Value* s = c.g.add_input("s", {DType::f32, {Dim(1), Dim(4), Dim::sym("s0"), Dim(6)}});
+    Value* ms = c.g.add_node("mean", {s}, {{"dims", std::vector<int64_t>{-2}}, {"keepdim", true}})->output();
+    Value* b = c.conv(ms, "relu", rnd({4, 4, 3, 3}, 2));
+    c.g.set_outputs({a, b});
+    FiniteInputs f = prove_finite_inputs(c.g);
+    EXPECT_TRUE(f.marks(*a->producer));
+    EXPECT_FALSE(f.marks(*b->producer));
+    EXPECT_EQ(f.inputs, std::vector<int>{0});
+  }
   {  // gelu runs as a oneDNN post-op already (it keeps NaN): nothing to mark or scan
     Chain c;
     Value* a = c.conv(c.x, "gelu", rnd({4, 4, 3, 3}, 1));

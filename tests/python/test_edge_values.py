@@ -421,6 +421,26 @@ def test_conv_epilogue_propagates_nan(act):
     check(lambda t: ACTS[act](conv(t)), x, tol=(1e-4, 1e-5))
 
 
+def test_relu_post_ops_take_the_exact_form_on_a_call_with_nan():
+    # A conv net whose relu / relu6 run as oneDNN post-ops on finite calls (docs/decisions.md):
+    # the compiled function alternates finite images and images with a NaN or an inf, and every
+    # call gives eager's NaNs; the report names the kernels and the scanned input.
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU6(),
+                              torch.nn.Conv2d(16, 16, 1), torch.nn.ReLU(), torch.nn.Conv2d(16, 8, 3, padding=1))
+    net.eval()
+    fast = torch.compile(net, backend="updraft")
+    images = [torch.randn(2, 3, 20, 20) for _ in range(4)]
+    images[1][0, 1, 5, 5] = NAN
+    images[3][1, 0, 0, 0] = INF
+    with torch.no_grad():
+        for x in images + images:
+            _compare(fast(x), net(x), (1e-4, 1e-5))
+    part = updraft.last_report().partitions[0]
+    assert part.finite_kernels == 2 and part.finite_scanned == 1, str(updraft.last_report())
+    assert "relu/clamp as oneDNN post-ops in 2 kernel(s)" in str(updraft.last_report())
+
+
 def test_mlp_with_one_nan_input_gives_eager_nans():
     # issue 14: eager 8 NaN outputs, the fused linear + relu gave 0.
     torch.manual_seed(0)
