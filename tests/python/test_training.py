@@ -420,16 +420,36 @@ def _dropout_reference(model, x, seed_state):
     return y * keep_mask(y.shape, 0.5, seed, 1) * 2.0
 
 
+def _lowering_for(side, monkeypatch, op):
+    """side "pytorch": `op` loses its engine lowering for the test, so it falls back and draws
+    the engine's bits through the bindings; side "engine": as it is."""
+    from updraft import lowering
+
+    if side == "pytorch":
+        monkeypatch.delitem(lowering.LOWERINGS, op)
+
+
+def _assert_draws_ran(side, rep, op, count):
+    """The step's `count` draws of `op` ran in the engine with the training forward in one
+    partition (side "engine"), or in PyTorch (side "pytorch")."""
+    if side == "engine":
+        forward = next(g for g in rep.graphs if g.kind == "training forward")
+        assert forward.fallback_compute == 0, str(rep)
+        assert len(forward.partitions) == 1, str(rep)
+        assert rep.engine_ops[str(op)] == count, str(rep)
+    else:
+        assert rep.fallback_ops[str(op)] == count, str(rep)
+
+
 @pytest.mark.parametrize("side", ["engine", "pytorch"])
 def test_dropout_draws_the_engines_masks_repeatably(side, monkeypatch):
     # Dropout runs in the engine (bernoulli from a counter-based generator, seeded from torch's
     # generator once per call): the forward stays one partition. Where it falls back to PyTorch
     # (side="pytorch": no lowering), the op draws the same bits, so both sides give the same
     # output. torch.manual_seed repeats a call's masks; the next call gets new ones.
-    from updraft import lowering, random_ops
+    from updraft import random_ops
 
-    if side == "pytorch":
-        monkeypatch.delitem(lowering.LOWERINGS, random_ops.DROPOUT)
+    _lowering_for(side, monkeypatch, random_ops.DROPOUT)
     torch.manual_seed(0)
     model = _TwoDropouts().train()
     ref = copy.deepcopy(model)
@@ -442,14 +462,7 @@ def test_dropout_draws_the_engines_masks_repeatably(side, monkeypatch):
     want.square().sum().backward()
     torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-6)
     assert_grads_match(model, ref)
-    rep = updraft.last_report()
-    forward = next(g for g in rep.graphs if g.kind == "training forward")
-    if side == "engine":
-        assert forward.fallback_compute == 0, str(rep)
-        assert len(forward.partitions) == 1, str(rep)
-        assert rep.engine_ops["updraft.dropout.default"] == 2, str(rep)
-    else:
-        assert rep.fallback_ops["updraft.dropout.default"] == 2, str(rep)
+    _assert_draws_ran(side, updraft.last_report(), random_ops.DROPOUT, 2)
     with torch.no_grad():
         torch.manual_seed(3)
         first = fast(x)
@@ -525,20 +538,14 @@ def test_drop_path_draws_uniforms_in_the_engine(side, monkeypatch):
     # aten.rand / rand_like become updraft.rand: the engine's uniform (Philox bits, top 24 of
     # 32), one stream each in graph order; where it falls back (side="pytorch") the op draws the
     # same bits through the bindings. The step equals a reference built from those bits.
-    from updraft import lowering, random_ops
+    from updraft import random_ops
 
-    if side == "pytorch":
-        monkeypatch.delitem(lowering.LOWERINGS, random_ops.RAND)
+    _lowering_for(side, monkeypatch, random_ops.RAND)
     torch.manual_seed(0)
     model = _DropPath(0.3).train()
     x = torch.randn(512, 16)
     y, rep, ref, seed = _seeded_engine_step(model, x, 8)
-    forward = next(g for g in rep.graphs if g.kind == "training forward")
-    if side == "engine":
-        assert rep.engine_ops["updraft.rand.default"] == 2, str(rep)
-        assert forward.fallback_compute == 0 and len(forward.partitions) == 1, str(rep)
-    else:
-        assert rep.fallback_ops["updraft.rand.default"] == 2, str(rep)
+    _assert_draws_ran(side, rep, random_ops.RAND, 2)
     noise, u = random_ops.draw_uniform([512, 16], seed, 0), random_ops.draw_uniform([512, 1], seed, 1)
     xn = x + 0.01 * noise
     flags = (0.7 + u).floor()
@@ -568,20 +575,14 @@ def test_reparameterisation_draws_normals_in_the_engine(side, monkeypatch):
     # aten.randn_like becomes updraft.randn: the engine's normal (Box-Muller of two Philox
     # uniforms); where it falls back the op draws the same bits through the bindings. The step
     # equals a reference built from those bits, and the forward stays one partition.
-    from updraft import lowering, random_ops
+    from updraft import random_ops
 
-    if side == "pytorch":
-        monkeypatch.delitem(lowering.LOWERINGS, random_ops.RANDN)
+    _lowering_for(side, monkeypatch, random_ops.RANDN)
     torch.manual_seed(0)
     model = _Reparameterise().train()
     x = torch.randn(1024, 16)
     y, rep, ref, seed = _seeded_engine_step(model, x, 5)
-    forward = next(g for g in rep.graphs if g.kind == "training forward")
-    if side == "engine":
-        assert rep.engine_ops["updraft.randn.default"] == 1, str(rep)
-        assert forward.fallback_compute == 0 and len(forward.partitions) == 1, str(rep)
-    else:
-        assert rep.fallback_ops["updraft.randn.default"] == 1, str(rep)
+    _assert_draws_ran(side, rep, random_ops.RANDN, 1)
     eps = random_ops.draw_normal([1024, 16], seed, 0)
     mu, logvar = ref.enc(x).chunk(2, dim=-1)
     want = ref.dec(mu + eps * torch.exp(0.5 * logvar))
