@@ -109,26 +109,19 @@ def draw_normal(shape, seed_value: int, stream: int) -> torch.Tensor:
     return _draw_float("normal_fill", shape, seed_value, stream)
 
 
-@torch.library.custom_op("updraft::rand", mutates_args=())
-def rand(size: list[int], seed: torch.Tensor, stream: int) -> torch.Tensor:
-    """aten.rand(size) (float32, CPU) with the engine's bits."""
-    return draw_uniform(size, int(seed), stream)
+def _float_draw_op(name: str, draw):
+    """The custom op `updraft::name(size, seed, stream)`: aten.`name`(size) (float32, CPU) with
+    the engine's bits, `draw`n through the bindings; its fake is an empty float32 of the size."""
+    def run(size: list[int], seed: torch.Tensor, stream: int) -> torch.Tensor:
+        return draw(size, int(seed), stream)
+
+    op = torch.library.custom_op(f"updraft::{name}", run, mutates_args=())
+    op.register_fake(lambda size, seed, stream: torch.empty(size, dtype=torch.float32))
+    return op
 
 
-@rand.register_fake
-def _rand_fake(size, seed, stream):
-    return torch.empty(size, dtype=torch.float32)
-
-
-@torch.library.custom_op("updraft::randn", mutates_args=())
-def randn(size: list[int], seed: torch.Tensor, stream: int) -> torch.Tensor:
-    """aten.randn(size) (float32, CPU) with the engine's bits."""
-    return draw_normal(size, int(seed), stream)
-
-
-@randn.register_fake
-def _randn_fake(size, seed, stream):
-    return torch.empty(size, dtype=torch.float32)
+rand = _float_draw_op("rand", draw_uniform)
+randn = _float_draw_op("randn", draw_normal)
 
 
 SEED = torch.ops.updraft.seed.default
