@@ -177,14 +177,14 @@ struct PlannedCall {
   // `make_output(k)` (a contiguous torch tensor of its shape and dtype) just before its first
   // writer, so torch allocates it where the freed inputs left room (OutputSource); the outputs
   // are returned. The GIL is taken only at the steps that drop or allocate something. The
-  // release schedule is derived per call: O(steps), nothing next to a backward's work.
+  // plan knows each input's last step (Plan::input_last_steps); this call sorts them by step.
   nb::list run_releasing(const std::vector<uintptr_t>& in_ptrs, nb::list owners,
                          const std::vector<std::pair<size_t, std::vector<int64_t>>>& strides,
                          nb::callable make_output) const {
     std::vector<TensorView> in = inputs(in_ptrs, strides), out = outs;
     for (TensorView& o : out) o.data = nullptr;
     std::vector<std::vector<int>> by_step(plan->steps().size() + 1);
-    std::vector<int> last = plan->input_last_steps();
+    const std::vector<int>& last = plan->input_last_steps();
     for (size_t k = 0; k < last.size(); ++k)
       if (std::find(size_inputs.begin(), size_inputs.end(), k) == size_inputs.end())
         by_step[std::max(last[k], 0)].push_back(static_cast<int>(k));  // unread: after step 0

@@ -207,7 +207,7 @@ FiniteInputs prove_finite_inputs(const Graph& g) {
   }
 
   // The f32 graph inputs the marked nodes depend on.
-  std::vector<char> seen(g.num_values(), 0), need(g.num_values(), 0);
+  std::vector<char> seen(g.num_values(), 0);
   std::vector<const Value*> stack;
   for (const Node* n : nodes)
     if (r.marks(*n))
@@ -217,13 +217,12 @@ FiniteInputs prove_finite_inputs(const Graph& g) {
     stack.pop_back();
     if (seen[v->id]) continue;
     seen[v->id] = 1;
-    if (v->is_input) need[v->id] = 1;
     if (v->producer)
       for (const Value* u : v->producer->inputs) stack.push_back(u);
   }
   for (size_t k = 0; k < g.inputs().size(); ++k) {
     const Value* v = g.inputs()[k];
-    if (need[v->id] && v->type.dtype == DType::f32) r.inputs.push_back(static_cast<int>(k));
+    if (seen[v->id] && v->type.dtype == DType::f32) r.inputs.push_back(static_cast<int>(k));
   }
   return r;
 }

@@ -1,5 +1,6 @@
 #include "runtime/plan.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -251,8 +252,7 @@ void Plan::Builder::finite_check() {
   for (int i = 0; i < lv.at_end; ++i)
     if (node_kernels[i] && node_kernels[i]->fuses_when_finite())
       for (const Value* v : lv.order[i]->outputs) saved += 2 * shape_nbytes(shape[v->id], v->type.dtype, "plan");
-  if (saved == 0) return;
-  if (scan <= saved) p->finite_inputs_ = cache.finite.inputs;
+  if (saved > 0 && scan <= saved) p->finite_inputs_ = cache.finite.inputs;
 }
 
 void Plan::Builder::memory_plan() {
@@ -349,6 +349,7 @@ void Plan::Builder::slots_and_steps() {
     p->steps_.push_back(std::move(st));
   }
   p->num_views_ = nviews;
+  p->index_call_positions();
 }
 
 std::shared_ptr<Plan> Plan::build(const Graph& g, const std::vector<std::vector<int64_t>>& input_shapes,
@@ -518,6 +519,9 @@ std::shared_ptr<Plan> Plan::instantiate(const std::vector<std::vector<int64_t>>&
   p->output_slot_ = output_slot_;
   p->packable_ = packable_;
   p->finite_inputs_ = finite_inputs_;
+  p->input_last_steps_ = input_last_steps_;  // the same schedule: the same call positions
+  p->output_first_steps_ = output_first_steps_;
+  p->output_aliases_ = output_aliases_;
   p->size_input_ = size_input_;
   p->memory_ = memory_;
   p->num_inplace_ = num_inplace_;
@@ -577,6 +581,33 @@ bool Plan::matches(const std::vector<TensorView>& inputs) const {
       if (inputs[k].sizes[d] != want[d]) return false;
   }
   return true;
+}
+
+// By step, in order: the `kind` call positions (inputs or outputs) whose memory it touches.
+template <typename F>
+static void for_each_touch(const std::vector<Step>& steps, const std::vector<Slot>& slots, SlotKind kind, F&& f) {
+  for (size_t i = 0; i < steps.size(); ++i)
+    for (const std::vector<int>* in_or_out : {&steps[i].in_slots, &steps[i].out_slots})
+      for (int s : *in_or_out) {
+        while (slots[s].kind == SlotKind::Alias) s = slots[s].index;
+        if (slots[s].kind == kind) f(static_cast<int>(i), slots[s].index);
+      }
+}
+
+void Plan::index_call_positions() {
+  input_last_steps_.assign(input_slot_.size(), -1);
+  for_each_touch(steps_, slots_, SlotKind::Input, [&](int i, int k) { input_last_steps_[k] = i; });
+  output_first_steps_.assign(output_slot_.size(), -1);
+  for_each_touch(steps_, slots_, SlotKind::Output, [&](int i, int k) {
+    if (output_first_steps_[k] < 0) output_first_steps_[k] = i;
+  });
+  output_aliases_.assign(output_slot_.size(), {});
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (slots_[s].kind != SlotKind::Alias) continue;
+    size_t r = s;
+    while (slots_[r].kind == SlotKind::Alias) r = static_cast<size_t>(slots_[r].index);
+    if (slots_[r].kind == SlotKind::Output) output_aliases_[static_cast<size_t>(slots_[r].index)].push_back(static_cast<int>(s));
+  }
 }
 
 bool Plan::inputs_finite(const CallState& st) const {
@@ -679,26 +710,23 @@ void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const s
       cpu::copy_strided(src.kind == SlotKind::Input ? st.inputs[src.index] : v[0], v[1], num_threads_);
     }
   };
-  // Outputs without memory come from the source at their first step (OutputSource); the
-  // aliases of every slot are resolved again after each supply, in slot order (an alias always
+  // Outputs without memory come from the source just before their first step (OutputSource),
+  // in step order; each supply re-points that output's aliases (in slot order: an alias always
   // follows the slot it aliases).
-  std::vector<std::vector<int>> due;
+  std::vector<std::pair<int, int>> due;  // (step, output)
   if (source) {
-    std::vector<int> first = output_first_steps();
     for (size_t k = 0; k < outputs.size(); ++k)
-      if (outputs[k].data == nullptr) {
-        if (due.empty()) due.resize(steps_.size() + 1);
-        due[std::max(first[k], 0)].push_back(static_cast<int>(k));
-      }
+      if (outputs[k].data == nullptr) due.emplace_back(std::max(output_first_steps_[k], 0), static_cast<int>(k));
+    std::sort(due.begin(), due.end());
   }
+  size_t next_due = 0;
   auto supply = [&](size_t i) {
-    if (due.empty() || due[i].empty()) return;
-    for (int k : due[i]) {
-      const Slot& sl = slots_[output_slot_[k]];
-      st.ptrs[output_slot_[k]] = source->output(k, shape_nbytes(sl.shape, sl.dtype, "plan"));
+    for (; next_due < due.size() && static_cast<size_t>(due[next_due].first) <= i; ++next_due) {
+      const int k = due[next_due].second, slot = output_slot_[static_cast<size_t>(k)];
+      const Slot& sl = slots_[static_cast<size_t>(slot)];
+      st.ptrs[slot] = source->output(static_cast<size_t>(k), shape_nbytes(sl.shape, sl.dtype, "plan"));
+      for (int a : output_aliases_[static_cast<size_t>(k)]) st.ptrs[a] = st.ptrs[slots_[a].index];
     }
-    for (size_t s = 0; s < slots_.size(); ++s)
-      if (slots_[s].kind == SlotKind::Alias) st.ptrs[s] = st.ptrs[slots_[s].index];
   };
   const bool profiling = profiling_.load(std::memory_order_relaxed);
   if (!observer && !profiling) {
@@ -706,7 +734,7 @@ void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const s
       supply(i);
       run_step(steps_[i], bind_step(steps_[i]));
     }
-    if (!due.empty()) supply(steps_.size());
+    supply(steps_.size());  // a call of no steps
     return;
   }
   // Timed: one pair of clock reads per step feeds both the profiling counters and the observer.
@@ -747,33 +775,9 @@ void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const s
       observer->after(*this, ev);
     }
   }
-  if (!due.empty()) supply(steps_.size());
+  supply(steps_.size());
 }
 
-// By step, in order: the `kind` call positions (inputs or outputs) whose memory it touches.
-template <typename F>
-static void for_each_touch(const std::vector<Step>& steps, const std::vector<Slot>& slots, SlotKind kind, F&& f) {
-  for (size_t i = 0; i < steps.size(); ++i)
-    for (const std::vector<int>* in_or_out : {&steps[i].in_slots, &steps[i].out_slots})
-      for (int s : *in_or_out) {
-        while (slots[s].kind == SlotKind::Alias) s = slots[s].index;
-        if (slots[s].kind == kind) f(static_cast<int>(i), slots[s].index);
-      }
-}
-
-std::vector<int> Plan::input_last_steps() const {
-  std::vector<int> last(input_slot_.size(), -1);
-  for_each_touch(steps_, slots_, SlotKind::Input, [&](int i, int k) { last[k] = i; });
-  return last;
-}
-
-std::vector<int> Plan::output_first_steps() const {
-  std::vector<int> first(output_slot_.size(), -1);
-  for_each_touch(steps_, slots_, SlotKind::Output, [&](int i, int k) {
-    if (first[k] < 0) first[k] = i;
-  });
-  return first;
-}
 
 void Plan::set_profiling(bool on) const {
   std::lock_guard<std::mutex> lock(pool_mu_);

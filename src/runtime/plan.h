@@ -187,10 +187,10 @@ class Plan {
   // alias of it, or -1 when no step does. After that step a call no longer touches the input,
   // so a caller that owns it may free it while the rest of the call runs (a training backward's
   // saved activations: PlannedCall.run's `owners`, python/src/runtime_bindings.cpp).
-  std::vector<int> input_last_steps() const;
+  const std::vector<int>& input_last_steps() const { return input_last_steps_; }
   // By output: the first step that writes or reads its memory (through any alias of it), or
   // -1 when no step does: when execute() asks an OutputSource for it.
-  std::vector<int> output_first_steps() const;
+  const std::vector<int>& output_first_steps() const { return output_first_steps_; }
 
   // True when these views have exactly this plan's input shapes, and each size input's view
   // holds the value this plan was built for (allocates nothing).
@@ -218,6 +218,9 @@ class Plan {
   struct Builder;  // build()'s phases (plan.cpp)
   Plan() = default;
   std::unique_ptr<CallState> make_state() const;
+  // Fills input_last_steps_, output_first_steps_ and output_aliases_ from the schedule (once
+  // per build; instances share the template's schedule, so they copy them).
+  void index_call_positions();
   // Whether this call's finite_inputs_ hold no NaN and no infinity.
   bool inputs_finite(const CallState& st) const;
   // Fills sym_slots_/sym_steps_ from this plan's bindings; false (and why) when a value's type
@@ -232,6 +235,8 @@ class Plan {
   std::vector<int> output_slot_;     // by output: the slot of kind Output
   std::vector<bool> packable_;       // by input: read by some node, so packed when it comes strided
   std::vector<int> finite_inputs_;   // inputs scanned per call for NaN / inf (Builder::finite_check)
+  std::vector<int> input_last_steps_, output_first_steps_;  // index_call_positions
+  std::vector<std::vector<int>> output_aliases_;            // by output: its alias slots, in slot order
   std::vector<bool> size_input_;     // by input: a size input (its signature entry is {value})
   MemoryPlan memory_;
   // Range templates (build_range): the buckets, and the slots and kernel steps whose shapes
