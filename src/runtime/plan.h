@@ -202,7 +202,8 @@ class Plan {
   // Runs the schedule. Inputs/outputs must already be validated against this plan
   // (Executable::run does that): count, dtype, shapes, contiguous outputs. With an observer,
   // it is called before and after every step (StepObserver).
-  // With a source, outputs whose data is null are asked of it as the call reaches them.
+  // With a source, outputs whose data is null are asked of it as the call reaches them. Before
+  // the first step it scans finite_inputs() and tells the kernels (call_inputs_finite).
   void execute(CallState& st, const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
                StepObserver* observer = nullptr, OutputSource* source = nullptr) const;
 
