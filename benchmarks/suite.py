@@ -66,7 +66,8 @@ TRAIN_MODELS = {
     "vit": ("vit", dict(batch=4)),
     "swin_t": ("swin", dict(batch=2)),  # windowed attention, patch merges, drop path (rand)
 }
-# --train backends: the optimizer runs eagerly in every row. updraft is the default
+# --train backends: the optimizer runs eagerly in every row (--optimizer: compiled with the
+# row's backend in the compiled rows, or AdamW(fused=True) everywhere). updraft is the default
 # (training="auto": per graph, the faster of the engine and PyTorch); updraft_engine forces
 # the engine for every graph.
 TRAIN_BACKENDS = ["eager", "inductor", "updraft", "updraft_engine"]
@@ -304,21 +305,27 @@ def _train_worker(spec: dict) -> dict:
 
     backend, threads = spec["backend"], spec["threads"]
     if backend == "eager":
-        fast = model
+        compiler = None
     elif backend == "inductor":
-        fast = torch.compile(model)
+        compiler = "inductor"
     elif backend in ("updraft", "updraft_engine"):
-        cfg = CompilerConfig(num_threads=threads, training="engine" if backend == "updraft_engine" else "auto")
-        fast = torch.compile(model, backend=get_backend(cfg))
+        forced = backend == "updraft_engine"
+        compiler = get_backend(CompilerConfig(num_threads=threads, training="engine" if forced else "auto",
+                                              inference="engine" if forced else "auto"))
     else:
         raise ValueError(f"{backend} has no training mode (inference only)")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    fast = model if compiler is None else torch.compile(model, backend=compiler)
+    optimizer = spec.get("optimizer", "eager")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=optimizer == "fused")
+    # --optimizer compiled: the step through the row's backend (an inference graph writing every
+    # parameter and moment; docs/training.md, "The optimizer step"); eager's row runs it eagerly.
+    opt_step = torch.compile(opt.step, backend=compiler) if optimizer == "compiled" and compiler else opt.step
 
     def step():
         opt.zero_grad(set_to_none=True)
         loss = loss_of(fast(*inputs))
         loss.backward()
-        opt.step()
+        opt_step()
         return loss
 
     res: dict = {}
@@ -859,6 +866,10 @@ def main(argv=None) -> int:
                         + "/".join(TRAIN_BACKENDS) + "; writes between the train-suite markers")
     p.add_argument("--dropout", action="store_true",
                    help="--train: keep the models' dropout (default: off, so the first loss matches eager's)")
+    p.add_argument("--optimizer", choices=["eager", "compiled", "fused"], default="eager",
+                   help="--train: the AdamW step eagerly in every row (default); 'compiled': "
+                        "torch.compile(opt.step) with the row's backend (eager's row: eagerly); 'fused': "
+                        "AdamW(fused=True) in every row")
     p.add_argument("--backends", nargs="+", choices=ALL_BACKENDS,
                    help="backends to run on every thread count (default: the preset's)")
     p.add_argument("--threads", nargs="+", default=["all", "1"],
@@ -1028,7 +1039,7 @@ def run_rows(args, cmdline: str) -> tuple[list[dict], dict, dict]:
                 for b in order:
                     spec = dict(model=m, backend=b, threads=n, min_time=args.min_time, min_iters=args.min_iters,
                                 max_iters=args.max_iters, warmup=args.warmup, boost=args.boost, train=args.train,
-                                dropout=args.dropout)
+                                dropout=args.dropout, optimizer=args.optimizer)
                     env = env_of(n)
                     cache = None
                     if b in CACHED:  # a fresh cache directory makes the first compile cold

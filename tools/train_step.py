@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import os
 import resource
 import statistics
@@ -61,13 +62,16 @@ def _run(args) -> None:
     target = torch.randint(0, out.shape[-1], out.shape[:-1])
     cfg = CompilerConfig(num_threads=args.threads, training="engine", disable_passes=skip, **knobs)
     fast = model if mode == "eager" else torch.compile(model, backend=get_backend(cfg))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=args.optimizer == "fused")
+    opt_step = opt.step
+    if args.optimizer == "compiled" and mode != "eager":  # the step in the engine too
+        opt_step = torch.compile(opt.step, backend=get_backend(dataclasses.replace(cfg, inference="engine")))
 
     def step():
         opt.zero_grad(set_to_none=True)
         o = zoo.first_tensor(fast(*inputs))
         F.cross_entropy(o.reshape(-1, o.shape[-1]), target.reshape(-1)).backward()
-        opt.step()
+        opt_step()
 
     t0 = time.perf_counter()
     step()
@@ -103,6 +107,9 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5, help="timed steps per run, after 3 untimed")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--profile", action="store_true", help="print updraft.profile of the step instead")
+    p.add_argument("--optimizer", choices=["eager", "compiled", "fused"], default="eager",
+                   help="AdamW's step: eagerly (default), torch.compile'd into the engine (engine modes; "
+                        "eager's mode runs it eagerly), or AdamW(fused=True)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -120,7 +127,8 @@ def main() -> None:
     for _ in range(1 if args.profile else args.rounds):
         for m in modes:
             cmd = [sys.executable, __file__, "--worker", m, "--model", args.model, "--batch", str(args.batch),
-                   "--steps", str(args.steps), "--threads", str(args.threads)] + (["--profile"] if args.profile else [])
+                   "--steps", str(args.steps), "--threads", str(args.threads), "--optimizer", args.optimizer] + (
+                       ["--profile"] if args.profile else [])
             subprocess.run(cmd, check=True)
 
 

@@ -509,16 +509,19 @@ def _fw_metadata() -> Any:
 
 def _data_writes() -> list[tuple[int, int]]:
     """(output k, input i) for each input the graph AOTAutograd is compiling writes (data only,
-    no metadata change, no grad): output k is the new value AOTAutograd copies into input i
-    after the call (its outputs start with the mutated inputs' new values, in order)."""
+    no metadata change, and hidden from autograd: an input that requires grad counts only when
+    written under no_grad, as an optimizer step writes parameters): output k is the new value
+    AOTAutograd copies into input i after the call (its outputs start with the mutated inputs'
+    new values, in order)."""
     meta = _fw_metadata()
     if meta is None:
         return []
     pairs = []
     for k, i in enumerate(meta.mutated_inp_runtime_indices):
         info = meta.input_info[i]
+        hidden = info.mutations_under_no_grad_or_inference_mode or info.mutations_hidden_from_autograd
         if info.mutates_data and not info.mutates_metadata and not info.mutates_storage_metadata \
-                and not info.requires_grad:
+                and (hidden or not info.requires_grad):
             pairs.append((k, i))
     return pairs
 
@@ -699,7 +702,7 @@ def _compile(gm: fx.GraphModule, example_inputs: list, config: CompilerConfig) -
         return _training_step_timed_against_eager(compiled, eager, seen)
     if config.weight_dtype != "f32" and _has_engine_partitions(seen.get("report")):
         return _low_precision_untimed(compiled, seen["report"], config.weight_dtype)
-    if seen.get("mutates_inputs"):
+    if seen.get("mutates_inputs") and config.inference == "auto":
         return _timed_against_eager(compiled, gm, seen["report"])
     if config.inference == "auto" and _has_engine_partitions(seen.get("report")):
         return _inference_timed_against_eager(compiled, gm, seen["report"])

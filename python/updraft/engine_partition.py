@@ -42,6 +42,10 @@ _MAX_BOUND_PLANS = 16
 # plain write but would add twice.
 IN_PLACE_WRITERS = (torch.ops.aten.index_put.default, torch.ops.aten.scatter.src, torch.ops.aten.scatter.value)
 
+# Copies that map element i to element i (with a broadcast source), like the pointwise-tagged
+# ops, for the pointwise in-place rule (EnginePartition._pointwise_cone).
+_POINTWISE_COPIES = (torch.ops.aten.copy.default, torch.ops.aten._to_copy.default)
+
 # Lowered only when a consumer asks (so addmm(b, x, permute(w)) absorbs the permute, and
 # index_put into a full(...) broadcasts its value instead of making a constant of its size).
 _DEFERRED = {torch.ops.aten.permute.default, torch.ops.aten.t.default, torch.ops.aten.full.default}
@@ -107,25 +111,76 @@ class EnginePartition(torch.nn.Module):
         # output j -> placeholder p: output j is written into input p's memory and returned as
         # that tensor (write_input_in_place).
         self._input_writes: dict[int, int] = {}
+        # Whether some input write is pointwise (write_input_in_place): its output is computed
+        # from the input's old value, so a call cannot be repeated on the written input.
+        self._rewrites_inputs = False
         profiler.register(self)
 
     def write_input_in_place(self, j: int, p: int) -> bool:
-        """Makes output j be written into input p's memory, when output j is an IN_PLACE_WRITERS
-        node whose base is placeholder p and nothing else in the partition reads p (so no read
-        of p follows the write). The caller vouches that input p is written with output j's
-        value after the call anyway (AOTAutograd's copy-back of a mutated input, which becomes a
-        no-op on the same tensor) and that nothing outside reads p's old value."""
+        """Makes output j be written into input p's memory, when one of two rules shows that no
+        step reads p after output j's step writes it:
+        - a scatter: output j is an IN_PLACE_WRITERS node whose base is placeholder p, and
+          nothing else in the partition reads p. Its kernel copies the base into its output (a
+          no-op on the same memory) and then writes the scattered rows: a static KV cache.
+        - pointwise: every node output j is computed from is pointwise (`_pointwise_cone`),
+          every reader of p is among them and has p's shape, and output j has p's shape and
+          dtype. Each engine step reading p is then output j's own step, an elementwise kernel
+          that reads element i before it writes element i, or a step before it: an optimizer's
+          parameter and moment updates (`p.mul_(1 - lr * wd)`, `exp_avg.lerp_(grad, 0.1)`).
+          A call that fails after such a write cannot run again in PyTorch (_failed_after_write).
+        The caller vouches that input p is written with output j's value after the call anyway
+        (AOTAutograd's copy-back of a mutated input, which becomes a no-op on the same tensor)
+        and that nothing outside reads p's old value."""
         placeholders = list(self.sub.graph.find_nodes(op="placeholder"))
         out = next(n for n in self.sub.graph.nodes if n.op == "output").args[0]
         outs = list(out) if self._multi else [out]
         if not (0 <= p < len(placeholders) and 0 <= j < len(outs)) or self.const_mask[p]:
             return False
         ph, node = placeholders[p], outs[j]
-        if (not isinstance(node, fx.Node) or node.target not in IN_PLACE_WRITERS or node.args[0] is not ph
-                or list(ph.users) != [node] or sum(o is node for o in outs) != 1 or _accumulates(node)):
+        if not isinstance(node, fx.Node) or sum(o is node for o in outs) != 1:
             return False
+        if node.target in IN_PLACE_WRITERS:
+            if node.args[0] is not ph or list(ph.users) != [node] or _accumulates(node):
+                return False
+        elif not self._pointwise_write(ph, node):
+            return False
+        else:
+            self._rewrites_inputs = True
         self._input_writes[j] = p
         return True
+
+    @staticmethod
+    def _pointwise_write(ph: fx.Node, node: fx.Node) -> bool:
+        """The pointwise rule of write_input_in_place for placeholder ph and output node."""
+        pm, om = meta(ph), meta(node)
+        if not (isinstance(pm, torch.Tensor) and isinstance(om, torch.Tensor)) or pm.shape != om.shape \
+                or pm.dtype != om.dtype:
+            return False
+        cone = EnginePartition._pointwise_cone(node)
+        return cone is not None and all(u in cone and meta(u).shape == pm.shape for u in ph.users)
+
+    @staticmethod
+    def _pointwise_cone(node: fx.Node) -> Optional[set]:
+        """The nodes `node` is computed from, itself included, when every computing one among
+        them is pointwise (aten's pointwise tag, or a copy without a layout change) or reads no
+        tensor (full, scalar_tensor); else None. Such a cone holds no matmul, convolution or
+        reduction, whose engine kernel could read an operand fused into it (a residual add)
+        after writing part of its output."""
+        cone, todo = set(), [node]
+        while todo:
+            n = todo.pop()
+            if n in cone:
+                continue
+            cone.add(n)
+            if n.op == "call_function":
+                pointwise = torch.Tag.pointwise in getattr(n.target, "tags", ()) or (
+                    n.target in _POINTWISE_COPIES and "memory_format" not in n.kwargs)
+                if n.all_input_nodes and not pointwise:
+                    return None
+            elif n.op not in ("placeholder", "get_attr"):
+                return None
+            todo.extend(n.all_input_nodes)
+        return cone
 
     def _outputs_for(self, metas: list, args: tuple) -> list:
         """Output tensors for a call: fresh ones, and for each input write its input, when that
@@ -238,7 +293,12 @@ class EnginePartition(torch.nn.Module):
                     raise
             else:
                 outs = self._outputs_for(call[1], args) if self._input_writes else [torch.empty(s, dtype=d) for s, d in call[1]]
-                call[0].run(ptrs, [o.data_ptr() for o in outs], strided)
+                try:
+                    call[0].run(ptrs, [o.data_ptr() for o in outs], strided)
+                except _c().UpdraftError as e:
+                    if self._rewrites_inputs and any(o is a for o in outs for a in args):
+                        self._failed_after_write(e)
+                    raise
         except _c().UpdraftError as e:
             return self._engine_failed(e, args)
         return tuple(outs) if self._multi else outs[0]
@@ -258,6 +318,21 @@ class EnginePartition(torch.nn.Module):
                            "(CompilerConfig.release_saved), so PyTorch cannot run the call again; the partition "
                            "runs in PyTorch from the next call on. CompilerConfig(release_saved=False) keeps the "
                            "inputs for a re-run.") from e
+
+    def _failed_after_write(self, e: Exception) -> None:
+        """The engine failed a call that writes inputs pointwise in place (an optimizer step):
+        some may hold their new values already, so PyTorch cannot run the call again. The call
+        raises (a watchdog timeout as it is); the partition runs in PyTorch from the next call
+        on, writing new tensors that AOTAutograd copies back."""
+        if isinstance(e, _c().WatchdogTimeout):
+            raise e
+        msg = f"[updraft.partition] {self.report.name}: engine error at run time: {e}"
+        with self._lock:
+            self._state = msg
+            self.report.fail(f"engine error at run time: {e}")
+        raise RuntimeError(f"{msg}. The call writes {len(self._input_writes)} of its inputs in place, some "
+                           "computed from their old values, which it may have overwritten already, so PyTorch "
+                           "cannot run the call again; the partition runs in PyTorch from the next call on.") from e
 
     def _engine_failed(self, e: Exception, args: tuple) -> Any:
         """The engine raised `e` running this call. PyTorch runs the same call: when it fails too,

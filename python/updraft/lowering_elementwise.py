@@ -113,6 +113,14 @@ def _where(lw, node, a):
     return lw.emit1("where", [cond, lw.operand(a["self"], dt), lw.operand(a["other"], dt)])
 
 
+# prims.fma (Inductor's prim, registered when torch._inductor loads; keyed by name): AOTAutograd
+# decomposes addcmul and lerp into it, so a compiled optimizer step's moment updates hold it.
+@register("prims.fma.default")
+def _fma(lw, node, a):
+    dt = out_dtype(node)
+    return lw.emit1("fma", [lw.operand(a[k], dt) for k in ("a", "b", "c")])
+
+
 # -- exact compositions of engine ops (no rounding beyond what torch's own kernel does)
 @register(aten.isinf.default)
 def _isinf(lw, node, a):

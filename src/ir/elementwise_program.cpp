@@ -1,5 +1,6 @@
 #include "ir/elementwise_program.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -60,6 +61,8 @@ std::string EwProgram::str() const {
       s += buf;
     }
   }
+  if (!also.empty()) s += " |";
+  for (int k : also) s += " %" + std::to_string(k);
   return s;
 }
 
@@ -82,6 +85,11 @@ EwProgram parse_ew_program(const std::string& text, const std::string& component
   else throw Error(component, "program output dtype '" + head + "' must be f32 or bool");
 
   std::string instrs_text = trim(text.substr(colon + 1));
+  std::string also_text;
+  if (size_t bar = instrs_text.find('|'); bar != std::string::npos) {
+    also_text = instrs_text.substr(bar + 1);
+    instrs_text = trim(instrs_text.substr(0, bar));
+  }
   UPDRAFT_CHECK(instrs_text.empty() || instrs_text.back() != ';', component,
                 "program '" + text + "' ends with an empty instruction");
   std::stringstream body(instrs_text);
@@ -121,6 +129,18 @@ EwProgram parse_ew_program(const std::string& text, const std::string& component
     p.instrs.push_back(std::move(ins));
   }
   UPDRAFT_CHECK(!p.instrs.empty(), component, "program has no instructions");
+  std::stringstream extra(also_text);
+  std::string tok;
+  const int last = static_cast<int>(p.instrs.size()) - 1;
+  while (extra >> tok) {
+    char* end = nullptr;
+    long k = tok.size() >= 2 && tok[0] == '%' ? std::strtol(tok.c_str() + 1, &end, 10) : -1;
+    UPDRAFT_CHECK(end && *end == '\0' && k >= 0 && k < last, component,
+                  "program '" + text + "': extra result '" + tok + "' must be %k of an instruction before the last");
+    UPDRAFT_CHECK(std::find(p.also.begin(), p.also.end(), k) == p.also.end(), component,
+                  "program '" + text + "' names extra result %" + std::to_string(k) + " twice");
+    p.also.push_back(static_cast<int>(k));
+  }
   return p;
 }
 

@@ -147,11 +147,16 @@ struct EwInstr {
 struct EwProgram {
   DType out_dtype = DType::f32;  // f32 or bool (bool stores result != 0)
   std::vector<EwInstr> instrs;   // non-empty; the last one is the result
+  // More results, stored as f32 outputs 1, 2, ... of the node: instructions other than the last,
+  // distinct, in output order (text: " | %k %j" after the last instruction).
+  std::vector<int> also;
   std::string str() const;
   int num_inputs() const;  // 1 + the highest $k referenced (0 when none)
+  int num_outputs() const { return 1 + static_cast<int>(also.size()); }
 };
 
-// Parses and validates (op names, arity, %k refers to an earlier instruction, output dtype).
+// Parses and validates (op names, arity, %k refers to an earlier instruction, output dtype,
+// the extra results).
 // Throws Error(component, ...) with the offending instruction.
 EwProgram parse_ew_program(const std::string& text, const std::string& component);
 

@@ -38,7 +38,10 @@ bool blockable_conv(const Node& n, int64_t block) {
 
 // The ops that can run on blocked bytes seen as [N, C/B, H, W, B] (Rewriter::elementwise,
 // Rewriter::spatial_reduction).
-bool is_elementwise(const Node& n) { return n.op->cls == OpClass::Elementwise || n.op_name() == "fused_elementwise"; }
+// One output: a fused program's extra results (fuse_elementwise) would need their own layouts.
+bool is_elementwise(const Node& n) {
+  return (n.op->cls == OpClass::Elementwise || n.op_name() == "fused_elementwise") && n.outputs.size() == 1;
+}
 bool is_column_reduction(const Node& n) {
   const std::string& op = n.op_name();
   return op == "sum" || op == "mean" || op == "amax" || op == "amin";  // the CPU kernel's column path

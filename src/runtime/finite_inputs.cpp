@@ -30,7 +30,8 @@ bool keeps_finite(EwOp op) {
     case EwOp::sub: case EwOp::mul: case EwOp::maximum: case EwOp::minimum: case EwOp::atan2:
     case EwOp::copysign: case EwOp::eq: case EwOp::ne: case EwOp::lt: case EwOp::le: case EwOp::gt:
     case EwOp::ge: case EwOp::logical_and: case EwOp::logical_or: case EwOp::bitwise_and:
-    case EwOp::bitwise_or: case EwOp::clamp: case EwOp::where: case EwOp::cast:
+    case EwOp::bitwise_or: case EwOp::clamp: case EwOp::where: case EwOp::fma:
+    case EwOp::cast:
       return true;
     default:
       return false;

@@ -109,3 +109,21 @@ TEST(PassCanonicalize, LinearOfATransposedConstantStaysForFolding) {
   return (%1)
 })", then_dce<canonicalize>, Changed::no);
 }
+
+TEST(PassCanonicalize, DropsMultiplyByOneAndWhereOfALiteral) {
+  // An optimizer step's addcdiv(value=1) and lerp on a constant weight (a 0-d literal branch).
+  auto g = check_pass(R"(graph(%x: f32[8], %y: f32[8]) {
+  %one = constant f32[] [1.0]
+  %no = constant bool[] [0]
+  %0 = mul(%x, %one)
+  %1 = mul(%one, %0)
+  %2 = div(%1, %one)
+  %3 = where(%no, %x, %2)
+  %4 = neg(%3)
+  %5 = div(%one, %y)           // 1 / y is not y
+  %6 = where(%no, %y, %one)    // the literal branch is 0-d: its broadcast stays
+  return (%4, %5, %6)
+})", then_dce<canonicalize>, Changed::yes);
+  EXPECT_EQ(ops_of(*g), "neg div where");
+  EXPECT_EQ(g->nodes()[0]->input(0), g->inputs()[0]);
+}

@@ -775,8 +775,9 @@ def test_measured_choice_counts_the_backward():
 
 def test_compiled_optimizer_step_matches_eager_and_is_timed_against_it():
     # torch.compile(opt.step): an inference graph that writes every parameter and state tensor.
-    # Nothing it writes may be frozen (a rebuild per step); the compiled call and Dynamo's graph
-    # run eagerly in place are timed over the first calls and the faster keeps it.
+    # Nothing it writes may be frozen (a rebuild per step); the engine writes each in place (no
+    # copy-back); the compiled call and Dynamo's graph run eagerly in place are timed over the
+    # first calls and the faster keeps it.
     model = _mlp()
     ref = copy.deepcopy(model)
     for p, q in zip(model.parameters(), ref.parameters()):
@@ -793,8 +794,9 @@ def test_compiled_optimizer_step_matches_eager_and_is_timed_against_it():
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
     rep = updraft.last_report()
-    timed = [t for g in rep.graphs for k, t in g.compiles if k == "input-writing graph"]
-    assert len(timed) == 1 and "eager PyTorch (in place)" in timed[0], str(rep)
+    timed = [t for g in rep.graphs for k, t in g.compiles if k == "input-writing graph" and "timed" in t]
+    assert len(timed) == 1 and "updraft (engine, in place)" in timed[0], str(rep)
+    assert [(g.input_writes, g.input_writes_in_place) for g in rep.graphs] == [(40, 40)], str(rep)
     assert not rep.recompiles, str(rep)
 
 

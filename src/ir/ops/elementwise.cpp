@@ -82,6 +82,7 @@ void infer_fused(InferCtx& c) {
     if (k) s = broadcast_shapes(s, c.in(k).shape, "fused_elementwise");
   }
   c.set_output(0, {p.out_dtype, s});
+  for (int k = 1; k < p.num_outputs(); ++k) c.set_output(k, {DType::f32, s});  // extra results: f32
 }
 
 }  // namespace
@@ -125,9 +126,11 @@ void register_fused_ops(OpTable& t) {
   d.attrs = {{"program", Attr::Kind::Str, std::nullopt}};
   d.dtypes = {DT::f32, DT::boolean};
   d.cls = OpClass::Fused;
+  d.num_outputs = -1;  // 1 + the program's extra results
   // Not declared inplace: input 0 may be bool or smaller than the (broadcast) output.
   d.infer = infer_fused;
-  d.doc = "a chain of elementwise ops evaluated in one pass (program format: src/passes/fuse_elementwise.cpp)";
+  d.doc = "a chain of elementwise ops evaluated in one pass, with optional extra f32 results (program format: "
+          "src/passes/fuse_elementwise.cpp)";
   t.add(std::move(d));
 }
 

@@ -116,6 +116,7 @@ std::unique_ptr<BlockProgram<T>> BlockProgram<T>::compile(const EwProgram& p, in
   for (int i = 0; i < n; ++i)
     for (const EwOperand& a : p.instrs[i].args)
       if (a.kind == EwOperand::Kind::reg) last_use[a.index] = i;
+  for (int k : p.also) last_use[k] = n;  // extra results are stored at the end of each block
   for (int i = 0; i < n; ++i) {
     EwInstr ins = p.instrs[i];
     if (!ew_op_info(ins.op).in_program) return nullptr;
@@ -154,12 +155,17 @@ std::unique_ptr<BlockProgram<T>> BlockProgram<T>::compile(const EwProgram& p, in
   }
   if (nslots > kMaxSlots) return nullptr;
   prog->nslots_ = nslots;
+  for (int k : p.also) prog->also_slots_.push_back(reg_slot[k]);
   return prog;
 }
 
 template <typename T>
-void BlockProgram<T>::run(const TensorView* in, int nin, TensorView& out, const std::string& op) const {
+void BlockProgram<T>::run(const TensorView* in, int nin, TensorView* outs, const std::string& op) const {
+  TensorView& out = outs[0];
   UPDRAFT_CHECK(out.is_contiguous(), op, "the CPU kernel writes contiguous outputs only");
+  for (size_t k = 0; k < also_slots_.size(); ++k)
+    UPDRAFT_CHECK(outs[k + 1].is_contiguous() && outs[k + 1].shape() == out.shape(), op,
+                  "extra result " + std::to_string(k + 1) + " needs a contiguous output of output 0's shape");
   UPDRAFT_CHECK(nin == static_cast<int>(input_slot_.size()), op, "got the wrong number of inputs");
   for (int k = 0; k < nin; ++k)
     UPDRAFT_CHECK(in[k].dtype == kData || in[k].dtype == DType::boolean, op,
@@ -173,10 +179,10 @@ void BlockProgram<T>::run(const TensorView* in, int nin, TensorView& out, const 
       const BlockProgram& prog;
       const BcastPlan& plan;
       const TensorView* in;
-      TensorView& out;
+      TensorView* outs;
       alignas(32) T buf[kMaxSlots][kBlock];
-      explicit Body(const BlockProgram& pr, const BcastPlan& pl, const TensorView* i, TensorView& o)
-          : prog(pr), plan(pl), in(i), out(o) {
+      explicit Body(const BlockProgram& pr, const BcastPlan& pl, const TensorView* i, TensorView* o)
+          : prog(pr), plan(pl), in(i), outs(o) {
         for (auto [s, v] : prog.imms_) std::fill(buf[s], buf[s] + kBlock, v);
       }
       void operator()(const int64_t* off, int64_t n64) {
@@ -200,7 +206,7 @@ void BlockProgram<T>::run(const TensorView* in, int nin, TensorView& out, const 
           }
         }
         const bool data_out = prog.out_dtype_ == kData;
-        T* out_data = data_out ? out.ptr<T>() + off[0] : nullptr;
+        T* out_data = data_out ? outs[0].ptr<T>() + off[0] : nullptr;
         const size_t last = prog.steps_.size() - 1;
         for (size_t i = 0; i <= last; ++i) {
           const Step& st = prog.steps_[i];
@@ -212,13 +218,17 @@ void BlockProgram<T>::run(const TensorView* in, int nin, TensorView& out, const 
           ptr[st.dst] = dst;
         }
         if (!data_out) {
-          bool* ob = out.ptr<bool>() + off[0];
+          bool* ob = outs[0].ptr<bool>() + off[0];
           const T* r = ptr[prog.steps_[last].dst];
           for (int i = 0; i < n; ++i) ob[i] = r[i] != T(0);
         }
+        // Extra results after every step: an output sharing an input's memory (an optimizer's
+        // moment written in place) is stored once all of this block's reads are done.
+        for (size_t k = 0; k < prog.also_slots_.size(); ++k)
+          std::copy(buf[prog.also_slots_[k]], buf[prog.also_slots_[k]] + n, outs[k + 1].ptr<T>() + off[0]);
       }
     };
-    return Body(self, plan, in, out);
+    return Body(self, plan, in, outs);
   });
 }
 
@@ -240,7 +250,7 @@ std::unique_ptr<Kernel> program_kernel(std::string name, std::string op, std::sh
                                        int threads) {
   return make_generic_kernel(std::move(name), [prog, op, threads](const TensorView* in, TensorView* out) {
     cpu::ScopedThreads t(ew_threads(threads));
-    prog->run(in, static_cast<int>(prog->num_inputs()), out[0], op);
+    prog->run(in, static_cast<int>(prog->num_inputs()), out, op);
   });
 }
 

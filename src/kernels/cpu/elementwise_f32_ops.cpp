@@ -217,6 +217,7 @@ F32_VEC2(logical_or, bool01(_mm256_or_ps(_mm256_cmp_ps(x, _mm256_setzero_ps(), _
 // maxps/minps return their second operand on NaN, so x's NaN survives
 F32_VEC3(clamp, _mm256_min_ps(z, _mm256_max_ps(y, x)))
 F32_VEC3(where, _mm256_blendv_ps(z, y, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NEQ_UQ)))
+F32_VEC3(fma, _mm256_fmadd_ps(x, y, z))
 
 void run_block_op(EwOp op, const float* a, const float* b, const float* c, float* d, int n) {
   dispatch_block_op<F32Fn>(op, a, b, c, d, n);

@@ -191,6 +191,7 @@ F64_MAP2(logical_and, b01((x != 0) & (y != 0)))
 F64_MAP2(logical_or, b01((x != 0) | (y != 0)))
 F64_MAP3(clamp, x != x ? x : std::min(std::max(x, y), z))  // a NaN x stays NaN
 F64_MAP3(where, x != 0 ? y : z)
+F64_MAP3(fma, std::fma(x, y, z))
 
 void run_block_op(EwOp op, const double* a, const double* b, const double* c, double* d, int n) {
   dispatch_block_op<F64Fn>(op, a, b, c, d, n);

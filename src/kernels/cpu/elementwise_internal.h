@@ -157,7 +157,8 @@ class BlockProgram {
   // Returns nullptr when the program needs more inputs or slots than the stack blocks hold;
   // the caller then declines and the reference kernel runs.
   static std::unique_ptr<BlockProgram> compile(const EwProgram& p, int num_inputs);
-  void run(const TensorView* in, int nin, TensorView& out, const std::string& op) const;
+  // out: output 0, then one per extra result of the program (contiguous, output 0's shape).
+  void run(const TensorView* in, int nin, TensorView* out, const std::string& op) const;
   int num_inputs() const { return static_cast<int>(input_slot_.size()); }
 
  private:
@@ -171,6 +172,7 @@ class BlockProgram {
   std::vector<Step> steps_;
   std::vector<std::pair<int, T>> imms_;  // (slot, value), filled once per thread
   std::vector<int> input_slot_;          // per input; -1 when the program never reads it
+  std::vector<int> also_slots_;          // the slot of each extra result (EwProgram::also)
   int nslots_ = 0;
   DType out_dtype_ = kData;
 };

@@ -131,10 +131,14 @@ void run_cast(const TensorView& x, const TensorView& out) {
 }
 
 // A fused program, per element: every intermediate is rounded to f32, exactly as the unfused
-// graph's f32 tensors would hold it, so fused and unfused reference results agree.
-void run_program(const EwProgram& p, const TensorView* in, int nin, const TensorView& out) {
+// graph's f32 tensors would hold it, so fused and unfused reference results agree. Outputs 1..
+// (the extra results) have output 0's shape and are stored at its offsets.
+void run_program(const EwProgram& p, const TensorView* in, int nin, TensorView* out) {
+  for (int k = 1; k < p.num_outputs(); ++k)
+    UPDRAFT_CHECK(out[k].is_contiguous() && out[k].shape() == out[0].shape() && out[0].is_contiguous(),
+                  "fused_elementwise", "extra results need contiguous outputs of output 0's shape");
   std::vector<float> regs(p.instrs.size());
-  for_each_element(out, in, nin, [&](int64_t oo, const int64_t* offs) {
+  for_each_element(out[0], in, nin, [&](int64_t oo, const int64_t* offs) {
     for (size_t i = 0; i < p.instrs.size(); ++i) {
       const EwInstr& ins = p.instrs[i];
       float v[3] = {0, 0, 0};
@@ -148,7 +152,8 @@ void run_program(const EwProgram& p, const TensorView* in, int nin, const Tensor
       }
       regs[i] = ew_ref<float>(ins.op, v[0], v[1], v[2]);
     }
-    store_f(out, oo, regs.back());
+    store_f(out[0], oo, regs.back());
+    for (size_t k = 0; k < p.also.size(); ++k) out[k + 1].ptr<float>()[oo] = regs[p.also[k]];
   });
 }
 
@@ -178,7 +183,7 @@ void register_ref_elementwise_kernels(KernelRegistry& r) {
     EwProgram p = parse_ew_program(ctx.node.attr("program").s(), "fused_elementwise");
     int nin = static_cast<int>(ctx.node.inputs.size());
     return make_kernel("ref_fused_elementwise",
-                       [p, nin](const TensorView* in, TensorView* out) { run_program(p, in, nin, out[0]); });
+                       [p, nin](const TensorView* in, TensorView* out) { run_program(p, in, nin, out); });
   });
 }
 
