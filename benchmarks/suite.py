@@ -321,10 +321,16 @@ def _train_worker(spec: dict) -> dict:
     # parameter and moment; docs/training.md, "The optimizer step"); eager's row runs it eagerly.
     opt_step = torch.compile(opt.step, backend=compiler) if optimizer == "compiled" and compiler else opt.step
 
+    import updraft
+
+    model_report: list = []  # the model's graphs' report, taken before the optimizer's compile
+
     def step():
         opt.zero_grad(set_to_none=True)
         loss = loss_of(fast(*inputs))
         loss.backward()
+        if not model_report:
+            model_report.append(updraft.last_report())
         opt_step()
         return loss
 
@@ -338,12 +344,14 @@ def _train_worker(spec: dict) -> dict:
     q = statistics.quantiles(ts, n=4) if len(ts) >= 4 else [min(ts), 0, max(ts)]
     res.update(median_ms=statistics.median(ts), iqr_ms=q[2] - q[0], iters=len(ts))
     if backend.startswith("updraft"):
-        import updraft
-
-        rep = updraft.last_report()
+        rep = model_report[0]
         if rep is not None:
             kinds = rep.compute_by_kind()
             res["engine_ops"] = ", ".join(f"{k.replace('training ', '')} {e}/{e + f}" for k, (e, f) in kinds.items())
+            opt_rep = updraft.last_report()
+            if optimizer == "compiled" and opt_rep is not None and opt_rep is not rep:
+                e, f = map(sum, zip(*opt_rep.compute_by_kind().values()))
+                res["engine_ops"] += f", optimizer {e}/{e + f}"
             choices = [t.rsplit("; ", 1)[-1].replace("runs in ", "") for g in rep.graphs
                        for k, t in g.compiles if k == "training choice"]
             if choices:

@@ -304,35 +304,30 @@ class EnginePartition(torch.nn.Module):
         return tuple(outs) if self._multi else outs[0]
 
     def _failed_after_release(self, e: Exception, ins: list) -> None:
-        """The engine failed a run_boxed call after dropping some inputs: PyTorch cannot run it
-        again, so the call raises (a watchdog timeout as it is); the partition runs in PyTorch
-        from the next call on."""
-        if isinstance(e, _c().WatchdogTimeout):
-            raise e
+        """The engine failed a run_boxed call after dropping some inputs."""
         freed = sum(t is None for t in ins)
-        msg = f"[updraft.partition] {self.report.name}: engine error at run time: {e}"
-        with self._lock:
-            self._state = msg
-            self.report.fail(f"engine error at run time: {e}")
-        raise RuntimeError(f"{msg}. It had already freed {freed} of this call's {len(ins)} inputs "
-                           "(CompilerConfig.release_saved), so PyTorch cannot run the call again; the partition "
-                           "runs in PyTorch from the next call on. CompilerConfig(release_saved=False) keeps the "
-                           "inputs for a re-run.") from e
+        self._failed_unrepeatable(e, f"It had already freed {freed} of this call's {len(ins)} inputs "
+                                     "(CompilerConfig.release_saved)", " CompilerConfig(release_saved=False) keeps "
+                                     "the inputs for a re-run.")
 
     def _failed_after_write(self, e: Exception) -> None:
         """The engine failed a call that writes inputs pointwise in place (an optimizer step):
-        some may hold their new values already, so PyTorch cannot run the call again. The call
-        raises (a watchdog timeout as it is); the partition runs in PyTorch from the next call
-        on, writing new tensors that AOTAutograd copies back."""
+        some may hold their new values already. From the next call on, PyTorch writes new
+        tensors that AOTAutograd copies back."""
+        self._failed_unrepeatable(e, f"The call writes {len(self._input_writes)} of its inputs in place, some "
+                                     "computed from their old values, which it may have overwritten already")
+
+    def _failed_unrepeatable(self, e: Exception, why: str, hint: str = "") -> None:
+        """An engine error in a call PyTorch cannot run again (`why`): the call raises (a
+        watchdog timeout as it is), and the partition runs in PyTorch from the next call on."""
         if isinstance(e, _c().WatchdogTimeout):
             raise e
         msg = f"[updraft.partition] {self.report.name}: engine error at run time: {e}"
         with self._lock:
             self._state = msg
             self.report.fail(f"engine error at run time: {e}")
-        raise RuntimeError(f"{msg}. The call writes {len(self._input_writes)} of its inputs in place, some "
-                           "computed from their old values, which it may have overwritten already, so PyTorch "
-                           "cannot run the call again; the partition runs in PyTorch from the next call on.") from e
+        raise RuntimeError(f"{msg}. {why}, so PyTorch cannot run the call again; the partition runs in PyTorch "
+                           f"from the next call on.{hint}") from e
 
     def _engine_failed(self, e: Exception, args: tuple) -> Any:
         """The engine raised `e` running this call. PyTorch runs the same call: when it fails too,

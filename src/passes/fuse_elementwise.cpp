@@ -14,12 +14,12 @@
 // program inside the CPU kernel's stack blocks (inputs + immediates + live values <= 8 + 32 +
 // 16 <= 64 slots).
 // What it does not do: fuse into reductions/matmuls (fuse_epilogue does that), duplicate work
-// for multi-use intermediates (they are extra results or stay out), fuse f64/int ops, or absorb a producer of another shape than the
-// root's: a program computes every instruction once per output element, so a broadcast
-// producer (a 0-d bias correction pow(beta, step) of an optimizer step, a per-row rsqrt) would
-// be recomputed for every element it is broadcast to (C library pow: ~20 ns each, over a
-// 2.4M-element weight). It stays a node of its own size, or the root of a smaller program, and
-// the program reads it broadcast.
+// for multi-use intermediates (they are extra results or stay out), fuse f64/int ops, or
+// absorb a producer of another shape than the root's: a program computes every instruction
+// once per output element, so a broadcast producer (a 0-d bias correction pow(beta, step) of
+// an optimizer step, a per-row rsqrt) would be recomputed for every element it is broadcast to
+// (C library pow: ~20 ns each, over a 2.4M-element weight). It stays a node of its own size,
+// or the root of a smaller program, and the program reads it broadcast.
 //
 // ## The `program` attribute (format spec)
 //
@@ -206,7 +206,8 @@ bool replace_group(Graph& g, const Group& grp, std::unordered_map<const Node*, s
     }
     order[fused] = order.at(root);  // its place, for may_escape's order test of later groups
     for (Node* m : grp.nodes) Graph::merge_origin(fused, m);
-    for (size_t k = 0; k < also.size(); ++k) g.replace_all_uses(grp.nodes[also[k]]->output(0), fused->output(k + 1));
+    for (size_t k = 0; k < also.size(); ++k)
+      g.replace_all_uses(grp.nodes[also[k]]->output(0), fused->output(k + 1));
     g.replace_all_uses(root->output(0), fused->output(0));
     for (auto it = grp.nodes.rbegin(); it != grp.nodes.rend(); ++it) g.remove_node(*it);
     return true;
