@@ -534,6 +534,7 @@ def _write_inputs_in_place(gm: fx.GraphModule, report: GraphReport, writes: list
     of the whole cache per layer and step."""
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
     outputs = list(next(iter(gm.graph.find_nodes(op="output"))).args[0])
+    times = collections.Counter(id(o) for o in outputs)  # how often each node is returned
     done = []
     for k, i in writes:
         if k >= len(outputs) or i >= len(placeholders) or len(placeholders[i].users) != 1:
@@ -541,7 +542,7 @@ def _write_inputs_in_place(gm: fx.GraphModule, report: GraphReport, writes: list
         ph, out = placeholders[i], outputs[k]
         call = next(iter(ph.users))
         part = getattr(gm, str(call.target), None) if call.op == "call_module" else None
-        if not isinstance(part, EnginePartition) or sum(o is out for o in outputs) != 1 or call.args.count(ph) != 1:
+        if not isinstance(part, EnginePartition) or times[id(out)] != 1 or call.args.count(ph) != 1:
             continue
         if out is call:
             j = 0

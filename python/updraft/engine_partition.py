@@ -15,6 +15,7 @@ compile-cache entries (partition_cache.py).
 """
 from __future__ import annotations
 
+import collections
 import sys
 import threading
 import time
@@ -114,6 +115,7 @@ class EnginePartition(torch.nn.Module):
         # Whether some input write is pointwise (write_input_in_place): its output is computed
         # from the input's old value, so a call cannot be repeated on the written input.
         self._rewrites_inputs = False
+        self._io: Any = None  # (placeholders, outputs, times each output node is returned), on demand
         profiler.register(self)
 
     def write_input_in_place(self, j: int, p: int) -> bool:
@@ -131,13 +133,16 @@ class EnginePartition(torch.nn.Module):
         The caller vouches that input p is written with output j's value after the call anyway
         (AOTAutograd's copy-back of a mutated input, which becomes a no-op on the same tensor)
         and that nothing outside reads p's old value."""
-        placeholders = list(self.sub.graph.find_nodes(op="placeholder"))
-        out = next(n for n in self.sub.graph.nodes if n.op == "output").args[0]
-        outs = list(out) if self._multi else [out]
+        if self._io is None:  # an optimizer step asks once per parameter and moment: walk once
+            out = self.sub.graph.output_node().args[0]
+            outs = list(out) if self._multi else [out]
+            self._io = (list(self.sub.graph.find_nodes(op="placeholder")), outs,
+                        collections.Counter(id(o) for o in outs))
+        placeholders, outs, times = self._io
         if not (0 <= p < len(placeholders) and 0 <= j < len(outs)) or self.const_mask[p]:
             return False
         ph, node = placeholders[p], outs[j]
-        if not isinstance(node, fx.Node) or sum(o is node for o in outs) != 1:
+        if not isinstance(node, fx.Node) or times[id(node)] != 1:
             return False
         if node.target in IN_PLACE_WRITERS:
             if node.args[0] is not ph or list(ph.users) != [node] or _accumulates(node):
@@ -354,7 +359,9 @@ class EnginePartition(torch.nn.Module):
     def _run_general(self, st: "_Built", args: tuple, observer: Any = None) -> Any:
         """Any inputs (strided, requiring grad, another dtype): DLPack views, which the engine
         checks and packs; an optional _C.StepObserver sees the engine's steps
-        (profiler.run_observed). Output shapes come from the signature's bound call."""
+        (profiler.run_observed). Output shapes come from the signature's bound call; an input
+        written in place (write_input_in_place) is its output's buffer when it is contiguous and
+        of the output's dtype, else a new tensor that AOTAutograd copies back."""
         ins = []
         for j in st.runtime_pos:
             t = args[j]
@@ -369,7 +376,16 @@ class EnginePartition(torch.nn.Module):
             if call is None:
                 call = self._bind(st, key)
             outs = [torch.empty(s, dtype=d) for s, d in call[1]]
-            st.cg.run(ins, outs, observer)
+            for j, p in self._input_writes.items():  # written in place when the engine can write it
+                a = args[p]
+                if a.shape == outs[j].shape and a.dtype is outs[j].dtype and a.is_contiguous():
+                    outs[j] = a
+            try:
+                st.cg.run(ins, [o.detach() for o in outs] if self._input_writes else outs, observer)
+            except _c().UpdraftError as e:
+                if self._rewrites_inputs and any(o is a for o in outs for a in args):
+                    self._failed_after_write(e)
+                raise
         except _c().UpdraftError as e:
             return self._engine_failed(e, args)
         return tuple(outs) if self._multi else outs[0]
