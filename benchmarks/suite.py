@@ -283,6 +283,7 @@ def _train_worker(spec: dict) -> dict:
 
     import torch
     import torch.nn.functional as F
+    import updraft
     from updraft import CompilerConfig, get_backend, zoo
 
     name, kwargs = TRAIN_MODELS[spec["model"]]
@@ -320,8 +321,6 @@ def _train_worker(spec: dict) -> dict:
     # --optimizer compiled: the step through the row's backend (an inference graph writing every
     # parameter and moment; docs/training.md, "The optimizer step"); eager's row runs it eagerly.
     opt_step = torch.compile(opt.step, backend=compiler) if optimizer == "compiled" and compiler else opt.step
-
-    import updraft
 
     model_report: list = []  # the model's graphs' report, taken before the optimizer's compile
 
