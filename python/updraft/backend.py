@@ -11,6 +11,7 @@ Dynamo graph -> AOTAutograd (core aten, minus the ops the engine runs natively) 
 from __future__ import annotations
 
 import collections
+import functools
 import dataclasses
 import gc
 import math
@@ -75,13 +76,66 @@ _TRAINING_NOTE = ("training graph (inputs require grad): runs in PyTorch, as "
 
 def decompositions() -> dict:
     """The decomposition table for AOTAutograd: torch's core-aten table minus the ops the
-    engine runs whole (`native_ops`)."""
+    engine runs whole (`native_ops`), plus the foreach ops as loops (`foreach_decompositions`)."""
     from torch._decomp import core_aten_decompositions
 
     table = dict(core_aten_decompositions())
     for op in native_ops():
         table.pop(op, None)
+    table.update(foreach_decompositions())
     return table
+
+
+@functools.lru_cache(maxsize=1)
+def foreach_decompositions() -> dict:
+    """aten._foreach_<op> (what a torch.optim step with foreach=True traces to; torch has no
+    decomposition for them, and Inductor lowers them itself) as one aten.<op> per list element:
+    element i of every list argument, the other arguments as they are. Functional overloads
+    whose base op exists; the in-place ones are functionalised away before the backend."""
+    table = {}
+    names = {full.split("::", 1)[1].split(".", 1)[0] for full in torch._C._dispatch_get_all_op_names()
+             if full.startswith("aten::_foreach_")}
+    for name in sorted(names):
+        try:
+            packet, base = getattr(torch.ops.aten, name), getattr(torch.ops.aten, name[len("_foreach_"):])
+        except (AttributeError, RuntimeError):
+            continue
+        base_kwargs = {a.name for ov in base.overloads() for a in getattr(base, ov)._schema.arguments if a.kwarg_only}
+        for ov in packet.overloads():
+            op = getattr(packet, ov)
+            schema = op._schema
+            if name.endswith("_") or any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+                continue
+            if len(schema.returns) != 1 or not isinstance(schema.returns[0].type, torch.ListType):
+                continue
+            table[op] = _foreach_loop(base, schema, base_kwargs)
+    return table
+
+
+def _foreach_loop(base: Any, schema: Any, base_kwargs: set) -> Callable:
+    """The decomposition of one foreach overload: `base` called per list element."""
+    args_spec = list(schema.arguments)
+    lists = {a.name for a in args_spec if isinstance(a.type, torch.ListType)}
+
+    def decomposed(*args: Any, **kwargs: Any) -> list:
+        bound = {a.name: (args[k] if k < len(args) else kwargs.get(a.name, a.default_value))
+                 for k, a in enumerate(args_spec) if k < len(args) or a.name in kwargs or a.has_default_value()}
+        n = len(next(bound[a.name] for a in args_spec if a.name in lists))
+        out = []
+        for i in range(n):
+            pos, kw = [], {}
+            for a in args_spec:
+                if a.name not in bound:
+                    continue
+                v = bound[a.name][i] if a.name in lists else bound[a.name]
+                if a.kwarg_only or a.name in base_kwargs:
+                    kw[a.name] = v
+                else:
+                    pos.append(v)
+            out.append(base(*pos, **kw))
+        return out
+
+    return decomposed
 
 
 def _boxed(fn: Callable) -> Callable:

@@ -43,9 +43,12 @@ _MAX_BOUND_PLANS = 16
 # plain write but would add twice.
 IN_PLACE_WRITERS = (torch.ops.aten.index_put.default, torch.ops.aten.scatter.src, torch.ops.aten.scatter.value)
 
-# Copies that map element i to element i (with a broadcast source), like the pointwise-tagged
-# ops, for the pointwise in-place rule (EnginePartition._pointwise_cone).
+# For the pointwise in-place rule (EnginePartition._pointwise_cone), beside aten's pointwise
+# tag: copies that map element i to element i (with a broadcast source), and factories that
+# read their template's shape only (foreach lerp's weights are full_like of each tensor).
 _POINTWISE_COPIES = (torch.ops.aten.copy.default, torch.ops.aten._to_copy.default)
+_SHAPE_ONLY = (torch.ops.aten.full_like.default, torch.ops.aten.zeros_like.default,
+               torch.ops.aten.ones_like.default, torch.ops.aten.empty_like.default)
 
 # Lowered only when a consumer asks (so addmm(b, x, permute(w)) absorbs the permute, and
 # index_put into a full(...) broadcasts its value instead of making a constant of its size).
@@ -168,7 +171,7 @@ class EnginePartition(torch.nn.Module):
     def _pointwise_cone(node: fx.Node) -> Optional[set]:
         """The nodes `node` is computed from, itself included, when every computing one among
         them is pointwise (aten's pointwise tag, or a copy without a layout change) or reads no
-        tensor (full, scalar_tensor); else None. Such a cone holds no matmul, convolution or
+        tensor's values (full, scalar_tensor, full_like); else None. Such a cone holds no matmul, convolution or
         reduction, whose engine kernel could read an operand fused into it (a residual add)
         after writing part of its output."""
         cone, todo = set(), [node]
@@ -180,7 +183,7 @@ class EnginePartition(torch.nn.Module):
             if n.op == "call_function":
                 pointwise = torch.Tag.pointwise in getattr(n.target, "tags", ()) or (
                     n.target in _POINTWISE_COPIES and "memory_format" not in n.kwargs)
-                if n.all_input_nodes and not pointwise:
+                if n.all_input_nodes and not pointwise and n.target not in _SHAPE_ONLY:
                     return None
             elif n.op not in ("placeholder", "get_attr"):
                 return None

@@ -159,7 +159,9 @@ def _mlp_with_grads(seed=0):
     lambda ps: torch.optim.Adam(ps, lr=1e-2),
     lambda ps: torch.optim.SGD(ps, lr=1e-2, momentum=0.9, nesterov=True),
     lambda ps: torch.optim.RMSprop(ps, lr=1e-2),
-], ids=["adamw", "adam", "sgd-nesterov", "rmsprop"])
+    lambda ps: torch.optim.AdamW(ps, lr=1e-2, foreach=True),  # aten._foreach_* ops: decomposed
+    lambda ps: torch.optim.SGD(ps, lr=1e-2, momentum=0.9, foreach=True),
+], ids=["adamw", "adam", "sgd-nesterov", "rmsprop", "adamw-foreach", "sgd-foreach"])
 def test_a_compiled_optimizer_step_updates_every_tensor_in_place(make):
     """torch.compile(opt.step): every parameter and state tensor the step writes is written in
     place by the engine (no new tensor, no copy-back), and after 6 steps parameters and state
