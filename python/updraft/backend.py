@@ -91,7 +91,8 @@ def foreach_decompositions() -> dict:
     """aten._foreach_<op> (what a torch.optim step with foreach=True traces to; torch has no
     decomposition for them, and Inductor lowers them itself) as one aten.<op> per list element:
     element i of every list argument, the other arguments as they are. Functional overloads
-    whose base op exists; the in-place ones are functionalised away before the backend."""
+    whose base op exists; the in-place ones are functionalised away before the backend. An
+    overload whose arguments no base overload takes stays whole (NotImplemented)."""
     table = {}
     names = {full.split("::", 1)[1].split(".", 1)[0] for full in torch._C._dispatch_get_all_op_names()
              if full.startswith("aten::_foreach_")}
@@ -132,7 +133,12 @@ def _foreach_loop(base: Any, schema: Any, base_kwargs: set) -> Callable:
                     kw[a.name] = v
                 else:
                     pos.append(v)
-            out.append(base(*pos, **kw))
+            try:
+                out.append(base(*pos, **kw))
+            except RuntimeError:
+                # No overload of the base op takes these arguments this way (norm's dtype,
+                # addcdiv's scalar list): the foreach op stays, and runs in PyTorch.
+                return NotImplemented
         return out
 
     return decomposed

@@ -228,3 +228,23 @@ def test_a_profiled_optimizer_step_writes_in_place_on_the_observed_path():
         ref_opt.step()
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)  # as the compiled-step test above
+
+
+def test_clipping_and_a_foreach_step_compiled_together_follow_eager():
+    """clip_grad_norm_(foreach=True) traces to _foreach_norm, which no base overload takes as
+    the foreach form passes it (it stays whole and runs in PyTorch), then a foreach AdamW step
+    scaled by the clip coefficient: the values stay eager's."""
+    model, ref = _mlp_with_grads(), _mlp_with_grads()
+    opt = torch.optim.AdamW(list(model.parameters()), lr=1e-2, foreach=True)
+    ref_opt = torch.optim.AdamW(list(ref.parameters()), lr=1e-2, foreach=True)
+
+    def clipped_step(params, o):
+        torch.nn.utils.clip_grad_norm_(params, 0.5, foreach=True)
+        o.step()
+
+    step = torch.compile(clipped_step, backend=ENGINE)
+    for _ in range(3):
+        step(list(model.parameters()), opt)
+        clipped_step(list(ref.parameters()), ref_opt)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)  # as the compiled-step test above
