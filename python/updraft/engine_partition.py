@@ -192,11 +192,14 @@ class EnginePartition(torch.nn.Module):
 
     def _outputs_for(self, metas: list, args: tuple) -> list:
         """Output tensors for a call: fresh ones, and for each input write its input, when that
-        input has the output's shape (the fast path has checked its dtype and contiguity)."""
+        input has the output's shape and is contiguous (the fast path has checked its dtype; a
+        strided one, e.g. an optimizer state of a channels-last weight, gets a new tensor that
+        AOTAutograd copies back: the engine writes outputs contiguous)."""
         outs = []
         for j, (s, d) in enumerate(metas):
             p = self._input_writes.get(j)
-            outs.append(args[p] if p is not None and args[p].shape == s else torch.empty(s, dtype=d))
+            a = args[p] if p is not None else None
+            outs.append(a if a is not None and a.shape == s and a.is_contiguous() else torch.empty(s, dtype=d))
         return outs
 
     @property

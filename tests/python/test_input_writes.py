@@ -1,8 +1,11 @@
 """Inputs a compiled graph writes (a static KV cache's `index_copy_`, a buffer updated in place):
 AOTAutograd turns the write into a new value it copies back after the call. Where that value is
-an engine partition's scatter of the input and nothing else reads the input, the engine writes
-it in place and returns the input itself, so the copy-back does nothing
-(backend._write_inputs_in_place). Everything here is compared with eager, step by step."""
+an engine partition's scatter of the input and nothing else reads the input, or a pointwise
+update of it (an optimizer step), the engine writes it in place and returns the input itself,
+so the copy-back does nothing (backend._write_inputs_in_place). Everything here is compared
+with eager, step by step."""
+import copy
+
 import pytest
 import torch
 
@@ -246,5 +249,26 @@ def test_clipping_and_a_foreach_step_compiled_together_follow_eager():
     for _ in range(3):
         step(list(model.parameters()), opt)
         clipped_step(list(ref.parameters()), ref_opt)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)  # as the compiled-step test above
+
+
+def test_a_step_over_channels_last_weights_copies_their_writes_back():
+    """A channels-last conv weight (and its AdamW moments, made like it) is not contiguous: the
+    engine writes outputs contiguous, so such an input is not written in place but through a
+    new tensor and AOTAutograd's copy-back. Written in place, its values were scrambled."""
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3))
+    ref = ref.to(memory_format=torch.channels_last)
+    model = copy.deepcopy(ref)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    step = torch.compile(opt.step, backend=ENGINE)
+    x = torch.randn(2, 3, 10, 10).to(memory_format=torch.channels_last)
+    for _ in range(4):
+        for m, o, s in ((ref, ref_opt, ref_opt.step), (model, opt, step)):
+            o.zero_grad(set_to_none=True)
+            m(x).pow(2).mean().backward()
+            s()
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)  # as the compiled-step test above
