@@ -91,12 +91,12 @@ def foreach_decompositions() -> dict:
     """aten._foreach_<op> (what a torch.optim step with foreach=True traces to; torch has no
     decomposition for them, and Inductor lowers them itself) as one aten.<op> per list element:
     element i of every list argument, the other arguments as they are. Functional overloads
-    whose base op exists; the in-place ones are functionalised away before the backend. An
+    whose base op exists (the in-place and out= ones are functionalised away first). An
     overload whose arguments no base overload takes stays whole (NotImplemented)."""
     table = {}
     names = {full.split("::", 1)[1].split(".", 1)[0] for full in torch._C._dispatch_get_all_op_names()
              if full.startswith("aten::_foreach_")}
-    for name in sorted(names):
+    for name in sorted(n for n in names if not n.endswith("_")):  # in-place forms: functionalised away
         try:
             packet, base = getattr(torch.ops.aten, name), getattr(torch.ops.aten, name[len("_foreach_"):])
         except (AttributeError, RuntimeError):
@@ -105,7 +105,7 @@ def foreach_decompositions() -> dict:
         for ov in packet.overloads():
             op = getattr(packet, ov)
             schema = op._schema
-            if name.endswith("_") or any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+            if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
                 continue
             if len(schema.returns) != 1 or not isinstance(schema.returns[0].type, torch.ListType):
                 continue

@@ -190,17 +190,24 @@ class EnginePartition(torch.nn.Module):
             todo.extend(n.all_input_nodes)
         return cone
 
-    def _outputs_for(self, metas: list, args: tuple) -> list:
+    def _outputs_for(self, metas: list, args: Sequence) -> list:
         """Output tensors for a call: fresh ones, and for each input write its input, when that
-        input has the output's shape and is contiguous (the fast path has checked its dtype; a
-        strided one, e.g. an optimizer state of a channels-last weight, gets a new tensor that
-        AOTAutograd copies back: the engine writes outputs contiguous)."""
+        input has the output's shape and dtype and is contiguous (a strided one, e.g. an
+        optimizer state of a channels-last weight, gets a new tensor that AOTAutograd copies
+        back: the engine writes outputs contiguous)."""
         outs = []
         for j, (s, d) in enumerate(metas):
             p = self._input_writes.get(j)
             a = args[p] if p is not None else None
-            outs.append(a if a is not None and a.shape == s and a.is_contiguous() else torch.empty(s, dtype=d))
+            ok = a is not None and a.shape == s and a.dtype is d and a.is_contiguous()
+            outs.append(a if ok else torch.empty(s, dtype=d))
         return outs
+
+    def _raise_if_written(self, e: Exception, outs: list, args: Sequence) -> None:
+        """After an engine error: a call that wrote an input pointwise in place cannot run
+        again in PyTorch (_failed_after_write raises); any other returns to the caller."""
+        if self._rewrites_inputs and any(o is a for o in outs for a in args):
+            self._failed_after_write(e)
 
     @property
     def _state(self) -> Any:
@@ -307,8 +314,7 @@ class EnginePartition(torch.nn.Module):
                 try:
                     call[0].run(ptrs, [o.data_ptr() for o in outs], strided)
                 except _c().UpdraftError as e:
-                    if self._rewrites_inputs and any(o is a for o in outs for a in args):
-                        self._failed_after_write(e)
+                    self._raise_if_written(e, outs, args)
                     raise
         except _c().UpdraftError as e:
             return self._engine_failed(e, args)
@@ -381,16 +387,11 @@ class EnginePartition(torch.nn.Module):
             call = st.calls.get(key)
             if call is None:
                 call = self._bind(st, key)
-            outs = [torch.empty(s, dtype=d) for s, d in call[1]]
-            for j, p in self._input_writes.items():  # written in place when the engine can write it
-                a = args[p]
-                if a.shape == outs[j].shape and a.dtype is outs[j].dtype and a.is_contiguous():
-                    outs[j] = a
-            try:
+            outs = self._outputs_for(call[1], args)
+            try:  # detached: a parameter written in place requires grad, which DLPack refuses
                 st.cg.run(ins, [o.detach() for o in outs] if self._input_writes else outs, observer)
             except _c().UpdraftError as e:
-                if self._rewrites_inputs and any(o is a for o in outs for a in args):
-                    self._failed_after_write(e)
+                self._raise_if_written(e, outs, args)
                 raise
         except _c().UpdraftError as e:
             return self._engine_failed(e, args)

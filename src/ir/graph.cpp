@@ -113,6 +113,16 @@ void Graph::merge_origin(Node* into, const Node* from) {
     if (std::find(into->origin.begin(), into->origin.end(), o) == into->origin.end()) into->origin.push_back(o);
 }
 
+std::optional<double> Value::literal_scalar() const {
+  if (!is_literal() || constant->numel() != 1) return std::nullopt;
+  switch (type.dtype) {
+    case DType::f32: return static_cast<double>(constant->ptr<float>()[0]);
+    case DType::f64: return constant->ptr<double>()[0];
+    case DType::boolean: return constant->ptr<bool>()[0] ? 1.0 : 0.0;
+    default: return std::nullopt;
+  }
+}
+
 void Graph::replace_all_uses(Value* from, Value* to) {
   if (from != to && to->producer != nullptr) {
     if (!from->origin.empty()) to->origin = from->origin;

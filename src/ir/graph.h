@@ -62,6 +62,9 @@ struct Value {
   // update, and two parameters that are equal today (fresh norm weights, zero biases) are still
   // two parameters.
   bool is_literal() const { return is_constant() && source < 0 && !from_parameter; }
+  // The value of a one-element f32/f64/bool literal (bool as 1/0), or nullopt: a parameter's
+  // value is the caller's, so it is never a formula coefficient or a program immediate.
+  std::optional<double> literal_scalar() const;
   int rank() const { return static_cast<int>(type.shape.size()); }
 };
 

@@ -5,8 +5,6 @@
 // a graph input stays.
 #include "passes/canonicalize.h"
 
-#include <optional>
-
 #include "ir/op_table.h"
 
 namespace updraft {
@@ -47,18 +45,6 @@ bool drop_identity(Graph& g, Node* n) {
   return false;
 }
 
-// The value of a one-element literal constant (not a parameter: its value is the caller's) as a
-// double, or nullopt.
-std::optional<double> literal_scalar(const Value* v) {
-  if (!v->is_literal() || v->constant->numel() != 1) return std::nullopt;
-  switch (v->type.dtype) {
-    case DType::f32: return static_cast<double>(v->constant->ptr<float>()[0]);
-    case DType::f64: return v->constant->ptr<double>()[0];
-    case DType::boolean: return v->constant->ptr<bool>()[0] ? 1.0 : 0.0;
-    default: return std::nullopt;
-  }
-}
-
 // Drop elementwise ops that return one operand as it is: x * 1, 1 * x and x / 1 (exact for
 // every float, -0, inf and NaN included), and where(c, a, b) with a literal condition. An
 // optimizer step holds both (addcdiv's value=1, lerp's branch on a constant weight); a fused
@@ -69,11 +55,11 @@ bool drop_elementwise_identity(Graph& g, Node* n) {
   Value* keep = nullptr;
   if (op == "mul" || op == "div") {
     for (size_t k = 0; k < 2 && !keep; ++k) {
-      auto c = literal_scalar(n->input(k));
+      auto c = n->input(k)->literal_scalar();
       if (c && *c == 1.0 && (k == 1 || op == "mul")) keep = n->input(1 - k);
     }
   } else if (op == "where") {
-    if (auto c = literal_scalar(n->input(0)); c && n->input(0)->type.dtype == DType::boolean)
+    if (auto c = n->input(0)->literal_scalar(); c && n->input(0)->type.dtype == DType::boolean)
       keep = n->input(*c != 0.0 ? 1 : 2);
   }
   if (!keep || !(keep->type == n->output()->type)) return false;

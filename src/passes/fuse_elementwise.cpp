@@ -82,14 +82,9 @@ bool fusible(const Node* n) {
   return out == DType::f32 || out == DType::boolean;
 }
 
-// A single-element f32/bool literal constant: its value can live in the program text. A
-// parameter stays an input (Value::is_literal): its value is the caller's, not the compile's.
-std::optional<double> immediate_value(const Value* v) {
-  if (!v->is_literal() || v->constant->numel() != 1) return std::nullopt;
-  if (v->type.dtype == DType::f32) return static_cast<double>(v->constant->ptr<float>()[0]);
-  if (v->type.dtype == DType::boolean) return v->constant->ptr<bool>()[0] ? 1.0 : 0.0;
-  return std::nullopt;
-}
+// A single-element literal (the group's inputs are f32/bool): its value can live in the
+// program text. A parameter stays an input (Value::literal_scalar).
+std::optional<double> immediate_value(const Value* v) { return v->literal_scalar(); }
 
 struct Group {
   std::vector<Node*> nodes;  // in graph order; back() is the root

@@ -8,10 +8,9 @@ namespace updraft {
 
 namespace {
 
-// The value of a one-element f32 literal constant (a parameter is not a formula coefficient).
+// The value of a one-element f32 literal constant (Value::literal_scalar).
 std::optional<double> scalar_of(const Value* v) {
-  if (!v->is_literal() || v->type.dtype != DType::f32 || v->constant->numel() != 1) return std::nullopt;
-  return static_cast<double>(*v->constant->ptr<float>());
+  return v->type.dtype == DType::f32 ? v->literal_scalar() : std::nullopt;
 }
 
 bool near(std::optional<double> v, double want) { return v && std::abs(*v - want) <= 1e-6 * std::abs(want); }
