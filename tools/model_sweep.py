@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import os
 import subprocess
 import sys
@@ -48,13 +49,14 @@ PERTURB64 = 1e-14
 # the op families models bring: relative/rotary/alibi positions, pre/post norms, gated MLPs,
 # convolutional stems, depthwise convs, audio feature extractors, MoE routing, encoder-decoders.
 DEFAULT_MODELS = [
-    "albert", "bart", "bloom", "convbert", "deberta", "deberta-v2", "electra", "falcon",
-    "xlnet", "longformer", "big_bird", "gpt_neo", "gpt_neox", "gptj", "mobilebert", "mpnet", "xlm-roberta", "squeezebert",
-    "codegen", "biogpt", "stablelm", "starcoder2", "gemma2", "olmo", "cohere", "phi", "qwen2_moe",
-    "mixtral", "beit", "data2vec-vision", "dinov2", "segformer", "levit", "poolformer",
+    "albert", "bart", "bloom", "convbert", "deberta", "deberta-v2", "electra", "falcon", "xlnet",
+    "longformer", "big_bird", "gpt_neo", "gpt_neox", "gptj", "mobilebert", "mpnet", "xlm-roberta",
+    "squeezebert", "codegen", "biogpt", "stablelm", "starcoder2", "gemma2", "olmo", "cohere", "phi",
+    "qwen2_moe", "mixtral", "beit", "data2vec-vision", "dinov2", "segformer", "levit", "poolformer",
     "mobilevit", "convnextv2", "cvt", "bit", "wav2vec2", "hubert", "clip_vision_model",
-    "clip_text_model", "mbart", "pegasus", "marian", "m2m_100", "layoutlm", "fnet",
-    "ibert", "canine", "yoso", "nystromformer", "rembert", "ernie", "roformer", "xglm", "opt", "granite", "helium", "glm",
+    "clip_text_model", "mbart", "pegasus", "marian", "m2m_100", "layoutlm", "fnet", "ibert",
+    "canine", "yoso", "nystromformer", "rembert", "ernie", "roformer", "xglm", "opt", "granite",
+    "helium", "glm",
 ]
 
 SMALL = dict(
@@ -66,6 +68,8 @@ SMALL = dict(
     num_experts_per_tok=2, moe_intermediate_size=64, shared_expert_intermediate_size=64,
     head_dim=16, rotary_dim=8, partial_rotary_factor=0.5,
 )
+# Config keys of train-mode randomness (dropout, drop path, layer drop, SpecAugment), set to 0.
+RANDOM_KEYS = ("dropout", "_pdrop", "drop_rate", "drop_path", "layerdrop", "mask_time_prob", "mask_feature_prob")
 VISION_SMALL = dict(image_size=64)  # patch sizes stay: a convnet stem's patch is its stride
 
 # torchvision classifiers (`tv:NAME`): 10 classes, batch 4 at 96 x 96 (Inception v3 needs 75 at
@@ -92,9 +96,7 @@ def _shrink(cfg):
                 pass
     for key in list(vars(cfg)):
         value = getattr(cfg, key)
-        random = ("dropout", "_pdrop", "drop_rate", "drop_path", "layerdrop", "mask_time_prob",
-                  "mask_feature_prob")
-        if any(word in key for word in random):
+        if any(word in key for word in RANDOM_KEYS):
             if isinstance(value, float):
                 setattr(cfg, key, 0.0)
             elif isinstance(value, (list, tuple)) and all(isinstance(v, float) for v in value):
@@ -129,27 +131,22 @@ def _inputs(model, cfg, batch=2, seq=16):
 
 
 def _floats(out):
-    import torch
+    from updraft.debug._common import flatten_outputs
 
-    if isinstance(out, torch.Tensor):
-        return [out] if out.is_floating_point() else []
-    if hasattr(out, "to_tuple"):
-        out = out.to_tuple()
-    if isinstance(out, (tuple, list)):
-        return [t for o in out for t in _floats(o)]
-    return []
+    return [t for t in flatten_outputs(out) if t.is_floating_point()]
 
 
 def _rel(a, b, floor: float = 0.0) -> float:
-    """max |a - b| / max |b|; NaN where both are NaN counts as equal, where one is as inf."""
-    if not b.numel():
-        return 0.0
-    both = a.isnan() & b.isnan()
-    if (a.isnan() | b.isnan()).ne(both).any():
-        return float("inf")
-    a, b = a.masked_fill(both, 0), b.masked_fill(both, 0)
-    scale = max(float(b.abs().max()), floor, 1e-30)
-    return float((a - b).abs().max()) / scale
+    """max |a - b| / max |b| (updraft.debug.compare's normwise error: NaN against NaN is equal,
+    against a number infinitely off), the scale at least `floor`."""
+    from updraft.debug.compare import normwise_errors
+
+    err, _, scale = normwise_errors(a, b)
+    return err / max(scale, floor, 1e-30) if err else 0.0
+
+
+def _to_f64(kw: dict) -> dict:
+    return {k: v.double() if v.is_floating_point() else v for k, v in kw.items()}
 
 
 def _zero_dropout(model):
@@ -216,7 +213,7 @@ def _errors(got, want, mode):
     return errs
 
 
-def _computes_f32(model, kw, mode) -> bool:
+def _computes_f32(model, kw, mode, proj) -> bool:
     """Whether an eager call of this (f64) model makes any float32 tensor: a model that computes
     parts in f32 on purpose (DeBERTa's layer norm, BLOOM's softmax) has f32 rounding in its f64
     outputs, and its f64 row is judged by the f32 rule."""
@@ -224,18 +221,20 @@ def _computes_f32(model, kw, mode) -> bool:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Watch(TorchDispatchMode):
-        seen = False
+        def __init__(self):
+            super().__init__()
+            self.seen = False
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            for t in out if isinstance(out, (tuple, list)) else [out]:
-                Watch.seen |= isinstance(t, torch.Tensor) and t.dtype == torch.float32
+            outs = out if isinstance(out, (tuple, list)) else [out]
+            self.seen |= any(isinstance(t, torch.Tensor) and t.dtype == torch.float32 for t in outs)
             return out
 
     m = copy.deepcopy(model)
-    with Watch():
-        _run(m, m, kw, mode)
-    return Watch.seen
+    with Watch() as watch:
+        _run(m, m, kw, mode, proj)
+    return watch.seen
 
 
 def _noise(model, kw, mode, proj, want, f64: bool) -> dict:
@@ -253,8 +252,7 @@ def _noise(model, kw, mode, proj, want, f64: bool) -> dict:
     if not f64:
         try:
             m64 = copy.deepcopy(model).double()
-            kw64 = {k: v.double() if v.is_floating_point() else v for k, v in kw.items()}
-            o64, g64, _ = _run(m64, m64, kw64, mode, proj)
+            o64, g64, _ = _run(m64, m64, _to_f64(kw), mode, proj)
             gaps.append(_errors(want, (o64, g64), mode))
         except Exception:  # noqa: BLE001 - a model without f64 kernels: the perturbation alone
             pass
@@ -271,8 +269,9 @@ def _noise(model, kw, mode, proj, want, f64: bool) -> dict:
     kwp = {k: nudge(v) if v.is_floating_point() else v for k, v in kw.items()}
     op, gp, _ = _run(mp, mp, kwp, mode, proj)
     gaps.append(_errors((op, gp), want, mode))
-    # A NaN in a nudged eager run (a gradient through a singular point) tells nothing: skipped.
-    return {k: max([g[k] for g in gaps if g.get(k) == g.get(k)] or [0.0]) for k in gaps[0]}
+    # A NaN in a nudged eager run (a gradient through a singular point) is an infinite gap that
+    # tells nothing: skipped, so it cannot excuse any error.
+    return {k: max([g[k] for g in gaps if math.isfinite(g.get(k, math.inf))] or [0.0]) for k in gaps[0]}
 
 
 def _one(arch: str, mode: str) -> dict:
@@ -288,8 +287,7 @@ def _one(arch: str, mode: str) -> dict:
     try:
         model, kw = _build(arch)
         if f64:
-            model = model.double()
-            kw = {k: v.double() if v.is_floating_point() else v for k, v in kw.items()}
+            model, kw = model.double(), _to_f64(kw)
         model.train(kind == "train")
         outs, grads, proj = _run(model, model, kw, kind)
         want = (outs, grads)
@@ -297,7 +295,7 @@ def _one(arch: str, mode: str) -> dict:
         return {**row, "status": "skip", "why": f"eager: {type(exc).__name__}: {str(exc)[:200]}"}
     if not all(o.isfinite().all() for o in outs):  # (CANINE in f64): nothing to compare with
         return {**row, "status": "skip", "why": "eager's outputs hold NaN or inf"}
-    if f64 and _computes_f32(model, kw, kind):
+    if f64 and _computes_f32(model, kw, kind, proj):
         row["f32_inside"] = True  # judged as an f32 row
         f64 = False
     noise = _noise(model, kw, kind, proj, want, f64)
@@ -327,7 +325,7 @@ def _one(arch: str, mode: str) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS + TV_MODELS))
-    parser.add_argument("--modes", default="infer,train")
+    parser.add_argument("--modes", default="infer,train,train64")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--json", default=None, help="write the rows here")
     parser.add_argument("--one", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)

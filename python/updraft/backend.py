@@ -11,8 +11,8 @@ Dynamo graph -> AOTAutograd (core aten, minus the ops the engine runs natively) 
 from __future__ import annotations
 
 import collections
-import functools
 import dataclasses
+import functools
 import gc
 import math
 import operator

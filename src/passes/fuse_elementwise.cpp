@@ -82,10 +82,6 @@ bool fusible(const Node* n) {
   return out == DType::f32 || out == DType::boolean;
 }
 
-// A single-element literal (the group's inputs are f32/bool): its value can live in the
-// program text. A parameter stays an input (Value::literal_scalar).
-std::optional<double> immediate_value(const Value* v) { return v->literal_scalar(); }
-
 struct Group {
   std::vector<Node*> nodes;  // in graph order; back() is the root
   std::set<const Node*> members;
@@ -105,7 +101,8 @@ std::vector<Value*> external_inputs(const Group& grp, bool use_immediates) {
   for (const Node* n : grp.nodes)
     for (Value* v : n->inputs) {
       if (v->producer && grp.members.count(v->producer)) continue;
-      if (use_immediates && immediate_value(v)) continue;
+      // A one-element literal lives in the program text; a parameter stays an input.
+      if (use_immediates && v->literal_scalar()) continue;
       if (std::find(ext.begin(), ext.end(), v) == ext.end()) ext.push_back(v);
     }
   return ext;
@@ -121,7 +118,7 @@ EwProgram build_program(const Group& grp, const std::vector<Value*>& ext, bool u
       if (a.kind != EwOperand::Kind::input) continue;  // immediates from attributes stay
       const Value* v = n->inputs[a.index];
       if (auto it = reg.find(v); it != reg.end()) a = EwOperand::reg(it->second);
-      else if (auto imm = use_immediates ? immediate_value(v) : std::nullopt) a = EwOperand::value(*imm);
+      else if (auto imm = use_immediates ? v->literal_scalar() : std::nullopt) a = EwOperand::value(*imm);
       else a = EwOperand::in(static_cast<int>(std::find(ext.begin(), ext.end(), v) - ext.begin()));
     }
     reg[n->output(0)] = static_cast<int>(p.instrs.size());

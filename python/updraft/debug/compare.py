@@ -308,7 +308,7 @@ def _record_fx(call: _Call, to64: bool) -> tuple[dict, str]:
     return rec.values, ""
 
 
-def _errors(x: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, float]:
+def normwise_errors(x: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, float]:
     """(max abs error, max abs error / max |ref|, max |ref|) over finite reference elements;
     a NaN or Inf where the reference is finite is an infinite error."""
     x = x.detach().to(torch.float64)
@@ -466,8 +466,8 @@ def compare(model: Any, *inputs: Any, factor: float = DEFAULT_FACTOR, floor: flo
             if tuple(ref.shape) != tuple(c.tensor.shape):
                 row["skipped"] = f"shape differs from {c.origin}'s {list(ref.shape)}"
                 continue
-            ua, ur, scale = _errors(c.tensor, ref)
-            ea, er, _ = _errors(e32, ref)
+            ua, ur, scale = normwise_errors(c.tensor, ref)
+            ea, er, _ = normwise_errors(e32, ref)
             row.update(updraft_abs=ua, updraft_rel=ur, eager_abs=ea, eager_rel=er, ref_max=scale)
             row["flagged"] = ua > factor * ea and ur > floor
             if row["flagged"] and first is None:
@@ -525,8 +525,8 @@ def _output_errors(eager: Any, inputs: tuple, eager_out: list, upd_out: list, no
     for i, (r, eo, uo) in enumerate(zip(ref_out, eager_out, upd_out)):
         if r.shape != uo.shape or not r.is_floating_point():
             continue
-        ua, ur, _ = _errors(uo, r)
-        ea, er, _ = _errors(eo, r)
+        ua, ur, _ = normwise_errors(uo, r)
+        ea, er, _ = normwise_errors(eo, r)
         res.append({"index": i, "shape": list(r.shape), "updraft_abs": ua, "updraft_rel": ur,
                     "eager_abs": ea, "eager_rel": er})
     return res
