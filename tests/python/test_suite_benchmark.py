@@ -81,6 +81,34 @@ def test_tables_mark_verdicts_and_failures(suite):
     assert "| geomean |" in text and "sources must not be empty" in text
 
 
+def test_the_model_file_row_is_judged_against_the_peers_too(suite):
+    # updraft_load (updraft.export + updraft.load) is a second subject: it gets its own verdict
+    # columns against each peer, and neither subject is a peer of the other.
+    rows = [row(b, i, t) for b, ts in (("eager", [4.0, 4.1, 4.2]), ("onnxruntime", [2.0, 2.1, 2.2]),
+                                       ("updraft", [3.0, 3.1, 3.2]), ("updraft_load", [1.0, 1.1, 1.2]))
+            for i, t in enumerate(ts)]
+    text = suite.tables(suite.aggregate(rows))
+    cells_of = lambda line: [c.strip() for c in line.strip("|").split("|")]  # noqa: E731
+    head = cells_of(next(l for l in text.splitlines() if l.startswith("| model | eager")))
+    assert "updraft vs onnxruntime" in head and "updraft_load vs onnxruntime" in head
+    assert "updraft vs updraft_load" not in head and "updraft_load vs updraft" not in head
+    cells = cells_of(next(l for l in text.splitlines() if l.startswith("| m |")))
+    assert cells[head.index("updraft vs onnxruntime")] == "loss 0.68x"
+    assert cells[head.index("updraft_load vs onnxruntime")] == "win 1.91x"
+
+
+def test_updraft_load_row_runs_the_exported_file(suite, tmp_path):
+    # The row's runner: export to a file, load it, call it; the output matches eager.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).eval()
+    x = torch.randn(3, 16)
+    run, to_tensor = suite._make_runner("updraft_load", model, (x,), 1, tmp_path)
+    assert (tmp_path / "model.updraft").stat().st_size > 0
+    with torch.no_grad():
+        want = model(x)
+    torch.testing.assert_close(to_tensor(run()), want, rtol=1e-5, atol=1e-6)  # f32, one GEMM chain
+
+
 def test_achieved_picks_the_bound_by_the_machine_balance(suite):
     peak = {"gemm_gflops": 100.0, "read_gbs": 20.0, "llc_bytes": 2**20}  # balance 5 flop/byte
     dense = {"status": "ok", "median_ms": 10.0, "flops": 5e8, "bytes": 1e7}
