@@ -1,6 +1,6 @@
 // The streaming f32 linear and matmul (kernels/cpu/linear_stream.h): which nodes take it (a
 // constant 2-d weight of at least 64K elements, the vectorised dim >= 64, 1 to 4 static rows
-// of x) and which keep oneDNN's gemm, and its results against the reference over row counts,
+// of x) and which keep oneDNN's gemm, a [K, N] weight's rows split over threads, and its results against the reference over row counts,
 // odd N and K (tile and lane tails), every epilogue, a weight large enough to split over
 // threads, and concurrent calls. linear's weight is [N, K]; matmul's (x @ W) is [K, N].
 #include <gtest/gtest.h>
@@ -84,6 +84,29 @@ TEST(LinearStream, LargeWeightSplitOverOpenMPThreads) {
     }
 }
 
+// [K, N] weights split by rows over the threads: each thread's partial sums over all N, added
+// into y before the epilogue, which runs split by columns. Row counts of x 1-4, K not a
+// multiple of the 4-row groups (the last thread takes the rest) and N not of the vector width,
+// 2 and 3 threads (3 on purpose uneven), every epilogue with a bias and a residual.
+TEST(LinearStream, MatmulRowsSplitOverThreads) {
+  for (int threads : {2, 3})
+    for (int64_t M : {1, 2, 4}) {
+      const int prev = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      for (const std::string& act : {std::string("none"), std::string("gelu_tanh"), std::string("leaky_relu")}) {
+        SCOPED_TRACE("threads " + std::to_string(threads) + " M=" + std::to_string(M) + " " + act);
+        Attrs a = epilogue_attrs(act);
+        a["has_bias"] = true;
+        a["has_residual"] = true;
+        std::string name = expect_matches_ref(
+            "matmul", {input(rnd({M, 1023}, 1)), constant(rnd({1023, 301}, 2)), constant(rnd({301}, 3)),
+                       input(rnd({M, 301}, 4))}, a);
+        EXPECT_TRUE(streams(name)) << name;
+      }
+      omp_set_num_threads(prev);
+    }
+}
+
 // One kernel called from 4 threads at once (the TSan lane runs this).
 TEST(LinearStream, ConcurrentCalls) {
   OneNode lin("linear", {input(rnd({1, 512}, 8)), constant(rnd({700, 512}, 9))}, {});
@@ -93,19 +116,16 @@ TEST(LinearStream, ConcurrentCalls) {
 }
 
 TEST(LinearStream, MatmulWithAWeightStoredKByN) {
-  // One row of x takes it only with at least 512 output columns per thread (linear_stream.h).
-  const int64_t threads = omp_get_max_threads();
-  auto expected = [&](int64_t M, int64_t N) { return M > 1 || N >= 512 * threads; };
   for (int64_t M : {1, 2, 3, 4})
     for (auto [K, N] : std::vector<std::pair<int64_t, int64_t>>{{256, 259}, {301, 300}, {1024, 64}, {67, 1031}}) {
       SCOPED_TRACE("M=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" + std::to_string(N));
       std::string name = expect_matches_ref("matmul", {input(rnd({M, K}, 1)), constant(rnd({K, N}, 2))}, {});
-      EXPECT_EQ(streams(name), expected(M, N)) << name;
+      EXPECT_TRUE(streams(name)) << name;
     }
   // GPT-2's decode step: x [batch, 1, K]; and a 1-d x.
   for (const std::vector<int64_t>& x : {std::vector<int64_t>{2, 1, 768}, std::vector<int64_t>{768}}) {
     std::string name = expect_matches_ref("matmul", {input(rnd(x, 3)), constant(rnd({768, 2304}, 4))}, {});
-    EXPECT_EQ(streams(name), expected(x.size() == 3 ? x[0] : 1, 2304)) << name;
+    EXPECT_TRUE(streams(name)) << name;
   }
   for (const std::string& act : epilogue_activations()) {
     SCOPED_TRACE(act);
@@ -124,7 +144,5 @@ TEST(LinearStream, OtherMatmulsKeepOneDnn) {
   cases.push_back({"a weight computed per call", {input(rnd({1, 256}, 1)), input(rnd({256, 300}, 2))}});
   cases.push_back({"a batched weight", {input(rnd({2, 1, 256}, 1)), constant(rnd({2, 256, 300}, 2))}});
   cases.push_back({"narrow outputs", {input(rnd({1, 4096}, 1)), constant(rnd({4096, 32}, 2))}});
-  // One row of x, fewer than 512 output columns per thread (threads: OpenMP's count, at most 64).
-  cases.push_back({"one row, short segments", {input(rnd({1, 3072}, 1)), constant(rnd({3072, 500}, 2))}});
   expect_keeps_onednn("matmul", std::move(cases));
 }

@@ -1,7 +1,9 @@
 // The streaming f32 linear: y = act(x @ w^T + bias + residual) for a few rows of x (a decode
 // step's M = batch), reading the constant weight in place, once per call, split over the
 // threads (the linear_wq kernel with f32 weights, linear_wq.cpp). The same for matmul with a
-// constant 2-d weight stored [K, N] (x @ W: GPT-2's Conv1D), vectorised over N instead of K.
+// constant 2-d weight stored [K, N] (x @ W: GPT-2's Conv1D), vectorised over N instead of K,
+// with the weight's rows split over the threads (each streams a contiguous block) and their
+// partial sums added at the end.
 //
 // Why: at M <= 4 a linear only has to stream its weight; oneDNN's f32 gemm for such M on an
 // AVX2 CPU ("gemm:jit") reads a prepacked copy and, measured in docs/BENCHMARKS.md ("the
@@ -24,11 +26,6 @@ constexpr int64_t kStreamMaxRows = 4;          // rows of x: the dot tiles' wide
 constexpr int64_t kStreamMinVector = 64;       // the vectorised dim (K, or N for [K, N]): shorter
                                                // and the lane reductions or tails dominate
 constexpr int64_t kStreamMinWeight = 1 << 16;  // smaller weights sit in cache: no stream to win
-// [K, N] weights at one row of x: the least N per thread. Each thread reads its columns'
-// segment of every weight row; at 2 threads GPT-2's 3072 x 768 (384 floats each) streamed
-// 11-12 GB/s against oneDNN's 13-14, while 768 x 2304 (1152 each) was even and 768 x 3072
-// 19% ahead (docs/BENCHMARKS.md). With 2 or more rows of x it leads everywhere measured.
-constexpr int64_t kStreamMinSegment = 512;
 
 // The kernel for a `linear` or `matmul` node that fits (above), else nullptr.
 std::unique_ptr<Kernel> make_stream_f32(const KernelContext& ctx);

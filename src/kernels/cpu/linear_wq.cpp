@@ -24,6 +24,7 @@
 
 #include "core/error.h"
 #include "ir/ops/params.h"
+#include "kernels/cpu/elementwise_internal.h"
 #include "kernels/cpu/linear_stream.h"
 #include "kernels/cpu/linear_wq_tiles.h"
 #include "kernels/cpu/threads.h"
@@ -39,6 +40,9 @@ constexpr int64_t kBlockRows = 16;  // rows of w per block: a multiple of every 
 // (tools/decode_linears.py int8, ms per pass): 8 rows 14-17 direct vs 20 packed; 12 rows 23-32
 // direct vs 20-25 packed.
 constexpr int64_t kPanelAbove = 11;
+// [K, N] weights: the least weight rows a thread streams (fewer, and adding its partial sums
+// costs more than its share of the weight saves).
+constexpr int64_t kKnMinRows = 64;
 
 class LinearWqKernel final : public Kernel {
  public:
@@ -50,7 +54,8 @@ class LinearWqKernel final : public Kernel {
         budget_(ctx.thread_budget()),
         max_threads_(ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads()),
         kn_(ctx.node.op_name() == "matmul"),
-        K_(ctx.in_shapes[1][kn_ ? 0 : 1]) {}
+        K_(ctx.in_shapes[1][kn_ ? 0 : 1]),
+        N_(ctx.in_shapes[1][kn_ ? 1 : 0]) {}
 
   void run(const TensorView* in, TensorView* out, void* scratch) const override {
     const TensorView &x = in[0], &w = in[1];
@@ -63,14 +68,15 @@ class LinearWqKernel final : public Kernel {
     nt = std::max(1, std::min(nt, max_threads_));
     const bool panels = M > kPanelAbove && wdtype_ != DType::f32;
     const int64_t rows_per_block = panels ? tiles_.panel_cols : kBlockRows;
+    if (kn_) {
+      run_kn(in, y, M, N, K, static_cast<int>(std::min<int64_t>(nt, std::max<int64_t>(1, K / kKnMinRows))),
+             static_cast<float*>(scratch));
+      return;
+    }
     const int64_t blocks = (N + rows_per_block - 1) / rows_per_block;
     nt = static_cast<int>(std::min<int64_t>(nt, blocks));
     cpu::parallel_for(nt, nt, [&](int64_t t) {
       const int64_t b0 = blocks * t / nt, b1 = blocks * (t + 1) / nt;
-      if (kn_) {  // one range per thread: each weight row's segment read in one pass
-        if (b0 < b1) run_block(in, y, M, N, K, b0 * kBlockRows, std::min(N, b1 * kBlockRows), nullptr);
-        return;
-      }
       float* panel = panels ? static_cast<float*>(scratch) + t * tiles_.panel_floats : nullptr;
       for (int64_t b = b0; b < b1; ++b)
         run_block(in, y, M, N, K, b * rows_per_block, std::min(N, (b + 1) * rows_per_block), panel);
@@ -78,6 +84,8 @@ class LinearWqKernel final : public Kernel {
   }
 
   size_t scratch_bytes() const override {
+    // [K, N]: the partial sums of every thread but the first (which sums into y itself).
+    if (kn_) return static_cast<size_t>(std::max(max_threads_ - 1, 0)) * cpu::kStreamMaxRows * N_ * sizeof(float);
     if (wdtype_ == DType::f32) return 0;
     return static_cast<size_t>(max_threads_) * tiles_.panel_floats * sizeof(float);
   }
@@ -89,16 +97,46 @@ class LinearWqKernel final : public Kernel {
   bool runs_shapes_of(const KernelContext&) const override { return true; }
 
  private:
+  // [K, N] (x @ W): the weight rows split over the threads, so each thread streams one
+  // contiguous block of whole rows (its partial sums over all N stay in L1/L2), then the
+  // partials are added and the epilogue runs, split by columns. Splitting the columns instead
+  // reads each row in segments, one jump per row: 22-23 GB/s against 32-35 on GPT-2's
+  // 3072 x 768 and 768 x 768 at 2 threads (docs/BENCHMARKS.md, "GPT-2's Conv1D weights").
+  // For a given thread count the sum order is fixed: y = P0 + P1 + ..., each P in k order.
+  void run_kn(const TensorView* in, TensorView& y, int64_t M, int64_t N, int64_t K, int nt, float* scratch) const {
+    const float* x = in[0].ptr<const float>();
+    const float* w = in[1].ptr<const float>();
+    float* yp = y.ptr<float>();
+    if (nt <= 1) {
+      tiles_.f32_kn(x, M, K, w, N, N, K, yp, N);
+      epilogue(in, yp, M, N, 0, N);
+      return;
+    }
+    const int64_t groups = K / 4;  // row ranges start on a 4-row group (the tiles' unroll)
+#pragma omp parallel num_threads(nt)
+    {
+      const int t = omp_get_thread_num(), T = omp_get_num_threads();
+      const int64_t k0 = groups * t / T * 4, k1 = t + 1 == T ? K : groups * (t + 1) / T * 4;
+      float* part = t == 0 ? yp : scratch + (t - 1) * M * N;
+      tiles_.f32_kn(x + k0, M, K, w + k0 * N, N, N, k1 - k0, part, N);
+#pragma omp barrier
+      const int64_t c = (N + 15) / 16, n0 = std::min(N, c * t / T * 16), n1 = std::min(N, c * (t + 1) / T * 16);
+      for (int64_t m = 0; m < M; ++m) {
+        float* row = yp + m * N;
+        for (int u = 1; u < T; ++u) {
+          const float* p = scratch + (u - 1) * M * N + m * N;
+          for (int64_t n = n0; n < n1; ++n) row[n] += p[n];
+        }
+      }
+      if (n0 < n1) epilogue(in, yp + n0, M, N, n0, n1 - n0);
+    }
+  }
+
   void run_block(const TensorView* in, TensorView& y, int64_t M, int64_t N, int64_t K, int64_t n0, int64_t n1,
                  float* panel) const {
     const float* x = in[0].ptr<const float>();
     float* yb = y.ptr<float>() + n0;
     const int64_t nb = n1 - n0;
-    if (kn_) {
-      tiles_.f32_kn(x, M, K, in[1].ptr<const float>() + n0, nb, N, K, yb, N);
-      epilogue(in, yb, M, N, n0, nb);
-      return;
-    }
     const size_t esize = dtype_size(wdtype_);
     const void* w = static_cast<const char*>(in[1].data) + static_cast<size_t>(n0) * K * esize;
     if (panel) {
@@ -128,10 +166,27 @@ class LinearWqKernel final : public Kernel {
         const float* r = res + m * N;
         for (int64_t j = 0; j < nb; ++j) row[j] += r[j];
       }
-      if (ep_.act) {
-        const float a = static_cast<float>(ep_.alpha), b = static_cast<float>(ep_.beta);
-        for (int64_t j = 0; j < nb; ++j) row[j] = ew_ref<float>(*ep_.act, row[j], a, b);
-      }
+      if (ep_.act) activation(row, nb);
+    }
+  }
+
+  // The activation over n outputs: the elementwise evaluator's vector block op where the op has
+  // one (a GELU over GPT-2's 3072 outputs per row took ~20 us as per-element ew_ref calls), else
+  // ew_ref per element. Its alpha and beta are broadcast blocks.
+  void activation(float* row, int64_t n) const {
+    const float a = static_cast<float>(ep_.alpha), b = static_cast<float>(ep_.beta);
+    if (!cpu_ew::has_block_op(*ep_.act, float{})) {
+      for (int64_t j = 0; j < n; ++j) row[j] = ew_ref<float>(*ep_.act, row[j], a, b);
+      return;
+    }
+    alignas(32) float ab[2][cpu_ew::kBlock];
+    const int params = ep_.num_act_params();
+    if (params > 0) std::fill(ab[0], ab[0] + cpu_ew::kBlock, a);
+    if (params > 1) std::fill(ab[1], ab[1] + cpu_ew::kBlock, b);
+    for (int64_t j = 0; j < n; j += cpu_ew::kBlock) {
+      const int len = static_cast<int>(std::min<int64_t>(cpu_ew::kBlock, n - j));
+      cpu_ew::run_block_op(*ep_.act, row + j, params > 0 ? ab[0] : nullptr, params > 1 ? ab[1] : nullptr, row + j,
+                           len);
     }
   }
 
@@ -147,7 +202,7 @@ class LinearWqKernel final : public Kernel {
   cpu::ThreadBudget budget_;
   int max_threads_;
   bool kn_;  // matmul: the weight is stored [K, N] (x @ W), not [N, K]
-  int64_t K_;
+  int64_t K_, N_;
 };
 
 }  // namespace
@@ -168,10 +223,6 @@ std::unique_ptr<Kernel> make_stream_f32(const KernelContext& ctx) {
   // Every other dim of x static: a symbolic batch may grow past kStreamMaxRows.
   for (size_t d = 0; d + 1 < ctx.node.inputs[0]->type.shape.size(); ++d)
     if (!ctx.node.inputs[0]->type.shape[d].is_static()) return nullptr;
-  // [K, N] at one row of x: each thread reads a segment of N / threads floats per weight row;
-  // shorter than kStreamMinSegment it streams slower than oneDNN's gemm (measured, linear_stream.h).
-  const int64_t threads = ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads();
-  if (!linear && M == 1 && N < kStreamMinSegment * threads) return nullptr;
   Epilogue ep = Epilogue::of(ctx.node, 2);
   if (ep.has_residual && numel_of(ctx.in_shapes[ep.residual_input]) != M * N) return nullptr;
   return std::make_unique<LinearWqKernel>(ctx);
