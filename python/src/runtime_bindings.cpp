@@ -306,9 +306,43 @@ struct PyStepObserver : StepObserver {
   }
 };
 
+// Whether every (i, t, v) of `bound` still holds for `args`: args[i] is t and t._version == v.
+// The per-call check of a graph's frozen parameters (backend.PartitionedGraph): the same test
+// as a Python generator, without one interpreted iteration per parameter (97 us for
+// MobileNetV2's 261 parameters at each call, docs/BENCHMARKS.md "The frozen-parameter check").
+bool frozen_unchanged(nb::handle args, nb::handle bound) {
+  static PyObject* const version = PyUnicode_InternFromString("_version");
+  PyObject* a = args.ptr();
+  PyObject* b = bound.ptr();
+  UPDRAFT_CHECK(PyList_Check(b) && (PyList_Check(a) || PyTuple_Check(a)), "bindings",
+                "frozen_unchanged takes the call's arguments (a list or tuple) and a list of (index, tensor, version)");
+  const Py_ssize_t na = PySequence_Fast_GET_SIZE(a);
+  PyObject** items = PySequence_Fast_ITEMS(a);
+  for (Py_ssize_t k = 0, n = PyList_GET_SIZE(b); k < n; ++k) {
+    PyObject* e = PyList_GET_ITEM(b, k);
+    UPDRAFT_CHECK(PyTuple_Check(e) && PyTuple_GET_SIZE(e) == 3, "bindings", "frozen_unchanged: an entry is not (index, tensor, version)");
+    const Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, 0));
+    if (i < 0 || i >= na) {
+      if (PyErr_Occurred()) throw nb::python_error();
+      return false;  // fewer arguments than the set was built with: not the same call
+    }
+    PyObject* t = PyTuple_GET_ITEM(e, 1);
+    if (items[i] != t) return false;
+    PyObject* cur = PyObject_GetAttr(t, version);
+    if (!cur) throw nb::python_error();
+    const int same = PyObject_RichCompareBool(cur, PyTuple_GET_ITEM(e, 2), Py_EQ);
+    Py_DECREF(cur);
+    if (same < 0) throw nb::python_error();
+    if (!same) return false;
+  }
+  return true;
+}
+
 void bind_runtime(nb::module_& m) {
   // A hang is not an input error: Python tells it apart by type (engine_partition.py).
   static nb::exception<WatchdogTimeout> watchdog_exc(m, "WatchdogTimeout", m.attr("UpdraftError"));
+  m.def("frozen_unchanged", &frozen_unchanged, nb::arg("args"), nb::arg("bound"),
+        "Whether args[i] is t and t._version == v for every (i, t, v) in bound (a list).");
   m.def("clock_ns", &runtime_clock_ns,
         "The engine's step clock in ns (steady_clock: CLOCK_MONOTONIC, as time.monotonic_ns).");
 

@@ -208,6 +208,8 @@ class PartitionedGraph:
         self._current: Optional[_ParamSet] = None  # the set of the last call
         self._next_slot = 0
         self._lock = threading.Lock()
+        from . import _C
+        self._unchanged = _C.frozen_unchanged  # args[i] is t and t._version == v for every (i, t, v)
         if frozen:
             _graphs_with_sets.add(self)
         self._names = names or [n.name for n in gm.graph.nodes if n.op == "placeholder"]
@@ -254,7 +256,7 @@ class PartitionedGraph:
             return boxed.forward(args)
         if self.frozen:
             cur = self._current
-            if cur is None or any(args[i] is not t or t._version != v for i, t, v in cur.bound):
+            if cur is None or not self._unchanged(args, cur.bound):
                 cur = self._select(args)
             active.slot = cur.slot
         if self.gears:
@@ -413,7 +415,8 @@ class _ParamSet:
         self.slot, self.bound = slot, bound
 
     def holds(self, args: list) -> bool:
-        return all(args[i] is t and t._version == v for i, t, v in self.bound)
+        from . import _C
+        return _C.frozen_unchanged(args, self.bound)
 
     def same_tensors(self, args: list) -> bool:
         return all(args[i] is t for i, t, _ in self.bound)

@@ -166,3 +166,21 @@ def test_a_new_signature_binds_once_and_runs_by_pointer(partitions, monkeypatch)
     with torch.no_grad():
         torch.testing.assert_close(f(x), m(x))
     assert seen["planned"] - base["planned"] == n_new
+
+
+def test_frozen_parameter_check_sees_identity_and_in_place_writes():
+    # _C.frozen_unchanged, the per-call check of a graph's frozen parameters
+    # (backend.PartitionedGraph): each (index, tensor, version) must still hold for the call.
+    from updraft import _C
+
+    a, b = torch.zeros(3), torch.ones(2)
+    args = [torch.randn(4), a, b]
+    bound = [(1, a, a._version), (2, b, b._version)]
+    assert _C.frozen_unchanged(args, bound) and _C.frozen_unchanged(tuple(args), bound)
+    assert not _C.frozen_unchanged([args[0], b, a], bound)  # other tensors at those places
+    assert not _C.frozen_unchanged(args[:2], bound)  # fewer arguments than the set was built with
+    b.mul_(2)  # written in place: its version moved
+    assert not _C.frozen_unchanged(args, bound)
+    assert _C.frozen_unchanged(args, [])
+    with pytest.raises(Exception, match="index, tensor, version"):
+        _C.frozen_unchanged(args, [(1, a)])
