@@ -68,6 +68,8 @@ const std::vector<Step>& steps() {
       {"dce", always, plain<dce>},                    // remove what canonicalize left unused
       {"cse", always, plain<cse>},                    // one node per (op, inputs, attributes)
       {"constant_fold", if_fold, plain<constant_fold>},  // evaluate all-constant nodes with our own kernels
+      // again: what folding made an identity (a where on a folded condition: an optimizer's lerp)
+      {"canonicalize", if_fold, plain<canonicalize>},
       {"fold_conv_bn", if_fuse, plain<fold_conv_bn>},    // batch_norm after conv2d -> new conv weights
       {"fold_pad_conv", if_fuse, plain<fold_pad_conv>},  // zero pad before conv2d -> the conv's padding
       {"fold_gqa_sdpa", if_fuse, plain<fold_gqa_sdpa>},  // sdpa reads grouped k/v, not their repeat

@@ -117,6 +117,9 @@ const std::vector<BShapes> kBroadcasts = {
     {{1, 9}, {7, 1}},        // both sides broadcast
     {{300, 257}, {257}},     // row broadcast, large enough to run in parallel
     {{300, 257}, {300, 1}},  // column broadcast, parallel
+    {{300, 257}, {}},        // 0-d operand, parallel: filled once per thread, not per block
+    {{300, 64}, {64}},       // a row that divides the block: a periodic input (strides 0, not uniform)
+    {{}, {300, 257}},
     {{0, 3}, {3}},           // empty
     {{1}, {1}},              // one element
 };

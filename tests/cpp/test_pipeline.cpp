@@ -47,8 +47,8 @@ TEST(Pipeline, FullPipelineFusesAndKeepsResults) {
   auto inputs = random_inputs(*g, {{"s0", 2}});
   auto before = interpret(*g, inputs, Device::ref);
   auto log = run_pipeline(*g, CompileOptions{});
-  EXPECT_EQ(names(log), (std::vector<std::string>{"verify", "canonicalize", "match_gelu", "dce", "cse", "constant_fold", "fold_conv_bn",
-                                                  "fold_pad_conv", "fold_gqa_sdpa", "fold_transpose_matmul", "fuse_epilogue", "fuse_elementwise", "dce", "verify"}));
+  EXPECT_EQ(names(log), (std::vector<std::string>{"verify", "canonicalize", "match_gelu", "dce", "cse", "constant_fold", "canonicalize",
+                                                  "fold_conv_bn", "fold_pad_conv", "fold_gqa_sdpa", "fold_transpose_matmul", "fuse_epilogue", "fuse_elementwise", "dce", "verify"}));
   // conv + bn + residual + relu became one conv; the constant scale folded; reshape went.
   ASSERT_GE(g->num_nodes(), 2u) << print_graph(*g);
   Node* conv = g->nodes()[0];
@@ -63,6 +63,30 @@ TEST(Pipeline, FullPipelineFusesAndKeepsResults) {
   auto after = interpret(*g, inputs, Device::cpu);
   expect_same_outputs(before, after, 1e-4, 1e-4);
   for (const PassRecord& p : log) EXPECT_TRUE(p.ir_after.empty());
+}
+
+// An optimizer's lerp(m, g, w) on a constant w decomposes to where(|w| >= 0.5, ...): its
+// condition is a literal only once constant_fold has run, and the second canonicalize then
+// drops the where; the fused program left holds no where for every element.
+TEST(Pipeline, WhereOnAFoldedConditionIsDropped) {
+  auto g = parse_graph(R"(graph(%m: f32[64], %g: f32[64]) {
+  %w = constant f32[] [0.1]
+  %half = constant f32[] [0.5]
+  %0 = abs(%w)
+  %1 = ge(%0, %half)
+  %2 = where(%1, %g, %m)
+  %3 = sub(%g, %m)
+  %4 = mul(%3, %w)
+  %5 = add(%4, %2)
+  return (%5)
+})");
+  auto inputs = random_inputs(*g, {});
+  auto before = interpret(*g, inputs, Device::ref);
+  run_pipeline(*g, CompileOptions{});
+  ASSERT_EQ(g->num_nodes(), 1u) << print_graph(*g);
+  EXPECT_EQ(g->nodes()[0]->attr("program").s().find("where"), std::string::npos) << print_graph(*g);
+  auto after = interpret(*g, inputs, Device::cpu);
+  expect_same_outputs(before, after, 1e-6, 1e-6);
 }
 
 TEST(Pipeline, OptionsSkipPasses) {

@@ -172,6 +172,15 @@ void BlockProgram<T>::run(const TensorView* in, int nin, TensorView* outs, const
                   std::string("input ") + std::to_string(k) + " is " + dtype_name(in[k].dtype) + ", expected " +
                       dtype_name(kData) + " or bool");
   const BcastPlan plan = make_bcast_plan(out, in, nin, op, kBlock);
+  // Inputs that are one value for the whole call (every stride 0: a 0-d tensor, an optimizer's
+  // bias correction) are filled into their slot once per thread, like immediates.
+  // A periodic input's strides are 0 too (its period indexes it): not uniform.
+  bool uniform[kMaxInputs] = {};
+  for (int k = 0; k < nin; ++k) {
+    bool all0 = in[k].dtype == kData && input_slot_[k] >= 0 && plan.inner_period(k + 1) == 0;
+    for (int d = 0; all0 && d < plan.ndim; ++d) all0 = plan.strides[k + 1][d] == 0;
+    uniform[k] = all0;
+  }
   const BlockProgram& self = *this;
   // Per-thread state: a block-sized stack buffer per slot, immediates filled once.
   bcast_for(plan, kBlock, [&] {
@@ -180,10 +189,13 @@ void BlockProgram<T>::run(const TensorView* in, int nin, TensorView* outs, const
       const BcastPlan& plan;
       const TensorView* in;
       TensorView* outs;
+      const bool* uniform;
       alignas(32) T buf[kMaxSlots][kBlock];
-      explicit Body(const BlockProgram& pr, const BcastPlan& pl, const TensorView* i, TensorView* o)
-          : prog(pr), plan(pl), in(i), outs(o) {
+      explicit Body(const BlockProgram& pr, const BcastPlan& pl, const TensorView* i, TensorView* o, const bool* u)
+          : prog(pr), plan(pl), in(i), outs(o), uniform(u) {
         for (auto [s, v] : prog.imms_) std::fill(buf[s], buf[s] + kBlock, v);
+        for (size_t k = 0; k < prog.input_slot_.size(); ++k)
+          if (uniform[k]) std::fill(buf[prog.input_slot_[k]], buf[prog.input_slot_[k]] + kBlock, *in[k].ptr<T>());
       }
       void operator()(const int64_t* off, int64_t n64) {
         const int n = static_cast<int>(n64);
@@ -191,7 +203,7 @@ void BlockProgram<T>::run(const TensorView* in, int nin, TensorView* outs, const
         for (int s = 0; s < prog.nslots_; ++s) ptr[s] = buf[s];
         for (size_t k = 0; k < prog.input_slot_.size(); ++k) {
           int s = prog.input_slot_[k];
-          if (s < 0) continue;
+          if (s < 0 || uniform[k]) continue;
           int64_t stride = plan.inner_stride(static_cast<int>(k) + 1);
           const int64_t period = plan.inner_period(static_cast<int>(k) + 1);  // blocks start at phase 0
           if (in[k].dtype == kData) {
@@ -228,7 +240,7 @@ void BlockProgram<T>::run(const TensorView* in, int nin, TensorView* outs, const
           std::copy(buf[prog.also_slots_[k]], buf[prog.also_slots_[k]] + n, outs[k + 1].ptr<T>() + off[0]);
       }
     };
-    return Body(self, plan, in, outs);
+    return Body(self, plan, in, outs, uniform);
   });
 }
 
