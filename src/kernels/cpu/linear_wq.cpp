@@ -100,8 +100,8 @@ class LinearWqKernel final : public Kernel {
   // [K, N] (x @ W): the weight rows split over the threads, so each thread streams one
   // contiguous block of whole rows (its partial sums over all N stay in L1/L2), then the
   // partials are added and the epilogue runs, split by columns. Splitting the columns instead
-  // reads each row in segments, one jump per row: 22-23 GB/s against 32-35 on GPT-2's
-  // 3072 x 768 and 768 x 768 at 2 threads (docs/BENCHMARKS.md, "GPT-2's Conv1D weights").
+  // reads each row in segments, one jump per row, which streamed slower on every GPT-2 shape and
+  // most on 768-column weights (docs/BENCHMARKS.md, "GPT-2's Conv1D weights streamed by rows").
   // For a given thread count the sum order is fixed: y = P0 + P1 + ..., each P in k order.
   void run_kn(const TensorView* in, TensorView& y, int64_t M, int64_t N, int64_t K, int nt, float* scratch) const {
     const float* x = in[0].ptr<const float>();
@@ -171,7 +171,7 @@ class LinearWqKernel final : public Kernel {
   }
 
   // The activation over n outputs: the elementwise evaluator's vector block op where the op has
-  // one (a GELU over GPT-2's 3072 outputs per row took ~20 us as per-element ew_ref calls), else
+  // one (GPT-2's GELU over 3072 outputs per row was otherwise a scalar tanh per output), else
   // ew_ref per element. Its alpha and beta are broadcast blocks.
   void activation(float* row, int64_t n) const {
     const float a = static_cast<float>(ep_.alpha), b = static_cast<float>(ep_.beta);
