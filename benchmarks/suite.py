@@ -242,7 +242,7 @@ def _updraft_load(model, inputs: tuple, threads: int, tmp: Path):
     path = tmp / "model.updraft"
     updraft.export(_main_output(model), tuple(inputs), str(path))
     m = updraft.load(str(path), num_threads=threads)
-    return (lambda: m(*inputs)), (lambda out: out[0] if isinstance(out, tuple) else out)
+    return (lambda: m(*inputs)), (lambda out: out)  # one output: load returns the tensor itself
 
 
 def _openvino_convert(model, inputs: tuple, threads: int):

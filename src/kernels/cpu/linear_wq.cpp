@@ -12,8 +12,9 @@
 // as i8 at K = 2816) stays in L1/L2 between groups. With more than kPanelAbove rows of x
 // (prefill) an i8/bf16 block is widened to f32 and transposed once into the thread's scratch
 // (a panel), and the broadcast-FMA micro-kernel runs every row of x over it. Then the epilogue
-// over the block's outputs: per-row scale, bias, residual, activation (its elementwise formula,
-// ew_ref).
+// over the block's outputs: per-row scale, bias, residual, activation (the elementwise
+// evaluator's vector block op, or ew_ref for an op without one).
+// An f32 weight stored [K, N] (matmul, x @ W) is split by its rows instead (run_kn).
 //
 // Threads: the per-kernel rule (threads.h) on max(flops, weight bytes * kFlopsPerByte), decided
 // at each call from its M, so one kernel serves every shape of a compile (decode and prefill).
@@ -55,7 +56,8 @@ class LinearWqKernel final : public Kernel {
         max_threads_(ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads()),
         kn_(ctx.node.op_name() == "matmul"),
         K_(ctx.in_shapes[1][kn_ ? 0 : 1]),
-        N_(ctx.in_shapes[1][kn_ ? 1 : 0]) {}
+        N_(ctx.in_shapes[1][kn_ ? 1 : 0]),
+        act_vector_(ep_.act && cpu_ew::has_block_op(*ep_.act, float{})) {}
 
   void run(const TensorView* in, TensorView* out, void* scratch) const override {
     const TensorView &x = in[0], &w = in[1];
@@ -166,28 +168,31 @@ class LinearWqKernel final : public Kernel {
         const float* r = res + m * N;
         for (int64_t j = 0; j < nb; ++j) row[j] += r[j];
       }
-      if (ep_.act) activation(row, nb);
     }
+    if (ep_.act) activation(yb, M, N, nb);
   }
 
-  // The activation over n outputs: the elementwise evaluator's vector block op where the op has
-  // one (GPT-2's GELU over 3072 outputs per row was otherwise a scalar tanh per output), else
-  // ew_ref per element. Its alpha and beta are broadcast blocks.
-  void activation(float* row, int64_t n) const {
+  // The activation over the outputs [0, nb) of M rows (stride N): the elementwise evaluator's
+  // vector block op where the op has one (GPT-2's GELU over 3072 outputs per row was otherwise a
+  // scalar tanh per output), else ew_ref per element. Its alpha and beta are broadcast blocks,
+  // filled once per call.
+  void activation(float* yb, int64_t M, int64_t N, int64_t nb) const {
     const float a = static_cast<float>(ep_.alpha), b = static_cast<float>(ep_.beta);
-    if (!cpu_ew::has_block_op(*ep_.act, float{})) {
-      for (int64_t j = 0; j < n; ++j) row[j] = ew_ref<float>(*ep_.act, row[j], a, b);
+    if (!act_vector_) {
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t j = 0; j < nb; ++j) yb[m * N + j] = ew_ref<float>(*ep_.act, yb[m * N + j], a, b);
       return;
     }
     alignas(32) float ab[2][cpu_ew::kBlock];
     const int params = ep_.num_act_params();
     if (params > 0) std::fill(ab[0], ab[0] + cpu_ew::kBlock, a);
     if (params > 1) std::fill(ab[1], ab[1] + cpu_ew::kBlock, b);
-    for (int64_t j = 0; j < n; j += cpu_ew::kBlock) {
-      const int len = static_cast<int>(std::min<int64_t>(cpu_ew::kBlock, n - j));
-      cpu_ew::run_block_op(*ep_.act, row + j, params > 0 ? ab[0] : nullptr, params > 1 ? ab[1] : nullptr, row + j,
-                           len);
-    }
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t j = 0; j < nb; j += cpu_ew::kBlock) {
+        float* row = yb + m * N + j;
+        const int len = static_cast<int>(std::min<int64_t>(cpu_ew::kBlock, nb - j));
+        cpu_ew::run_block_op(*ep_.act, row, params > 0 ? ab[0] : nullptr, params > 1 ? ab[1] : nullptr, row, len);
+      }
   }
 
   // linear_wq may scale the weight per output row; linear has no such input.
@@ -203,6 +208,7 @@ class LinearWqKernel final : public Kernel {
   int max_threads_;
   bool kn_;  // matmul: the weight is stored [K, N] (x @ W), not [N, K]
   int64_t K_, N_;
+  bool act_vector_;  // the activation has a vector block op (activation())
 };
 
 }  // namespace

@@ -142,8 +142,9 @@ void dot(const float* x, int64_t M, int64_t ldx, const void* wv, int64_t N, int6
 
 // [K, N] weights: vectorised over n, so each weight row w[k, 0:N] is read once, in order, and
 // the outputs (N floats per row of x, in L1 or L2: the caller gives each thread whole rows of
-// w, linear_wq.cpp) accumulate four weight rows per pass: out[m, n] += x[m, k] w[k, n] + ... + x[m, k+3] w[k+3, n], k
-// ascending, the same order for every n.
+// w, linear_wq.cpp) accumulate four weight rows per pass:
+// out[m, n] += x[m, k] w[k, n] + ... + x[m, k+3] w[k+3, n], k ascending, the same order for
+// every n.
 template <class V, int MT>
 inline void kn_rows(const float* x, int64_t ldx, const float* w, int64_t N, int64_t ldw, int64_t K, float* out,
                     int64_t ldo) {
