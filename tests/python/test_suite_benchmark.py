@@ -170,3 +170,17 @@ def test_old_raw_rows_redraw(suite, tmp_path):
     path = tmp_path / "old.json"
     path.write_text(json.dumps(old))
     assert suite.main(["--from-json", str(path), "--doc", "-", "--chart", str(tmp_path / "c.png")]) == 0
+
+
+def test_optimizer_step_benchmark_runs_the_step_in_the_engine(capsys):
+    # benchmarks/optimizer_step.py (the AdamW figures in docs/BENCHMARKS.md): its updraft arm
+    # compiles opt.step and the engine runs it.
+    import updraft
+
+    spec = importlib.util.spec_from_file_location("optimizer_step", ROOT / "benchmarks" / "optimizer_step.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--step", "updraft", "--model", "mlp", "--warmup", "0", "--steps", "1"]) == 0
+    assert "median" in capsys.readouterr().out
+    rep = updraft.last_report()
+    assert rep is not None and rep.num_engine_compute > 0 and rep.num_fallback_compute == 0, rep
