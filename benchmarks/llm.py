@@ -18,7 +18,9 @@ GGUF files (f32, f16, q8_0) come from `convert_hf_to_gguf.py` of the llama-cpp-p
 Backends: eager `generate`; Inductor (`model.forward = torch.compile(model.forward)` with the
 static cache, as transformers documents it); updraft with the dynamic cache (`updraft`) and the
 static cache (`updraft_static`, plus `updraft_static_<dtype>` for every `weight_dtype` that
-`updraft.CompilerConfig` accepts, when that field exists); llama.cpp through llama-cpp-python
+`updraft.CompilerConfig` accepts, when that field exists); updraft on the model quantised in place
+by `updraft.quantize_weights` (`updraft_quantized_int8`, `_bf16`: the f32 weights released,
+dynamic cache); llama.cpp through llama-cpp-python
 in its own venv (build/peers/llama) at f32, f16 and q8_0. Greedy decoding, end-of-sequence
 disabled so that every run produces `--new-tokens` tokens.
 
@@ -29,7 +31,9 @@ token + argmax). Each process runs one warm-up generation (its wall time is "fir
 compiles), 8 short ones (2 new tokens: past updraft's timing of each graph against eager over
 its first calls, WARM_PREFILLS) and one timed generation per prompt length. `--runs` fresh processes per row,
 interleaved round-robin over the backends; the table gives the median and the min-max. Peak RSS
-is the process's VmHWM (ru_maxrss: imports + model + compile + runs). The torch rows import
+is the process's VmHWM (ru_maxrss: imports + model + compile + runs); the serving peak starts
+over once the model is loaded (and quantised), so it leaves out the f32 weights that a quantised
+row held only while loading (llama.cpp rows: the same as the peak). The torch rows import
 updraft only when they run it, so eager and Inductor run with libgomp's own wait policy, as a
 user's process would (`--spin` forces one setting on every row). "= eager" counts the generated
 tokens equal to eager's greedy tokens (llama.cpp: its own f32/f16/q8_0 arithmetic; random
@@ -292,6 +296,17 @@ def torch_worker(spec: dict) -> dict:
     if backend in ("inductor",) or backend.startswith("updraft_static"):
         gc.cache_implementation = "static"
     res: dict = {}
+    if backend.startswith("updraft_quantized_"):  # the model's own weights stored compactly, f32 released
+        import updraft
+
+        res["quantized"] = str(updraft.quantize_weights(model, backend[len("updraft_quantized_"):])).splitlines()[0]
+    # The serving peak starts here: the model is loaded (and quantised); what loading held and
+    # freed (a quantised model's f32 weights) is in load_peak_mb only.
+    import gc as gcmod
+
+    gcmod.collect()
+    res["load_peak_mb"] = _vmhwm_mb()
+    suite.reset_peak_rss()
     if backend == "inductor":
         model.forward = torch.compile(model.forward)
     elif backend.startswith("updraft"):
@@ -334,7 +349,8 @@ def torch_worker(spec: dict) -> dict:
         rep = updraft.last_report()
         if rep is not None:
             res["engine_ops"] = f"{rep.num_engine_compute}/{rep.num_engine_compute + rep.num_fallback_compute}"
-    res["vmhwm_mb"] = _vmhwm_mb()
+    res["serving_peak_mb"] = _vmhwm_mb()
+    res["vmhwm_mb"] = max(res["serving_peak_mb"], res["load_peak_mb"])
     res["wait"] = _wait_env()
     return res
 
@@ -488,6 +504,7 @@ def aggregate(rows: list[dict]) -> list[dict]:
             a["decode"].append(run["decode_ms"])
             a["prompt"].append(run["plen"] / run["prompt_s"])
             a["rss"].append(r.get("vmhwm_mb", r["peak_rss_mb"]))
+            a.setdefault("serving", []).append(r.get("serving_peak_mb", a["rss"][-1]))
             a["first"].append(r["first_call_s"])
             notes = [f"engine ops {r['engine_ops']}" if r.get("engine_ops") else "", r.get("wait", ""),
                      run["own"] + " (last run)" if run.get("own") else ""]
@@ -514,15 +531,15 @@ def table(aggs: list[dict], backends: list[str]) -> str:
                 eager = next((a["tokens"] for a in rs if a["backend"] == "eager" and a["plen"] == plen), None)
                 out.append(f"### {model}, {threads} thread{'s' if threads > 1 else ''}, {plen}-token prompt\n")
                 out.append("| backend | decode ms/token (min-max) | decode tokens/s | prompt tokens/s (min-max) | "
-                           "peak RSS GB | first call s | = eager | notes |")
-                out.append("|---|---|---|---|---|---|---|---|")
+                           "peak RSS GB | serving peak GB | first call s | = eager | notes |")
+                out.append("|---|---|---|---|---|---|---|---|---|")
                 for b in backends:
                     a = next((a for a in rs if a["backend"] == b and a["plen"] in (plen, None)), None)
                     if a is None:
                         continue
                     if a["status"] != "ok":
                         reason = a["status"].replace("|", "\\|")
-                        out.append(f"| {b} | — | — | — | — | — | — | {reason} |")
+                        out.append(f"| {b} | — | — | — | — | — | — | — | {reason} |")
                         continue
                     d, p = a["decode"], a["prompt"]
                     same = "—"
@@ -531,6 +548,7 @@ def table(aggs: list[dict], backends: list[str]) -> str:
                         same = f"{n}/{len(eager)}"
                     out.append(f"| {b} | {_med(d):.1f} ({min(d):.1f}-{max(d):.1f}) | {1e3 / _med(d):.1f} | "
                                f"{_med(p):.0f} ({min(p):.0f}-{max(p):.0f}) | {max(a['rss']) / 1024:.2f} | "
+                               f"{max(a.get('serving') or a['rss']) / 1024:.2f} | "
                                f"{_med(a['first']):.1f} | {same} | {a.get('notes') or ''} |")
                 out.append("")
     return "\n".join(out)
@@ -688,7 +706,8 @@ def main(argv=None) -> int:
         print(f"load average at the end: {end[0]:.1f} {end[1]:.1f} {end[2]:.1f}")
         return 0
 
-    backends = args.backends or (TORCH_BACKENDS + [f"updraft_static_{d}" for d in weight_dtypes()] + LLAMA_BACKENDS)
+    backends = args.backends or (TORCH_BACKENDS + [f"updraft_static_{d}" for d in weight_dtypes()]
+                                 + [f"updraft_quantized_{d}" for d in weight_dtypes()] + LLAMA_BACKENDS)
     rows: list[dict] = []
     meta = {"machine": machine, "priority": priority, "load_start": load[0],
             "command": cmdline.strip(), "date": time.strftime("%Y-%m-%d %H:%M")}

@@ -428,8 +428,8 @@ void bind_runtime(nb::module_& m) {
            "Passes CompileOptions.disable_passes skipped in this compile.")
       .def("low_precision_weights",
            [](const CG& cg) {
-             // Weights quantize_weights stored low-precision (passes/quantize_weights.h): per
-             // weight dtype, (count, bytes stored with their scales, bytes they had as f32).
+             // Constant linear weights linear_wq reads low-precision: stored so by quantize_weights
+             // (CompilerConfig.weight_dtype) or by the model (fold_dequant_linear). Per weight dtype, (count, bytes stored with their scales, bytes they had as f32).
              std::map<std::string, std::tuple<int64_t, int64_t, int64_t>> r;
              std::set<const Value*> seen;
              for (const Node* n : cg.graph().nodes()) {
@@ -446,7 +446,7 @@ void bind_runtime(nb::module_& m) {
              return r;
            },
            "{weight dtype: (count, bytes stored incl. scales, bytes as f32)} of the linear weights stored "
-           "low-precision (CompilerConfig.weight_dtype).")
+           "low-precision (CompilerConfig.weight_dtype, or the model's own int8/bf16 weights).")
       .def("ir_constants",
            [](const CG& cg) {
              nb::dict r;

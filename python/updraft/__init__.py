@@ -81,7 +81,7 @@ except Exception:  # running from a source tree without an installed distributio
     __version__ = "0.2.0"
 
 __all__ = ["CompilerConfig", "Gear", "Report", "__version__", "explain", "export", "get_backend", "last_report", "load",
-           "profile"]
+           "profile", "quantize_weights"]
 
 
 def get_backend(config: CompilerConfig | None = None):
@@ -109,8 +109,15 @@ def explain(model, *inputs, config: CompilerConfig | None = None, train: bool = 
     return _explain(model, *inputs, config=config, train=train, **kwargs)
 
 
+def quantize_weights(model, dtype: str = "int8", **kwargs):
+    """Replaces the model's large linear layers (in place) by layers that store their weights as
+    int8 (per output channel) or bf16 and release the f32 ones; the engine reads them as they are.
+    Returns a summary. See updraft.quantize and docs/quantization.md."""
+    from .quantize import quantize_weights as _quantize_weights
 
-def __getattr__(name: str):
+    return _quantize_weights(model, dtype, **kwargs)
+
+
     # updraft.export and updraft.load are modules that can be called as their function
     # (updraft.export(model, inputs, path), updraft.load(path)): Python sets the package
     # attribute to the submodule whenever it is imported, so a function of the same name here

@@ -73,7 +73,8 @@ class PartitionReport:
     constant_bytes: dict = dataclasses.field(default_factory=dict)
     # Engine passes CompilerConfig.disable_passes switched off in this partition's compile.
     skipped_passes: list = dataclasses.field(default_factory=list)
-    # CompilerConfig.weight_dtype, and what the quantize_weights pass stored low-precision:
+    # CompilerConfig.weight_dtype, and the linear weights the engine reads low-precision (stored
+    # so by the quantize_weights pass, or by the model itself: fold_dequant_linear):
     # {weight dtype: (count, bytes stored with scales, bytes as f32)} (docs/quantization.md).
     weight_dtype: str = "f32"
     low_precision_weights: dict = dataclasses.field(default_factory=dict)
@@ -314,15 +315,19 @@ class Report:
                                  + (f"on calls whose {p.finite_scanned} scanned input(s) hold no NaN or inf; "
                                     "on other calls after the primitive, keeping NaN" if p.finite_scanned else
                                     "not taken, scanning the inputs would cost more than the passes it saves"))
-        low = [p for p in self.partitions if p.weight_dtype != "f32"]
+        low = [p for p in self.partitions if p.weight_dtype != "f32" or p.low_precision_weights]
         if low:
             count = stored = as_f32 = 0
             for p in low:
                 for c, b, f in p.low_precision_weights.values():
                     count, stored, as_f32 = count + c, stored + b, as_f32 + f
-            dtypes = sorted({p.weight_dtype for p in low})
-            lines.append(f"  weights: weight_dtype {', '.join(dtypes)}: {count} linear weight(s) stored low-precision, "
-                         f"{stored / 1e6:.1f} MB with scales ({as_f32 / 1e6:.1f} MB as f32); "
+            dtypes = sorted({p.weight_dtype for p in low if p.weight_dtype != "f32"})
+            # weight_dtype quantised f32 weights in the engine; otherwise the model stores them so
+            # itself (updraft.quantize_weights) and the engine reads them in place.
+            origin = (f"weight_dtype {', '.join(dtypes)}: {count} linear weight(s) stored low-precision" if dtypes else
+                      f"the model's own {', '.join(sorted({d for p in low for d in p.low_precision_weights}))} "
+                      f"weights: {count} linear weight(s) read low-precision in place")
+            lines.append(f"  weights: {origin}, {stored / 1e6:.1f} MB with scales ({as_f32 / 1e6:.1f} MB as f32); "
                          "the rest f32 (docs/quantization.md)")
         if any(p.cache for p in self.partitions):
             lines.append(f"  compile cache: {self.cache_hits} hit(s), {self.cache_misses} miss(es)   "

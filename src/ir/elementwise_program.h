@@ -39,7 +39,9 @@ enum class EwOp : uint8_t {
 
 enum class EwForm : uint8_t { any, node, program };  // a node op and/or a program op
 enum class EwResult : uint8_t { same, truth, branch, converted };  // the output dtype (see the .def)
-enum class EwDtypes : uint8_t { floats, signed_, all, ints, bools, cond };
+// castable: cast's sources, `all` plus the compact storage forms a weight may come in (i8, u8,
+// bf16: a model whose weights were quantised to int8 or stored as bf16 widens them to f32).
+enum class EwDtypes : uint8_t { floats, signed_, all, ints, bools, cond, castable };
 enum class EwEpi : uint8_t { no, engine, dnnl };  // as an epilogue activation (see the .def)
 
 // A node attribute of an elementwise op. imm / required_imm are float attributes that become

@@ -206,7 +206,7 @@ bool fuse_epilogue(Graph& g) {
   for (Node* n : g.nodes()) {
     if (removed.count(n)) continue;
     const std::string& op = n->op_name();
-    if (op == "conv2d" || op == "linear" || op == "matmul") changed |= fuse_one(g, n, removed);
+    if (op == "conv2d" || op == "linear" || op == "linear_wq" || op == "matmul") changed |= fuse_one(g, n, removed);
   }
   return changed;
 }

@@ -1,4 +1,4 @@
-// Pass: fuse_epilogue. Fuses bias add, activation and residual add that follow conv2d/linear/matmul into the op's epilogue attributes (oneDNN post-ops).
+// Pass: fuse_epilogue. Fuses bias add, activation and residual add that follow conv2d/linear/linear_wq/matmul into the op's epilogue attributes (oneDNN post-ops).
 #pragma once
 #include "ir/graph.h"
 

@@ -23,6 +23,7 @@
 #include "passes/cse.h"
 #include "passes/dce.h"
 #include "passes/fold_conv_bn.h"
+#include "passes/fold_dequant_linear.h"
 #include "passes/fold_gqa_sdpa.h"
 #include "passes/fold_pad_conv.h"
 #include "passes/fold_transpose_matmul.h"
@@ -67,6 +68,8 @@ const std::vector<Step>& steps() {
       {"match_gelu", if_fuse, plain<match_gelu>},     // GELU's tanh formula in elementwise ops -> gelu
       {"dce", always, plain<dce>},                    // remove what canonicalize left unused
       {"cse", always, plain<cse>},                    // one node per (op, inputs, attributes)
+      // linear over an int8/bf16 constant widened in the graph -> linear_wq, before folding widens it
+      {"fold_dequant_linear", if_fuse, plain<fold_dequant_linear>},
       {"constant_fold", if_fold, plain<constant_fold>},  // evaluate all-constant nodes with our own kernels
       // again: what folding made an identity (a where on a folded condition: an optimizer's lerp)
       {"canonicalize", if_fold, plain<canonicalize>},

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "core/error.h"
@@ -104,6 +105,39 @@ TEST(ElementwiseInt, CastMatrix) {
   }
   Tensor big = random_tensor(DType::f32, {70001}, 10, -1e6, 1e6);
   EXPECT_TRUE(cpu_matches_ref("cast", {big.view()}, {{"dtype", "i32"}}, kExact, kExact));
+}
+
+// The compact storage forms a weight comes in (i8, u8, bf16) widen to every target, on the fast
+// kernel as on the reference, with the exact values: i8 and u8 over their whole range, bf16 as the
+// f32 its bits shift into (a bf16 value is an f32 with the low 16 bits zero).
+TEST(ElementwiseInt, CastFromCompactWeightForms) {
+  const std::vector<DType> targets = {DType::f32, DType::f64, DType::i64, DType::i32, DType::boolean};
+  Tensor i8 = random_tensor(DType::i8, {7, 37}, 11, -128, 128), u8 = random_tensor(DType::u8, {7, 37}, 12, 0, 256);
+  Tensor bf(DType::bf16, {7, 37});
+  Tensor f = random_tensor(DType::f32, {7, 37}, 13, -300, 300);
+  for (int64_t i = 0; i < f.numel(); ++i) bf.ptr<uint16_t>()[i] = static_cast<uint16_t>(
+      [](float v) { uint32_t u; std::memcpy(&u, &v, 4); return u >> 16; }(f.ptr<float>()[i]));
+  for (Tensor* x : {&i8, &u8, &bf}) {
+    auto [xt, store] = transposed_copy(*x);
+    for (DType to : targets) {
+      Attrs at = {{"dtype", std::string(dtype_name(to))}};
+      EXPECT_TRUE(cpu_matches_ref("cast", {x->view()}, at, kExact, kExact)) << dtype_name(x->dtype()) << "->" << dtype_name(to);
+      EXPECT_TRUE(cpu_matches_ref("cast", {xt}, at, kExact, kExact)) << "strided " << dtype_name(x->dtype());
+    }
+  }
+  auto widen = [](const Tensor& x) {
+    auto one = build("cast", {x.view()}, {{"dtype", "f32"}});
+    return run_node(*one->node, {x.view()}, Device::cpu)[0];
+  };
+  Tensor a = widen(i8), b = widen(u8), c = widen(bf);
+  for (int64_t i = 0; i < i8.numel(); ++i) {
+    EXPECT_EQ(a.ptr<float>()[i], static_cast<float>(i8.ptr<int8_t>()[i]));
+    EXPECT_EQ(b.ptr<float>()[i], static_cast<float>(u8.ptr<uint8_t>()[i]));
+    uint32_t bits = static_cast<uint32_t>(bf.ptr<uint16_t>()[i]) << 16;
+    float want;
+    std::memcpy(&want, &bits, 4);
+    EXPECT_EQ(c.ptr<float>()[i], want);
+  }
 }
 
 // NaN, +-inf and values out of the target's range cast to the type's minimum, as PyTorch does on

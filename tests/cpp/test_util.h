@@ -36,6 +36,8 @@ inline Tensor random_tensor(DType dt, const std::vector<int64_t>& shape, uint32_
       case DType::f64: t.ptr<double>()[i] = x; break;
       case DType::i64: t.ptr<int64_t>()[i] = static_cast<int64_t>(std::floor(x)); break;
       case DType::i32: t.ptr<int32_t>()[i] = static_cast<int32_t>(std::floor(x)); break;
+      case DType::i8: t.ptr<int8_t>()[i] = static_cast<int8_t>(std::floor(x)); break;
+      case DType::u8: t.ptr<uint8_t>()[i] = static_cast<uint8_t>(std::floor(x)); break;
       case DType::boolean: t.ptr<bool>()[i] = x > (lo + hi) / 2; break;
       default: ADD_FAILURE() << "random_tensor: dtype not handled"; return t;
     }

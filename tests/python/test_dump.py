@@ -88,7 +88,7 @@ def test_dump_small_bert(tmp_path):
     assert sorted(os.path.basename(p) for p in parts) == ["updraft_partition_0"]
     part_dir = str(inf / "updraft_partition_0")
     files = _check_partition_folder(part_dir, parts[part_dir])
-    assert "ir_12_fuse_elementwise.txt" in files
+    assert any(f.endswith("_fuse_elementwise.txt") for f in files), files
     # Provenance: the IR names the aten node(s) each engine node computes, and so does the picture.
     final = open(os.path.join(part_dir, files[-1])).read()
     assert re.search(r"= linear\(.*// from: .*addmm", final), final

@@ -22,6 +22,7 @@ std::vector<DType> dtypes_of(EwDtypes set) {
     case EwDtypes::ints: return {DT::i64, DT::i32, DT::boolean};
     case EwDtypes::bools: return {DT::boolean};
     case EwDtypes::cond: return {DT::boolean};  // input 0 is where's condition
+    case EwDtypes::castable: return {DT::f32, DT::f64, DT::i64, DT::i32, DT::boolean, DT::i8, DT::u8, DT::bf16};
   }
   return {};
 }

@@ -1,5 +1,5 @@
 // Integer and bool elementwise kernels (i64, i32, bool; where also on f64) and cast between
-// f32/f64/i64/i32/bool. Typed loops over the broadcast plan; the contiguous and
+// f32/f64/i64/i32/bool (and from i8/u8/bf16). Typed loops over the broadcast plan; the contiguous and
 // scalar-operand cases are separate loops the compiler vectorises. Integer arithmetic wraps
 // (two's complement), as PyTorch's does. Integer floor_divide and remainder scan the divisor
 // for a zero first and raise the reference's error before any work (an exception must not
@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/elementwise_internal.h"
+#include "kernels/quantize.h"
 
 namespace updraft::cpu_ew {
 namespace {
@@ -234,8 +235,25 @@ template <typename F> bool with_cast_type(DType dt, F f) {
   }
 }
 
+// A bf16 element as its bits; converts to a number the way the storage form means it.
+struct Bf16 {
+  uint16_t bits;
+};
+
+// Cast's sources: the targets' types plus the compact storage forms a weight may come in
+// (i8, u8, bf16), which are only ever widened.
+template <typename F> bool with_cast_source(DType dt, F f) {
+  switch (dt) {
+    case DType::i8: f(int8_t{}); return true;
+    case DType::u8: f(uint8_t{}); return true;
+    case DType::bf16: f(Bf16{}); return true;
+    default: return with_cast_type(dt, f);
+  }
+}
+
 template <typename A, typename R> R convert(A x) {
-  if constexpr (std::is_same_v<R, bool>) return x != A(0);
+  if constexpr (std::is_same_v<A, Bf16>) return convert<float, R>(bf16_to_f32(x.bits));
+  else if constexpr (std::is_same_v<R, bool>) return x != A(0);
   else if constexpr (std::is_floating_point_v<A> && std::is_integral_v<R>) return float_to_int<R>(x);
   else return static_cast<R>(x);
 }
@@ -260,13 +278,13 @@ std::unique_ptr<Kernel> make_int_kernel(const KernelContext& ctx) {
 
 std::unique_ptr<Kernel> make_cast_kernel(const KernelContext& ctx) {
   DType from = ctx.in_dtype(0), to = ctx.out_dtype(0);
-  bool known = with_cast_type(from, [](auto) {}) && with_cast_type(to, [](auto) {});
+  bool known = with_cast_source(from, [](auto) {}) && with_cast_type(to, [](auto) {});
   if (!known) return nullptr;
   return make_generic_kernel(std::string("cpu_cast_") + dtype_name(from) + "_to_" + dtype_name(to),
                      [from, to, threads = ctx.num_threads](const TensorView* in, TensorView* out) {
                        cpu::ScopedThreads t(ew_threads(threads));
                        UPDRAFT_CHECK(out[0].is_contiguous(), "cast", "the CPU kernel writes contiguous outputs only");
-                       with_cast_type(from, [&](auto a) {
+                       with_cast_source(from, [&](auto a) {
                          with_cast_type(to, [&](auto r) {
                            using A = decltype(a);
                            using R = decltype(r);

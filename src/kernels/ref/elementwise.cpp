@@ -11,6 +11,7 @@
 #include "ir/op_table.h"
 #include "kernels/elementwise_ops.h"
 #include "kernels/kernel.h"
+#include "kernels/quantize.h"
 
 namespace updraft {
 namespace {
@@ -22,6 +23,9 @@ double load_f(const TensorView& v, int64_t off) {
     case DType::i64: return static_cast<double>(v.ptr<int64_t>()[off]);
     case DType::i32: return v.ptr<int32_t>()[off];
     case DType::boolean: return v.ptr<bool>()[off] ? 1.0 : 0.0;
+    case DType::i8: return v.ptr<int8_t>()[off];  // i8, u8, bf16: cast's sources only
+    case DType::u8: return v.ptr<uint8_t>()[off];
+    case DType::bf16: return bf16_to_f32(v.ptr<uint16_t>()[off]);
     default: throw Error("kernels", std::string("ref elementwise: dtype ") + dtype_name(v.dtype) + " is not handled");
   }
 }

@@ -1,0 +1,252 @@
+"""Store a model's linear weights compactly, in the model itself (docs/quantization.md).
+
+`CompilerConfig(weight_dtype=...)` makes the *engine* hold int8 or bf16 copies; the user's f32
+parameters stay, because PyTorch still needs them (fallback, recompiles, state_dict). This is the
+other form: `quantize_weights(model, "int8")` replaces the model's large linear layers by
+`QuantizedLinear` modules that keep only the compact weight and widen it in `forward`. The f32
+weights are released, eager PyTorch computes with the same dequantised values as the engine, and
+`torch.compile(model, backend="updraft")` runs those linears on the engine's int8 / bf16 kernels,
+reading the module's buffers in place (the pass `fold_dequant_linear`). One copy of each weight,
+at 1/4 (int8) or 1/2 (bf16) of its f32 size.
+
+The trade-off: the f32 weights are gone for good (save a state_dict first to keep them); the
+model then *is* the quantised model, in eager too, and every consumer of its state_dict sees
+`qweight` / `scale` instead of `weight`. The int8 format is the engine's: per output channel,
+symmetric, scale = max|w| / 127, q = round-half-even(w / scale) in [-127, 127], so a model
+quantised here computes what `weight_dtype="int8"` computes on the f32 model.
+"""
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .config import WEIGHT_DTYPES
+
+DTYPES = tuple(d for d in WEIGHT_DTYPES if d != "f32")  # the engine's compact forms: one vocabulary
+# The engine's threshold for converting weights (src/passes/quantize_weights.h,
+# kMinQuantizedWeight): a smaller weight fits in a core's L2, so its f32 kernel is the faster one.
+MIN_ELEMENTS = 1 << 16
+
+
+def quantize_rows_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row symmetric int8 of a 2-d f32 tensor, bit for bit the engine's `quantize_rows`
+    (src/kernels/quantize.h): returns (q int8 [N, K], scale f32 [N]). A row of zeros has scale
+    0; +-inf saturate to +-127; NaN becomes 0. Works through the rows in blocks of about 1M
+    elements, so the temporaries stay small next to the weight."""
+    w = w.detach()
+    n, k = w.shape
+    q = torch.empty((n, k), dtype=torch.int8, device=w.device)
+    scale = torch.empty((n,), dtype=torch.float32, device=w.device)
+    step = max(1, (1 << 20) // max(k, 1))
+    zero = torch.zeros((), dtype=torch.float32, device=w.device)
+    for r0 in range(0, n, step):
+        b = w[r0:r0 + step].to(torch.float32)
+        s = torch.where(torch.isfinite(b), b.abs(), zero).amax(dim=1) / 127.0
+        r = torch.round(b / torch.where(s == 0, torch.ones_like(s), s)[:, None])  # half to even, as nearbyint
+        r = torch.where(torch.isinf(b), torch.sign(b) * 127.0, r)
+        r = torch.where(torch.isnan(b) | (s == 0)[:, None], zero, r)
+        q[r0:r0 + step] = r.clamp_(-127, 127).to(torch.int8)
+        scale[r0:r0 + step] = s
+    return q, scale
+
+
+class _Compact(nn.Module):
+    """The stored form of one weight [rows, cols]: `qweight` (int8 with a per-row `scale`, or
+    bf16) and how to widen it. A weight that two modules share (an embedding tied to the output
+    projection: its rows are the vocabulary for both) is quantised once and its buffers shared."""
+
+    def __init__(self, qweight: torch.Tensor, scale: torch.Tensor | None, dtype: str):
+        super().__init__()
+        self.dtype = dtype
+        self.register_buffer("qweight", qweight)
+        if scale is not None:
+            self.register_buffer("scale", scale)
+        else:
+            self.scale = None
+
+    @staticmethod
+    def quantize(weight: torch.Tensor, dtype: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if dtype == "int8":
+            return quantize_rows_int8(weight)
+        return weight.detach().to(torch.bfloat16).contiguous(), None
+
+    def dequantized(self) -> torch.Tensor:
+        """The f32 weight this layer computes with."""
+        w = self.qweight.to(torch.float32)
+        return w * self.scale[:, None] if self.scale is not None else w
+
+    def stored_bytes(self) -> int:
+        return sum(b.numel() * b.element_size() for b in (self.qweight, self.scale) if b is not None)
+
+
+class QuantizedLinear(_Compact):
+    """A linear layer whose weight is stored as int8 with a per-output-channel scale
+    (`qweight` [out, in], `scale` [out]) or as bf16 (`qweight` only). `forward` widens it to the
+    input's dtype and calls F.linear; the engine instead reads `qweight` as it is."""
+
+    def __init__(self, qweight, scale, bias: nn.Parameter | None, dtype: str):
+        super().__init__(qweight, scale, dtype)
+        self.out_features, self.in_features = qweight.shape
+        self.bias = bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.dequantized().to(x.dtype), self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, " \
+               f"dtype={self.dtype}"
+
+
+class QuantizedEmbedding(_Compact):
+    """An embedding whose table is stored as int8 with a per-row scale, or as bf16: `forward`
+    gathers the compact rows (and their scales) and widens only those, so the f32 table never
+    exists."""
+
+    def __init__(self, qweight, scale, padding_idx: int | None, dtype: str):
+        super().__init__(qweight, scale, dtype)
+        self.num_embeddings, self.embedding_dim = qweight.shape
+        self.padding_idx = padding_idx
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = F.embedding(ids, self.qweight).to(torch.float32)
+        return rows * F.embedding(ids, self.scale[:, None]) if self.scale is not None else rows
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, dtype={self.dtype}"
+
+
+@dataclass
+class QuantizeSummary:
+    """What `quantize_weights` did: which layers it converted and what it left, with why."""
+
+    dtype: str
+    converted: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # module name -> reason
+    f32_bytes: int = 0       # the converted weights as they were
+    stored_bytes: int = 0    # the same weights now (with their scales)
+
+    def __str__(self) -> str:
+        mb = 1 << 20
+        lines = [f"updraft.quantize_weights({self.dtype}): {len(self.converted)} layer(s), "
+                 f"{self.f32_bytes / mb:.1f} MB of weights as f32 -> {self.stored_bytes / mb:.1f} MB"]
+        reasons: dict[str, list[str]] = {}
+        for name, why in self.skipped.items():
+            reasons.setdefault(why, []).append(name)
+        for why, names in reasons.items():
+            shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            lines.append(f"  left as they are ({why}): {shown}")
+        return "\n".join(lines)
+
+
+def _layer(module: nn.Module, embeddings: bool):
+    """(kind, weight as [rows, cols]) for a layer this converts, else None. Rows are output
+    channels of a linear and vocabulary entries of an embedding: the dim a scale is per.
+    nn.Linear; transformers' Conv1D (GPT-2 family), which stores its weight [in, out]; and
+    nn.Embedding without max_norm (which rewrites the table in forward)."""
+    w = getattr(module, "weight", None)
+    if not isinstance(w, torch.Tensor):
+        return None
+    if type(module) is nn.Linear:
+        return "linear", w
+    if type(module).__name__ == "Conv1D" and hasattr(module, "nf"):
+        return "linear", w.t()
+    if embeddings and type(module) is nn.Embedding and module.max_norm is None:
+        return "embedding", w
+    return None
+
+
+def _why_not(name: str, w: torch.Tensor, skip, min_elements: int) -> str | None:
+    if not name:
+        return "the model is the layer itself; quantize a module that holds it"
+    if any(fnmatch.fnmatchcase(name, pat) for pat in skip):
+        return "skip"
+    if w.dtype != torch.float32:
+        return f"weight is {w.dtype}, not float32"
+    if w.numel() < min_elements:
+        return f"fewer than {min_elements} elements"
+    if w.device.type != "cpu":
+        return f"on {w.device.type}; the engine runs on the CPU"
+    return None
+
+
+def quantize_weights(model: nn.Module, dtype: str = "int8", *, min_elements: int = MIN_ELEMENTS,
+                     skip: tuple[str, ...] | list[str] = (), embeddings: bool = True) -> QuantizeSummary:
+    """Replaces the large linear layers and embeddings of `model` (in place) by `QuantizedLinear`
+    / `QuantizedEmbedding` layers that store their weights as `dtype` ("int8": per row, symmetric;
+    "bf16"), releasing the f32 weights. Converted: nn.Linear, transformers' Conv1D and (unless
+    embeddings=False) nn.Embedding with an f32 weight of at least `min_elements` elements. A
+    weight several layers share (an embedding tied to the output projection) is stored once for
+    all of them when each is such a layer with the same orientation; else all keep it. Left as
+    they are: smaller weights, names matching a pattern in `skip` (fnmatch, e.g. "lm_head").
+    Returns a summary (print it). Not reversible: the model computes with the compact weights
+    from now on, in eager PyTorch too."""
+    if dtype not in DTYPES:
+        raise ValueError(f"[updraft.quantize] dtype {dtype!r} is not one of {list(DTYPES)}; "
+                         f"weight_dtype='f32' is the model as it is")
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"[updraft.quantize] expected an nn.Module, got {type(model).__name__}")
+    if isinstance(skip, str):
+        skip = (skip,)
+    # Every owner of every parameter, so a shared weight is converted for all of them or none.
+    owners: dict[int, list[tuple[str, nn.Module]]] = {}
+    for name, mod in model.named_modules(remove_duplicate=False):
+        for p in mod._parameters.values():
+            if p is not None:
+                owners.setdefault(id(p), []).append((name, mod))
+    summary = QuantizeSummary(dtype)
+    groups: list[list[tuple[str, nn.Module, str, torch.Tensor]]] = []
+    seen: set[int] = set()
+    for name, mod in model.named_modules(remove_duplicate=False):
+        layer = _layer(mod, embeddings)
+        if layer is None or id(mod.weight) in seen:
+            continue
+        seen.add(id(mod.weight))
+        group, why = [], None
+        for oname, omod in owners.get(id(mod.weight), [(name, mod)]):
+            olayer = _layer(omod, embeddings)
+            if olayer is None or omod.weight is not mod.weight:
+                why = f"weight shared with {oname or 'the model'}, which is not a layer this converts"
+                break
+            if olayer[1].shape != layer[1].shape:
+                why = f"weight shared with {oname}, which reads it transposed"
+                break
+            why = why or _why_not(oname, olayer[1], skip, min_elements)
+            group.append((oname, omod, olayer[0], olayer[1]))
+        if why:
+            for oname, *_ in group or [(name,)]:
+                summary.skipped[oname or "(the model)"] = why
+        else:
+            groups.append(group)
+    del owners, seen
+    while groups:  # one weight at a time, so each f32 weight goes before the next is converted
+        group = groups.pop(0)
+        q, s = _Compact.quantize(group[0][3], dtype)
+        summary.f32_bytes += group[0][3].numel() * 4
+        for name, mod, kind, _ in group:
+            new = (QuantizedLinear(q, s, mod.bias, dtype) if kind == "linear"
+                   else QuantizedEmbedding(q, s, mod.padding_idx, dtype))
+            parent_name, _, attr = name.rpartition(".")
+            setattr(model.get_submodule(parent_name) if parent_name else model, attr, new)
+            summary.converted.append(name)
+        summary.stored_bytes += new.stored_bytes()
+        del group, mod, new, q, s
+    _return_freed_memory()
+    return summary
+
+
+def _return_freed_memory() -> None:
+    """Hands the heap's free pages back to the OS (glibc's malloc_trim). Without it the f32
+    weights just released stay in the process's RSS wherever a live allocation sits above them
+    in the heap: 0.07 GB of the 156M Llama's 0.6 GB (docs/BENCHMARKS.md). Elsewhere a no-op."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

@@ -1,0 +1,208 @@
+"""updraft.quantize_weights (docs/quantization.md, "The model's own weights"): a model's linear
+layers and embeddings stored as int8 (per row) or bf16, the f32 weights released; eager PyTorch
+computes with the dequantised weights, and the engine reads the compact ones in place
+(fold_dequant_linear) and must give the same results as eager on that model."""
+import gc
+import weakref
+
+import pytest
+import torch
+
+import updraft
+from updraft import CompilerConfig
+from updraft.quantize import QuantizedEmbedding, QuantizedLinear, quantize_rows_int8
+from updraft.zoo import _llama_config
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def _llama(layers=2):
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(_llama_config(layers)).eval()
+
+
+def _gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(GPT2Config(n_embd=256, n_layer=2, n_head=4, vocab_size=4000, n_positions=128,
+                                      bos_token_id=0, eos_token_id=0)).eval()
+
+
+def _engine_logits(model, ids, config=None):
+    torch._dynamo.reset()
+    fast = torch.compile(model, backend=updraft.get_backend(config or CompilerConfig(inference="engine")))
+    with torch.no_grad():
+        return fast(ids, use_cache=False).logits
+
+
+def test_int8_format_is_the_engines():
+    """Bit for bit the engine's quantize_rows, edge rows included: the f32 model compiled with
+    weight_dtype="int8" and the model quantised here compute the same logits exactly."""
+    w = torch.randn(6, 300)
+    w[1] = 0.0                       # a row of zeros: scale 0, q 0
+    w[2, 5], w[2, 7] = float("inf"), -float("inf")   # saturate to +-127, scale from the finite values
+    w[3, 9] = float("nan")           # NaN becomes 0
+    w[4, :2] = torch.tensor([2.5, -2.5]) * (w[4].abs().max() / 127)  # exact halves round to even
+    q, s = quantize_rows_int8(w)
+    assert q.dtype == torch.int8 and s.dtype == torch.float32 and q.shape == w.shape and s.shape == (6,)
+    assert s[1] == 0 and (q[1] == 0).all()
+    assert q[2, 5] == 127 and q[2, 7] == -127 and torch.isfinite(s[2])
+    assert q[3, 9] == 0
+    assert q.min() >= -127
+    finite = torch.isfinite(w) & (s[:, None] > 0)
+    err = (q.float() * s[:, None] - w).abs()[finite]
+    assert (err <= (s[:, None].expand_as(w)[finite] / 2) * (1 + 1e-6)).all()  # within half a step
+
+    model = _llama()
+    ids = torch.randint(0, model.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(1))
+    want = _engine_logits(model, ids, CompilerConfig(weight_dtype="int8"))
+    updraft.quantize_weights(model, "int8", embeddings=False)
+    got = _engine_logits(model, ids)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "bf16"])
+def test_llama_engine_matches_eager_on_the_quantised_model(dtype):
+    model = _llama()
+    ids = torch.randint(0, model.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(2))
+    f32_params = sum(p.numel() for p in model.parameters())
+    summary = updraft.quantize_weights(model, dtype)
+    # 2 layers x (q, o, gate, up, down) + lm_head + embed_tokens; k/v (64 x 256) are under 64K.
+    assert len(summary.converted) == 12, summary
+    assert "model.layers.0.self_attn.k_proj" in summary.skipped
+    assert isinstance(model.lm_head, QuantizedLinear) and isinstance(model.model.embed_tokens, QuantizedEmbedding)
+    assert summary.stored_bytes < (0.26 if dtype == "int8" else 0.51) * summary.f32_bytes
+    assert sum(p.numel() for p in model.parameters()) < 0.1 * f32_params  # norms and small linears left
+    with torch.no_grad():
+        eager = model(ids, use_cache=False).logits
+    got = _engine_logits(model, ids)
+    # Same weights both sides; the engine applies the int8 scale to each row's dot product
+    # instead of to every weight, and sums in another order: ~1e-6 relative per linear.
+    torch.testing.assert_close(got, eager, rtol=1e-4, atol=1e-4 * eager.abs().max().item())
+    rep = updraft.last_report()
+    assert rep.num_fallback_compute == 0, str(rep)
+    low = {}
+    for p in rep.partitions:
+        for dt, (count, _stored, _f32) in p.low_precision_weights.items():
+            low[dt] = low.get(dt, 0) + count
+    assert low == {"i8" if dtype == "int8" else "bf16": 11}, low  # every converted linear on linear_wq
+    assert rep.weights["folded_bytes"] < 1 << 20, rep.weights  # no f32 copy of a weight in the engine
+    assert "the model's own" in str(rep) and "read low-precision in place" in str(rep), str(rep)
+
+
+def test_f32_weights_are_released():
+    model = _llama()
+    old = [weakref.ref(model.lm_head.weight), weakref.ref(model.model.layers[0].mlp.up_proj.weight),
+           weakref.ref(model.model.embed_tokens.weight)]
+    updraft.quantize_weights(model, "int8")
+    gc.collect()
+    assert all(r() is None for r in old), "an f32 weight is still referenced after quantize_weights"
+
+
+def test_generate_tokens_equal_eager_dynamic_and_static_cache():
+    """generate() on the quantised model: greedy tokens equal to eager's on the same model, with
+    transformers' dynamic cache and with the static cache."""
+    prompt = torch.randint(0, 32000, (1, 10), generator=torch.Generator().manual_seed(3))
+    model = _llama()
+    updraft.quantize_weights(model, "int8")
+    for cache in (None, "static"):
+        with torch.no_grad():
+            want = model.generate(prompt, max_new_tokens=12, do_sample=False, cache_implementation=cache)
+        torch._dynamo.reset()
+        fwd = model.forward
+        model.forward = torch.compile(fwd, backend="updraft")
+        try:
+            with torch.no_grad():
+                got = model.generate(prompt, max_new_tokens=12, do_sample=False, cache_implementation=cache)
+        finally:
+            model.forward = fwd
+        assert got.tolist() == want.tolist(), (cache, got, want)
+        assert updraft.last_report().num_fallback_compute == 0
+
+
+def test_gpt2_tied_embedding_and_conv1d():
+    """GPT-2: Conv1D stores its weight [in, out]; the token embedding is tied to lm_head, so the
+    two are quantised once and share their buffers (the tie keeps one copy)."""
+    model = _gpt2()
+    assert model.lm_head.weight is model.transformer.wte.weight
+    ids = torch.randint(0, 4000, (2, 12), generator=torch.Generator().manual_seed(4))
+    summary = updraft.quantize_weights(model, "int8")
+    assert {"lm_head", "transformer.wte", "transformer.h.0.attn.c_attn", "transformer.h.1.mlp.c_proj"} <= \
+        set(summary.converted), summary
+    assert model.lm_head.qweight is model.transformer.wte.qweight and model.lm_head.scale is model.transformer.wte.scale
+    assert model.transformer.h[0].attn.c_attn.qweight.shape == (768, 256)  # [out, in]
+    with torch.no_grad():
+        eager = model(ids, use_cache=False).logits
+    got = _engine_logits(model, ids)
+    torch.testing.assert_close(got, eager, rtol=1e-4, atol=1e-4 * eager.abs().max().item())
+    assert updraft.last_report().num_fallback_compute == 0
+
+
+def test_what_is_left_and_why():
+    lin = torch.nn.Linear(512, 256)
+    with pytest.raises(ValueError, match=r"\[updraft.quantize\] dtype 'int4' is not one of"):
+        updraft.quantize_weights(torch.nn.Sequential(lin), "int4")
+    with pytest.raises(TypeError, match=r"\[updraft.quantize\] expected an nn.Module"):
+        updraft.quantize_weights(lin.weight, "int8")
+    s = updraft.quantize_weights(lin, "int8")
+    assert s.converted == [] and "the model is the layer itself" in s.skipped["(the model)"]
+
+    class Shared(torch.nn.Module):
+        """A linear whose weight another module also reads (not as a layer this converts)."""
+
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(512, 256)
+            self.b = torch.nn.Linear(512, 256)
+            self.b.weight = self.a.weight
+            self.c = torch.nn.Linear(300, 300)
+            self.d = torch.nn.Linear(8, 8)
+            self.conv = torch.nn.Conv1d(512, 256, 1)
+            self.conv.weight = torch.nn.Parameter(torch.randn(256, 512, 1))
+            self.tied = torch.nn.Linear(512, 256)
+            self.keep = torch.nn.Linear(512, 256)
+
+        def forward(self, x):
+            return self.a(x) + self.b(x) + self.tied(x) + self.keep(x)
+
+    m = Shared()
+    m.tied.weight = m.a.weight
+    m.conv.weight = torch.nn.Parameter(m.keep.weight.detach().clone()[:, :, None])
+    s = updraft.quantize_weights(m, "int8", skip=["keep"], min_elements=80_000)
+    assert set(s.converted) == {"a", "b", "tied", "c"}, s  # a, b, tied share one weight: converted together
+    assert m.a.qweight is m.b.qweight is m.tied.qweight
+    assert s.skipped["keep"] == "skip" and "fewer than 80000" in s.skipped["d"]
+    text = str(s)
+    assert "4 layer(s)" in text and "left as they are (skip): keep" in text, text
+
+    class Odd(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(512, 256)
+            self.conv = torch.nn.Conv1d(512, 256, 1)
+            del self.conv.weight
+            self.conv.weight = self.lin.weight  # the same parameter in a layer this does not convert
+
+    o = Odd()
+    s = updraft.quantize_weights(o, "int8")
+    assert s.converted == [] and "which is not a layer this converts" in s.skipped["lin"], s
+    assert isinstance(o.lin, torch.nn.Linear)
+
+
+def test_state_dict_round_trip():
+    """The quantised state_dict (qweight, scale) loads into another model quantised the same way."""
+    a, b = _llama(1), _llama(1)
+    with torch.no_grad():
+        for p in b.parameters():
+            p.add_(0.01)
+    updraft.quantize_weights(a, "int8")
+    updraft.quantize_weights(b, "int8")
+    sd = a.state_dict()
+    assert sd["lm_head.qweight"].dtype == torch.int8 and "lm_head.weight" not in sd
+    b.load_state_dict(sd)
+    ids = torch.randint(0, 32000, (1, 6))
+    with torch.no_grad():
+        torch.testing.assert_close(b(ids).logits, a(ids).logits, rtol=0, atol=0)
