@@ -118,6 +118,7 @@ def quantize_weights(model, dtype: str = "int8", **kwargs):
     return _quantize_weights(model, dtype, **kwargs)
 
 
+def __getattr__(name: str):
     # updraft.export and updraft.load are modules that can be called as their function
     # (updraft.export(model, inputs, path), updraft.load(path)): Python sets the package
     # attribute to the submodule whenever it is imported, so a function of the same name here
