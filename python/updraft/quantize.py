@@ -128,11 +128,15 @@ class QuantizeSummary:
     skipped: dict[str, str] = field(default_factory=dict)  # module name -> reason
     f32_bytes: int = 0       # the converted weights as they were
     stored_bytes: int = 0    # the same weights now (with their scales)
+    copied_from_files: int = 0  # tensors left as they are, copied out of a mapped file so it can close
 
     def __str__(self) -> str:
         mb = 1 << 20
         lines = [f"updraft.quantize_weights({self.dtype}): {len(self.converted)} layer(s), "
                  f"{self.f32_bytes / mb:.1f} MB of weights as f32 -> {self.stored_bytes / mb:.1f} MB"]
+        if self.copied_from_files:
+            lines.append(f"  {self.copied_from_files} tensor(s) left as they are copied out of the mapped checkpoint "
+                         "file, so that its pages are released")
         reasons: dict[str, list[str]] = {}
         for name, why in self.skipped.items():
             reasons.setdefault(why, []).append(name)
@@ -234,8 +238,48 @@ def quantize_weights(model: nn.Module, dtype: str = "int8", *, min_elements: int
             summary.converted.append(name)
         summary.stored_bytes += new.stored_bytes()
         del group, mod, new, q, s
+    summary.copied_from_files = _copy_out_of_file_maps(model)
     _return_freed_memory()
     return summary
+
+
+def _file_mapped_ranges() -> list[tuple[int, int]]:
+    """The address ranges of this process that map a file (Linux: /proc/self/maps), else []."""
+    ranges = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 6 and parts[5].startswith("/"):
+                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                    ranges.append((lo, hi))
+    except OSError:
+        return []
+    return ranges
+
+
+def _copy_out_of_file_maps(model: nn.Module) -> int:
+    """Copies the tensors `model` still holds that live in a mapped file into memory of their
+    own; returns how many. transformers' `from_pretrained` maps the safetensors file and its
+    tensors are views of that one map, so a single tensor left in it (a norm's weight) keeps the
+    whole file mapped, the pages of the weights just converted included: 0.59 GB of the 156M
+    Llama's RSS (docs/BENCHMARKS.md). The tensors left are small next to the converted ones;
+    each keeps its Parameter object (`.data` is replaced), so references to it stay valid."""
+    ranges = _file_mapped_ranges()
+    if not ranges:
+        return 0
+    copied, seen = 0, set()
+    for mod in model.modules():
+        for t in list(mod._parameters.values()) + list(mod._buffers.values()):
+            if t is None or id(t) in seen or t.device.type != "cpu":
+                continue
+            seen.add(id(t))
+            ptr = t.untyped_storage().data_ptr()
+            if any(lo <= ptr < hi for lo, hi in ranges):
+                with torch.no_grad():
+                    t.data = t.data.clone()
+                copied += 1
+    return copied
 
 
 def _return_freed_memory() -> None:

@@ -235,3 +235,33 @@ def test_model_file_holds_the_compact_weights(tmp_path):
         want = q(ids)
     got = m(ids)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+
+
+def test_checkpoint_file_map_is_released(tmp_path):
+    """from_pretrained maps the safetensors file, and its tensors are views of that one map: a
+    norm's weight left in it would keep every converted weight's pages resident. quantize_weights
+    copies what it leaves out of the map, so the file is unmapped once the model is converted."""
+    from transformers import LlamaForCausalLM
+
+    from updraft.quantize import _file_mapped_ranges
+
+    _llama(1).save_pretrained(tmp_path / "ckpt")
+    model = LlamaForCausalLM.from_pretrained(tmp_path / "ckpt", dtype=torch.float32).eval()
+    ids = torch.randint(0, 32000, (1, 6))
+    with torch.no_grad():
+        want = model(ids).logits
+    norm = model.model.norm.weight
+    summary = updraft.quantize_weights(model, "int8")
+    gc.collect()
+    assert summary.copied_from_files > 0 and "copied out of the mapped checkpoint file" in str(summary)
+    assert model.model.norm.weight is norm  # the same Parameter, now in memory of its own
+    ranges = _file_mapped_ranges()
+    assert ranges, "no file maps seen: /proc/self/maps unreadable?"
+    left = [t for t in list(model.parameters()) + list(model.buffers())
+            if any(lo <= t.untyped_storage().data_ptr() < hi for lo, hi in ranges)]
+    assert not left, f"{len(left)} tensors still in a mapped file"
+    with open("/proc/self/maps") as f:
+        assert "model.safetensors" not in f.read(), "the checkpoint is still mapped"
+    with torch.no_grad():
+        got = model(ids).logits
+    assert (got - want).abs().max() < 0.05 * want.abs().max()  # int8 weights now, close to f32
