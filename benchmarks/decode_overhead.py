@@ -4,6 +4,7 @@
     python benchmarks/decode_overhead.py --models gpt2 --guards default skip_all nn_modules
     python benchmarks/decode_overhead.py --cache static       # transformers' static KV cache
     python benchmarks/decode_overhead.py --models llama --cache static --options '{"weight_dtype": "int8"}'
+    python benchmarks/decode_overhead.py --models llama --quantize int8   # the model's own int8 weights
 
 Models (random weights, `torch.manual_seed(0)`): "llama" is the 156M Llama of issue 20
 (hidden 1024, intermediate 2816, 8 layers, 16/4 heads, vocab 32000); "gpt2" is GPT-2 small
@@ -114,7 +115,7 @@ def install_hooks(timers: Timers) -> None:
 
 
 def run(model_name: str, guards: list[str], cache: str, dynamic, new_tokens: int, runs: int,
-        threads: int, options: dict) -> list[dict]:
+        threads: int, options: dict, quantize: str | None = None) -> list[dict]:
     import transformers
     import updraft  # noqa: F401  (registers the backend)
 
@@ -131,11 +132,16 @@ def run(model_name: str, guards: list[str], cache: str, dynamic, new_tokens: int
             return scores
 
     models = {}
+    weights = base.state_dict()  # f32, before any quantize_weights below replaces base's layers
     for g in guards:
         # One model object per guard setting: each has its own compiled forward (Dynamo caches
         # per code object, so the settings would share a cache entry list on one model).
         m = build_model(model_name) if g != guards[0] else base
-        m.load_state_dict(base.state_dict())
+        m.load_state_dict(weights)
+        if quantize:  # the model's own weights compact (updraft.quantize_weights)
+            import updraft
+
+            updraft.quantize_weights(m, quantize)
         opts = dict(options)
         if GUARD_FILTERS[g]:
             opts["guard_filter_fn"] = getattr(torch.compiler, GUARD_FILTERS[g])
@@ -206,13 +212,15 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--quantize", choices=["int8", "bf16"],
+                    help="updraft.quantize_weights(model, QUANTIZE) before compiling")
     ap.add_argument("--options", type=json.loads, default={},
                     help='CompilerConfig options as JSON, e.g. \'{"weight_dtype": "int8"}\'')
     a = ap.parse_args()
     dynamic = {None: None, "true": True, "false": False}[a.dynamic]
     rows = []
     for m in a.models:
-        rows += run(m, a.guards, a.cache, dynamic, a.new_tokens, a.runs, a.threads, a.options)
+        rows += run(m, a.guards, a.cache, dynamic, a.new_tokens, a.runs, a.threads, a.options, a.quantize)
     print("per decode step, microseconds (median); updraft py includes the plan lookups")
     print(table(rows))
 
