@@ -765,6 +765,8 @@ def _compile(gm: fx.GraphModule, example_inputs: list, config: CompilerConfig) -
         return _training_step_timed_against_eager(compiled, eager, seen)
     if config.weight_dtype != "f32" and _has_engine_partitions(seen.get("report")):
         return _low_precision_untimed(compiled, seen["report"], config.weight_dtype)
+    if _has_engine_partitions(seen.get("report")) and any(p.compact_weights for p in seen["report"].partitions):
+        return _compact_weights_untimed(compiled, seen["report"])
     if seen.get("mutates_inputs") and config.inference == "auto":
         return _timed_against_eager(compiled, gm, seen["report"])
     if config.inference == "auto" and _has_engine_partitions(seen.get("report")):
@@ -781,6 +783,22 @@ def _low_precision_untimed(compiled: Callable, report: GraphReport, weight_dtype
     inside a user's call (a 32-token prompt of a 156M Llama: 0.2 s became 0.7-1.2 s)."""
     report.compiles.append((INFERENCE_CHOICE, f"not timed against eager PyTorch: weight_dtype={weight_dtype!r} "
                                               "computes with other weights than eager; runs in updraft"))
+    return compiled
+
+
+def _compact_weights_untimed(compiled: Callable, report: GraphReport) -> Callable:
+    """A graph that widens the model's own int8/bf16 weights to f32 (a bf16 model quantised by
+    updraft.quantize_weights, or a hand-written dequantising module) runs in the engine at every
+    call, untimed. Eager computes the same values, but through an f32 copy of each weight at
+    every call: with the 156M Llama's int8 weights widened so, its trials raised the peak RSS by
+    0.23 GB (1.5x the whole int8 model, undoing what quantising was for), and eager decoded at
+    317 ms/token against the engine's 8.8 (docs/BENCHMARKS.md, "Issue 20: the model's own int8
+    weights"). int8 layers of quantize_weights call aten._weight_int8pack_mm instead, which reads
+    the int8 weight as it is; those graphs are timed as usual."""
+    n = sum(p.compact_weights for p in report.partitions)
+    report.compiles.append((INFERENCE_CHOICE, f"not timed against eager PyTorch: the engine reads {n} of the "
+                                              "model's own int8/bf16 weights in place, where eager widens each to "
+                                              "an f32 copy at every call; runs in updraft"))
     return compiled
 
 

@@ -412,6 +412,18 @@ def _mm_bmm(lw, node, a):
     return _mm(lw, node, a["self"], a["mat2"])
 
 
+@register(aten._weight_int8pack_mm.default)
+def _weight_int8pack_mm(lw, node, a):
+    # x [M, K] @ (w int8 [N, K] * scales[:, None])^T: PyTorch's int8 weight-only matmul, what
+    # updraft.quantize.QuantizedLinear calls. It is linear_wq with a per-row scale, the weight
+    # read as it is stored.
+    x, w, s = a["self"], a["mat2"], a["scales"]
+    if meta(x).dtype != torch.float32 or meta(s).dtype != torch.float32 or meta(w).dtype != torch.int8:
+        raise Unsupported(f"_weight_int8pack_mm of {meta(x).dtype} x, {meta(w).dtype} w, {meta(s).dtype} scales: "
+                          "the engine's is float32 x and scales over an int8 w")
+    return lw.emit1("linear_wq", [lw.value(x), lw.value(w), lw.value(s)], has_weight_scale=True)
+
+
 @register(aten.matmul.default)
 def _matmul(lw, node, a):
     _strict_dtypes(node, [a["self"], a["other"]])

@@ -73,6 +73,7 @@ def partition_graph(gm: fx.GraphModule, config: CompilerConfig, report: GraphRep
             prep = PartitionReport(str(node.target), len(body), sum(1 for n in body if is_compute(n)),
                                    ops=[(op_name(n), is_compute(n)) for n in body], graph=report)
             report.partitions.append(prep)
+            prep.compact_weights = _compact_weights(sub, const_kinds)
             part = EnginePartition(sub, const_kinds, config, prep)
             setattr(gm, node.target, part)
             engine_parts.append(part)
@@ -80,6 +81,26 @@ def partition_graph(gm: fx.GraphModule, config: CompilerConfig, report: GraphRep
         _views_to_reshapes(gm)
     report.partition_ms = (time.perf_counter() - t0) * 1e3
     return gm, engine_parts
+
+
+# The casts a widening is written with (QuantizedLinear.forward's `qweight.to(float32)`).
+_CASTS = (torch.ops.aten._to_copy.default, torch.ops.prims.convert_element_type.default)
+
+
+def _compact_weights(sub: fx.GraphModule, const_kinds: list) -> int:
+    """How many of the partition's frozen parameters are int8 or bf16 weights that it widens to
+    float32: the model stores them compactly itself (updraft.quantize_weights), and the engine
+    reads them in place (fold_dequant_linear) where eager makes an f32 copy at every call."""
+    n = 0
+    phs = [p for p in sub.graph.nodes if p.op == "placeholder"]
+    for ph, kind in zip(phs, const_kinds):
+        val = ph.meta.get("val")
+        if kind != "param" or not isinstance(val, torch.Tensor) or val.dtype not in (torch.int8, torch.bfloat16):
+            continue
+        if any(u.op == "call_function" and u.target in _CASTS and isinstance(u.meta.get("val"), torch.Tensor)
+               and u.meta["val"].dtype == torch.float32 for u in ph.users):
+            n += 1
+    return n
 
 
 def _leave_views_to_pytorch(proposed: list) -> dict:

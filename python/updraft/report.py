@@ -78,6 +78,9 @@ class PartitionReport:
     # {weight dtype: (count, bytes stored with scales, bytes as f32)} (docs/quantization.md).
     weight_dtype: str = "f32"
     low_precision_weights: dict = dataclasses.field(default_factory=dict)
+    # Frozen int8/bf16 parameters the partition widens to f32 (a model quantised in place by
+    # updraft.quantize_weights): known when the partition is made, before its engine compile.
+    compact_weights: int = 0
     # The partition's ops [(aten op name, is compute)] and the graph report counting them: a
     # partition that fails moves its ops from the engine's count to the fallback's (fail()).
     ops: list = dataclasses.field(default_factory=list, repr=False)

@@ -265,3 +265,40 @@ def test_checkpoint_file_map_is_released(tmp_path):
     with torch.no_grad():
         got = model(ids).logits
     assert (got - want).abs().max() < 0.05 * want.abs().max()  # int8 weights now, close to f32
+
+
+def test_which_graphs_are_timed_against_eager():
+    """int8 layers run aten._weight_int8pack_mm in eager (no f32 copy of the weight), so their
+    graphs are timed against eager as usual; a bf16 model widens every weight to f32 in eager at
+    every call, so its graphs run in the engine untimed, and the report says why."""
+    for dtype, untimed in (("int8", False), ("bf16", True)):
+        model = _llama(1)
+        updraft.quantize_weights(model, dtype)
+        ids = torch.randint(0, 32000, (1, 8))
+        torch._dynamo.reset()
+        fast = torch.compile(model, backend="updraft")
+        with torch.no_grad():
+            fast(ids, use_cache=False)
+        rep = updraft.last_report()
+        text = "\n".join(why for g in rep.graphs for _, why in g.compiles)
+        assert ("the engine reads" in text and "widens each to an f32 copy" in text) == untimed, (dtype, text)
+        if dtype == "int8":
+            assert any("_weight_int8pack_mm" in op for g in rep.graphs for op in g.engine_ops), str(rep)
+
+
+def test_int8pack_mm_outside_the_engines_dtypes_falls_back():
+    """aten._weight_int8pack_mm with bf16 activations: the engine's linear_wq is float32, so the
+    op stays in PyTorch, named in the report, and the result is eager's."""
+    q, s = quantize_rows_int8(torch.randn(96, 64))
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.ops.aten._weight_int8pack_mm(x, q, s.to(x.dtype)) * 2
+
+    x = torch.randn(5, 64, dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    got = torch.compile(M(), backend="updraft")(x)
+    torch.testing.assert_close(got, M()(x), rtol=0, atol=0)
+    rep = updraft.last_report()
+    assert any("_weight_int8pack_mm" in op and any("float32 x and scales over an int8 w" in w for w in whys)
+               for g in rep.graphs for op, whys in g.reasons.items()), str(rep)
