@@ -787,18 +787,17 @@ def _low_precision_untimed(compiled: Callable, report: GraphReport, weight_dtype
 
 
 def _compact_weights_untimed(compiled: Callable, report: GraphReport) -> Callable:
-    """A graph that widens the model's own int8/bf16 weights to f32 (a bf16 model quantised by
-    updraft.quantize_weights, or a hand-written dequantising module) runs in the engine at every
-    call, untimed. Eager computes the same values, but through an f32 copy of each weight at
-    every call: with the 156M Llama's int8 weights widened so, its trials raised the peak RSS by
-    0.23 GB (1.5x the whole int8 model, undoing what quantising was for), and eager decoded at
-    317 ms/token against the engine's 8.8 (docs/BENCHMARKS.md, "Issue 20: the model's own int8
-    weights"). int8 layers of quantize_weights call aten._weight_int8pack_mm instead, which reads
-    the int8 weight as it is; those graphs are timed as usual."""
+    """A graph over the model's own int8/bf16 weights (updraft.quantize_weights, or a module
+    that dequantises its own weights) runs in the engine at every call, untimed. Eager computes
+    the same values, but its trials would cost the first requests far more than they could
+    find: on the 156M Llama's int8 model, eager's `aten._weight_int8pack_mm` took 1.9 s for a
+    32-token prefill against the engine's 58 ms (4 trials: 7.7 s), and widening each weight to
+    f32 instead raised the peak RSS by 0.23 GB, 1.5x the whole int8 model (docs/BENCHMARKS.md,
+    "Issue 20: the model's own int8 weights")."""
     n = sum(p.compact_weights for p in report.partitions)
     report.compiles.append((INFERENCE_CHOICE, f"not timed against eager PyTorch: the engine reads {n} of the "
-                                              "model's own int8/bf16 weights in place, where eager widens each to "
-                                              "an f32 copy at every call; runs in updraft"))
+                                              "model's own int8/bf16 weights in place, where eager's int8 matmul "
+                                              "or f32 widening is many times slower; runs in updraft"))
     return compiled
 
 

@@ -83,22 +83,23 @@ def partition_graph(gm: fx.GraphModule, config: CompilerConfig, report: GraphRep
     return gm, engine_parts
 
 
-# The casts a widening is written with (QuantizedLinear.forward's `qweight.to(float32)`).
+# The casts a widening is written with (QuantizedLinear.forward's bf16 `qweight.to(float32)`).
 _CASTS = (torch.ops.aten._to_copy.default, torch.ops.prims.convert_element_type.default)
 
 
 def _compact_weights(sub: fx.GraphModule, const_kinds: list) -> int:
     """How many of the partition's frozen parameters are int8 or bf16 weights that it widens to
-    float32: the model stores them compactly itself (updraft.quantize_weights), and the engine
-    reads them in place (fold_dequant_linear) where eager makes an f32 copy at every call."""
+    float32 or multiplies through `aten._weight_int8pack_mm`: the model stores them compactly
+    itself (updraft.quantize_weights), and the engine reads them in place (linear_wq)."""
     n = 0
     phs = [p for p in sub.graph.nodes if p.op == "placeholder"]
     for ph, kind in zip(phs, const_kinds):
         val = ph.meta.get("val")
         if kind != "param" or not isinstance(val, torch.Tensor) or val.dtype not in (torch.int8, torch.bfloat16):
             continue
-        if any(u.op == "call_function" and u.target in _CASTS and isinstance(u.meta.get("val"), torch.Tensor)
-               and u.meta["val"].dtype == torch.float32 for u in ph.users):
+        if any(u.op == "call_function" and (u.target is torch.ops.aten._weight_int8pack_mm.default or (
+                u.target in _CASTS and isinstance(u.meta.get("val"), torch.Tensor)
+                and u.meta["val"].dtype == torch.float32)) for u in ph.users):
             n += 1
     return n
 
