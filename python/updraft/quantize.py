@@ -97,6 +97,10 @@ class QuantizedLinear(_Compact):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.scale is None:  # bf16: widened here (the engine reads it as bf16: fold_dequant_linear)
             return F.linear(x, self.qweight.to(x.dtype), self.bias)
+        if torch.is_grad_enabled() and x.requires_grad:
+            # _weight_int8pack_mm has no derivative: widened, so the gradient reaches x (training
+            # the layers before this one, or adapters beside it); the weight itself stays frozen.
+            return F.linear(x, self.dequantized().to(x.dtype), self.bias)
         # int8: PyTorch's weight-only int8 matmul reads the int8 weight as it is (no f32 copy per
         # call, ~4x faster in eager than widening it); the engine lowers it to linear_wq.
         y = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, self.in_features), self.qweight, self.scale.to(x.dtype))

@@ -303,3 +303,58 @@ def test_int8pack_mm_outside_the_engines_dtypes_falls_back():
     rep = updraft.last_report()
     assert any("_weight_int8pack_mm" in op and any("float32 x and scales over an int8 w" in w for w in whys)
                for g in rep.graphs for op, whys in g.reasons.items()), str(rep)
+
+
+def test_gradients_flow_through_quantised_layers():
+    """Training around a quantised model (its compact weights frozen: layers before it, biases,
+    adapters): the gradient reaches everything before an int8 layer, compiled as in eager.
+    aten._weight_int8pack_mm has no derivative, so with autograd on the layer widens instead."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 300), torch.nn.GELU(), torch.nn.Linear(300, 400),
+                                torch.nn.ReLU(), torch.nn.Linear(400, 10))
+    updraft.quantize_weights(model, "int8", min_elements=100_000)  # 300 x 400 only
+    assert isinstance(model[2], QuantizedLinear) and model[2].bias.requires_grad
+    x = torch.randn(6, 32)
+    grads = {}
+    for name, fn in (("eager", model), ("updraft", torch.compile(model, backend="updraft"))):
+        torch._dynamo.reset()
+        model.zero_grad()
+        fn(x).square().mean().backward()
+        grads[name] = {n: p.grad.clone() for n, p in model.named_parameters()}
+    assert set(grads["eager"]) == {"0.weight", "0.bias", "2.bias", "4.weight", "4.bias"}
+    for n, g in grads["eager"].items():
+        torch.testing.assert_close(grads["updraft"][n], g, rtol=1e-4, atol=1e-5, msg=n)
+    assert grads["eager"]["0.weight"].abs().sum() > 0
+
+
+def test_compile_cache_hit_and_refit_with_other_int8_weights(tmp_path):
+    """The int8 weights are parameters the compile cache stores by reference: a second compile
+    hits, and another model of the same shape (other weights) hits too and computes with its own."""
+    from updraft.cache import wait_for_writes
+
+    ids = torch.randint(0, 32000, (1, 8), generator=torch.Generator().manual_seed(6))
+
+    def run(model):
+        torch._dynamo.reset()
+        with torch.no_grad():
+            out = torch.compile(model, backend="updraft", options={"cache_dir": str(tmp_path)})(ids, use_cache=False)
+        wait_for_writes()
+        return out.logits, updraft.last_report()
+
+    a = _llama(1)
+    updraft.quantize_weights(a, "int8")
+    cold, rep = run(a)
+    assert [p.cache for p in rep.partitions] == ["miss, stored"], str(rep)
+    warm, rep = run(a)
+    assert [p.cache for p in rep.partitions] == ["hit"], str(rep)
+    assert torch.equal(warm, cold)
+    torch.manual_seed(9)
+    from transformers import LlamaForCausalLM
+
+    b = LlamaForCausalLM(_llama_config(1)).eval()
+    updraft.quantize_weights(b, "int8")
+    other, rep = run(b)
+    assert [p.cache for p in rep.partitions] == ["hit"], str(rep)
+    with torch.no_grad():
+        want = b(ids, use_cache=False).logits
+    torch.testing.assert_close(other, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
