@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "core/error.h"
+#include "passes/quantize_weights.h"
 
 namespace updraft {
 
@@ -81,21 +81,9 @@ bool fold_dequant_linear(Graph& g) {
       g.set_insert_point(nullptr);
       continue;
     }
-    std::vector<Value*> ins = {n->input(0)};
-    ins.insert(ins.end(), compact.begin(), compact.end());
-    ins.insert(ins.end(), n->inputs.begin() + 2, n->inputs.end());  // bias, residual
-    Attrs attrs = n->attrs;
-    attrs["has_weight_scale"] = Attr(compact.size() == 2);
-    Node* q = g.add_node("linear_wq", std::move(ins), std::move(attrs));
     g.set_insert_point(nullptr);
-    Graph::merge_origin(q, n);
-    UPDRAFT_CHECK(q->output()->type == n->output()->type, "fold_dequant_linear",
-                  "linear_wq is typed " + q->output()->type.str() + ", the linear was " + n->output()->type.str() +
-                      "; this is a bug in fold_dequant_linear");
-    q->output()->name = n->output()->name;
-    g.replace_all_uses(n->output(), q->output());
     Value* widened = n->input(1);
-    g.remove_node(n);
+    replace_with_linear_wq(g, n, compact[0], compact.size() == 2 ? compact[1] : nullptr, "fold_dequant_linear");
     drop_unused_chain(g, widened);
     changed = true;
   }

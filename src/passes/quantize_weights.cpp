@@ -63,23 +63,30 @@ bool quantize_weights(Graph& g, WeightDType dtype) {
       g.set_insert_point(nullptr);
       continue;
     }
-    std::vector<Value*> ins = {n->inputs[0], c.w};
-    if (c.scale) ins.push_back(c.scale);
-    ins.insert(ins.end(), n->inputs.begin() + 2, n->inputs.end());  // bias, residual
-    Attrs attrs = n->attrs;
-    attrs["has_weight_scale"] = Attr(c.scale != nullptr);
-    Node* q = g.add_node("linear_wq", std::move(ins), std::move(attrs));
     g.set_insert_point(nullptr);
-    Graph::merge_origin(q, n);
-    UPDRAFT_CHECK(q->output()->type == n->output()->type, "quantize_weights",
-                  "linear_wq is typed " + q->output()->type.str() + ", the linear was " + n->output()->type.str() +
-                      "; this is a bug in quantize_weights");
-    q->output()->name = n->output()->name;
-    g.replace_all_uses(n->output(), q->output());
-    g.remove_node(n);
+    replace_with_linear_wq(g, n, c.w, c.scale, "quantize_weights");
     changed = true;
   }
   return changed;
+}
+
+Node* replace_with_linear_wq(Graph& g, Node* n, Value* w_low, Value* scale, const char* pass) {
+  std::vector<Value*> ins = {n->inputs[0], w_low};
+  if (scale) ins.push_back(scale);
+  ins.insert(ins.end(), n->inputs.begin() + 2, n->inputs.end());  // bias, residual
+  Attrs attrs = n->attrs;
+  attrs["has_weight_scale"] = Attr(scale != nullptr);
+  g.set_insert_point(n);
+  Node* q = g.add_node("linear_wq", std::move(ins), std::move(attrs));
+  g.set_insert_point(nullptr);
+  Graph::merge_origin(q, n);
+  UPDRAFT_CHECK(q->output()->type == n->output()->type, pass,
+                "linear_wq is typed " + q->output()->type.str() + ", the linear was " + n->output()->type.str() +
+                    "; this is a bug in " + pass);
+  q->output()->name = n->output()->name;
+  g.replace_all_uses(n->output(), q->output());
+  g.remove_node(n);
+  return q;
 }
 
 }  // namespace updraft

@@ -26,4 +26,10 @@ constexpr int64_t kMinQuantizedWeight = int64_t{1} << 16;
 // Returns whether the graph changed. `dtype` f32 changes nothing.
 bool quantize_weights(Graph& g, WeightDType dtype);
 
+// Replaces `linear` (x, w, [bias], [residual]) by linear_wq(x, w_low, [scale], [bias],
+// [residual]) with its attributes and origins, placed where the linear was, and removes the
+// linear. `scale` is null for a bf16 w_low. `pass` names the caller in the type check's
+// message. Shared by quantize_weights and fold_dequant_linear (passes/fold_dequant_linear.h).
+Node* replace_with_linear_wq(Graph& g, Node* linear, Value* w_low, Value* scale, const char* pass);
+
 }  // namespace updraft
