@@ -201,7 +201,7 @@ def quantize_weights(model: nn.Module, dtype: str = "int8", *, min_elements: int
     from now on, in eager PyTorch too."""
     if dtype not in DTYPES:
         raise ValueError(f"[updraft.quantize] dtype {dtype!r} is not one of {list(DTYPES)}; "
-                         f"weight_dtype='f32' is the model as it is")
+                         "for float32, leave the model as it is")
     if not isinstance(model, nn.Module):
         raise TypeError(f"[updraft.quantize] expected an nn.Module, got {type(model).__name__}")
     if isinstance(skip, str):
