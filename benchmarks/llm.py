@@ -747,7 +747,10 @@ def main(argv=None) -> int:
                     rows.append(row)
                     brief = (", ".join(f"p{x['plen']}: {x['decode_ms']:.1f} ms/token, {x['plen'] / x['prompt_s']:.0f} "
                                        f"prompt tok/s" for x in row["runs"]) if row["status"] == "ok" else row["status"])
-                    log(f"{model} {threads}t run {run} {b:<22} {brief} (rss {row['peak_rss_mb']:.0f} MB, "
+                    # The worker's own VmHWM, the table's figure: run_row's wait4 ru_maxrss read
+                    # 998 MB for every row of session 31's run, eager's 0.85 GB included.
+                    rss = row.get("vmhwm_mb", row["peak_rss_mb"])
+                    log(f"{model} {threads}t run {run} {b:<22} {brief} (rss {rss:.0f} MB, "
                         f"{row.get('wall_s', 0):.0f} s)")
     if not args.from_json:
         meta["load_end"] = os.getloadavg()[0]
