@@ -90,6 +90,18 @@ TEST(HardeningParse, ConstantWhoseByteCountWrapsIsAParseError) {
                "parse", "overflows");
 }
 
+// Found by fuzz_text_ir (session 31): a reshape target whose static sizes multiply past int64
+// overflowed the shape function's element count (UBSan: signed-integer-overflow). It is an
+// error naming the overflow now, whether the sizes are all static or beside a symbol.
+TEST(HardeningParse, ReshapeTargetWhoseSizesOverflowIsAnError) {
+  for (const char* shape : {"[s0, 4207383333333333333, 64]", "[4207383333333333333, 64]", "[-1, 4207383333333333333, 64]"}) {
+    SCOPED_TRACE(shape);
+    expect_error([&] {
+      parse_graph(std::string("graph(%x: f32[s0, 4]) {\n  %0 = reshape(%x) {shape=") + shape + "}\n  return (%0)\n}");
+    }, "parse", "overflows");
+  }
+}
+
 // Found by fuzz_text_ir (issue 16's campaign): lo far above 2^62 with the default hi passed the
 // bounds check (it tested lo >= -2^62 and hi <= 2^62 only), and floor(x) of ~7.8e37 was
 // converted to int64 (UBSan: float-cast-overflow). Each bound must be within +-2^62.

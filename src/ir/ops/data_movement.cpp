@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 
+#include "core/checked.h"
 #include "ir/op_table.h"
 #include "ir/ops/params.h"
 
@@ -28,7 +29,9 @@ struct Monomial {
   int64_t coeff = 1;
   std::vector<Dim> factors;
   void absorb(const Dim& d) {
-    if (d.is_static()) coeff *= d.value();
+    // Checked: a shape attribute is input (a parsed graph or model file), and sizes whose product
+    // leaves int64 are an error, not a wrapped count (found by the text-IR fuzzer).
+    if (d.is_static()) coeff = checked_mul<int64_t>(coeff, d.value(), "ir", "reshape element count");
     else if (d.kind() == Dim::Kind::Mul) {
       auto [a, b] = d.operands();
       absorb(a);
