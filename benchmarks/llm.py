@@ -291,10 +291,10 @@ def torch_worker(spec: dict) -> dict:
 
     torch.set_num_threads(threads)
     model = AutoModelForCausalLM.from_pretrained(spec["hf"], dtype=torch.float32).eval()
-    gc = model.generation_config
-    gc.eos_token_id, gc.pad_token_id = None, 0  # random weights: no early stop, every run is --new-tokens long
+    gen = model.generation_config
+    gen.eos_token_id, gen.pad_token_id = None, 0  # random weights: no early stop, every run is --new-tokens long
     if backend in ("inductor",) or backend.startswith("updraft_static"):
-        gc.cache_implementation = "static"
+        gen.cache_implementation = "static"
     res: dict = {}
     if backend.startswith("updraft_quantized_"):  # the model's own weights stored compactly, f32 released
         import updraft
@@ -302,9 +302,9 @@ def torch_worker(spec: dict) -> dict:
         res["quantized"] = str(updraft.quantize_weights(model, backend[len("updraft_quantized_"):])).splitlines()[0]
     # The serving peak starts here: the model is loaded (and quantised); what loading held and
     # freed (a quantised model's f32 weights) is in load_peak_mb only.
-    import gc as gcmod
+    import gc
 
-    gcmod.collect()
+    gc.collect()
     res["load_peak_mb"] = _vmhwm_mb()
     suite.reset_peak_rss()
     if backend == "inductor":

@@ -429,7 +429,7 @@ void bind_runtime(nb::module_& m) {
       .def("low_precision_weights",
            [](const CG& cg) {
              // Constant linear weights linear_wq reads low-precision: stored so by quantize_weights
-             // (CompilerConfig.weight_dtype) or by the model (fold_dequant_linear). Per weight dtype, (count, bytes stored with their scales, bytes they had as f32).
+             // (CompilerConfig.weight_dtype) or by the model itself (updraft.quantize_weights). Per weight dtype, (count, bytes stored with their scales, bytes they had as f32).
              std::map<std::string, std::tuple<int64_t, int64_t, int64_t>> r;
              std::set<const Value*> seen;
              for (const Node* n : cg.graph().nodes()) {

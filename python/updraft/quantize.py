@@ -2,12 +2,13 @@
 
 `CompilerConfig(weight_dtype=...)` makes the *engine* hold int8 or bf16 copies; the user's f32
 parameters stay, because PyTorch still needs them (fallback, recompiles, state_dict). This is the
-other form: `quantize_weights(model, "int8")` replaces the model's large linear layers by
-`QuantizedLinear` modules that keep only the compact weight and widen it in `forward`. The f32
-weights are released, eager PyTorch computes with the same dequantised values as the engine, and
-`torch.compile(model, backend="updraft")` runs those linears on the engine's int8 / bf16 kernels,
-reading the module's buffers in place (the pass `fold_dequant_linear`). One copy of each weight,
-at 1/4 (int8) or 1/2 (bf16) of its f32 size.
+other form: `quantize_weights(model, "int8")` replaces the model's large linear layers and
+embeddings by `QuantizedLinear` / `QuantizedEmbedding` modules that keep only the compact weight.
+The f32 weights are released, eager PyTorch computes with the same values as the engine (int8
+through `aten._weight_int8pack_mm`, bf16 widened), and `torch.compile(model, backend="updraft")`
+runs those linears on the engine's int8 / bf16 kernels, reading the module's buffers in place
+(linear_wq: int8pack is lowered to it, a bf16 widening folded into it by `fold_dequant_linear`).
+One copy of each weight, at 1/4 (int8) or 1/2 (bf16) of its f32 size.
 
 The trade-off: the f32 weights are gone for good (save a state_dict first to keep them); the
 model then *is* the quantised model, in eager too, and every consumer of its state_dict sees
@@ -117,10 +118,10 @@ class QuantizedEmbedding(_Compact):
     gathers the compact rows (and their scales) and widens only those, so the f32 table never
     exists."""
 
-    def __init__(self, qweight, scale, padding_idx: int | None, dtype: str):
+    def __init__(self, qweight, scale, dtype: str):
+        # No padding_idx: it only masks the gradient of a table, and this one is frozen.
         super().__init__(qweight, scale, dtype)
         self.num_embeddings, self.embedding_dim = qweight.shape
-        self.padding_idx = padding_idx
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         rows = F.embedding(ids, self.qweight).to(torch.float32)
@@ -243,7 +244,7 @@ def quantize_weights(model: nn.Module, dtype: str = "int8", *, min_elements: int
         summary.f32_bytes += group[0][3].numel() * 4
         for name, mod, kind, _ in group:
             new = (QuantizedLinear(q, s, mod.bias, dtype) if kind == "linear"
-                   else QuantizedEmbedding(q, s, mod.padding_idx, dtype))
+                   else QuantizedEmbedding(q, s, dtype))
             parent_name, _, attr = name.rpartition(".")
             setattr(model.get_submodule(parent_name) if parent_name else model, attr, new)
             summary.converted.append(name)

@@ -74,7 +74,7 @@ class PartitionReport:
     # Engine passes CompilerConfig.disable_passes switched off in this partition's compile.
     skipped_passes: list = dataclasses.field(default_factory=list)
     # CompilerConfig.weight_dtype, and the linear weights the engine reads low-precision (stored
-    # so by the quantize_weights pass, or by the model itself: fold_dequant_linear):
+    # so by the quantize_weights pass, or by the model itself: updraft.quantize_weights):
     # {weight dtype: (count, bytes stored with scales, bytes as f32)} (docs/quantization.md).
     weight_dtype: str = "f32"
     low_precision_weights: dict = dataclasses.field(default_factory=dict)

@@ -26,8 +26,7 @@ bool folds_to_constant(const Value* v) {
 
 // A scale that multiplies whole rows of an [N, K] weight: f32, constant, [N, 1] or one element
 // (then the same for every row); an [N] or [K] vector broadcasts over columns, so it is not one.
-// Returns it as an [N] value (a reshape or expand that
-// constant_fold folds), or null.
+// Returns it as an [N] value (a reshape or expand that constant_fold folds), or null.
 Value* row_scale(Graph& g, Value* s, int64_t n) {
   if (s->type.dtype != DType::f32 || !folds_to_constant(s)) return nullptr;
   const Shape& sh = s->type.shape;
