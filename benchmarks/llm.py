@@ -20,7 +20,8 @@ static cache, as transformers documents it); updraft with the dynamic cache (`up
 static cache (`updraft_static`, plus `updraft_static_<dtype>` for every `weight_dtype` that
 `updraft.CompilerConfig` accepts, when that field exists); updraft on the model quantised in place
 by `updraft.quantize_weights` (`updraft_quantized_int8`, `_bf16`: the f32 weights released,
-dynamic cache); llama.cpp through llama-cpp-python
+dynamic cache; `updraft_quantized_int8_act` adds `activation_dtype="int8"`, int8 x int8 products as
+llama.cpp's q8_0 computes them); llama.cpp through llama-cpp-python
 in its own venv (build/peers/llama) at f32, f16 and q8_0. Greedy decoding, end-of-sequence
 disabled so that every run produces `--new-tokens` tokens.
 
@@ -86,6 +87,9 @@ MODELS = {
 }
 GGUF_TYPES = ("f32", "f16", "q8_0")
 TORCH_BACKENDS = ["eager", "inductor", "updraft", "updraft_static"]
+# A row name ending in this runs that row with int8 activations (CompilerConfig.activation_dtype),
+# for rows over int8 weights: updraft_static_int8_act, updraft_quantized_int8_act.
+ACT_SUFFIX = "_act"
 LLAMA_BACKENDS = [f"llamacpp_{t}" for t in GGUF_TYPES]
 N_SPECIAL = 3     # <unk> <s> </s>
 FIRST_ID = 3 + 256  # prompts avoid the specials and the byte tokens
@@ -296,10 +300,13 @@ def torch_worker(spec: dict) -> dict:
     if backend in ("inductor",) or backend.startswith("updraft_static"):
         gen.cache_implementation = "static"
     res: dict = {}
-    if backend.startswith("updraft_quantized_"):  # the model's own weights stored compactly, f32 released
+    # "<row>_act": the same row with CompilerConfig(activation_dtype="int8") (int8 x int8 linears).
+    int8_act = backend.endswith(ACT_SUFFIX)
+    base = backend[:-len(ACT_SUFFIX)] if int8_act else backend
+    if base.startswith("updraft_quantized_"):  # the model's own weights stored compactly, f32 released
         import updraft
 
-        res["quantized"] = str(updraft.quantize_weights(model, backend[len("updraft_quantized_"):])).splitlines()[0]
+        res["quantized"] = str(updraft.quantize_weights(model, base[len("updraft_quantized_"):])).splitlines()[0]
     # The serving peak starts here: the model is loaded (and quantised); what loading held and
     # freed (a quantised model's f32 weights) is in load_peak_mb only.
     import gc
@@ -311,8 +318,10 @@ def torch_worker(spec: dict) -> dict:
         model.forward = torch.compile(model.forward)
     elif backend.startswith("updraft"):
         opts: dict = {"num_threads": threads}
-        if backend.startswith("updraft_static_"):
-            opts["weight_dtype"] = backend[len("updraft_static_"):]
+        if base.startswith("updraft_static_"):
+            opts["weight_dtype"] = base[len("updraft_static_"):]
+        if int8_act:
+            opts["activation_dtype"] = "int8"
         model.forward = torch.compile(model.forward, backend="updraft", options=opts)
 
     class Stamps(LogitsProcessor):
@@ -707,7 +716,9 @@ def main(argv=None) -> int:
         return 0
 
     backends = args.backends or (TORCH_BACKENDS + [f"updraft_static_{d}" for d in weight_dtypes()]
-                                 + [f"updraft_quantized_{d}" for d in weight_dtypes()] + LLAMA_BACKENDS)
+                                 + [f"updraft_quantized_{d}" for d in weight_dtypes()]
+                                 + (["updraft_quantized_int8" + ACT_SUFFIX] if "int8" in weight_dtypes() else [])
+                                 + LLAMA_BACKENDS)
     rows: list[dict] = []
     meta = {"machine": machine, "priority": priority, "load_start": load[0],
             "command": cmdline.strip(), "date": time.strftime("%Y-%m-%d %H:%M")}

@@ -4,6 +4,7 @@ up, down; `Stack`, which `tools/prepack_ab.py` uses too) in one compiled module,
 rounds and GB/s of weight bytes. `--rows` above 11 times the prefill path (panels). For A/B runs, alternate two builds in fresh processes (PYTHONPATH selects the package):
 
     PYTHONPATH=python python tools/decode_linears.py int8 --rows 1 --threads 2 --rounds 30
+    PYTHONPATH=python python tools/decode_linears.py int8 --activations int8 --rows 32   # int8 x int8
 """
 import argparse
 import statistics
@@ -13,7 +14,7 @@ import torch
 
 import updraft
 from updraft import CompilerConfig, get_backend
-from updraft.config import WEIGHT_DTYPES
+from updraft.config import ACTIVATION_DTYPES, WEIGHT_DTYPES
 
 H, I, LAYERS = 1024, 2816, 8
 
@@ -56,6 +57,8 @@ def weight_bytes(m: torch.nn.Module) -> int:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("weight_dtype", choices=WEIGHT_DTYPES)
+    p.add_argument("--activations", choices=ACTIVATION_DTYPES, default="f32",
+                   help="CompilerConfig.activation_dtype (int8: int8 x int8 products); default f32")
     p.add_argument("--rows", type=int, default=1, help="rows of x (decode batch); default 1")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=30, help="timed rounds of --calls calls")
@@ -64,7 +67,8 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     m = Stack().eval()
-    cfg = CompilerConfig(weight_dtype=a.weight_dtype, num_threads=a.threads, inference="engine")
+    cfg = CompilerConfig(weight_dtype=a.weight_dtype, activation_dtype=a.activations, num_threads=a.threads,
+                         inference="engine")
     f = torch.compile(m, backend=get_backend(cfg))
     x = torch.randn(1, a.rows, H)
     with torch.no_grad():
@@ -80,7 +84,7 @@ def main() -> None:
             ts.append((time.perf_counter() - t0) / a.calls)
     ts.sort()
     q1, med = ts[len(ts) // 4], statistics.median(ts)
-    print(f"{a.weight_dtype} rows={a.rows} threads={a.threads}: q1 {q1 * 1e3:.2f} ms, median {med * 1e3:.2f} ms "
+    print(f"{a.weight_dtype} activations={a.activations} rows={a.rows} threads={a.threads}: q1 {q1 * 1e3:.2f} ms, median {med * 1e3:.2f} ms "
           f"(min {ts[0] * 1e3:.2f}, max {ts[-1] * 1e3:.2f}); {wbytes / q1 / 1e9:.1f} GB/s of weights at q1")
 
 

@@ -45,6 +45,10 @@ static const std::vector<std::pair<const char*, OptionSetter>>& option_setters()
       {"channel_block", [](CompileOptions& o, nb::handle v) { o.channel_block = nb::cast<int>(v); }},
       {"weight_dtype",
        [](CompileOptions& o, nb::handle v) { o.weight_dtype = weight_dtype_from_name(nb::cast<std::string>(v)); }},
+      {"activation_dtype",
+       [](CompileOptions& o, nb::handle v) {
+         o.activation_dtype = activation_dtype_from_name(nb::cast<std::string>(v));
+       }},
       // The kernel knobs (kernels/kernel_options.h); updraft.CompilerConfig validated them.
       {"prepack_weights", [](CompileOptions& o, nb::handle v) { o.kernels.prepack_weights = nb::cast<bool>(v); }},
       {"static_gemm", [](CompileOptions& o, nb::handle v) { o.kernels.static_gemm = nb::cast<bool>(v); }},
@@ -447,6 +451,14 @@ void bind_runtime(nb::module_& m) {
            },
            "{weight dtype: (count, bytes stored incl. scales, bytes as f32)} of the linear weights stored "
            "low-precision (CompilerConfig.weight_dtype, or the model's own int8/bf16 weights).")
+      .def("int8_activation_linears",
+           [](const CG& cg) {
+             int64_t count = 0;
+             for (const Node* n : cg.graph().nodes())
+               count += n->op_name() == "linear_wq" && n->attr("quantize_x").b();
+             return count;
+           },
+           "How many linear_wq nodes quantise their x to int8 at every call (CompilerConfig.activation_dtype).")
       .def("ir_constants",
            [](const CG& cg) {
              nb::dict r;

@@ -763,8 +763,8 @@ def _compile(gm: fx.GraphModule, example_inputs: list, config: CompilerConfig) -
     compiled = backend(gm, example_inputs)
     if eager is not None:
         return _training_step_timed_against_eager(compiled, eager, seen)
-    if config.weight_dtype != "f32" and _has_engine_partitions(seen.get("report")):
-        return _low_precision_untimed(compiled, seen["report"], config.weight_dtype)
+    if (config.weight_dtype != "f32" or config.activation_dtype != "f32") and _has_engine_partitions(seen.get("report")):
+        return _low_precision_untimed(compiled, seen["report"], config)
     if _has_engine_partitions(seen.get("report")) and any(p.compact_weights for p in seen["report"].partitions):
         return _compact_weights_untimed(compiled, seen["report"])
     if seen.get("mutates_inputs") and config.inference == "auto":
@@ -774,15 +774,16 @@ def _compile(gm: fx.GraphModule, example_inputs: list, config: CompilerConfig) -
     return compiled
 
 
-def _low_precision_untimed(compiled: Callable, report: GraphReport, weight_dtype: str) -> Callable:
-    """CompilerConfig(weight_dtype="bf16"/"int8"): the engine runs every call. Eager PyTorch
-    computes with the f32 weights, a different result, so timing the two (inference="auto",
+def _low_precision_untimed(compiled: Callable, report: GraphReport, config: CompilerConfig) -> Callable:
+    """CompilerConfig(weight_dtype="bf16"/"int8", or activation_dtype="int8"): the engine runs
+    every call. Eager PyTorch computes with the f32 weights and activations, a different result, so timing the two (inference="auto",
     or a graph that writes its inputs, such as a static KV cache) would switch the model's
     precision between calls during the trials and could keep f32 for good, silently: greedy
     tokens would depend on the timing. It also ran Dynamo's graph eagerly for the first time
     inside a user's call (a 32-token prompt of a 156M Llama: 0.2 s became 0.7-1.2 s)."""
-    report.compiles.append((INFERENCE_CHOICE, f"not timed against eager PyTorch: weight_dtype={weight_dtype!r} "
-                                              "computes with other weights than eager; runs in updraft"))
+    what = [f"{k}={getattr(config, k)!r}" for k in ("weight_dtype", "activation_dtype") if getattr(config, k) != "f32"]
+    report.compiles.append((INFERENCE_CHOICE, f"not timed against eager PyTorch: {' and '.join(what)} "
+                                              "computes with other numbers than eager; runs in updraft"))
     return compiled
 
 

@@ -21,6 +21,9 @@ _CONV_LAYOUTS = {"auto": -1, "nchw": 0, "nchw8c": 8, "nchw16c": 16, "nhwc": -2}
 _CPU_ISAS = ("native", "avx2")  # the engine's CpuIsa names (src/kernels/kernel_options.h)
 # The engine's WeightDType names (src/passes/options.h): how large linear weights are stored.
 WEIGHT_DTYPES = ("f32", "bf16", "int8")
+# The engine's ActivationDType names (src/passes/options.h): what linears over int8 weights
+# multiply x as.
+ACTIVATION_DTYPES = ("f32", "int8")
 _BOOL_TEXT = {"0": False, "1": True}
 # Where training graphs run (CompilerConfig.training).
 TRAINING_MODES = ("auto", "engine", "pytorch")
@@ -157,7 +160,8 @@ class CompilerConfig:
         trials does not decide it), and explain says so with both times. It is the rule "never
         slower than eager" for whatever the engine's own choices miss. "engine": no timing, the
         compiled graph always runs (benchmarks of the engine itself, tests). A graph compiled
-        with weight_dtype other than "f32" is never timed: eager computes with other weights.
+        with weight_dtype or activation_dtype other than "f32" is never timed: eager computes
+        with other numbers.
     keep_arenas: whether an engine graph keeps the memory of its intermediates (its plan's
         arena) between calls. None (default): inference graphs keep it (no allocation or page
         faults per call), training graphs free it when each call returns (the forward's arena
@@ -179,6 +183,15 @@ class CompilerConfig:
         reads fewer bytes and runs faster; results differ from f32 by the rounding of the
         weights (measured error in docs/quantization.md). Such graphs run in the engine at
         every call, whatever `inference` says (docs/quantization.md). In the compile-cache key.
+    activation_dtype: what the linears over int8 weights (weight_dtype="int8", or the model's own
+        int8 layers: updraft.quantize_weights) multiply. "f32" (default): x as given, the weight
+        widened to f32. "int8": each row of x is quantised to int8 at every call (symmetric, one
+        scale per row, as llama.cpp's q8_0 quantises its activations) and multiplied by the int8
+        weight with exact int32 sums (AVX-512 VNNI where the CPU has it): several times the
+        multiply-adds per instruction, so a prompt (many rows) runs much faster; results move
+        further from f32 (measured in docs/quantization.md, "int8 activations"). Other ops, and
+        linears over f32 or bf16 weights, are unchanged. Never timed against eager. In the
+        compile-cache key.
     Kernel knobs (the engine's KernelOptions; each defaults to its environment variable, then
     to the value shown):
     prepack_weights (UPDRAFT_PREPACK_WEIGHTS=0/1, True): linear/matmul keep a prepacked copy of
@@ -237,6 +250,7 @@ class CompilerConfig:
     gears: tuple = ()
     conv_layout: str = dataclasses.field(default_factory=lambda: os.environ.get(_CONV_LAYOUT_ENV, "auto"))
     weight_dtype: str = "f32"
+    activation_dtype: str = "f32"
     training: str = "auto"
     inference: str = "auto"
     keep_arenas: Optional[bool] = None
@@ -271,6 +285,10 @@ class CompilerConfig:
         if not isinstance(self.weight_dtype, str) or self.weight_dtype not in WEIGHT_DTYPES:
             raise ValueError(f"[updraft.config] weight_dtype={self.weight_dtype!r} is not one of {list(WEIGHT_DTYPES)}; "
                              "use \"bf16\" or \"int8\" for low-precision linear weights, \"f32\" to keep them")
+        if not isinstance(self.activation_dtype, str) or self.activation_dtype not in ACTIVATION_DTYPES:
+            raise ValueError(f"[updraft.config] activation_dtype={self.activation_dtype!r} is not one of "
+                             f"{list(ACTIVATION_DTYPES)}; \"int8\" quantises the rows of x of linears over int8 "
+                             "weights, \"f32\" keeps them")
         if self.keep_arenas is not None and not isinstance(self.keep_arenas, bool):
             raise TypeError(f"[updraft.config] keep_arenas must be True, False or None, got "
                             f"{type(self.keep_arenas).__name__} {self.keep_arenas!r}")
@@ -389,6 +407,8 @@ class CompilerConfig:
             opts["debug_fault"] = self.debug_fault
         if self.weight_dtype != "f32":
             opts["weight_dtype"] = self.weight_dtype
+        if self.activation_dtype != "f32":
+            opts["activation_dtype"] = self.activation_dtype
         return opts
 
     def engine_options(self) -> dict:
@@ -396,6 +416,7 @@ class CompilerConfig:
         opts = {"fold_constants": self.fold_constants, "fuse": self.fuse,
                 "num_threads": self.num_threads, "debug": self.debug,
                 "channel_block": _CONV_LAYOUTS[self.conv_layout], "weight_dtype": self.weight_dtype,
+                "activation_dtype": self.activation_dtype,
                 "prepack_weights": self.prepack_weights, "static_gemm": self.static_gemm,
                 "cpu_isa": self.cpu_isa, "plan_cache_size": self.plan_cache_size,
                 "range_plans": self.range_plans}

@@ -497,6 +497,7 @@ class EnginePartition(torch.nn.Module):
         self.report.constant_bytes = dict(cg.constant_bytes)
         self.report.weight_dtype = self.config.weight_dtype
         self.report.low_precision_weights = dict(cg.low_precision_weights())
+        self.report.int8_activations = cg.int8_activation_linears()
 
     def _size_pos(self, args: tuple, placeholders: list, runtime_pos: list[int]) -> list[int]:
         """Placeholder indices of the size inputs (lowerer.size_input_exprs), in call order."""

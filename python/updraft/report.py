@@ -78,6 +78,8 @@ class PartitionReport:
     # {weight dtype: (count, bytes stored with scales, bytes as f32)} (docs/quantization.md).
     weight_dtype: str = "f32"
     low_precision_weights: dict = dataclasses.field(default_factory=dict)
+    # linear_wq nodes that quantise x to int8 at every call (CompilerConfig.activation_dtype).
+    int8_activations: int = 0
     # Frozen int8/bf16 parameters the partition widens to f32 (a model quantised in place by
     # updraft.quantize_weights): known when the partition is made, before its engine compile.
     compact_weights: int = 0
@@ -332,6 +334,10 @@ class Report:
                       f"weights: {count} linear weight(s) read low-precision in place")
             lines.append(f"  weights: {origin}, {stored / 1e6:.1f} MB with scales ({as_f32 / 1e6:.1f} MB as f32); "
                          "the rest f32 (docs/quantization.md)")
+        q = sum(p.int8_activations for p in self.partitions)
+        if q:
+            lines.append(f"  activations: int8 per row in {q} linear(s) over int8 weights (activation_dtype int8), "
+                         "int32 sums; the rest f32 (error measured: docs/quantization.md, \"int8 activations\")")
         if any(p.cache for p in self.partitions):
             lines.append(f"  compile cache: {self.cache_hits} hit(s), {self.cache_misses} miss(es)   "
                          f"process total: {dict(cache_stats())}")

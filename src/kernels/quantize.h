@@ -4,6 +4,7 @@
 //
 //   float s = quantize_row_int8(row, K, q);   // q[k] = round(row[k] / s), s = max|row| / 127
 //   uint16_t b = f32_to_bf16(x);              // round to nearest even
+//   float sx = quantize_act_row_int8(x, K, q); // an activation row (linear_wq's quantize_x)
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -28,6 +29,17 @@ inline float quantize_row_int8(const float* row, int64_t K, int8_t* q) {
     else r = std::nearbyint(v / s);  // the default rounding mode: to nearest, ties to even
     q[k] = static_cast<int8_t>(std::fmin(127.0f, std::fmax(-127.0f, r)));
   }
+  return s;
+}
+
+// One row of activations for quantize_x: quantize_row_int8's format, except that a row holding a
+// value that is not finite gets scale NaN (its q are quantize_row_int8's), so that every output
+// of the row is NaN, where eager's would not be finite either, instead of a value computed as
+// if the inf or NaN were not there.
+inline float quantize_act_row_int8(const float* row, int64_t K, int8_t* q) {
+  const float s = quantize_row_int8(row, K, q);
+  for (int64_t k = 0; k < K; ++k)
+    if (!std::isfinite(row[k])) return std::nanf("");
   return s;
 }
 

@@ -27,6 +27,17 @@ inline WeightDType weight_dtype_from_name(const std::string& name) {
   throw Error("options", "weight_dtype '" + name + "' is unknown; use f32, bf16 or int8");
 }
 
+// What the linears over int8 weights multiply x as (passes/quantize_activations.h,
+// docs/quantization.md): f32 as given, or int8 quantised per row at every call.
+// CompilerConfig.activation_dtype.
+enum class ActivationDType : uint8_t { f32, int8 };
+
+inline ActivationDType activation_dtype_from_name(const std::string& name) {
+  if (name == "f32") return ActivationDType::f32;
+  if (name == "int8") return ActivationDType::int8;
+  throw Error("options", "activation_dtype '" + name + "' is unknown; use f32 or int8");
+}
+
 struct CompileOptions {
   bool fold_constants = true;
   bool fuse = true;           // conv+bn folding, epilogue fusion, elementwise fusion
@@ -43,6 +54,9 @@ struct CompileOptions {
   // Storage of large linear weights; not f32 adds the quantize_weights pass. Changes the
   // optimised graph, so it is in the compile-cache key (CompilerConfig.cache_options).
   WeightDType weight_dtype = WeightDType::f32;
+  // int8 adds the quantize_activations pass (linear_wq over i8 weights quantises x). Changes the
+  // optimised graph, so it is in the compile-cache key too.
+  ActivationDType activation_dtype = ActivationDType::f32;
   // Which kernels the plans build and how they thread (kernels/kernel_options.h). They change
   // no pass's result: constant folding evaluates with the default KernelOptions.
   KernelOptions kernels;

@@ -30,6 +30,7 @@
 #include "passes/fuse_elementwise.h"
 #include "passes/fuse_epilogue.h"
 #include "passes/match_gelu.h"
+#include "passes/quantize_activations.h"
 #include "passes/quantize_weights.h"
 #include "passes/verify.h"
 
@@ -55,6 +56,7 @@ bool if_fuse(const CompileOptions& o) { return o.fuse; }
 bool if_fold(const CompileOptions& o) { return o.fold_constants; }
 bool if_block(const CompileOptions& o) { return keeps_conv_layout(o.channel_block); }
 bool if_low_weights(const CompileOptions& o) { return o.weight_dtype != WeightDType::f32; }
+bool if_int8_activations(const CompileOptions& o) { return o.activation_dtype == ActivationDType::int8; }
 template <bool (*Pass)(Graph&)>
 bool plain(Graph& g, const CompileOptions&) {
   return Pass(g);
@@ -81,6 +83,8 @@ const std::vector<Step>& steps() {
       // large linear weights -> i8 + scale or bf16 (weight_dtype), after fusion gave them epilogues
       {"quantize_weights", if_low_weights,
        [](Graph& g, const CompileOptions& o) { return quantize_weights(g, o.weight_dtype); }},
+      // linears over int8 weights multiply int8 rows of x (activation_dtype)
+      {"quantize_activations", if_int8_activations, plain<quantize_activations>},
       {"fuse_elementwise", if_fuse, plain<fuse_elementwise>},  // elementwise chains -> one pass over memory
       // conv chains in nChw{B}c or NHWC, channel_block reorders at their edges
       {"block_conv_layout", if_block,

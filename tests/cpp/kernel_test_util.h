@@ -155,13 +155,14 @@ inline std::unique_ptr<Kernel> make_kernel_for(const OneNode& n, Device d, const
   return make_kernel_for(n, d, 0, options);
 }
 
-// Runs `k` on the node's input views into freshly allocated contiguous outputs.
+// Runs `k` on the node's input views into freshly allocated contiguous outputs, with the
+// scratch `k` asks for at the node's shapes (a kernel built for other shapes may run these).
 inline std::vector<Tensor> run_kernel_outputs(const Kernel& k, const OneNode& n) {
   std::vector<Tensor> outs;
   std::vector<TensorView> ov;
   for (Value* o : n.node->outputs) outs.emplace_back(o->type.dtype, shape_values(o->type.shape));
   for (Tensor& t : outs) ov.push_back(t.view());
-  Scratch s(k.scratch_bytes());
+  Scratch s(k.scratch_bytes_for(n.context()));
   k.run(n.views.data(), ov.data(), s.get());
   return outs;
 }

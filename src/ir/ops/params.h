@@ -19,6 +19,11 @@
 
 namespace updraft {
 
+// linear_wq's quantize_x (CompilerConfig.activation_dtype="int8", src/ir/ops/quantized.cpp)
+// multiplies int8 rows of x by int8 weights with exact int32 sums: K * 127 * 127 (and the VNNI
+// kernels' K * 255 * 127, their x offset by 128) stays below 2^31 up to this K.
+constexpr int64_t kQuantizeXMaxK = 65536;
+
 // normalize_dim that also accepts dim 0 / -1 on a 0-d tensor (torch treats it as rank 1).
 inline int wrap_dim(int64_t dim, int rank, const std::string& op) {
   return normalize_dim(dim, rank > 0 ? rank : 1, op);

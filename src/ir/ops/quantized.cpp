@@ -11,6 +11,10 @@
 //       y = act(x @ (w * scale[:, None])^T + bias + residual): linear's epilogue, with w
 //       widened to f32 (times its row's scale when has_weight_scale) and f32 accumulation.
 //       An i8 w needs the scale; a bf16 w has none.
+//       quantize_x (i8 w only; CompilerConfig.activation_dtype="int8"): each row of x is
+//       quantised at run time as quantize_rows does (sx = max|x| / 127, qx = round(x / sx)),
+//       the products qx . w accumulate exactly in int32, and y = (f32(acc) * sx) * scale[n]
+//       before the epilogue. K is at most kQuantizeXMaxK, so the int32 sum cannot overflow.
 #include <string>
 
 #include "ir/op_table.h"
@@ -68,6 +72,12 @@ void infer_linear_wq(InferCtx& c) {
   }
   const std::string& act = c.attr_str("activation");
   if (!Epilogue::known_activation(act)) c.fail(Epilogue::unknown_activation(act));
+  if (c.attr_bool("quantize_x")) {
+    if (w.dtype != DType::i8) c.fail("quantize_x needs an i8 w (int8 x int8 products)");
+    if (w.shape[1].value() > kQuantizeXMaxK)
+      c.fail("quantize_x needs K <= " + std::to_string(kQuantizeXMaxK) + " (the int32 sum's bound); K is " +
+             w.shape[1].str());
+  }
   c.set_output(0, {DType::f32, out});
 }
 
@@ -99,7 +109,8 @@ void register_quantized_ops(OpTable& t) {
             {"has_residual", K::Bool, Attr(false)},
             {"activation", K::Str, Attr("none")},
             {"act_alpha", K::Float, Attr(0.0)},
-            {"act_beta", K::Float, Attr(0.0)}},
+            {"act_beta", K::Float, Attr(0.0)},
+            {"quantize_x", K::Bool, Attr(false)}},
            infer_linear_wq,
            "y = x @ (w * scale)^T with an i8 or bf16 w [N, K] widened to f32, f32 accumulation, linear's epilogue"));
 }

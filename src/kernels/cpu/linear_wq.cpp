@@ -16,16 +16,26 @@
 // evaluator's vector block op, or ew_ref for an op without one).
 // An f32 weight stored [K, N] (matmul, x @ W) is split by its rows instead (run_kn).
 //
+// quantize_x (int8 activations, linear_i8_tiles.h): the rows of x are quantised into the
+// scratch first (split over the threads by rows when there are many), then the same blocks of
+// w run the int8 x int8 tiles into int32 sums in y's memory, which the block turns into f32
+// ((f32(sum - x_offset * wsum[n]) * sx[m]), the scale in the epilogue) while they are in cache.
+// wsum (the VNNI tiles' offset correction) is computed once from a constant weight, when the
+// kernel is built, or per call from a weight that is an input.
+//
 // Threads: the per-kernel rule (threads.h) on max(flops, weight bytes * kFlopsPerByte), decided
 // at each call from its M, so one kernel serves every shape of a compile (decode and prefill).
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "ir/ops/params.h"
 #include "kernels/cpu/elementwise_internal.h"
+#include "kernels/cpu/linear_i8_tiles.h"
 #include "kernels/cpu/linear_stream.h"
 #include "kernels/cpu/linear_wq_tiles.h"
 #include "kernels/cpu/threads.h"
@@ -57,7 +67,15 @@ class LinearWqKernel final : public Kernel {
         kn_(ctx.node.op_name() == "matmul"),
         K_(ctx.in_shapes[1][kn_ ? 0 : 1]),
         N_(ctx.in_shapes[1][kn_ ? 1 : 0]),
-        act_vector_(ep_.act && cpu_ew::has_block_op(*ep_.act, float{})) {}
+        act_vector_(ep_.act && cpu_ew::has_block_op(*ep_.act, float{})),
+        quantize_x_(ctx.node.op_name() == "linear_wq" && ctx.node.attr("quantize_x").b()),
+        i8_(cpu::wq::i8_tiles(use_avx512(ctx.options))),
+        M_(ctx.in_shapes[0].empty() || !K_ ? 0 : numel_of(ctx.in_shapes[0]) / K_) {
+    if (quantize_x_ && i8_.x_offset && ctx.const_inputs[1]) {
+      wsum_.resize(static_cast<size_t>(N_));
+      row_sums(static_cast<const int8_t*>(ctx.const_inputs[1]->data()), wsum_.data());
+    }
+  }
 
   void run(const TensorView* in, TensorView* out, void* scratch) const override {
     const TensorView &x = in[0], &w = in[1];
@@ -68,6 +86,10 @@ class LinearWqKernel final : public Kernel {
     const double wbytes = static_cast<double>(N) * K * dtype_size(wdtype_);
     int nt = cpu::threads_for_gemm(2.0 * M * N * K, wbytes, budget_);
     nt = std::max(1, std::min(nt, max_threads_));
+    if (quantize_x_) {
+      run_i8(in, y, M, N, K, nt, static_cast<uint8_t*>(scratch));
+      return;
+    }
     const bool panels = M > kPanelAbove && wdtype_ != DType::f32;
     const int64_t rows_per_block = panels ? tiles_.panel_cols : kBlockRows;
     if (kn_) {
@@ -85,20 +107,83 @@ class LinearWqKernel final : public Kernel {
     });
   }
 
-  size_t scratch_bytes() const override {
-    // [K, N]: the partial sums of every thread but the first (which sums into y itself).
-    if (kn_) return static_cast<size_t>(std::max(max_threads_ - 1, 0)) * cpu::kStreamMaxRows * N_ * sizeof(float);
-    if (wdtype_ == DType::f32) return 0;
-    return static_cast<size_t>(max_threads_) * tiles_.panel_floats * sizeof(float);
+  size_t scratch_bytes() const override { return scratch_for(M_); }
+  size_t scratch_bytes_for(const KernelContext& ctx) const override {
+    return scratch_for(ctx.in_shapes[0].empty() || !K_ ? 0 : numel_of(ctx.in_shapes[0]) / K_);
   }
   std::string name() const override {
     if (wdtype_ == DType::f32) return std::string(kn_ ? "cpu_matmul" : "cpu_linear") + "_stream_f32_" + tiles_.isa;
+    if (quantize_x_) return std::string("cpu_linear_wq_i8i8_") + i8_.isa;
     return std::string("cpu_linear_wq_") + (wdtype_ == DType::i8 ? "i8" : "bf16") + "_" + tiles_.isa;
   }
   // Every size is read from the views at each call (M decides threads and panels there).
   bool runs_shapes_of(const KernelContext&) const override { return true; }
 
  private:
+  // Scratch for a call with M rows of x. quantize_x: the quantised rows, their scales, and wsum
+  // when the weight is not a constant (computed per call).
+  size_t scratch_for(int64_t M) const {
+    if (quantize_x_) {
+      const size_t wsum = i8_.x_offset && wsum_.empty() ? static_cast<size_t>(N_) * sizeof(int32_t) : 0;
+      return static_cast<size_t>(M) * cpu::wq::padded_k(K_) + static_cast<size_t>(M) * sizeof(float) + wsum;
+    }
+    // [K, N]: the partial sums of every thread but the first (which sums into y itself).
+    if (kn_) return static_cast<size_t>(std::max(max_threads_ - 1, 0)) * cpu::kStreamMaxRows * N_ * sizeof(float);
+    if (wdtype_ == DType::f32) return 0;
+    return static_cast<size_t>(max_threads_) * tiles_.panel_floats * sizeof(float);
+  }
+
+  // wsum[n] = sum_k w[n, k] over the N rows of an i8 weight [N, K].
+  void row_sums(const int8_t* w, int32_t* wsum) const {
+    for (int64_t n = 0; n < N_; ++n) {
+      int32_t s = 0;
+      for (int64_t k = 0; k < K_; ++k) s += w[n * K_ + k];
+      wsum[n] = s;
+    }
+  }
+
+  // quantize_x: x's rows quantised into the scratch (xq: M rows of padded_k(K) bytes, then sx),
+  // the int8 tiles per block of w rows into int32 sums in y, taken to f32 there, the epilogue.
+  void run_i8(const TensorView* in, TensorView& y, int64_t M, int64_t N, int64_t K, int nt, uint8_t* scratch) const {
+    const int64_t Kp = cpu::wq::padded_k(K);
+    const float* x = in[0].ptr<const float>();
+    const int8_t* w = in[1].ptr<const int8_t>();
+    uint8_t* xq = scratch;
+    float* sx = reinterpret_cast<float*>(scratch + M * Kp);
+    const int32_t* wsum = wsum_.data();
+    if (i8_.x_offset && wsum_.empty()) {  // a weight that is an input: its row sums per call
+      int32_t* ws = reinterpret_cast<int32_t*>(sx + M);
+      row_sums(w, ws);
+      wsum = ws;
+    }
+    // Quantising is a pass over x; a second thread pays off only for many rows.
+    const int qt = static_cast<int>(std::min<int64_t>(M >= 16 ? nt : 1, M));
+    cpu::parallel_for(qt, qt, [&](int64_t t) {
+      for (int64_t m = M * t / qt; m < M * (t + 1) / qt; ++m) sx[m] = i8_.quantize(x + m * K, K, Kp, xq + m * Kp);
+    });
+    const int64_t blocks = (N + kBlockRows - 1) / kBlockRows;
+    const int bt = static_cast<int>(std::min<int64_t>(nt, blocks));
+    cpu::parallel_for(bt, bt, [&](int64_t t) {
+      for (int64_t b = blocks * t / bt; b < blocks * (t + 1) / bt; ++b) {
+        const int64_t n0 = b * kBlockRows, nb = std::min(N, n0 + kBlockRows) - n0;
+        float* yb = y.ptr<float>() + n0;
+        int32_t* sums = reinterpret_cast<int32_t*>(yb);  // int32 and f32 share the 4 bytes of each output
+        i8_.dot(xq, M, Kp, w + n0 * K, nb, K, K, sums, N);
+        const int64_t off = i8_.x_offset;
+        for (int64_t m = 0; m < M; ++m) {
+          float* row = yb + m * N;
+          for (int64_t j = 0; j < nb; ++j) {
+            int32_t v;
+            std::memcpy(&v, row + j, sizeof v);  // the tiles' int32 sum, read as what it is
+            if (off) v -= static_cast<int32_t>(off * wsum[n0 + j]);
+            row[j] = static_cast<float>(v) * sx[m];
+          }
+        }
+        epilogue(in, yb, M, N, n0, nb);
+      }
+    });
+  }
+
   // [K, N] (x @ W): the weight rows split over the threads, so each thread streams one
   // contiguous block of whole rows (its partial sums over all N stay in L1/L2), then the
   // partials are added and the epilogue runs, split by columns. Splitting the columns instead
@@ -209,6 +294,10 @@ class LinearWqKernel final : public Kernel {
   bool kn_;  // matmul: the weight is stored [K, N] (x @ W), not [N, K]
   int64_t K_, N_;
   bool act_vector_;  // the activation has a vector block op (activation())
+  bool quantize_x_;  // int8 activations (linear_i8_tiles.h)
+  const cpu::wq::I8Tiles& i8_;
+  int64_t M_;                  // rows of x at the shapes the kernel was built for (scratch_bytes)
+  std::vector<int32_t> wsum_;  // quantize_x on VNNI: sum_k w[n, k] of a constant weight
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "ir/ops/params.h"
@@ -63,16 +64,32 @@ double weight_at(const TensorView& w, int64_t n, int64_t k) {
 }
 
 // y[r, n] = act(sum_k x[r, k] * w[n, k] * scale[n] + bias[n] + residual[r, n]), in double.
-void ref_linear_wq(const TensorView* in, TensorView* out, const Epilogue& ep, bool scaled) {
+// quantize_x: row r of x quantised (quantize_act_row_int8: qx, sx), the products qx . w summed
+// exactly, and the sum taken to f32 as (f32(sum) * sx) * scale[n] (the fast kernels' order), the
+// epilogue in double from there.
+void ref_linear_wq(const TensorView* in, TensorView* out, const Epilogue& ep, bool scaled, bool quantize_x) {
   const TensorView &x = in[0], &w = in[1];
   const TensorView& y = out[0];
   const int64_t K = w.sizes[1], N = w.sizes[0], R = num_rows(x), sk = x.strides[x.ndim - 1];
+  std::vector<float> row(quantize_x ? static_cast<size_t>(K) : 0);
+  std::vector<int8_t> qx(row.size());
   for (int64_t r = 0; r < R; ++r) {
     const float* xr = x.ptr<const float>() + row_offset(x, r);
+    float sx = 0;
+    if (quantize_x) {
+      for (int64_t k = 0; k < K; ++k) row[k] = xr[k * sk];
+      sx = quantize_act_row_int8(row.data(), K, qx.data());
+    }
     for (int64_t n = 0; n < N; ++n) {
       double acc = 0;
-      for (int64_t k = 0; k < K; ++k) acc += static_cast<double>(xr[k * sk]) * weight_at(w, n, k);
-      if (scaled) acc *= in[2].ptr<const float>()[n * in[2].strides[0]];
+      if (quantize_x) {
+        int64_t sum = 0;
+        for (int64_t k = 0; k < K; ++k) sum += qx[k] * static_cast<int64_t>(weight_at(w, n, k));
+        acc = (static_cast<float>(sum) * sx) * in[2].ptr<const float>()[n * in[2].strides[0]];
+      } else {
+        for (int64_t k = 0; k < K; ++k) acc += static_cast<double>(xr[k * sk]) * weight_at(w, n, k);
+        if (scaled) acc *= in[2].ptr<const float>()[n * in[2].strides[0]];
+      }
       if (ep.has_bias) acc += in[ep.bias_input].ptr<const float>()[n * in[ep.bias_input].strides[0]];
       if (ep.has_residual) {
         const TensorView& res = in[ep.residual_input];
@@ -91,10 +108,11 @@ void register_ref_quantized_kernels(KernelRegistry& r) {
         [](const KernelContext&) { return make_kernel("ref_quantize_rows", ref_quantize_rows); });
   r.add("to_bf16", Device::ref, [](const KernelContext&) { return make_kernel("ref_to_bf16", ref_to_bf16); });
   r.add("linear_wq", Device::ref, [](const KernelContext& ctx) {
-    const bool scaled = ctx.node.attr("has_weight_scale").b();
+    const bool scaled = ctx.node.attr("has_weight_scale").b(), qx = ctx.node.attr("quantize_x").b();
     Epilogue ep = Epilogue::of(ctx.node, scaled ? 3 : 2);
-    return make_kernel("ref_linear_wq",
-                       [ep, scaled](const TensorView* in, TensorView* out) { ref_linear_wq(in, out, ep, scaled); });
+    return make_kernel("ref_linear_wq", [ep, scaled, qx](const TensorView* in, TensorView* out) {
+      ref_linear_wq(in, out, ep, scaled, qx);
+    });
   });
 }
 

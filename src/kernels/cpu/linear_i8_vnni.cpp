@@ -1,0 +1,139 @@
+// The int8 x int8 tiles (linear_i8_tiles.h) on AVX-512 VNNI, in a unit of its own compiled with
+// -mavx512f -mavx512bw -mavx512vnni (CMakeLists.txt); linear_wq.cpp calls them only where the CPU
+// reports all three. vpdpbusd adds, per 32-bit lane, four products of unsigned bytes of x by
+// signed bytes of w: 64 multiply-adds per instruction, against 16 for an f32 FMA. x is stored
+// offset by 128 (unsigned); the driver takes 128 * sum_k w[n, k] back out.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/linear_i8_tiles.h"
+
+namespace updraft::cpu::wq {
+
+namespace {
+
+constexpr int64_t kLanes = 64;  // bytes per vector
+
+// quantize_act_row_int8 vectorised, bit for bit: amax over the finite values, s = amax / 127,
+// q = round_half_even(x / s) (a true division, as the scalar code) clamped to [-127, 127].
+float quantize_row(const float* x, int64_t K, int64_t Kp, uint8_t* xq) {
+  const __m512 inf = _mm512_set1_ps(INFINITY);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  __m512 amax = _mm512_setzero_ps();
+  __mmask16 not_finite = 0;
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 in = K - k >= 16 ? __mmask16(0xffff) : __mmask16((1u << (K - k)) - 1);
+    const __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(_mm512_maskz_loadu_ps(in, x + k)), abs_mask));
+    const __mmask16 finite = _mm512_mask_cmp_ps_mask(in, a, inf, _CMP_LT_OQ);  // false for NaN and inf
+    not_finite |= in & ~finite;
+    amax = _mm512_mask_max_ps(amax, finite, amax, a);
+  }
+  const float s = _mm512_reduce_max_ps(amax) / 127.0f;
+  const __m512 vs = _mm512_set1_ps(s), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  const __m512i offset = _mm512_set1_epi32(128);
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 in = K - k >= 16 ? __mmask16(0xffff) : __mmask16((1u << (K - k)) - 1);
+    __m512 r = _mm512_setzero_ps();
+    if (s != 0.0f && !not_finite) {
+      r = _mm512_roundscale_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(in, x + k), vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      r = _mm512_min_ps(hi, _mm512_max_ps(lo, r));
+    }
+    _mm512_mask_cvtepi32_storeu_epi8(xq + k, in, _mm512_add_epi32(_mm512_cvtps_epi32(r), offset));
+  }
+  std::fill(xq + K, xq + Kp, uint8_t{0});
+  return not_finite ? std::nanf("") : s;
+}
+
+// The lane sums of a, b, c and d as [sum a, sum b, sum c, sum d]: pairs interleaved and added
+// within each 128-bit lane (twice), then the four 128-bit lanes added; a third of the
+// instructions of four separate reductions.
+inline __m128i hsum4(__m512i a, __m512i b, __m512i c, __m512i d) {
+  const __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+  const __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+  const __m512i abcd = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+  const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(abcd), _mm512_extracti64x4_epi64(abcd, 1));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+// sums[m][n] over MT rows of xq and NT rows of w: acc[m][n] (16 int32 lanes) += xq[m, k:k+64] .
+// w[n, k:k+64] per 4-byte group, reduced across lanes at the end. The last vector of a row of w
+// is a masked load (xq is padded, w is not). `next`: the following tile's rows, prefetched as in
+// linear_wq_tiles.h (short int8 rows interleave too many streams for the hardware prefetcher).
+template <int MT, int NT>
+inline void tile(const uint8_t* x, int64_t ldx, const int8_t* w, int64_t ldw, int64_t K, int32_t* out, int64_t ldo,
+                 const int8_t* next) {
+  __m512i acc[MT][NT];
+#pragma GCC unroll 4
+  for (int m = 0; m < MT; ++m)
+#pragma GCC unroll 8
+    for (int n = 0; n < NT; ++n) acc[m][n] = _mm512_setzero_si512();
+  constexpr int64_t kPfStep = NT * kLanes;  // bytes of the next tile per iteration
+  const char* pf = reinterpret_cast<const char*>(next);
+  for (int64_t k = 0; k < K; k += kLanes) {
+    const __mmask64 in = K - k >= kLanes ? ~__mmask64(0) : (__mmask64(1) << (K - k)) - 1;
+    if (pf) {
+#pragma GCC unroll 8
+      for (int64_t b = 0; b < kPfStep; b += 64) __builtin_prefetch(pf + b, 0, 3);
+      pf += kPfStep;
+    }
+    __m512i xv[MT];
+#pragma GCC unroll 4
+    for (int m = 0; m < MT; ++m) xv[m] = _mm512_loadu_si512(x + m * ldx + k);
+#pragma GCC unroll 8
+    for (int n = 0; n < NT; ++n) {
+      const __m512i wv = _mm512_maskz_loadu_epi8(in, w + n * ldw + k);
+#pragma GCC unroll 4
+      for (int m = 0; m < MT; ++m) acc[m][n] = _mm512_dpbusd_epi32(acc[m][n], xv[m], wv);
+    }
+  }
+  // Unrolled like the loops above: an accumulator indexed at run time anywhere makes GCC keep
+  // the array in memory and store every accumulator at every k (perf annotate: 2 moves per
+  // vpdpbusd, a quarter of its rate).
+#pragma GCC unroll 4
+  for (int m = 0; m < MT; ++m) {
+    if constexpr (NT % 4 == 0) {
+#pragma GCC unroll 2
+      for (int n = 0; n < NT; n += 4)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + m * ldo + n),
+                         hsum4(acc[m][n], acc[m][n + 1], acc[m][n + 2], acc[m][n + 3]));
+    } else {
+#pragma GCC unroll 8
+      for (int n = 0; n < NT; ++n) out[m * ldo + n] = _mm512_reduce_add_epi32(acc[m][n]);
+    }
+  }
+}
+
+template <int MT, int NT>
+inline void rows_fixed(const uint8_t* x, int64_t ldx, const int8_t* w, int64_t N, int64_t ldw, int64_t K,
+                       int32_t* out, int64_t ldo) {
+  int64_t n = 0;
+  for (; n + NT <= N; n += NT) tile<MT, NT>(x, ldx, w + n * ldw, ldw, K, out + n, ldo, w + (n + NT) * ldw);
+  for (; n < N; ++n) tile<MT, 1>(x, ldx, w + n * ldw, ldw, K, out + n, ldo, nullptr);
+}
+
+// Up to 4 rows of x at a time: 1 x 8 tiles for one row (decode: 8 independent accumulators),
+// 2 x 4, 3 x 4 and 4 x 4 (16 accumulators, 4 + 4 loads per 16 vpdpbusd) for more.
+void dot(const uint8_t* x, int64_t M, int64_t ldx, const int8_t* w, int64_t N, int64_t ldw, int64_t K, int32_t* out,
+         int64_t ldo) {
+  for (int64_t m = 0; m < M; m += 4) {
+    const uint8_t* xm = x + m * ldx;
+    int32_t* om = out + m * ldo;
+    switch (M - m >= 4 ? 4 : M - m) {
+      case 1: rows_fixed<1, 8>(xm, ldx, w, N, ldw, K, om, ldo); break;
+      case 2: rows_fixed<2, 4>(xm, ldx, w, N, ldw, K, om, ldo); break;
+      case 3: rows_fixed<3, 4>(xm, ldx, w, N, ldw, K, om, ldo); break;
+      default: rows_fixed<4, 4>(xm, ldx, w, N, ldw, K, om, ldo); break;
+    }
+  }
+}
+
+}  // namespace
+
+const I8Tiles& i8_tiles_vnni() {
+  static const I8Tiles t{quantize_row, dot, 128, "avx512vnni"};
+  return t;
+}
+
+}  // namespace updraft::cpu::wq
