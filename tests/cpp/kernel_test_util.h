@@ -29,6 +29,7 @@
 #include "ir/graph.h"
 #include "ir/op_table.h"
 #include "kernels/kernel.h"
+#include "kernels/quantize.h"
 #include "test_util.h"
 
 namespace updraft::testing {
@@ -302,6 +303,22 @@ inline std::vector<double> values_of(const Tensor& t) {
   std::vector<double> r;
   for (int64_t i = 0; i < t.numel(); ++i) r.push_back(element_as_double(t.view(), i));
   return r;
+}
+
+// ---- Low-precision weights and instruction sets (test_linear_wq.cpp, test_linear_i8.cpp) ----
+
+// A random f32 weight [N, K] quantized per row as the engine stores it: (i8 q, f32 scale).
+inline std::pair<Tensor, Tensor> int8_weight(int64_t N, int64_t K, uint32_t seed) {
+  Tensor w = random_tensor(DType::f32, {N, K}, seed);
+  Tensor q(DType::i8, {N, K}), s(DType::f32, {N});
+  for (int64_t n = 0; n < N; ++n) s.ptr<float>()[n] = quantize_row_int8(w.ptr<float>() + n * K, K, q.ptr<int8_t>() + n * K);
+  return {q, s};
+}
+
+inline KernelOptions isa_options(CpuIsa isa) {
+  KernelOptions o;
+  o.cpu_isa = isa;
+  return o;
 }
 
 }  // namespace updraft::testing

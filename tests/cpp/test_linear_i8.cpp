@@ -20,13 +20,6 @@ using namespace updraft::testing;
 
 namespace {
 
-std::pair<Tensor, Tensor> int8_weight(int64_t N, int64_t K, uint32_t seed) {
-  Tensor w = random_tensor(DType::f32, {N, K}, seed);
-  Tensor q(DType::i8, {N, K}), s(DType::f32, {N});
-  for (int64_t n = 0; n < N; ++n) s.ptr<float>()[n] = quantize_row_int8(w.ptr<float>() + n * K, K, q.ptr<int8_t>() + n * K);
-  return {q, s};
-}
-
 // The tile sets this CPU can run: AVX2 always, VNNI where it has AVX-512 VNNI.
 std::vector<const cpu::wq::I8Tiles*> tile_sets() {
   std::vector<const cpu::wq::I8Tiles*> r = {&cpu::wq::i8_tiles_avx2()};
@@ -38,12 +31,6 @@ std::vector<CpuIsa> isas() {
   std::vector<CpuIsa> r = {CpuIsa::avx2};
   if (__builtin_cpu_supports("avx512f")) r.push_back(CpuIsa::native);
   return r;
-}
-
-KernelOptions isa_options(CpuIsa isa) {
-  KernelOptions o;
-  o.cpu_isa = isa;
-  return o;
 }
 
 // The same integer sums and the same f32 operations: only the reference's double epilogue

@@ -19,25 +19,12 @@ using namespace updraft::testing;
 
 namespace {
 
-// A random f32 weight [N, K] quantized per row: (i8 q, f32 scale).
-std::pair<Tensor, Tensor> int8_weight(int64_t N, int64_t K, uint32_t seed) {
-  Tensor w = random_tensor(DType::f32, {N, K}, seed);
-  Tensor q(DType::i8, {N, K}), s(DType::f32, {N});
-  for (int64_t n = 0; n < N; ++n) s.ptr<float>()[n] = quantize_row_int8(w.ptr<float>() + n * K, K, q.ptr<int8_t>() + n * K);
-  return {q, s};
-}
-
+// A random f32 weight [N, K] rounded to bf16.
 Tensor bf16_weight(int64_t N, int64_t K, uint32_t seed) {
   Tensor w = random_tensor(DType::f32, {N, K}, seed);
   Tensor b(DType::bf16, {N, K});
   for (int64_t i = 0; i < N * K; ++i) b.ptr<uint16_t>()[i] = f32_to_bf16(w.ptr<float>()[i]);
   return b;
-}
-
-KernelOptions isa_options(CpuIsa isa) {
-  KernelOptions o;
-  o.cpu_isa = isa;
-  return o;
 }
 
 // f32 sums of K products of magnitude <= ~4 against the reference's double sums: the error

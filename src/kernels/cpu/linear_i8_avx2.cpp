@@ -55,7 +55,7 @@ float quantize_row(const float* x, int64_t K, int64_t Kp, uint8_t* xq) {
 }
 
 template <int MT, int NT>
-inline void tile(const uint8_t* xu, int64_t ldx, const int8_t* w, int64_t ldw, int64_t K, int32_t* out, int64_t ldo) {
+inline void avx2_tile(const uint8_t* xu, int64_t ldx, const int8_t* w, int64_t ldw, int64_t K, int32_t* out, int64_t ldo) {
   const int8_t* x = reinterpret_cast<const int8_t*>(xu);
   const __m256i ones = _mm256_set1_epi16(1);
   // Every loop over the accumulators unrolled: one indexed at run time would keep them in
@@ -95,34 +95,22 @@ inline void tile(const uint8_t* xu, int64_t ldx, const int8_t* w, int64_t ldw, i
     }
 }
 
-template <int MT, int NT>
-inline void rows_fixed(const uint8_t* x, int64_t ldx, const int8_t* w, int64_t N, int64_t ldw, int64_t K,
-                       int32_t* out, int64_t ldo) {
-  int64_t n = 0;
-  for (; n + NT <= N; n += NT) tile<MT, NT>(x, ldx, w + n * ldw, ldw, K, out + n, ldo);
-  for (; n < N; ++n) tile<MT, 1>(x, ldx, w + n * ldw, ldw, K, out + n, ldo);
-}
-
-// 16 ymm registers: 1 x 4 for one row of x, 2 x 4 and 3 x 2 / 4 x 2 for more (accumulators,
-// x and |x| per row, one weight vector).
-void dot(const uint8_t* x, int64_t M, int64_t ldx, const int8_t* w, int64_t N, int64_t ldw, int64_t K, int32_t* out,
-         int64_t ldo) {
-  for (int64_t m = 0; m < M; m += 4) {
-    const uint8_t* xm = x + m * ldx;
-    int32_t* om = out + m * ldo;
-    switch (M - m >= 4 ? 4 : M - m) {
-      case 1: rows_fixed<1, 4>(xm, ldx, w, N, ldw, K, om, ldo); break;
-      case 2: rows_fixed<2, 4>(xm, ldx, w, N, ldw, K, om, ldo); break;
-      case 3: rows_fixed<3, 2>(xm, ldx, w, N, ldw, K, om, ldo); break;
-      default: rows_fixed<4, 2>(xm, ldx, w, N, ldw, K, om, ldo); break;
-    }
+// 16 ymm registers: 1 x 4 and 2 x 4 tiles, 3 x 2 and 4 x 2 (accumulators, x and |x| per row,
+// one weight vector).
+struct Avx2 {
+  template <int MT, int NT>
+  static void tile(const uint8_t* x, int64_t ldx, const int8_t* w, int64_t ldw, int64_t K, int32_t* out, int64_t ldo,
+                   const int8_t* /*next*/) {
+    avx2_tile<MT, NT>(x, ldx, w, ldw, K, out, ldo);
   }
-}
+  template <int MT>
+  static constexpr int cols() { return MT <= 2 ? 4 : 2; }
+};
 
 }  // namespace
 
 const I8Tiles& i8_tiles_avx2() {
-  static const I8Tiles t{quantize_row, dot, 0, "avx2"};
+  static const I8Tiles t{quantize_row, dot_i8<Avx2>, 0, "avx2"};
   return t;
 }
 

@@ -45,4 +45,34 @@ inline const I8Tiles& i8_tiles(bool avx512) { return has_vnni(avx512) ? i8_tiles
 // Bytes of one quantised row: K rounded up to the widest tile's vector (64 bytes).
 constexpr int64_t padded_k(int64_t K) { return (K + 63) / 64 * 64; }
 
+// The I8DotFn of an instruction set, from its tiles: `Isa` provides
+//   template <int MT, int NT> static void tile(xq, ldx, w, ldw, K, sums, ldo, next)
+// (MT rows of xq by NT rows of w; `next`, where the following tile's rows start, may be
+// prefetched, never read) and `template <int MT> static constexpr int cols()`, the NT it runs
+// with MT rows. Rows of x go in groups of up to 4, each over every row of w.
+template <class Isa, int MT>
+inline void dot_rows(const uint8_t* x, int64_t ldx, const int8_t* w, int64_t N, int64_t ldw, int64_t K,
+                     int32_t* out, int64_t ldo) {
+  constexpr int NT = Isa::template cols<MT>();
+  int64_t n = 0;
+  for (; n + NT <= N; n += NT)
+    Isa::template tile<MT, NT>(x, ldx, w + n * ldw, ldw, K, out + n, ldo, w + (n + NT) * ldw);
+  for (; n < N; ++n) Isa::template tile<MT, 1>(x, ldx, w + n * ldw, ldw, K, out + n, ldo, nullptr);
+}
+
+template <class Isa>
+void dot_i8(const uint8_t* x, int64_t M, int64_t ldx, const int8_t* w, int64_t N, int64_t ldw, int64_t K,
+            int32_t* out, int64_t ldo) {
+  for (int64_t m = 0; m < M; m += 4) {
+    const uint8_t* xm = x + m * ldx;
+    int32_t* om = out + m * ldo;
+    switch (M - m >= 4 ? 4 : M - m) {
+      case 1: dot_rows<Isa, 1>(xm, ldx, w, N, ldw, K, om, ldo); break;
+      case 2: dot_rows<Isa, 2>(xm, ldx, w, N, ldw, K, om, ldo); break;
+      case 3: dot_rows<Isa, 3>(xm, ldx, w, N, ldw, K, om, ldo); break;
+      default: dot_rows<Isa, 4>(xm, ldx, w, N, ldw, K, om, ldo); break;
+    }
+  }
+}
+
 }  // namespace updraft::cpu::wq

@@ -62,7 +62,7 @@ inline __m128i hsum4(__m512i a, __m512i b, __m512i c, __m512i d) {
 // is a masked load (xq is padded, w is not). `next`: the following tile's rows, prefetched as in
 // linear_wq_tiles.h (short int8 rows interleave too many streams for the hardware prefetcher).
 template <int MT, int NT>
-inline void tile(const uint8_t* x, int64_t ldx, const int8_t* w, int64_t ldw, int64_t K, int32_t* out, int64_t ldo,
+inline void vnni_tile(const uint8_t* x, int64_t ldx, const int8_t* w, int64_t ldw, int64_t K, int32_t* out, int64_t ldo,
                  const int8_t* next) {
   __m512i acc[MT][NT];
 #pragma GCC unroll 4
@@ -105,34 +105,22 @@ inline void tile(const uint8_t* x, int64_t ldx, const int8_t* w, int64_t ldw, in
   }
 }
 
-template <int MT, int NT>
-inline void rows_fixed(const uint8_t* x, int64_t ldx, const int8_t* w, int64_t N, int64_t ldw, int64_t K,
-                       int32_t* out, int64_t ldo) {
-  int64_t n = 0;
-  for (; n + NT <= N; n += NT) tile<MT, NT>(x, ldx, w + n * ldw, ldw, K, out + n, ldo, w + (n + NT) * ldw);
-  for (; n < N; ++n) tile<MT, 1>(x, ldx, w + n * ldw, ldw, K, out + n, ldo, nullptr);
-}
-
-// Up to 4 rows of x at a time: 1 x 8 tiles for one row (decode: 8 independent accumulators),
-// 2 x 4, 3 x 4 and 4 x 4 (16 accumulators, 4 + 4 loads per 16 vpdpbusd) for more.
-void dot(const uint8_t* x, int64_t M, int64_t ldx, const int8_t* w, int64_t N, int64_t ldw, int64_t K, int32_t* out,
-         int64_t ldo) {
-  for (int64_t m = 0; m < M; m += 4) {
-    const uint8_t* xm = x + m * ldx;
-    int32_t* om = out + m * ldo;
-    switch (M - m >= 4 ? 4 : M - m) {
-      case 1: rows_fixed<1, 8>(xm, ldx, w, N, ldw, K, om, ldo); break;
-      case 2: rows_fixed<2, 4>(xm, ldx, w, N, ldw, K, om, ldo); break;
-      case 3: rows_fixed<3, 4>(xm, ldx, w, N, ldw, K, om, ldo); break;
-      default: rows_fixed<4, 4>(xm, ldx, w, N, ldw, K, om, ldo); break;
-    }
+// 1 x 8 tiles for one row (decode: 8 independent accumulators); 4 rows of w for more (4 x 4:
+// 16 accumulators, 4 + 4 loads per 16 vpdpbusd).
+struct Vnni {
+  template <int MT, int NT>
+  static void tile(const uint8_t* x, int64_t ldx, const int8_t* w, int64_t ldw, int64_t K, int32_t* out, int64_t ldo,
+                   const int8_t* next) {
+    vnni_tile<MT, NT>(x, ldx, w, ldw, K, out, ldo, next);
   }
-}
+  template <int MT>
+  static constexpr int cols() { return MT == 1 ? 8 : 4; }
+};
 
 }  // namespace
 
 const I8Tiles& i8_tiles_vnni() {
-  static const I8Tiles t{quantize_row, dot, 128, "avx512vnni"};
+  static const I8Tiles t{quantize_row, dot_i8<Vnni>, 128, "avx512vnni"};
   return t;
 }
 
