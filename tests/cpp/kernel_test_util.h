@@ -16,6 +16,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -157,13 +158,16 @@ inline std::unique_ptr<Kernel> make_kernel_for(const OneNode& n, Device d, const
 }
 
 // Runs `k` on the node's input views into freshly allocated contiguous outputs, with the
-// scratch `k` asks for at the node's shapes (a kernel built for other shapes may run these).
+// scratch `k` asks for at the node's shapes too (a kernel built for other shapes may run these).
 inline std::vector<Tensor> run_kernel_outputs(const Kernel& k, const OneNode& n) {
   std::vector<Tensor> outs;
   std::vector<TensorView> ov;
   for (Value* o : n.node->outputs) outs.emplace_back(o->type.dtype, shape_values(o->type.shape));
   for (Tensor& t : outs) ov.push_back(t.view());
-  Scratch s(k.scratch_bytes_for(n.context()));
+  // scratch_bytes_for answers only for shapes the kernel runs as it is (runs_shapes_of); the
+  // shapes it was built for may need more (sdpa staging strided operands).
+  const KernelContext ctx = n.context();
+  Scratch s(k.runs_shapes_of(ctx) ? std::max(k.scratch_bytes(), k.scratch_bytes_for(ctx)) : k.scratch_bytes());
   k.run(n.views.data(), ov.data(), s.get());
   return outs;
 }

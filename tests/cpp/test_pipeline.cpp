@@ -145,6 +145,7 @@ TEST(PipelineBisect, PassNamesAreThePipelinesOwnInOrder) {
   CompileOptions opts;
   opts.channel_block = 8;  // every optional pass runs
   opts.weight_dtype = WeightDType::int8;
+  opts.activation_dtype = ActivationDType::int8;
   auto log = run_pipeline(*g, opts);
   std::vector<std::string> distinct;
   for (const PassRecord& p : log)
