@@ -319,6 +319,20 @@ inline std::pair<Tensor, Tensor> int8_weight(int64_t N, int64_t K, uint32_t seed
   return {q, s};
 }
 
+// A linear node's epilogue inputs for test level `epi`: 0 none, 1 a bias [N], 2 a bias, a
+// residual [M, N] and SiLU (appended to args, flagged in attrs).
+inline void add_linear_epilogue(std::vector<Arg>& args, Attrs& attrs, int epi, int64_t M, int64_t N) {
+  if (epi >= 1) {
+    args.push_back(constant(random_tensor(DType::f32, {N}, 3)));
+    attrs["has_bias"] = Attr(true);
+  }
+  if (epi == 2) {
+    args.push_back(input(random_tensor(DType::f32, {M, N}, 4)));
+    attrs["has_residual"] = Attr(true);
+    attrs["activation"] = Attr("silu");
+  }
+}
+
 inline KernelOptions isa_options(CpuIsa isa) {
   KernelOptions o;
   o.cpu_isa = isa;

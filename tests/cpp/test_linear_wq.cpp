@@ -105,15 +105,7 @@ TEST(LinearWq, FastMatchesReference) {
               } else {
                 args.push_back(constant(bf16_weight(N, K, 2)));
               }
-              if (epi >= 1) {
-                args.push_back(constant(random_tensor(DType::f32, {N}, 3)));
-                attrs["has_bias"] = Attr(true);
-              }
-              if (epi == 2) {
-                args.push_back(input(random_tensor(DType::f32, {M, N}, 4)));
-                attrs["has_residual"] = Attr(true);
-                attrs["activation"] = Attr("silu");
-              }
+              add_linear_epilogue(args, attrs, epi, M, N);
               OneNode n("linear_wq", std::move(args), attrs);
               auto fast = make_kernel_for(n, Device::cpu, threads, isa_options(isa));
               auto ref = make_kernel_for(n, Device::ref);
