@@ -116,3 +116,33 @@ def test_option_is_validated_and_in_the_cache_key():
     # int8 weights and x, K = 512: each output moves by ~0.01 for the weights (test_weight_dtype.py)
     # and about as much for x; outputs are ~0.6.
     torch.testing.assert_close(got[[0, 2]], want[[0, 2]], rtol=0.05, atol=0.05)
+
+
+def test_model_file_keeps_int8_activations(tmp_path):
+    """updraft.export with activation_dtype="int8" writes the marked linears into the model file,
+    and updraft.load (the Python-free runtime's graph) computes what the compiled model does."""
+    from updraft.zoo import first_tensor
+
+    class Logits(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, ids):
+            return first_tensor(self.inner(ids, use_cache=False))
+
+    model = Logits(_llama(1)).eval()
+    ids = torch.randint(0, 32000, (1, 8), generator=torch.Generator().manual_seed(5))
+    cfg = CompilerConfig(weight_dtype="int8", activation_dtype="int8", inference="engine")
+    updraft.export(model, (ids,), tmp_path / "act.updraft", config=cfg)
+    updraft.export(model, (ids,), tmp_path / "w.updraft", config=CompilerConfig(weight_dtype="int8"))
+    got = updraft.load(str(tmp_path / "act.updraft"))(ids)
+    weights_only = updraft.load(str(tmp_path / "w.updraft"))(ids)
+    torch._dynamo.reset()
+    fast = torch.compile(model, backend=updraft.get_backend(cfg))
+    with torch.no_grad():
+        want = fast(ids)
+    # The same graph and kernels: only the threads' order of the epilogue's float additions
+    # could differ, so a tight tolerance.
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+    assert not torch.equal(got, weights_only)
