@@ -247,6 +247,18 @@ def prompt_ids(length: int, vocab: int, seed: int = 0) -> list[int]:
     return [rng.randrange(FIRST_ID, vocab) for _ in range(length)]
 
 
+def has_int8_activations() -> bool:
+    """Whether updraft.CompilerConfig takes activation_dtype="int8" (an older tree in an A/B run
+    may not): the `_act` rows need it."""
+    import updraft
+
+    try:
+        updraft.CompilerConfig(activation_dtype="int8")
+    except Exception:
+        return False
+    return "int8" in weight_dtypes()
+
+
 def weight_dtypes() -> list[str]:
     """The `weight_dtype` values updraft.CompilerConfig accepts besides its default ([] when it
     has no such field): its own vocabulary when config.py exports one, else the values that
@@ -717,7 +729,7 @@ def main(argv=None) -> int:
 
     backends = args.backends or (TORCH_BACKENDS + [f"updraft_static_{d}" for d in weight_dtypes()]
                                  + [f"updraft_quantized_{d}" for d in weight_dtypes()]
-                                 + (["updraft_quantized_int8" + ACT_SUFFIX] if "int8" in weight_dtypes() else [])
+                                 + (["updraft_quantized_int8" + ACT_SUFFIX] if has_int8_activations() else [])
                                  + LLAMA_BACKENDS)
     rows: list[dict] = []
     meta = {"machine": machine, "priority": priority, "load_start": load[0],

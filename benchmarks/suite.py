@@ -218,16 +218,7 @@ def _openvino_backend(model, inputs: tuple, threads: int):
 def _main_output(model):
     """The model returning its main output only: an exported graph cannot return transformers'
     cache objects, and the suite compares and times that one tensor."""
-    import torch
-    from updraft.zoo import first_tensor
-
-    class MainOutput(torch.nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, *args):
-            return first_tensor(self.inner(*args))
+    from updraft.zoo import MainOutput
 
     return MainOutput(model).eval()
 

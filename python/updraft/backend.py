@@ -763,10 +763,12 @@ def _compile(gm: fx.GraphModule, example_inputs: list, config: CompilerConfig) -
     compiled = backend(gm, example_inputs)
     if eager is not None:
         return _training_step_timed_against_eager(compiled, eager, seen)
-    if (config.weight_dtype != "f32" or config.activation_dtype != "f32") and _has_engine_partitions(seen.get("report")):
+    # activation_dtype changes only linears over int8 weights, which come from one of these two
+    # rules' cases: alone (f32 weights) it changes nothing, and the graph is timed as any other.
+    if config.weight_dtype != "f32" and _has_engine_partitions(seen.get("report")):
         return _low_precision_untimed(compiled, seen["report"], config)
     if _has_engine_partitions(seen.get("report")) and any(p.compact_weights for p in seen["report"].partitions):
-        return _compact_weights_untimed(compiled, seen["report"])
+        return _compact_weights_untimed(compiled, seen["report"], config)
     if seen.get("mutates_inputs") and config.inference == "auto":
         return _timed_against_eager(compiled, gm, seen["report"])
     if config.inference == "auto" and _has_engine_partitions(seen.get("report")):
@@ -775,9 +777,9 @@ def _compile(gm: fx.GraphModule, example_inputs: list, config: CompilerConfig) -
 
 
 def _low_precision_untimed(compiled: Callable, report: GraphReport, config: CompilerConfig) -> Callable:
-    """CompilerConfig(weight_dtype="bf16"/"int8", or activation_dtype="int8"): the engine runs
-    every call. Eager PyTorch computes with the f32 weights and activations, a different result, so timing the two (inference="auto",
-    or a graph that writes its inputs, such as a static KV cache) would switch the model's
+    """CompilerConfig(weight_dtype="bf16"/"int8", with or without activation_dtype="int8"): the
+    engine runs every call. Eager PyTorch computes with the f32 weights and activations, a
+    different result, so timing the two (inference="auto", or a graph that writes its inputs, such as a static KV cache) would switch the model's
     precision between calls during the trials and could keep f32 for good, silently: greedy
     tokens would depend on the timing. It also ran Dynamo's graph eagerly for the first time
     inside a user's call (a 32-token prompt of a 156M Llama: 0.2 s became 0.7-1.2 s)."""
@@ -787,10 +789,10 @@ def _low_precision_untimed(compiled: Callable, report: GraphReport, config: Comp
     return compiled
 
 
-def _compact_weights_untimed(compiled: Callable, report: GraphReport) -> Callable:
+def _compact_weights_untimed(compiled: Callable, report: GraphReport, config: CompilerConfig) -> Callable:
     """A graph over the model's own int8/bf16 weights (updraft.quantize_weights, or a module
     that dequantises its own weights) runs in the engine at every call, untimed. Eager computes
-    the same values, but its trials would cost the first requests far more than they could
+    the same values (unless activation_dtype="int8" quantises x as well), but its trials would cost the first requests far more than they could
     find: on the 156M Llama's int8 model, eager's `aten._weight_int8pack_mm` took 1.9 s for a
     32-token prefill against the engine's 58 ms (4 trials: 7.7 s), and widening each weight to
     f32 instead raised the peak RSS by 0.23 GB, 1.5x the whole int8 model (docs/BENCHMARKS.md,
@@ -798,7 +800,10 @@ def _compact_weights_untimed(compiled: Callable, report: GraphReport) -> Callabl
     n = sum(p.compact_weights for p in report.partitions)
     report.compiles.append((INFERENCE_CHOICE, f"not timed against eager PyTorch: the engine reads {n} of the "
                                               "model's own int8/bf16 weights in place, where eager's int8 matmul "
-                                              "or f32 widening is many times slower; runs in updraft"))
+                                              "or f32 widening is many times slower"
+                                              + (f", and activation_dtype={config.activation_dtype!r} computes with "
+                                                 "other numbers than eager" if config.activation_dtype != "f32" else "")
+                                              + "; runs in updraft"))
     return compiled
 
 

@@ -160,8 +160,8 @@ class CompilerConfig:
         trials does not decide it), and explain says so with both times. It is the rule "never
         slower than eager" for whatever the engine's own choices miss. "engine": no timing, the
         compiled graph always runs (benchmarks of the engine itself, tests). A graph compiled
-        with weight_dtype or activation_dtype other than "f32" is never timed: eager computes
-        with other numbers.
+        with weight_dtype other than "f32", or over the model's own int8/bf16 weights, is never
+        timed: eager computes with other numbers, or much slower.
     keep_arenas: whether an engine graph keeps the memory of its intermediates (its plan's
         arena) between calls. None (default): inference graphs keep it (no allocation or page
         faults per call), training graphs free it when each call returns (the forward's arena
@@ -190,8 +190,9 @@ class CompilerConfig:
         weight with exact int32 sums (AVX-512 VNNI where the CPU has it): several times the
         multiply-adds per instruction, so a prompt (many rows) runs much faster; results move
         further from f32 (measured in docs/quantization.md, "int8 activations"). Other ops, and
-        linears over f32 or bf16 weights, are unchanged. Never timed against eager. In the
-        compile-cache key.
+        linears over f32 or bf16 weights, are unchanged (with f32 weights the option changes
+        nothing). A graph with int8 weights is never timed against eager. In the compile-cache
+        key.
     Kernel knobs (the engine's KernelOptions; each defaults to its environment variable, then
     to the value shown):
     prepack_weights (UPDRAFT_PREPACK_WEIGHTS=0/1, True): linear/matmul keep a prepacked copy of

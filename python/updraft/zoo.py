@@ -343,3 +343,17 @@ def first_tensor(out):
     if isinstance(out, (tuple, list)):
         return first_tensor(out[0])
     raise TypeError(f"[updraft.zoo] cannot find a tensor in a model output of type {type(out).__name__}")
+
+
+class MainOutput(torch.nn.Module):
+    """`model` returning its main output only (first_tensor), called with fixed keyword
+    arguments too (`MainOutput(llm, use_cache=False)`): what updraft.export and the peers'
+    exporters take, since an exported graph cannot return transformers' output or cache objects."""
+
+    def __init__(self, model: torch.nn.Module, **kwargs):
+        super().__init__()
+        self.inner = model
+        self.kwargs = kwargs
+
+    def forward(self, *args):
+        return first_tensor(self.inner(*args, **self.kwargs))

@@ -68,6 +68,8 @@ def test_model_own_int8_weights_with_int8_activations():
     own = _logits(model, ids, inference="engine")
     got = _logits(model, ids, activation_dtype="int8")
     assert sum(p.int8_activations for p in updraft.last_report().partitions) == 11
+    text = "\n".join(c[1] for g in updraft.last_report().graphs for c in g.compiles)
+    assert "activation_dtype='int8' computes with other numbers than eager" in text, text
     max_err, mean_err = _rel_err(got, ref)
     assert max_err < _TOL_MAX and mean_err < _TOL_MEAN, (max_err, mean_err)
     assert not torch.equal(got, own)
@@ -95,6 +97,10 @@ def test_without_int8_weights_nothing_changes():
     got = _logits(model, ids, inference="engine", activation_dtype="int8")
     assert torch.equal(got, ref)
     assert sum(p.int8_activations for p in updraft.last_report().partitions) == 0
+    # Nothing changed, so the graph keeps the check against eager (inference="auto").
+    _logits(model, ids, activation_dtype="int8")
+    text = "\n".join(c[1] for g in updraft.last_report().graphs for c in g.compiles)
+    assert "not timed against eager" not in text, text
 
 
 def test_option_is_validated_and_in_the_cache_key():
@@ -121,17 +127,9 @@ def test_option_is_validated_and_in_the_cache_key():
 def test_model_file_keeps_int8_activations(tmp_path):
     """updraft.export with activation_dtype="int8" writes the marked linears into the model file,
     and updraft.load (the Python-free runtime's graph) computes what the compiled model does."""
-    from updraft.zoo import first_tensor
+    from updraft.zoo import MainOutput
 
-    class Logits(torch.nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, ids):
-            return first_tensor(self.inner(ids, use_cache=False))
-
-    model = Logits(_llama(1)).eval()
+    model = MainOutput(_llama(1), use_cache=False).eval()
     ids = torch.randint(0, 32000, (1, 8), generator=torch.Generator().manual_seed(5))
     cfg = CompilerConfig(weight_dtype="int8", activation_dtype="int8", inference="engine")
     updraft.export(model, (ids,), tmp_path / "act.updraft", config=cfg)

@@ -212,20 +212,12 @@ def test_model_file_holds_the_compact_weights(tmp_path):
     """updraft.export of a quantised model stores its int8 weights as they are (no f32 copy
     appears on the way), and updraft.load runs them: the Python-free deployment path at a
     quarter of the bytes."""
-    from updraft.zoo import first_tensor
+    from updraft.zoo import MainOutput
 
-    class Logits(torch.nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, ids):
-            return first_tensor(self.inner(ids, use_cache=False))
-
-    f32 = Logits(_llama(1)).eval()
+    f32 = MainOutput(_llama(1), use_cache=False).eval()
     ids = torch.randint(0, 32000, (1, 8), generator=torch.Generator().manual_seed(5))
     updraft.export(f32, (ids,), tmp_path / "f32.updraft")
-    q = Logits(_llama(1)).eval()
+    q = MainOutput(_llama(1), use_cache=False).eval()
     updraft.quantize_weights(q, "int8")
     updraft.export(q, (ids,), tmp_path / "int8.updraft")
     size_f32, size_q = (tmp_path / "f32.updraft").stat().st_size, (tmp_path / "int8.updraft").stat().st_size
