@@ -86,8 +86,9 @@ TEST(LinearStream, LargeWeightSplitOverOpenMPThreads) {
 
 // [K, N] weights split by rows over the threads: each thread's partial sums over all N, added
 // into y before the epilogue, which runs split by columns. Row counts of x 1-4, K not a
-// multiple of the 4-row groups (the last thread takes the rest) and N not of the vector width,
-// 2 and 3 threads (3 on purpose uneven), every epilogue with a bias and a residual.
+// multiple of the tiles' six chunks (each thread's rows left over run one by one) and N not of
+// the vector width, 2 and 3 threads (3 on purpose uneven), every epilogue with a bias and a
+// residual.
 TEST(LinearStream, MatmulRowsSplitOverThreads) {
   for (int threads : {2, 3})
     for (int64_t M : {1, 2, 4}) {

@@ -2,8 +2,8 @@
 // step's M = batch), reading the constant weight in place, once per call, split over the
 // threads (the linear_wq kernel with f32 weights, linear_wq.cpp). The same for matmul with a
 // constant 2-d weight stored [K, N] (x @ W: GPT-2's Conv1D), vectorised over N instead of K,
-// with the weight's rows split over the threads (each streams a contiguous block) and their
-// partial sums added at the end.
+// with the weight's rows split over the threads (each reads its contiguous block as a few long
+// streams, linear_wq_tiles.h) and their partial sums added at the end.
 //
 // Why: at M <= 4 a linear only has to stream its weight; oneDNN's f32 gemm for such M on an
 // AVX2 CPU ("gemm:jit") reads a prepacked copy and, measured in docs/BENCHMARKS.md ("the

@@ -189,7 +189,7 @@ class LinearWqKernel final : public Kernel {
   // partials are added and the epilogue runs, split by columns. Splitting the columns instead
   // reads each row in segments, one jump per row, which streamed slower on every GPT-2 shape and
   // most on 768-column weights (docs/BENCHMARKS.md, "GPT-2's Conv1D weights streamed by rows").
-  // For a given thread count the sum order is fixed: y = P0 + P1 + ..., each P in k order.
+  // For a given thread count the sum order is fixed: y = P0 + P1 + ..., each P in the tiles' order.
   void run_kn(const TensorView* in, TensorView& y, int64_t M, int64_t N, int64_t K, int nt, float* scratch) const {
     const float* x = in[0].ptr<const float>();
     const float* w = in[1].ptr<const float>();
@@ -199,11 +199,10 @@ class LinearWqKernel final : public Kernel {
       epilogue(in, yp, M, N, 0, N);
       return;
     }
-    const int64_t groups = K / 4;  // row ranges start on a 4-row group (the tiles' unroll)
 #pragma omp parallel num_threads(nt)
     {
       const int t = omp_get_thread_num(), T = omp_get_num_threads();
-      const int64_t k0 = groups * t / T * 4, k1 = t + 1 == T ? K : groups * (t + 1) / T * 4;
+      const int64_t k0 = K * t / T, k1 = K * (t + 1) / T;
       float* part = t == 0 ? yp : scratch + (t - 1) * M * N;
       tiles_.f32_kn(x + k0, M, K, w + k0 * N, N, N, k1 - k0, part, N);
 #pragma omp barrier

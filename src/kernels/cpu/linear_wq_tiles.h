@@ -140,49 +140,57 @@ void dot(const float* x, int64_t M, int64_t ldx, const void* wv, int64_t N, int6
   }
 }
 
-// [K, N] weights: vectorised over n, so each weight row w[k, 0:N] is read once, in order, and
-// the outputs (N floats per row of x, in L1 or L2: the caller gives each thread whole rows of
-// w, linear_wq.cpp) accumulate four weight rows per pass:
-// out[m, n] += x[m, k] w[k, n] + ... + x[m, k+3] w[k+3, n], k ascending, the same order for
-// every n.
+// [K, N] weights: vectorised over n, the outputs (N floats per row of x, in L1 or L2: the
+// caller gives each thread a block of whole rows of w, linear_wq.cpp) accumulating C weight rows
+// per pass, one from each of C chunks of consecutive rows:
+// out[m, n] += x[m, k0] w[k0, n] + ... + x[m, k_{C-1}] w[k_{C-1}, n], k_c = c * (K / C) + i,
+// i ascending, then the K % C rows left one by one; the same order for every n.
+// Why chunks: each chunk is one contiguous stream of memory, and a core's prefetchers serve a
+// few long streams much better than the short ones that C consecutive rows are (one row of w is
+// 3-12 KB here, a new stream at every pass). At one row of x on one AVX-512 core, GPT-2's Conv1D
+// weights streamed at 26-29 GB/s with 4-8 chunks, 21-22 with 8 consecutive rows per pass and 17
+// with 4 (the session-30 tile); a plain read of one stream gave 23-28 (docs/BENCHMARKS.md,
+// "Issue 19: [K, N] weights read as long streams (session 33)"). Six chunks: at one row of x,
+// 4 and 8 read 1-3 GB/s slower; at 4 rows, 4 did and 8 read the same.
+constexpr int kKnChunks = 6;
+
+template <class V, int MT, int C>
+inline void kn_pass(const float* x, int64_t ldx, const float* w, int64_t N, int64_t ldw, int64_t chunk_rows,
+                    float* out, int64_t ldo) {
+  using reg = typename V::reg;
+  reg xb[MT][C];
+  for (int m = 0; m < MT; ++m)
+    for (int c = 0; c < C; ++c) xb[m][c] = V::bcast(x[m * ldx + c * chunk_rows]);
+  int64_t n = 0;
+  for (; n + V::lanes <= N; n += V::lanes) {
+    reg o[MT];
+#pragma GCC unroll 4
+    for (int m = 0; m < MT; ++m) o[m] = V::loadx(out + m * ldo + n);
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const reg wc = V::loadx(w + c * chunk_rows * ldw + n);
+#pragma GCC unroll 4
+      for (int m = 0; m < MT; ++m) o[m] = V::fma(xb[m][c], wc, o[m]);
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < MT; ++m) V::store(out + m * ldo + n, o[m]);
+  }
+  for (; n < N; ++n)
+    for (int m = 0; m < MT; ++m) {
+      float o = out[m * ldo + n];
+      for (int c = 0; c < C; ++c) o += x[m * ldx + c * chunk_rows] * w[c * chunk_rows * ldw + n];
+      out[m * ldo + n] = o;
+    }
+}
+
 template <class V, int MT>
 inline void kn_rows(const float* x, int64_t ldx, const float* w, int64_t N, int64_t ldw, int64_t K, float* out,
                     int64_t ldo) {
-  using reg = typename V::reg;
+  constexpr int C = kKnChunks;
   for (int m = 0; m < MT; ++m) std::memset(out + m * ldo, 0, sizeof(float) * N);
-  int64_t k = 0;
-  for (; k + 4 <= K; k += 4) {
-    reg xb[MT][4];
-    for (int m = 0; m < MT; ++m)
-      for (int j = 0; j < 4; ++j) xb[m][j] = V::bcast(x[m * ldx + k + j]);
-    const float *w0 = w + k * ldw, *w1 = w0 + ldw, *w2 = w1 + ldw, *w3 = w2 + ldw;
-    int64_t n = 0;
-    for (; n + V::lanes <= N; n += V::lanes) {
-      const reg a = V::loadx(w0 + n), b = V::loadx(w1 + n), c = V::loadx(w2 + n), d = V::loadx(w3 + n);
-#pragma GCC unroll 4
-      for (int m = 0; m < MT; ++m) {
-        reg o = V::loadx(out + m * ldo + n);
-        o = V::fma(xb[m][0], a, o);
-        o = V::fma(xb[m][1], b, o);
-        o = V::fma(xb[m][2], c, o);
-        o = V::fma(xb[m][3], d, o);
-        V::store(out + m * ldo + n, o);
-      }
-    }
-    for (; n < N; ++n)
-      for (int m = 0; m < MT; ++m) {
-        const float* xm = x + m * ldx + k;
-        float o = out[m * ldo + n];
-        o += xm[0] * w0[n];
-        o += xm[1] * w1[n];
-        o += xm[2] * w2[n];
-        o += xm[3] * w3[n];
-        out[m * ldo + n] = o;
-      }
-  }
-  for (; k < K; ++k)
-    for (int m = 0; m < MT; ++m)
-      for (int64_t n = 0; n < N; ++n) out[m * ldo + n] += x[m * ldx + k] * w[k * ldw + n];
+  const int64_t rows = K / C;  // per chunk
+  for (int64_t i = 0; i < rows; ++i) kn_pass<V, MT, C>(x + i, ldx, w + i * ldw, N, ldw, rows, out, ldo);
+  for (int64_t k = C * rows; k < K; ++k) kn_pass<V, MT, 1>(x + k, ldx, w + k * ldw, N, ldw, 0, out, ldo);
 }
 
 template <class V>
