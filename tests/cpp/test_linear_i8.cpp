@@ -69,11 +69,13 @@ TEST(LinearI8Tiles, QuantiserMatchesTheFormat) {
     }
 }
 
+// Fast vs reference over row counts of x, odd shapes and N = 203 (enough rows per thread for the
+// tiles' chunks, row_tiles.h, with rows left over), constant and input weights, 1 and 2 threads.
 TEST(LinearWqQuantizeX, FastMatchesReference) {
   for (CpuIsa isa : isas())
     for (bool const_w : {true, false})
-      for (int64_t M : {1, 2, 3, 5, 32, 33})
-        for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{19, 37}, {40, 300}, {17, 64}, {24, 130}})
+      for (int64_t M : {1, 2, 3, 4, 5, 32, 33})
+        for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{19, 37}, {40, 300}, {17, 64}, {24, 130}, {203, 72}})
           for (int epi = 0; epi < 3; ++epi)
             for (int threads : {1, 2}) {
               SCOPED_TRACE(std::string(cpu_isa_name(isa)) + (const_w ? " const" : " input") + " w M=" + std::to_string(M) +

@@ -55,7 +55,8 @@ float quantize_row(const float* x, int64_t K, int64_t Kp, uint8_t* xq) {
 }
 
 template <int MT, int NT>
-inline void avx2_tile(const uint8_t* xu, int64_t ldx, const int8_t* w, int64_t ldw, int64_t K, int32_t* out, int64_t ldo) {
+inline void avx2_tile(const uint8_t* xu, int64_t ldx, const int8_t* w, int64_t ldw, int64_t K, int32_t* out, int64_t ldo,
+                      int64_t os) {
   const int8_t* x = reinterpret_cast<const int8_t*>(xu);
   const __m256i ones = _mm256_set1_epi16(1);
   // Every loop over the accumulators unrolled: one indexed at run time would keep them in
@@ -91,20 +92,22 @@ inline void avx2_tile(const uint8_t* xu, int64_t ldx, const int8_t* w, int64_t l
       const __m128i s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
       int32_t s = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 1)));
       for (int64_t kk = k; kk < K; ++kk) s += x[m * ldx + kk] * w[n * ldw + kk];
-      out[m * ldo + n] = s;
+      out[m * ldo + n * os] = s;
     }
 }
 
 // 16 ymm registers: 1 x 4 and 2 x 4 tiles, 3 x 2 and 4 x 2 (accumulators, x and |x| per row,
-// one weight vector).
+// one weight vector). Chunks of rows (row_tiles.h) as many as the tile's rows.
 struct Avx2 {
   template <int MT, int NT>
   static void tile(const uint8_t* x, int64_t ldx, const int8_t* w, int64_t ldw, int64_t K, int32_t* out, int64_t ldo,
-                   const int8_t* /*next*/) {
-    avx2_tile<MT, NT>(x, ldx, w, ldw, K, out, ldo);
+                   int64_t os, const int8_t* /*next*/) {
+    avx2_tile<MT, NT>(x, ldx, w, ldw, K, out, ldo, os);
   }
   template <int MT>
   static constexpr int cols() { return MT <= 2 ? 4 : 2; }
+  template <int MT>
+  static constexpr int chunks() { return cols<MT>(); }
 };
 
 }  // namespace

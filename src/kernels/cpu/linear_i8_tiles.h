@@ -19,6 +19,8 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/cpu/row_tiles.h"
+
 namespace updraft::cpu::wq {
 
 // One row of x quantised into xq[0, Kp): xq[k] = qx[k] + x_offset for k < K, 0 after. Returns
@@ -46,18 +48,23 @@ inline const I8Tiles& i8_tiles(bool avx512) { return has_vnni(avx512) ? i8_tiles
 constexpr int64_t padded_k(int64_t K) { return (K + 63) / 64 * 64; }
 
 // The I8DotFn of an instruction set, from its tiles: `Isa` provides
-//   template <int MT, int NT> static void tile(xq, ldx, w, ldw, K, sums, ldo, next)
-// (MT rows of xq by NT rows of w; `next`, where the following tile's rows start, may be
-// prefetched, never read) and `template <int MT> static constexpr int cols()`, the NT it runs
-// with MT rows. Rows of x go in groups of up to 4, each over every row of w.
+//   template <int MT, int NT> static void tile(xq, ldx, w, ldw, K, sums, ldo, os, next)
+// (MT rows of xq by NT rows of w at ldw apart; sum n of row m to sums[m * ldo + n * os]; `next`,
+// where the following tile's rows start, may be prefetched, never read),
+// `template <int MT> static constexpr int cols()`, the NT it runs with MT rows, and
+// `template <int MT> static constexpr int chunks()`, the chunks of row_tiles.h (0: none). Rows
+// of x go in groups of up to 4, each over every row of w.
 template <class Isa, int MT>
 inline void dot_rows(const uint8_t* x, int64_t ldx, const int8_t* w, int64_t N, int64_t ldw, int64_t K,
                      int32_t* out, int64_t ldo) {
-  constexpr int NT = Isa::template cols<MT>();
-  int64_t n = 0;
-  for (; n + NT <= N; n += NT)
-    Isa::template tile<MT, NT>(x, ldx, w + n * ldw, ldw, K, out + n, ldo, w + (n + NT) * ldw);
-  for (; n < N; ++n) Isa::template tile<MT, 1>(x, ldx, w + n * ldw, ldw, K, out + n, ldo, nullptr);
+  constexpr int NT = Isa::template cols<MT>(), C = Isa::template chunks<MT>();
+  for_row_tiles<C, NT>(
+      N,
+      [&](int64_t n, int64_t S) {
+        Isa::template tile<MT, C>(x, ldx, w + n * ldw, S * ldw, K, out + n, ldo, S, nullptr);
+      },
+      [&](int64_t n) { Isa::template tile<MT, NT>(x, ldx, w + n * ldw, ldw, K, out + n, ldo, 1, w + (n + NT) * ldw); },
+      [&](int64_t n) { Isa::template tile<MT, 1>(x, ldx, w + n * ldw, ldw, K, out + n, ldo, 1, nullptr); });
 }
 
 template <class Isa>

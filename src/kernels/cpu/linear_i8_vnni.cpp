@@ -63,7 +63,7 @@ inline __m128i hsum4(__m512i a, __m512i b, __m512i c, __m512i d) {
 // linear_wq_tiles.h (short int8 rows interleave too many streams for the hardware prefetcher).
 template <int MT, int NT>
 inline void vnni_tile(const uint8_t* x, int64_t ldx, const int8_t* w, int64_t ldw, int64_t K, int32_t* out, int64_t ldo,
-                 const int8_t* next) {
+                      int64_t os, const int8_t* next) {
   __m512i acc[MT][NT];
 #pragma GCC unroll 4
   for (int m = 0; m < MT; ++m)
@@ -95,26 +95,38 @@ inline void vnni_tile(const uint8_t* x, int64_t ldx, const int8_t* w, int64_t ld
   for (int m = 0; m < MT; ++m) {
     if constexpr (NT % 4 == 0) {
 #pragma GCC unroll 2
-      for (int n = 0; n < NT; n += 4)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + m * ldo + n),
-                         hsum4(acc[m][n], acc[m][n + 1], acc[m][n + 2], acc[m][n + 3]));
+      for (int n = 0; n < NT; n += 4) {
+        const __m128i s = hsum4(acc[m][n], acc[m][n + 1], acc[m][n + 2], acc[m][n + 3]);
+        int32_t* o = out + m * ldo + n * os;
+        if (os == 1) {
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(o), s);
+        } else {  // rows from chunks (row_tiles.h): outputs os apart
+          o[0] = _mm_cvtsi128_si32(s);
+          o[os] = _mm_extract_epi32(s, 1);
+          o[2 * os] = _mm_extract_epi32(s, 2);
+          o[3 * os] = _mm_extract_epi32(s, 3);
+        }
+      }
     } else {
 #pragma GCC unroll 8
-      for (int n = 0; n < NT; ++n) out[m * ldo + n] = _mm512_reduce_add_epi32(acc[m][n]);
+      for (int n = 0; n < NT; ++n) out[m * ldo + n * os] = _mm512_reduce_add_epi32(acc[m][n]);
     }
   }
 }
 
 // 1 x 8 tiles for one row (decode: 8 independent accumulators); 4 rows of w for more (4 x 4:
-// 16 accumulators, 4 + 4 loads per 16 vpdpbusd).
+// 16 accumulators, 4 + 4 loads per 16 vpdpbusd). 4 chunks of rows at every row count
+// (row_tiles.h).
 struct Vnni {
   template <int MT, int NT>
   static void tile(const uint8_t* x, int64_t ldx, const int8_t* w, int64_t ldw, int64_t K, int32_t* out, int64_t ldo,
-                   const int8_t* next) {
-    vnni_tile<MT, NT>(x, ldx, w, ldw, K, out, ldo, next);
+                   int64_t os, const int8_t* next) {
+    vnni_tile<MT, NT>(x, ldx, w, ldw, K, out, ldo, os, next);
   }
   template <int MT>
   static constexpr int cols() { return MT == 1 ? 8 : 4; }
+  template <int MT>
+  static constexpr int chunks() { return 4; }
 };
 
 }  // namespace

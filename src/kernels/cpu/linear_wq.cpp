@@ -7,9 +7,10 @@
 //
 // Work split: the N rows of w in blocks (kBlockRows, or a prefill panel's rows), the blocks
 // spread over the threads (each thread a contiguous range, so each weight byte is read by one
-// thread, once per call). Inside a block, for every group of up to 4 rows of x, the dot tiles
-// (linear_wq_tiles.h) run over the block's rows of w; the block (kBlockRows x K, at most ~45 KB
-// as i8 at K = 2816) stays in L1/L2 between groups. With more than kPanelAbove rows of x
+// thread, once per call). With up to 4 rows of x (decode) the dot tiles (linear_wq_tiles.h)
+// run over the thread's whole range at once, which they read as a few long streams. With more,
+// block by block: for every group of up to 4 rows of x, the tiles run over the block's rows of
+// w; the block (kBlockRows x K, at most ~45 KB as i8 at K = 2816) stays in L1/L2 between groups. With more than kPanelAbove rows of x
 // (prefill) an i8/bf16 block is widened to f32 and transposed once into the thread's scratch
 // (a panel), and the broadcast-FMA micro-kernel runs every row of x over it. Then the epilogue
 // over the block's outputs: per-row scale, bias, residual, activation (the elementwise
@@ -97,13 +98,11 @@ class LinearWqKernel final : public Kernel {
              static_cast<float*>(scratch));
       return;
     }
-    const int64_t blocks = (N + rows_per_block - 1) / rows_per_block;
-    nt = static_cast<int>(std::min<int64_t>(nt, blocks));
+    nt = static_cast<int>(std::min<int64_t>(nt, (N + rows_per_block - 1) / rows_per_block));
     cpu::parallel_for(nt, nt, [&](int64_t t) {
-      const int64_t b0 = blocks * t / nt, b1 = blocks * (t + 1) / nt;
       float* panel = panels ? static_cast<float*>(scratch) + t * tiles_.panel_floats : nullptr;
-      for (int64_t b = b0; b < b1; ++b)
-        run_block(in, y, M, N, K, b * rows_per_block, std::min(N, (b + 1) * rows_per_block), panel);
+      thread_rows(t, nt, N, rows_per_block, !panels && M <= cpu::kStreamMaxRows,
+                  [&](int64_t n0, int64_t n1) { run_block(in, y, M, N, K, n0, n1, panel); });
     });
   }
 
@@ -161,11 +160,10 @@ class LinearWqKernel final : public Kernel {
     cpu::parallel_for(qt, qt, [&](int64_t t) {
       for (int64_t m = M * t / qt; m < M * (t + 1) / qt; ++m) sx[m] = i8_.quantize(x + m * K, K, Kp, xq + m * Kp);
     });
-    const int64_t blocks = (N + kBlockRows - 1) / kBlockRows;
-    const int bt = static_cast<int>(std::min<int64_t>(nt, blocks));
+    const int bt = static_cast<int>(std::min<int64_t>(nt, (N + kBlockRows - 1) / kBlockRows));
     cpu::parallel_for(bt, bt, [&](int64_t t) {
-      for (int64_t b = blocks * t / bt; b < blocks * (t + 1) / bt; ++b) {
-        const int64_t n0 = b * kBlockRows, nb = std::min(N, n0 + kBlockRows) - n0;
+      thread_rows(t, bt, N, kBlockRows, M <= cpu::kStreamMaxRows, [&](int64_t n0, int64_t n1) {
+        const int64_t nb = n1 - n0;
         float* yb = y.ptr<float>() + n0;
         int32_t* sums = reinterpret_cast<int32_t*>(yb);  // int32 and f32 share the 4 bytes of each output
         i8_.dot(xq, M, Kp, w + n0 * K, nb, K, K, sums, N);
@@ -180,8 +178,22 @@ class LinearWqKernel final : public Kernel {
           }
         }
         epilogue(in, yb, M, N, n0, nb);
-      }
+      });
     });
+  }
+
+  // Thread t's share of the N rows of w (a contiguous range of blocks of `rows` rows) to
+  // fn(n0, n1): all at once when `whole` (a few rows of x: the tiles read the range as a few long
+  // streams, row_tiles.h), else block by block, so that each block of w stays in cache while
+  // every group of 4 rows of x runs over it.
+  template <class Fn>
+  static void thread_rows(int64_t t, int nt, int64_t N, int64_t rows, bool whole, Fn&& fn) {
+    const int64_t blocks = (N + rows - 1) / rows, b0 = blocks * t / nt, b1 = blocks * (t + 1) / nt;
+    if (whole) {
+      if (b0 < b1) fn(b0 * rows, std::min(N, b1 * rows));
+      return;
+    }
+    for (int64_t b = b0; b < b1; ++b) fn(b * rows, std::min(N, (b + 1) * rows));
   }
 
   // [K, N] (x @ W): the weight rows split over the threads, so each thread streams one

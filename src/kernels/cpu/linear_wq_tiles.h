@@ -24,6 +24,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/row_tiles.h"
+
 namespace updraft::cpu::wq {
 
 using DotFn = void (*)(const float* x, int64_t M, int64_t ldx, const void* w, int64_t N, int64_t ldw, int64_t K,
@@ -66,17 +68,20 @@ static inline float widen1(float v) { return v; }
 // of 8 rows interleaves 8 short streams in 2-3 pages and the hardware prefetcher ramps up too
 // late: an i8 decode linear streamed 7-11 GB/s on 2 AVX-512 cores, 14-21 with the next tile
 // prefetched, the same fraction at 1 thread (docs/BENCHMARKS.md, "weight prefetch"). An f32 row
-// of K >= 1024 spans whole pages, and the same prefetch made it slower (27 -> 22 GB/s).
+// of K >= 1024 spans whole pages, and the same prefetch made it slower (27 -> 22 GB/s). A
+// decode step's tiles now read the rows from chunks (row_tiles.h), long streams the hardware
+// follows, and prefetch nothing; this serves the blocks of a few rows (M of 5 to 11).
 template <class W>
 constexpr bool kPrefetchNextTile = sizeof(W) < sizeof(float);
 
 // ISA traits V provide: reg, lanes, zero(), bcast(float), loadx(const float*), widen(const W*)
 // for W in {int8_t, uint16_t, float}, fma(a, b, c), hsum(reg) -> float, store(float*, reg).
+// Output n of row m goes to out[m * ldo + n * os] (os > 1: rows taken from chunks, rows_fixed).
 // next: where the following tile's rows start (w + NT * ldw for a dense weight); it is only
 // prefetched (kPrefetchNextTile), never read, so past the end of the weight is harmless.
 template <class V, class W, int MT, int NT>
 inline void tile(const float* x, int64_t ldx, const W* w, int64_t ldw, int64_t K, float* out, int64_t ldo,
-                 const W* next = nullptr) {
+                 int64_t os, const W* next) {
   using reg = typename V::reg;
   reg acc[MT][NT];
 #pragma GCC unroll 4
@@ -111,17 +116,36 @@ inline void tile(const float* x, int64_t ldx, const W* w, int64_t ldw, int64_t K
     for (int n = 0; n < NT; ++n) {
       float s = V::hsum(acc[m][n]);
       for (int64_t kk = k; kk < K; ++kk) s += x[m * ldx + kk] * widen1(w[n * ldw + kk]);
-      out[m * ldo + n] = s;
+      out[m * ldo + n * os] = s;
     }
 }
 
-// Rows [0, mt) of x (mt <= 4) against rows [0, N) of w, with the widest tile that fits.
+// Rows [0, MT) of x (MT <= 4) against rows [0, N) of w, in the order of row_tiles.h: C x MT
+// tiles over chunks when there are enough rows, NT-row tiles that prefetch the next one else.
+// C where chunks paid, by a standalone loop over the 156M Llama's projections from memory (one
+// core; GB/s of weight, blocks of 16 rows -> the thread's whole range; docs/BENCHMARKS.md,
+// "Issue 20: [N, K] weights read as long streams (session 33)"):
+// - 1 row of x, 4 chunks: i8 16 -> 25 (AVX-512) and 17.5 -> 22.6 (AVX2), bf16 16 -> 26-28, f32
+//   21-22 -> 27-28.
+// - 2 rows, 4 chunks: bf16 14-17 -> 22, f32 15 -> 22-23, i8 15 -> 16.6 on AVX-512; none for i8
+//   on AVX2 (15.1 -> 13.9: its widening at 8 lanes, not the stream, is the bound).
+// - 3-4 rows: 2 chunks for f32 (10-11 -> 13-18); none for i8 and bf16 (the same either way).
+template <class V, class W, int MT>
+constexpr int row_chunks() {
+  if (MT == 1) return 4;
+  if (MT == 2) return sizeof(W) == 1 && V::lanes == 8 ? 0 : 4;
+  return sizeof(W) == sizeof(float) ? 2 : 0;
+}
+
 template <class V, class W, int MT, int NT>
 inline void rows_fixed(const float* x, int64_t ldx, const W* w, int64_t N, int64_t ldw, int64_t K, float* out,
                        int64_t ldo) {
-  int64_t n = 0;
-  for (; n + NT <= N; n += NT) tile<V, W, MT, NT>(x, ldx, w + n * ldw, ldw, K, out + n, ldo, w + (n + NT) * ldw);
-  for (; n < N; ++n) tile<V, W, MT, 1>(x, ldx, w + n * ldw, ldw, K, out + n, ldo);
+  constexpr int C = row_chunks<V, W, MT>();
+  for_row_tiles<C, NT>(
+      N,
+      [&](int64_t n, int64_t S) { tile<V, W, MT, C>(x, ldx, w + n * ldw, S * ldw, K, out + n, ldo, S, nullptr); },
+      [&](int64_t n) { tile<V, W, MT, NT>(x, ldx, w + n * ldw, ldw, K, out + n, ldo, 1, w + (n + NT) * ldw); },
+      [&](int64_t n) { tile<V, W, MT, 1>(x, ldx, w + n * ldw, ldw, K, out + n, ldo, 1, nullptr); });
 }
 
 template <class V, class W>
