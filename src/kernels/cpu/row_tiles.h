@@ -8,7 +8,7 @@
 // rows (a thread's whole share of a decode step's weight) go instead in C chunks of consecutive
 // rows, one row from each chunk per tile, so the weight is read as C long streams and the
 // hardware prefetchers keep up. One row of x on one core, the 156M Llama's projections from
-// memory: i8 weights 14 -> 23-24 GB/s, f32 19-20 -> 24-26 (docs/BENCHMARKS.md, "Issue 20: [N, K]
+// memory: i8 weights 16 -> 25 GB/s, f32 22 -> 28 (AVX-512; docs/BENCHMARKS.md, "Issue 20: [N, K]
 // weights read as long streams (session 33)"). What it does not do: a block of a prefill's rows
 // (too few rows to chunk) keeps the consecutive tiles; the outputs of a chunked tile land N / C
 // apart, so the tile takes an output stride.
