@@ -10,11 +10,12 @@
 // thread, once per call). With up to 4 rows of x (decode) the dot tiles (linear_wq_tiles.h)
 // run over the thread's whole range at once, which they read as a few long streams. With more,
 // block by block: for every group of up to 4 rows of x, the tiles run over the block's rows of
-// w; the block (kBlockRows x K, at most ~45 KB as i8 at K = 2816) stays in L1/L2 between groups. With more than kPanelAbove rows of x
-// (prefill) an i8/bf16 block is widened to f32 and transposed once into the thread's scratch
-// (a panel), and the broadcast-FMA micro-kernel runs every row of x over it. Then the epilogue
-// over the block's outputs: per-row scale, bias, residual, activation (the elementwise
-// evaluator's vector block op, or ew_ref for an op without one).
+// w; the block (kBlockRows x K, at most ~45 KB as i8 at K = 2816) stays in L1/L2 between
+// groups. With more than kPanelAbove rows of x (prefill) an i8/bf16 block is widened to f32
+// and transposed once into the thread's scratch (a panel), and the broadcast-FMA micro-kernel
+// runs every row of x over it. Then the epilogue over the block's outputs: per-row scale, bias,
+// residual, activation (the elementwise evaluator's vector block op, or ew_ref for an op
+// without one).
 // An f32 weight stored [K, N] (matmul, x @ W) is split by its rows instead (run_kn).
 //
 // quantize_x (int8 activations, linear_i8_tiles.h): the rows of x are quantised into the
