@@ -254,7 +254,7 @@ def has_int8_activations() -> bool:
 
     try:
         updraft.CompilerConfig(activation_dtype="int8")
-    except Exception:
+    except (TypeError, ValueError):  # no such field, or not this value
         return False
     return "int8" in weight_dtypes()
 

@@ -779,9 +779,9 @@ def _compile(gm: fx.GraphModule, example_inputs: list, config: CompilerConfig) -
 def _low_precision_untimed(compiled: Callable, report: GraphReport, config: CompilerConfig) -> Callable:
     """CompilerConfig(weight_dtype="bf16"/"int8", with or without activation_dtype="int8"): the
     engine runs every call. Eager PyTorch computes with the f32 weights and activations, a
-    different result, so timing the two (inference="auto", or a graph that writes its inputs, such as a static KV cache) would switch the model's
-    precision between calls during the trials and could keep f32 for good, silently: greedy
-    tokens would depend on the timing. It also ran Dynamo's graph eagerly for the first time
+    different result, so timing the two (inference="auto", or a graph that writes its inputs,
+    such as a static KV cache) would switch the model's precision between calls during the
+    trials and could keep f32 for good, silently: greedy tokens would depend on the timing. It also ran Dynamo's graph eagerly for the first time
     inside a user's call (a 32-token prompt of a 156M Llama: 0.2 s became 0.7-1.2 s)."""
     what = [f"{k}={getattr(config, k)!r}" for k in ("weight_dtype", "activation_dtype") if getattr(config, k) != "f32"]
     report.compiles.append((INFERENCE_CHOICE, f"not timed against eager PyTorch: {' and '.join(what)} "
@@ -792,11 +792,12 @@ def _low_precision_untimed(compiled: Callable, report: GraphReport, config: Comp
 def _compact_weights_untimed(compiled: Callable, report: GraphReport, config: CompilerConfig) -> Callable:
     """A graph over the model's own int8/bf16 weights (updraft.quantize_weights, or a module
     that dequantises its own weights) runs in the engine at every call, untimed. Eager computes
-    the same values (unless activation_dtype="int8" quantises x as well), but its trials would cost the first requests far more than they could
-    find: on the 156M Llama's int8 model, eager's `aten._weight_int8pack_mm` took 1.9 s for a
-    32-token prefill against the engine's 58 ms (4 trials: 7.7 s), and widening each weight to
-    f32 instead raised the peak RSS by 0.23 GB, 1.5x the whole int8 model (docs/BENCHMARKS.md,
-    "Issue 20: the model's own int8 weights")."""
+    the same values (unless activation_dtype="int8" quantises x as well), but its trials would
+    cost the first requests far more than they could find: on the 156M Llama's int8 model,
+    eager's `aten._weight_int8pack_mm` took 1.9 s for a 32-token prefill against the engine's
+    58 ms (4 trials: 7.7 s), and widening each weight to f32 instead raised the peak RSS by
+    0.23 GB, 1.5x the whole int8 model (docs/BENCHMARKS.md, "Issue 20: the model's own int8
+    weights")."""
     n = sum(p.compact_weights for p in report.partitions)
     report.compiles.append((INFERENCE_CHOICE, f"not timed against eager PyTorch: the engine reads {n} of the "
                                               "model's own int8/bf16 weights in place, where eager's int8 matmul "

@@ -114,9 +114,9 @@ inline void vnni_tile(const uint8_t* x, int64_t ldx, const int8_t* w, int64_t ld
   }
 }
 
-// 1 x 8 tiles for one row (decode: 8 independent accumulators); 4 rows of w for more (4 x 4:
-// 16 accumulators, 4 + 4 loads per 16 vpdpbusd). 4 chunks of rows at every row count
-// (row_tiles.h).
+// 1 x 8 tiles for one row (8 independent accumulators); 4 rows of w for more (4 x 4: 16
+// accumulators, 4 + 4 loads per 16 vpdpbusd). A decode step's rows go in 4 chunks at every row
+// count (row_tiles.h), so its tiles are MT x 4.
 struct Vnni {
   template <int MT, int NT>
   static void tile(const uint8_t* x, int64_t ldx, const int8_t* w, int64_t ldw, int64_t K, int32_t* out, int64_t ldo,

@@ -10,7 +10,9 @@
 // tiles vectorise over K: acc[m][n] += x[m, k:k+L] * widen(w[n, k:k+L]), and reduce each
 // accumulator across lanes at the end (K >= 256 in the layers this serves, so the reduction is a
 // small share). Register tiles (MT rows of x by NT rows of w): 1 x 8 for one row of x (8
-// independent FMA chains, as two FMA pipes of latency 4 need), 2 x 4, 4 x 2 for more rows.
+// independent FMA chains, as two FMA pipes of latency 4 need), 2 x 4, 4 x 2 for more rows. A
+// decode step's tiles over chunks of rows (rows_fixed) take one row per chunk instead: 1 x 4,
+// 2 x 4, 3-4 x 2, where the weight's stream, not the FMA chains, is the bound.
 // Each weight tile is read from memory once per block of up to 4 rows of x; a caller with more
 // rows (prefill) calls panel_*, which packs slices of weights widened to f32 and transposed.
 //
