@@ -201,6 +201,7 @@ TEST(DataMovementCpu, EmbeddingIndexSelectGather) {
   Tensor many = random_tensor(DType::i64, {4096}, 4, 0, 50);  // parallel row copies
   Tensor wide = random_tensor(DType::f32, {50, 256}, 5);
   expect_exact("embedding", {wide.view(), many.view()}, {});
+  expect_exact("index_select", {wide.view(), many.view()}, {{"dim", Attr(0)}});  // parallel blocks
 
   Tensor x = random_tensor(DType::f32, {6, 5, 4}, 6);
   auto [xv, xstore] = transposed_copy(x);

@@ -22,6 +22,11 @@ using cpu::narrow_view;
 
 constexpr int64_t kParallelRows = 64;  // gather/embedding: fewer rows than this run serially
 
+// Threads for copying `rows` blocks of `bytes` in all: one below kParallelRows rows or 256 KB.
+int row_copy_threads(int64_t rows, int64_t bytes, int threads) {
+  return rows >= kParallelRows && bytes >= (1 << 18) ? (threads > 0 ? threads : omp_get_max_threads()) : 1;
+}
+
 // out reinterpreted with the input's logical shape (reshape/copy keep row-major order).
 TensorView as_shape(const TensorView& out, const TensorView& like) {
   return TensorView::contiguous(out.data, out.dtype, like.shape());
@@ -159,8 +164,25 @@ void embedding_fn(const TensorView* in, TensorView* out, int threads) {
   }
   const char* src = static_cast<const char*>(w.data);
   int64_t row_bytes = d * static_cast<int64_t>(es), ws = w.strides[0] * static_cast<int64_t>(es);
-  int nt = n >= kParallelRows && n * row_bytes >= (1 << 18) ? (threads > 0 ? threads : omp_get_max_threads()) : 1;
-  parallel_for(n, nt, [&](int64_t k) { std::memcpy(dst + k * row_bytes, src + rows[k] * ws, row_bytes); });
+  parallel_for(n, row_copy_threads(n, n * row_bytes, threads), [&](int64_t k) { std::memcpy(dst + k * row_bytes, src + rows[k] * ws, row_bytes); });
+}
+
+// index_select of contiguous x into contiguous out: for each of the dims before `dim` and each
+// pick, one block of the dims after it, copied whole. A copy_strided per pick cost ~25 ns of
+// setup for a block of a few floats: Swin's relative position bias (2401 picks of 3-24 floats,
+// 10 calls) took 0.6 ms a call that way.
+void select_blocks(const TensorView& x, int dim, const std::vector<int64_t>& picks, const TensorView& out, int threads) {
+  int64_t outer = 1, inner = static_cast<int64_t>(dtype_size(x.dtype));
+  for (int d = 0; d < dim; ++d) outer *= x.sizes[d];
+  for (int d = dim + 1; d < x.ndim; ++d) inner *= x.sizes[d];
+  const int64_t n = static_cast<int64_t>(picks.size()), from = x.sizes[dim];
+  const char* src = static_cast<const char*>(x.data);
+  char* dst = static_cast<char*>(out.data);
+  const int64_t rows = outer * n;
+  parallel_for(rows, row_copy_threads(rows, rows * inner, threads), [&](int64_t r) {
+    const int64_t o = r / n, j = r % n;
+    std::memcpy(dst + r * inner, src + (o * from + picks[j]) * inner, static_cast<size_t>(inner));
+  });
 }
 
 KernelFactory index_select_factory() {
@@ -175,6 +197,8 @@ KernelFactory index_select_factory() {
         return;
       }
       auto picks = checked_indices("index_select", in[1], in[0].sizes[dim]);
+      if (in[0].is_contiguous() && out[0].is_contiguous())
+        return select_blocks(in[0], dim, picks, out[0], threads);
       for (int64_t j = 0; j < static_cast<int64_t>(picks.size()); ++j)
         copy_strided(narrow_view(in[0], dim, picks[j], 1), narrow_view(out[0], dim, j, 1), threads);
     });

@@ -27,6 +27,7 @@
 #include <cstring>
 
 #include "kernels/cpu/row_tiles.h"
+#include "kernels/cpu/transpose8.h"
 
 namespace updraft::cpu::wq {
 
@@ -275,28 +276,10 @@ void pack_panel(const void* wv, int64_t nb, int64_t ldw, int64_t K, float* panel
     const W* r = w + n0 * ldw;
     int64_t k = 0;
     for (; k + 8 <= K; k += 8) {
-      const __m256 r0 = widen8<V>(r + k), r1 = widen8<V>(r + ldw + k), r2 = widen8<V>(r + 2 * ldw + k),
-                   r3 = widen8<V>(r + 3 * ldw + k), r4 = widen8<V>(r + 4 * ldw + k),
-                   r5 = widen8<V>(r + 5 * ldw + k), r6 = widen8<V>(r + 6 * ldw + k),
-                   r7 = widen8<V>(r + 7 * ldw + k);
-      const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-      const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-      const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-      const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-      // s(j): rows 0-3 (or 4-7) of columns j and j + 4.
-      const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-      const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-      const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-      const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-      float* o = panel + k * NB + n0;
-      _mm256_storeu_ps(o, _mm256_permute2f128_ps(s0, s4, 0x20));
-      _mm256_storeu_ps(o + NB, _mm256_permute2f128_ps(s1, s5, 0x20));
-      _mm256_storeu_ps(o + 2 * NB, _mm256_permute2f128_ps(s2, s6, 0x20));
-      _mm256_storeu_ps(o + 3 * NB, _mm256_permute2f128_ps(s3, s7, 0x20));
-      _mm256_storeu_ps(o + 4 * NB, _mm256_permute2f128_ps(s0, s4, 0x31));
-      _mm256_storeu_ps(o + 5 * NB, _mm256_permute2f128_ps(s1, s5, 0x31));
-      _mm256_storeu_ps(o + 6 * NB, _mm256_permute2f128_ps(s2, s6, 0x31));
-      _mm256_storeu_ps(o + 7 * NB, _mm256_permute2f128_ps(s3, s7, 0x31));
+      const __m256 rows[8] = {widen8<V>(r + k),           widen8<V>(r + ldw + k),     widen8<V>(r + 2 * ldw + k),
+                              widen8<V>(r + 3 * ldw + k), widen8<V>(r + 4 * ldw + k), widen8<V>(r + 5 * ldw + k),
+                              widen8<V>(r + 6 * ldw + k), widen8<V>(r + 7 * ldw + k)};
+      store_transposed8(rows, panel + k * NB + n0, NB);
     }
     for (; k < K; ++k)
       for (int64_t n = 0; n < 8; ++n) panel[k * NB + n0 + n] = widen1(r[n * ldw + k]);
