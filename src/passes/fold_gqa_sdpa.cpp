@@ -68,6 +68,7 @@ Value* mask_view(Graph& g, Value* m, int64_t groups, int64_t reps, bool rows_fol
 }
 
 bool fold_one(Graph& g, Node* n) {
+  if (!n->attr("seq_first").ints().empty()) return false;  // views q, k, v by [.., H, S, E] shapes
   Value* q = n->input(0);
   const std::optional<Repeat> k = repeat_of(n->input(1)), v = repeat_of(n->input(2));
   if (!k || !v || k->r != v->r) return false;

@@ -3,25 +3,15 @@
 #include <string>
 #include <vector>
 
+#include "ir/ops/params.h"
+
 namespace updraft {
 
 namespace {
 
-// permute dims that swap the last two and keep the others (negative dims count from the end).
-bool swaps_last_two(const std::vector<int64_t>& dims) {
-  const int64_t r = static_cast<int64_t>(dims.size());
-  if (r < 2) return false;
-  for (int64_t i = 0; i < r; ++i) {
-    const int64_t d = dims[i] < 0 ? dims[i] + r : dims[i];
-    const int64_t want = i == r - 2 ? r - 1 : i == r - 1 ? r - 2 : i;
-    if (d != want) return false;
-  }
-  return true;
-}
-
 bool fold_operand(Node* mm, int k, const char* attr) {
   const Node* p = mm->input(k)->producer;
-  if (p == nullptr || p->op_name() != "permute" || !swaps_last_two(p->attr("dims").ints())) return false;
+  if (p == nullptr || p->op_name() != "permute" || !swaps_two_dims(p->attr("dims").ints(), -2, -1)) return false;
   mm->inputs[k] = p->inputs[0];
   mm->attrs[attr] = Attr(!mm->attr(attr).b());
   return true;

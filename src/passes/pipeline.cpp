@@ -25,6 +25,7 @@
 #include "passes/fold_conv_bn.h"
 #include "passes/fold_dequant_linear.h"
 #include "passes/fold_gqa_sdpa.h"
+#include "passes/fold_permute_sdpa.h"
 #include "passes/fold_pad_conv.h"
 #include "passes/fold_transpose_matmul.h"
 #include "passes/fuse_elementwise.h"
@@ -78,6 +79,7 @@ const std::vector<Step>& steps() {
       {"fold_conv_bn", if_fuse, plain<fold_conv_bn>},    // batch_norm after conv2d -> new conv weights
       {"fold_pad_conv", if_fuse, plain<fold_pad_conv>},  // zero pad before conv2d -> the conv's padding
       {"fold_gqa_sdpa", if_fuse, plain<fold_gqa_sdpa>},  // sdpa reads grouped k/v, not their repeat
+      {"fold_permute_sdpa", if_fuse, plain<fold_permute_sdpa>},  // sdpa reads/writes [.., S, H, E] in place
       {"fold_transpose_matmul", if_fuse, plain<fold_transpose_matmul>},  // matmul reads x^T in place
       {"fuse_epilogue", if_fuse, plain<fuse_epilogue>},  // bias / residual / activation into conv, linear, matmul
       // large linear weights -> i8 + scale or bf16 (weight_dtype), after fusion gave them epilogues

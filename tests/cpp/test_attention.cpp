@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernel_test_util.h"
+#include "ir/ops/params.h"
 #include "kernels/cpu/sdpa_tiles.h"
 #include "core/error.h"
 
@@ -37,6 +38,9 @@ TEST(Attention, Shapes) {
       // Ev = 64 + 16 + 3: the wide p v tile, a one-register tile and scalar columns; L = 8k + 5
       // rows: the 8-row and 1-row score tiles.
       {{1, 2, 21, 48}, {1, 2, 30, 48}, {1, 2, 30, 83}},
+      // Ev = 32 + 16 + 3: the two-register p v tile (AVX-512); E = 20: k^T's 8 x 8 blocks with
+      // 4 features and 6 keys (S = 30) element by element.
+      {{1, 2, 21, 20}, {1, 2, 30, 20}, {1, 2, 30, 51}},
   };
   const bool avx512 = __builtin_cpu_supports("avx512f");
   for (bool capped : {false, true}) {
@@ -134,6 +138,59 @@ TEST(Attention, StridedOperands) {
                      {{"is_causal", true}}, kAttnTol, kAttnTol);
 }
 
+// Swin's window attention: q, k and v are views into one qkv projection [windows, 49, 3, heads,
+// 32] (rows 3 x heads x 32 floats apart), with an additive mask [windows, 1, 49, 49] read row by
+// row: k^T packed in 8 x 8 blocks from strided rows, the mask's unit-stride rows added as
+// vectors, and 32-column p v tiles.
+TEST(Attention, WindowedFromOneProjection) {
+  const int64_t W = 3, S = 49, H = 2, E = 32, row = 3 * H * E;
+  Tensor qkv = rnd({W, S, 3, H, E}, 7);
+  Tensor mask = rnd({W, 1, S, S}, 8);
+  for (int64_t i = 0; i < mask.numel(); i += 7) mask.ptr<float>()[i] = -100.f;  // shifted windows mask with -100
+  auto view = [&](int64_t which) {
+    TensorView v = TensorView::contiguous(qkv.ptr<float>() + which * H * E, DType::f32, {W, H, S, E});
+    v.strides[0] = S * row;
+    v.strides[1] = E;
+    v.strides[2] = row;
+    return strided_input(v, qkv);
+  };
+  for (bool capped : {false, true}) {
+    KernelOptions options;
+    if (capped) options.cpu_isa = CpuIsa::avx2;
+    SCOPED_TRACE(capped ? "cpu_isa=avx2" : "native");
+    expect_matches_ref("sdpa", {view(0), view(1), view(2), input(mask)}, {{"has_mask", true}}, kAttnTol, kAttnTol,
+                       options);
+  }
+}
+
+// seq_first operands ([B, S, H, E], read and written as swapped views): every subset the pass
+// can make, 37 query rows (a full 32-row block and a tail), causal and masked, both tile sets.
+TEST(Attention, SeqFirstOperands) {
+  const std::vector<std::vector<int64_t>> subsets = {{0, 1, 2, 3}, {0, 1, 2}, {3}, {1}};
+  for (bool capped : {false, true}) {
+    KernelOptions options;
+    if (capped) options.cpu_isa = CpuIsa::avx2;
+    for (const auto& sf : subsets) {
+      const SdpaLayout lay = SdpaLayout::of(sf);
+      auto shape = [&](int i, std::vector<int64_t> heads_first) {  // operand i's stored shape
+        return lay.seq_first[static_cast<size_t>(i)] ? lay.logical(i, heads_first) : heads_first;
+      };
+      for (bool causal : {false, true}) {
+        SCOPED_TRACE(std::to_string(sf.size()) + " seq_first operands" + (causal ? " causal" : "") +
+                     (capped ? " cpu_isa=avx2" : ""));
+        std::vector<Arg> args = {input(rnd(shape(0, {2, 3, 37, 32}), 1)), input(rnd(shape(1, {2, 3, 41, 32}), 2)),
+                                 input(rnd(shape(2, {2, 3, 41, 24}), 3))};
+        Attrs attrs = {{"seq_first", Attr(sf)}, {"is_causal", causal}};
+        if (!causal) {
+          args.push_back(input(rnd({2, 1, 37, 41}, 4)));
+          attrs["has_mask"] = true;
+        }
+        expect_matches_ref("sdpa", args, attrs, kAttnTol, kAttnTol, options);
+      }
+    }
+  }
+}
+
 TEST(Attention, ShapeErrors) {
   Graph g;
   Value* q = g.add_input("q", {DType::f32, {2, 5, 16}});
@@ -179,6 +236,14 @@ TEST(Attention, Avx512SoftmaxRowMatchesAvx2) {
     for (int64_t j = 0; j < n; ++j) EXPECT_EQ(y2[j], y5[j]) << "n=" << n << " j=" << j;
     EXPECT_NEAR(s5, s2, 1e-6 * s2) << "n=" << n;
   }
+  // Near exp's underflow (results subnormal, then 0), where the two scale by 2^n differently.
+  std::vector<float> low = {0.f, -80.f, -86.5f, -87.f, -87.2f, -87.3f, -87.33f, -87.336f, -87.34f, -88.f, -100.f,
+                            -1e30f, -0.f, -103.9f, -87.0001f, -86.9999f, -50.f};
+  std::vector<float> l2 = low, l5 = low;
+  const int64_t nl = static_cast<int64_t>(low.size());
+  a2.softmax_row(l2.data(), nl);
+  a5.softmax_row(l5.data(), nl);
+  for (int64_t j = 0; j < nl; ++j) EXPECT_EQ(l2[j], l5[j]) << "x=" << low[j];
   std::vector<float> bad = {1.f, NAN, 2.f, 3.f, 4.f};
   EXPECT_TRUE(std::isnan(a5.softmax_row(bad.data(), 5)));
 }

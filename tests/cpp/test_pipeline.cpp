@@ -48,7 +48,7 @@ TEST(Pipeline, FullPipelineFusesAndKeepsResults) {
   auto before = interpret(*g, inputs, Device::ref);
   auto log = run_pipeline(*g, CompileOptions{});
   EXPECT_EQ(names(log), (std::vector<std::string>{"verify", "canonicalize", "match_gelu", "dce", "cse", "fold_dequant_linear", "constant_fold", "canonicalize",
-                                                  "fold_conv_bn", "fold_pad_conv", "fold_gqa_sdpa", "fold_transpose_matmul", "fuse_epilogue", "fuse_elementwise", "dce", "verify"}));
+                                                  "fold_conv_bn", "fold_pad_conv", "fold_gqa_sdpa", "fold_permute_sdpa", "fold_transpose_matmul", "fuse_epilogue", "fuse_elementwise", "dce", "verify"}));
   // conv + bn + residual + relu became one conv; the constant scale folded; reshape went.
   ASSERT_GE(g->num_nodes(), 2u) << print_graph(*g);
   Node* conv = g->nodes()[0];

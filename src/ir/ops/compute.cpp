@@ -298,7 +298,12 @@ void infer_adaptive_avg_pool2d(InferCtx& c) {
 
 void infer_sdpa(InferCtx& c) {
   if (c.num_inputs() < 3) c.fail("needs inputs q, k and v");
-  const Shape &q = c.in(0).shape, &k = c.in(1).shape, &v = c.in(2).shape;
+  const SdpaLayout layout = SdpaLayout::of(c.attr_ints("seq_first"));
+  for (int i = 0; i < 3; ++i)
+    if (layout.seq_first[static_cast<size_t>(i)] && c.in(i).shape.size() < 3)
+      c.fail("seq_first lists input " + std::to_string(i) + ", which has no heads dim: " + shape_str(c.in(i).shape));
+  const Shape q = layout.logical(0, c.in(0).shape), k = layout.logical(1, c.in(1).shape),
+              v = layout.logical(2, c.in(2).shape);
   if (q.size() < 2 || k.size() < 2 || v.size() < 2)
     c.fail("q, k, v must be [..., L, E], [..., S, E], [..., S, Ev]; got " + shape_str(q) + ", " + shape_str(k) +
            ", " + shape_str(v));
@@ -329,7 +334,8 @@ void infer_sdpa(InferCtx& c) {
   Shape out = batch;
   out.push_back(q[q.size() - 2]);
   out.push_back(v.back());
-  c.set_output(0, {c.in(0).dtype, out});
+  if (layout.seq_first[3] && out.size() < 3) c.fail("seq_first lists the result, which has no heads dim: " + shape_str(out));
+  c.set_output(0, {c.in(0).dtype, layout.logical(3, out)});
 }
 
 OpDef compute_op(std::string name, int min_in, int max_in, std::vector<AttrSpec> attrs,
@@ -423,8 +429,12 @@ void register_compute_ops(OpTable& t) {
   t.add(compute_op("sdpa", 3, 4,
                    {{"is_causal", K::Bool, Attr(false)},
                     {"scale", K::Float, Attr(0.0)},
-                    {"has_mask", K::Bool, Attr(false)}},
-                   infer_sdpa, "softmax(q k^T * scale + mask) v (scaled dot-product attention)"));
+                    {"has_mask", K::Bool, Attr(false)},
+                    // 0-3: q, k, v, the result laid out [..., S, H, E] (SdpaLayout, params.h)
+                    {"seq_first", K::Ints, Attr(std::vector<int64_t>{})}},
+                   infer_sdpa,
+                   "softmax(q k^T * scale + mask) v (scaled dot-product attention); seq_first: operands "
+                   "laid out [..., S, H, E], read and written in place"));
 }
 
 }  // namespace updraft

@@ -7,6 +7,7 @@
 //   SliceRange r = slice_range(size, start, end, step);              // PyTorch clamping
 //   Epilogue ep = Epilogue::of(node, 2);                              // conv2d/linear/matmul
 #pragma once
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/tensor.h"
 #include "ir/elementwise_program.h"
 #include "ir/op_table.h"
 
@@ -148,6 +150,56 @@ struct Epilogue {
   }
   // The activation's operands after x: its immediates, alpha then beta.
   int num_act_params() const { return act ? ew_op_info(*act).arity - 1 : 0; }
+};
+
+// Whether permute `dims` swaps the dims at positions a and b counted from the end (-1 is the
+// last) and keeps every other dim in place (negative dims in the list count from the end too):
+// a transpose that fold passes can turn into strided reads (fold_transpose_matmul: -2 and -1;
+// fold_permute_sdpa: -3 and -2).
+inline bool swaps_two_dims(const std::vector<int64_t>& dims, int64_t a, int64_t b) {
+  const int64_t r = static_cast<int64_t>(dims.size());
+  if (r < -a || r < -b) return false;
+  for (int64_t i = 0; i < r; ++i) {
+    const int64_t d = dims[i] < 0 ? dims[i] + r : dims[i];
+    const int64_t want = i == r + a ? r + b : i == r + b ? r + a : i;
+    if (d != want) return false;
+  }
+  return true;
+}
+
+// sdpa's `seq_first`: which of q (0), k (1), v (2) and the result (3) are laid out
+// [..., S, H, E], sequence before heads, as a projection's rows are before the heads are
+// transposed out (passes/fold_permute_sdpa.h). sdpa computes on each as the view with its dims
+// -3 and -2 swapped ([..., H, S, E]): shape inference on swapped shapes, kernels on swapped
+// views (TensorView strides), so a seq_first operand costs no copy.
+struct SdpaLayout {
+  std::array<bool, 4> seq_first{};
+
+  static SdpaLayout of(const std::vector<int64_t>& list) {
+    SdpaLayout l;
+    for (int64_t i : list) {
+      if (i < 0 || i > 3) throw Error("sdpa", "seq_first holds " + std::to_string(i) + "; its entries are 0 (q), 1 (k), 2 (v) and 3 (the result)");
+      if (l.seq_first[static_cast<size_t>(i)]) throw Error("sdpa", "seq_first lists " + std::to_string(i) + " twice; list each operand once");
+      l.seq_first[static_cast<size_t>(i)] = true;
+    }
+    return l;
+  }
+  bool any() const { return seq_first[0] || seq_first[1] || seq_first[2] || seq_first[3]; }
+  // Operand i's dims as sdpa computes on them: a shape ([..., H, S, E] from [..., S, H, E]).
+  template <class Dims>
+  Dims logical(int i, Dims dims) const {
+    const size_t n = dims.size();
+    if (seq_first[static_cast<size_t>(i)] && n >= 3) std::swap(dims[n - 3], dims[n - 2]);
+    return dims;
+  }
+  // ... and a view of its memory: the same two dims swapped in sizes and strides.
+  TensorView logical(int i, TensorView t) const {
+    if (seq_first[static_cast<size_t>(i)] && t.ndim >= 3) {
+      std::swap(t.sizes[t.ndim - 3], t.sizes[t.ndim - 2]);
+      std::swap(t.strides[t.ndim - 3], t.strides[t.ndim - 2]);
+    }
+    return t;
+  }
 };
 
 }  // namespace updraft

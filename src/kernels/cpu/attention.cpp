@@ -27,7 +27,10 @@
 // Layouts: q, k, v need a unit stride in their last dim; their row and batch strides may be
 // anything, and size-1 batch dims broadcast. A graph input with a non-unit inner stride is
 // packed dense into scratch first. The mask is read through its strides (broadcast dims of
-// size 1 read index 0).
+// size 1 read index 0). seq_first operands (SdpaLayout, ir/ops/params.h: [.., S, H, E], the
+// layout of the projections around the attention) are read and written as views with their
+// dims -3 and -2 swapped, so the head transposes a model writes cost no copy
+// (passes/fold_permute_sdpa.h); the output rows are then H * Ev apart.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -36,10 +39,12 @@
 #include <limits>
 #include <string>
 
+#include "ir/ops/params.h"
 #include "kernels/cpu/sdpa_tiles.h"
 #include "kernels/cpu/simd_f32.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/threads.h"
+#include "kernels/cpu/transpose8.h"
 #include "kernels/kernel.h"
 #include "kernels/onednn/onednn_util.h"  // DenseInput, ScratchPlan: shared with the oneDNN kernels
 
@@ -58,6 +63,39 @@ constexpr const char* kOp = "sdpa";
 constexpr int64_t kRowBlock = 32;  // query rows per unit of work
 
 int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+
+// kt = k^T [E, S16] from k's rows [S, E] (row stride ks, unit inner stride), zero past S. In
+// 8 x 8 blocks transposed in registers, the edges element by element: at the short keys of a
+// windowed attention (Swin: 49 keys of 32 features, packed once per head and window) the
+// element-by-element copy was a fifth of the kernel's time.
+void pack_kt(const float* kb, int64_t ks, int64_t S, int64_t E, int64_t S16, float* kt) {
+  int64_t j = 0;
+  for (; j + 8 <= S; j += 8) {
+    const float* rows = kb + j * ks;
+    int64_t e = 0;
+    for (; e + 8 <= E; e += 8) {
+      const __m256 r[8] = {_mm256_loadu_ps(rows + e),          _mm256_loadu_ps(rows + ks + e),
+                           _mm256_loadu_ps(rows + 2 * ks + e), _mm256_loadu_ps(rows + 3 * ks + e),
+                           _mm256_loadu_ps(rows + 4 * ks + e), _mm256_loadu_ps(rows + 5 * ks + e),
+                           _mm256_loadu_ps(rows + 6 * ks + e), _mm256_loadu_ps(rows + 7 * ks + e)};
+      store_transposed8(r, kt + e * S16 + j, S16);
+    }
+    for (; e < E; ++e)
+      for (int64_t i = 0; i < 8; ++i) kt[e * S16 + j + i] = rows[i * ks + e];
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    float* row = kt + e * S16;
+    for (int64_t jj = j; jj < S; ++jj) row[jj] = kb[jj * ks + e];
+    for (int64_t jj = S; jj < S16; ++jj) row[jj] = 0.f;
+  }
+}
+
+// sc[j] += m[j] for j < n (an additive mask row with unit stride).
+void add_row(float* sc, const float* m, int64_t n) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(sc + j, _mm256_add_ps(_mm256_loadu_ps(sc + j), _mm256_loadu_ps(m + j)));
+  for (; j < n; ++j) sc[j] += m[j];
+}
 
 struct Avx2 {
   using reg = __m256;
@@ -79,9 +117,12 @@ const cpu::sdpa::Tiles& pick_tiles(const KernelOptions& options) {
 class SdpaKernel final : public Kernel {
  public:
   void run(const TensorView* in, TensorView* out, void* scratch) const override {
-    TensorView q = operand(in, 0, scratch), k = operand(in, 1, scratch), v = operand(in, 2, scratch);
+    // seq_first operands ([..., S, H, E]) as [..., H, S, E] views: q, k, v and y are read and
+    // written through their strides.
+    const TensorView q = layout_.logical(0, operand(in, 0, scratch)), k = layout_.logical(1, operand(in, 1, scratch)),
+                     v = layout_.logical(2, operand(in, 2, scratch));
     const TensorView* mask = has_mask_ ? &in[3] : nullptr;
-    const TensorView& y = out[0];
+    const TensorView y = layout_.logical(3, out[0]);
     int nb = y.ndim - 2;
     // This call's sizes (the kernel may have been built for other ones; see the top).
     const int64_t L = q.sizes[q.ndim - 2], S = k.sizes[k.ndim - 2], E = q.sizes[q.ndim - 1];
@@ -92,7 +133,8 @@ class SdpaKernel final : public Kernel {
     const size_t thread_bytes = thread_bytes_for(S, E);
     float* y_data = y.ptr<float>();
     char* thread_scratch = at_offset(scratch, scores_);
-    const int64_t qs = q.strides[q.ndim - 2], ks = k.strides[k.ndim - 2], vs = v.strides[v.ndim - 2];
+    const int64_t qs = q.strides[q.ndim - 2], ks = k.strides[k.ndim - 2], vs = v.strides[v.ndim - 2],
+                  ys = y.strides[nb];
 #pragma omp parallel num_threads(threads_) if (threads_ > 1)
     {
       float* kt = reinterpret_cast<float*>(thread_scratch + omp_get_thread_num() * thread_bytes);
@@ -108,12 +150,8 @@ class SdpaKernel final : public Kernel {
         const float* qb = q.ptr<const float>() + batch_offset(q, idx, nb);
         const float* vb = v.ptr<const float>() + batch_offset(v, idx, nb);
         const float* kb = k.ptr<const float>() + batch_offset(k, idx, nb);
-        if (packed != kb) {  // k^T for this batch element, zero past S
-          for (int64_t e = 0; e < E; ++e) {
-            float* row = kt + e * S16;
-            for (int64_t j = 0; j < S; ++j) row[j] = kb[j * ks + e];
-            for (int64_t j = S; j < S16; ++j) row[j] = 0.f;
-          }
+        if (packed != kb) {  // k^T for this batch element
+          pack_kt(kb, ks, S, E, S16, kt);
           packed = kb;
         }
         const cpu::sdpa::Tiles& t = *tiles_;
@@ -135,9 +173,10 @@ class SdpaKernel final : public Kernel {
           for (int64_t j = n; j < S16; ++j) sc[j] = 0.f;
           n_max = std::max(n_max, n);
         }
-        float* yb = y_data + (b * L) * Ev;
-        for (l = l0; l + 4 <= l1; l += 4) t.pv_four(p + (l - l0) * S16, S16, vb, vs, n_max, Ev, yb + l * Ev, inv + (l - l0));
-        for (; l < l1; ++l) t.pv_one(p + (l - l0) * S16, S16, vb, vs, n_max, Ev, yb + l * Ev, inv + (l - l0));
+        float* yb = y_data + batch_offset(y, idx, nb);
+        for (l = l0; l + 4 <= l1; l += 4)
+          t.pv_four(p + (l - l0) * S16, S16, vb, vs, n_max, Ev, yb + l * ys, ys, inv + (l - l0));
+        for (; l < l1; ++l) t.pv_one(p + (l - l0) * S16, S16, vb, vs, n_max, Ev, yb + l * ys, ys, inv + (l - l0));
       }
     }
   }
@@ -146,7 +185,7 @@ class SdpaKernel final : public Kernel {
   std::string name() const override { return std::string("cpu_f32_sdpa_tiled_") + tiles_->isa; }
   bool runs_shapes_of(const KernelContext& ctx) const override { return generic_ && !has_empty_tensor(ctx); }
   size_t scratch_bytes_for(const KernelContext& ctx) const override {
-    const auto &qs = ctx.in_shapes[0], &ks = ctx.in_shapes[1];
+    const auto qs = layout_.logical(0, ctx.in_shapes[0]), ks = layout_.logical(1, ctx.in_shapes[1]);
     return thread_bytes_for(ks[ks.size() - 2], qs.back()) * static_cast<size_t>(threads_);  // scores_ is 0, nothing staged
   }
 
@@ -154,7 +193,8 @@ class SdpaKernel final : public Kernel {
     if (has_empty_tensor(ctx)) return nullptr;
     auto k = std::make_unique<SdpaKernel>();
     k->tiles_ = &pick_tiles(ctx.options);
-    const auto &qs = ctx.in_shapes[0], &ks = ctx.in_shapes[1];
+    k->layout_ = SdpaLayout::of(ctx.attr("seq_first").ints());
+    const auto qs = k->layout_.logical(0, ctx.in_shapes[0]), ks = k->layout_.logical(1, ctx.in_shapes[1]);
     const int64_t E = qs.back(), S = ks[ks.size() - 2];
     k->causal_ = ctx.node.attr("is_causal").b();
     k->has_mask_ = ctx.node.attr("has_mask").b();
@@ -208,6 +248,7 @@ class SdpaKernel final : public Kernel {
         if (!p[j * js]) sc[j] += -std::numeric_limits<float>::infinity();
     } else {
       const float* p = static_cast<const float*>(m.data) + off;
+      if (js == 1) return add_row(sc, p, n);
       for (int64_t j = 0; j < n; ++j) sc[j] += p[j * js];
     }
   }
@@ -220,6 +261,7 @@ class SdpaKernel final : public Kernel {
   }
 
   const cpu::sdpa::Tiles* tiles_ = nullptr;
+  SdpaLayout layout_;
   bool causal_ = false, has_mask_ = false, generic_ = false;
   float scale_ = 1;
   int threads_ = 1;

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "ir/ops/params.h"
 #include "kernels/cpu/f64_kernels.h"
 #include "kernels/cpu/strided_copy.h"
 #include "kernels/cpu/threads.h"
@@ -132,6 +133,8 @@ void SdpaF64Kernel::run(const TensorView* in, TensorView* out, void* scratch) co
 }
 
 std::unique_ptr<Kernel> SdpaF64Kernel::create(const KernelContext& ctx) {
+  // seq_first operands (fold_permute_sdpa folds f32 attention only): the reference kernel.
+  if (SdpaLayout::of(ctx.attr("seq_first").ints()).any()) return nullptr;
   auto k = std::make_unique<SdpaF64Kernel>();
   k->uk_ = &pick_micro(ctx.options);
   k->causal_ = ctx.attr("is_causal").b();

@@ -6,7 +6,7 @@
 //              static reg zero(); static reg load(const float*); static void store(float*, reg);
 //              static reg set1(float); static reg fma(reg a, reg b, reg c); static reg mul(reg, reg); };
 //   scores_tile<V, R>(q, qs, kt, S16, E, scale, p);   // p[r][j] = scale * (q_r . k_j), j < S16
-//   pv_tile<V, R>(p, S16, v, vs, n, Ev, y, inv);      // y_r = inv_r * sum_{j<n} p[r][j] v_j
+//   pv_tile<V, R>(p, S16, v, vs, n, Ev, y, ys, inv);  // y_r = inv_r * sum_{j<n} p[r][j] v_j
 //
 // Everything here is in an unnamed namespace on purpose: each translation unit instantiates its
 // own copy with its own instruction set, and the linker must never merge an AVX-512
@@ -24,9 +24,9 @@ struct Tiles {
   void (*scores_wide)(const float* q, int64_t qs, const float* kt, int64_t S16, int64_t E, float scale, float* p);
   void (*scores_one)(const float* q, int64_t qs, const float* kt, int64_t S16, int64_t E, float scale, float* p);
   void (*pv_four)(const float* p, int64_t S16, const float* v, int64_t vs, int64_t n, int64_t Ev, float* y,
-                  const float* inv);
+                  int64_t ys, const float* inv);
   void (*pv_one)(const float* p, int64_t S16, const float* v, int64_t vs, int64_t n, int64_t Ev, float* y,
-                 const float* inv);
+                 int64_t ys, const float* inv);
   // sc[j] = exp(sc[j] - max_j sc) for j < n in place; returns the sum (NaN-propagating max).
   // A row of -inf (every key masked) becomes 0s with sum 0.
   float (*softmax_row)(float* sc, int64_t n);
@@ -63,9 +63,9 @@ void scores_tile(const float* q, int64_t qs, const float* kt, int64_t S16, int64
 }
 
 // Columns [e, e + NV * lanes) of y_r = inv_r * sum_{j < n} p[r][j] v_j for R rows (p row stride
-// S16, v row stride vs, y row stride Ev).
+// S16, v row stride vs, y row stride ys).
 template <class V, int R, int NV>
-void pv_columns(const float* p, int64_t S16, const float* v, int64_t vs, int64_t n, int64_t e, float* y, int64_t Ev,
+void pv_columns(const float* p, int64_t S16, const float* v, int64_t vs, int64_t n, int64_t e, float* y, int64_t ys,
                 const float* inv) {
   typename V::reg acc[R][NV];
   for (int r = 0; r < R; ++r)
@@ -81,23 +81,26 @@ void pv_columns(const float* p, int64_t S16, const float* v, int64_t vs, int64_t
   }
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < NV; ++c)
-      V::store(y + r * Ev + e + c * V::lanes, V::mul(acc[r][c], V::set1(inv[r])));
+      V::store(y + r * ys + e + c * V::lanes, V::mul(acc[r][c], V::set1(inv[r])));
 }
 
 // All Ev columns: tiles of NV_WIDE registers a row (at most 16 accumulators for R = 4), then
-// one register, then scalar columns.
+// two registers (AVX-512: 32 columns, a head dim of 32 as in Swin, with 8 accumulators in flight
+// rather than 4 of a one-register tile), then one, then scalar columns.
 template <class V, int R>
-void pv_tile(const float* p, int64_t S16, const float* v, int64_t vs, int64_t n, int64_t Ev, float* y,
+void pv_tile(const float* p, int64_t S16, const float* v, int64_t vs, int64_t n, int64_t Ev, float* y, int64_t ys,
              const float* inv) {
   constexpr int NV_WIDE = V::lanes == 16 ? 4 : 2;  // 64 columns (AVX-512) or 16 (AVX2) a tile
   int64_t e = 0;
-  for (; e + NV_WIDE * V::lanes <= Ev; e += NV_WIDE * V::lanes) pv_columns<V, R, NV_WIDE>(p, S16, v, vs, n, e, y, Ev, inv);
-  for (; e + V::lanes <= Ev; e += V::lanes) pv_columns<V, R, 1>(p, S16, v, vs, n, e, y, Ev, inv);
+  for (; e + NV_WIDE * V::lanes <= Ev; e += NV_WIDE * V::lanes) pv_columns<V, R, NV_WIDE>(p, S16, v, vs, n, e, y, ys, inv);
+  if constexpr (NV_WIDE > 2)
+    for (; e + 2 * V::lanes <= Ev; e += 2 * V::lanes) pv_columns<V, R, 2>(p, S16, v, vs, n, e, y, ys, inv);
+  for (; e + V::lanes <= Ev; e += V::lanes) pv_columns<V, R, 1>(p, S16, v, vs, n, e, y, ys, inv);
   for (; e < Ev; ++e)
     for (int r = 0; r < R; ++r) {
       float acc = 0.f;
       for (int64_t j = 0; j < n; ++j) acc += p[r * S16 + j] * v[j * vs + e];
-      y[r * Ev + e] = acc * inv[r];
+      y[r * ys + e] = acc * inv[r];
     }
 }
 

@@ -420,9 +420,10 @@ void ref_sdpa(const TensorView* in, TensorView* out, const SdpaParams& p) {
     int tb = t.ndim - 2;
     for (int d = 0; d < tb; ++d) ti[d] = t.sizes[d] == 1 ? 0 : idx[nb - tb + d];
   };
-  int64_t linear = 0;
   for (int64_t b = 0; b < batches; ++b) {
     unravel(b, y.sizes, nb, idx);
+    int64_t y_base = 0;  // y is written through its strides (a seq_first result is a swapped view)
+    for (int d = 0; d < nb; ++d) y_base += idx[d] * y.strides[d];
     batch_index(q, qi);
     batch_index(k, ki);
     batch_index(v, vi);
@@ -453,13 +454,13 @@ void ref_sdpa(const TensorView* in, TensorView* out, const SdpaParams& p) {
       if (mx == -std::numeric_limits<double>::infinity()) mx = 0;
       double sum = 0;
       for (int64_t s = 0; s < S; ++s) sum += (scores[s] = std::exp(scores[s] - mx));
-      for (int64_t e = 0; e < Ev; ++e, ++linear) {
+      for (int64_t e = 0; e < Ev; ++e) {
         double acc = 0;
         for (int64_t s = 0; s < S; ++s) {
           vi[v.ndim - 2] = s, vi[v.ndim - 1] = e;
           acc += scores[s] * at(v, vi);
         }
-        store(y, linear, sum == 0 ? acc : acc / sum);
+        store(y, y_base + l * y.strides[nb] + e * y.strides[nb + 1], sum == 0 ? acc : acc / sum);
       }
     }
   }
@@ -541,7 +542,13 @@ void register_ref_compute_kernels(KernelRegistry& r) {
     p.causal = ctx.node.attr("is_causal").b();
     p.has_mask = ctx.node.attr("has_mask").b();
     p.scale = ctx.node.attr("scale").f();
-    return make_kernel("ref_sdpa", [p](const TensorView* in, TensorView* out) { ref_sdpa(in, out, p); });
+    const SdpaLayout layout = SdpaLayout::of(ctx.attr("seq_first").ints());
+    return make_kernel("ref_sdpa", [p, layout](const TensorView* in, TensorView* out) {
+      TensorView views[4] = {layout.logical(0, in[0]), layout.logical(1, in[1]), layout.logical(2, in[2]),
+                             p.has_mask ? in[3] : TensorView{}};
+      TensorView y = layout.logical(3, out[0]);
+      ref_sdpa(views, &y, p);
+    });
   });
 }
 
