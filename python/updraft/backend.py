@@ -781,8 +781,9 @@ def _low_precision_untimed(compiled: Callable, report: GraphReport, config: Comp
     engine runs every call. Eager PyTorch computes with the f32 weights and activations, a
     different result, so timing the two (inference="auto", or a graph that writes its inputs,
     such as a static KV cache) would switch the model's precision between calls during the
-    trials and could keep f32 for good, silently: greedy tokens would depend on the timing. It also ran Dynamo's graph eagerly for the first time
-    inside a user's call (a 32-token prompt of a 156M Llama: 0.2 s became 0.7-1.2 s)."""
+    trials and could keep f32 for good, silently: greedy tokens would depend on the timing. It
+    also ran Dynamo's graph eagerly for the first time inside a user's call (a 32-token prompt of
+    a 156M Llama: 0.2 s became 0.7-1.2 s)."""
     what = [f"{k}={getattr(config, k)!r}" for k in ("weight_dtype", "activation_dtype") if getattr(config, k) != "f32"]
     report.compiles.append((INFERENCE_CHOICE, f"not timed against eager PyTorch: {' and '.join(what)} "
                                               "computes with other numbers than eager; runs in updraft"))

@@ -16,21 +16,23 @@ bool swaps_seq_and_heads(const Node* p) {
 
 bool fold_one(Graph& g, Node* n) {
   if (n->output()->type.dtype != DType::f32) return false;
-  const SdpaLayout layout = SdpaLayout::of(n->attr("seq_first").ints());
-  std::vector<Value*> ins = n->inputs;
   std::vector<int64_t> seq_first = n->attr("seq_first").ints();
+  const SdpaLayout layout = SdpaLayout::of(seq_first);
+  std::vector<Value*> ins = n->inputs;
+  bool inputs_folded = false;
   for (int i = 0; i < 3; ++i) {
     const Node* p = ins[static_cast<size_t>(i)]->producer;
     if (layout.seq_first[static_cast<size_t>(i)] || !swaps_seq_and_heads(p)) continue;
     ins[static_cast<size_t>(i)] = p->inputs[0];
     seq_first.push_back(i);
+    inputs_folded = true;
   }
   // The result: folded when every reader transposes it back.
   const std::vector<Node*> readers = g.users(n->output());
   const bool out = !layout.seq_first[3] && !readers.empty() && !g.is_output(n->output()) &&
                    std::all_of(readers.begin(), readers.end(), [](const Node* r) { return swaps_seq_and_heads(r); });
   if (out) seq_first.push_back(3);
-  if (seq_first.size() == n->attr("seq_first").ints().size()) return false;
+  if (!inputs_folded && !out) return false;
   std::sort(seq_first.begin(), seq_first.end());
   Attrs attrs = n->attrs;
   attrs["seq_first"] = Attr(seq_first);

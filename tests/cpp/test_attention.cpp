@@ -173,7 +173,7 @@ TEST(Attention, SeqFirstOperands) {
     for (const auto& sf : subsets) {
       const SdpaLayout lay = SdpaLayout::of(sf);
       auto shape = [&](int i, std::vector<int64_t> heads_first) {  // operand i's stored shape
-        return lay.seq_first[static_cast<size_t>(i)] ? lay.logical(i, heads_first) : heads_first;
+        return lay.logical(i, std::move(heads_first));  // the swap is its own inverse
       };
       for (bool causal : {false, true}) {
         SCOPED_TRACE(std::to_string(sf.size()) + " seq_first operands" + (causal ? " causal" : "") +

@@ -151,38 +151,40 @@ std::vector<int64_t> checked_indices(const std::string& op, const TensorView& id
   return r;
 }
 
+// out = x's slices at `picks` along `dim`, in order (index_select; embedding is dim 0 of a 2-d
+// weight); out is contiguous, shaped like x with dim's size the number of picks. When the dims
+// after `dim` are dense (and x is contiguous, or dim is 0), each (outer index, pick) is one
+// block copied by memcpy: a copy_strided per pick cost ~25 ns of setup for a block of a few
+// floats (Swin's relative position bias, 2401 picks of 3-24 floats in 10 calls: 0.6 ms a call).
+// Otherwise (a transposed weight, say) one strided copy per pick.
+void select_along(const TensorView& x, int dim, const std::vector<int64_t>& picks, const TensorView& out, int threads) {
+  const int64_t n = static_cast<int64_t>(picks.size()), es = static_cast<int64_t>(dtype_size(x.dtype));
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < dim; ++d) outer *= x.sizes[d];
+  bool dense = true;  // the dims after `dim`, in x
+  for (int d = x.ndim - 1; d > dim; --d) {
+    if (x.sizes[d] != 1 && x.strides[d] != inner) dense = false;
+    inner *= x.sizes[d];
+  }
+  if (!dense || (dim > 0 && !x.is_contiguous())) {
+    for (int64_t j = 0; j < n; ++j) copy_strided(narrow_view(x, dim, picks[j], 1), narrow_view(out, dim, j, 1), threads);
+    return;
+  }
+  const char* src = static_cast<const char*>(x.data);
+  char* dst = static_cast<char*>(out.data);
+  const int64_t block = inner * es, pick_stride = x.strides[dim] * es, outer_stride = x.sizes[dim] * pick_stride;
+  const int64_t rows = outer * n;
+  parallel_for(rows, row_copy_threads(rows, rows * block, threads), [&](int64_t r) {
+    const int64_t o = r / n, j = r % n;
+    std::memcpy(dst + r * block, src + o * outer_stride + picks[j] * pick_stride, static_cast<size_t>(block));
+  });
+}
+
 void embedding_fn(const TensorView* in, TensorView* out, int threads) {
   const TensorView& w = in[0];
   auto rows = checked_indices("embedding", in[1], w.sizes[0]);
-  int64_t n = static_cast<int64_t>(rows.size()), d = w.sizes[1];
-  size_t es = dtype_size(w.dtype);
-  char* dst = static_cast<char*>(out[0].data);
-  if (w.strides[1] != 1) {  // rare (a transposed weight): one strided copy per row
-    for (int64_t k = 0; k < n; ++k)
-      copy_strided(narrow_view(w, 0, rows[k], 1), narrow_view(TensorView::contiguous(dst, w.dtype, {n, d}), 0, k, 1), 1);
-    return;
-  }
-  const char* src = static_cast<const char*>(w.data);
-  int64_t row_bytes = d * static_cast<int64_t>(es), ws = w.strides[0] * static_cast<int64_t>(es);
-  parallel_for(n, row_copy_threads(n, n * row_bytes, threads), [&](int64_t k) { std::memcpy(dst + k * row_bytes, src + rows[k] * ws, row_bytes); });
-}
-
-// index_select of contiguous x into contiguous out: for each of the dims before `dim` and each
-// pick, one block of the dims after it, copied whole. A copy_strided per pick cost ~25 ns of
-// setup for a block of a few floats: Swin's relative position bias (2401 picks of 3-24 floats,
-// 10 calls) took 0.6 ms a call that way.
-void select_blocks(const TensorView& x, int dim, const std::vector<int64_t>& picks, const TensorView& out, int threads) {
-  int64_t outer = 1, inner = static_cast<int64_t>(dtype_size(x.dtype));
-  for (int d = 0; d < dim; ++d) outer *= x.sizes[d];
-  for (int d = dim + 1; d < x.ndim; ++d) inner *= x.sizes[d];
-  const int64_t n = static_cast<int64_t>(picks.size()), from = x.sizes[dim];
-  const char* src = static_cast<const char*>(x.data);
-  char* dst = static_cast<char*>(out.data);
-  const int64_t rows = outer * n;
-  parallel_for(rows, row_copy_threads(rows, rows * inner, threads), [&](int64_t r) {
-    const int64_t o = r / n, j = r % n;
-    std::memcpy(dst + r * inner, src + (o * from + picks[j]) * inner, static_cast<size_t>(inner));
-  });
+  const int64_t n = static_cast<int64_t>(rows.size());
+  select_along(w, 0, rows, TensorView::contiguous(out[0].data, w.dtype, {n, w.sizes[1]}), threads);
 }
 
 KernelFactory index_select_factory() {
@@ -196,11 +198,7 @@ KernelFactory index_select_factory() {
         copy_strided(in[0], out[0], threads);
         return;
       }
-      auto picks = checked_indices("index_select", in[1], in[0].sizes[dim]);
-      if (in[0].is_contiguous() && out[0].is_contiguous())
-        return select_blocks(in[0], dim, picks, out[0], threads);
-      for (int64_t j = 0; j < static_cast<int64_t>(picks.size()); ++j)
-        copy_strided(narrow_view(in[0], dim, picks[j], 1), narrow_view(out[0], dim, j, 1), threads);
+      select_along(in[0], dim, checked_indices("index_select", in[1], in[0].sizes[dim]), out[0], threads);
     });
   };
 }
