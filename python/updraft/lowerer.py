@@ -99,8 +99,58 @@ def sym_expr(d: Any) -> Any:
     if isinstance(d, int):
         return sympy.Integer(d)
     if isinstance(d, torch.SymInt):
-        return d.node.expr
+        return canonical_size(d)
     raise Unsupported(f"size {d!r} is not an int")
+
+
+def canonical_size(d: torch.SymInt) -> Any:
+    """A SymInt's expression simplified by what its ShapeEnv knows: sub-expressions that an
+    equality guard equates to simpler ones, then the ShapeEnv's own simplification (its symbols'
+    value ranges). PyTorch's shape checks decide such equalities under the guards: MPT adds an
+    ALiBi bias sliced as `bias[..., max(0, 2048 - L):]` to [.., L, L] scores, and broadcasting
+    guards `2048 - max(0, 2048 - L) == L` (or bounds L <= 2048, when another check already
+    did). Without that knowledge the size is not L for every L, so the engine's own shape
+    inference could not accept the add: the graph was cut around every such add. The guards
+    hold for every call the graph runs, so the rewrite is exact. A plain symbol is never
+    rewritten, and a result over symbols the expression did not have is not taken (the engine
+    binds symbols from the graph's inputs)."""
+    expr = d.node.expr
+    if expr.is_Integer or expr.is_Symbol:
+        return expr
+    env = d.node.shape_env
+    eqs = _guard_equalities(env)
+    if eqs:
+        expr = expr.xreplace(eqs)
+    try:
+        simple = env.simplify(expr)
+    except Exception:  # noqa: BLE001 - a ShapeEnv that cannot: the expression as it is
+        return expr
+    return simple if simple.free_symbols <= expr.free_symbols else expr
+
+
+def _guard_equalities(shape_env: Any) -> dict:
+    """{complex: simpler} from the ShapeEnv's equality guards; cached per guard count."""
+    import sympy
+
+    guards = getattr(shape_env, "guards", None) or []
+    cached = getattr(shape_env, "_updraft_equalities", None)
+    if cached is not None and cached[0] == len(guards):
+        return cached[1]
+    eqs: dict = {}
+    for g in guards:
+        e = g.expr
+        if not isinstance(e, sympy.Eq) or e.lhs.is_number or e.rhs.is_number:
+            continue
+        a, b = sorted((e.lhs, e.rhs), key=sympy.count_ops)
+        # Only towards fewer symbols: a size written over a symbol that no input of the graph
+        # carries could not be bound (a cache position s0 + 1 equated to a mask's length).
+        if not b.is_Symbol and a != b and a.free_symbols <= b.free_symbols:
+            eqs[b] = a
+    try:
+        shape_env._updraft_equalities = (len(guards), eqs)
+    except AttributeError:  # a ShapeEnv with __slots__: recomputed each time
+        pass
+    return eqs
 
 
 def dim_text(expr: Any, rename: Optional[dict] = None) -> int | str:
@@ -163,7 +213,7 @@ def engine_dim(d: Any) -> int | str:
     if isinstance(d, torch.SymInt):
         # A symbol (s0) or an expression of symbols (s0*s1): the engine keeps either as a
         # symbolic dim and binds it from the input's actual size at prepare().
-        return dim_text(d.node.expr)
+        return dim_text(canonical_size(d))
     raise Unsupported(f"dim {d!r} is not an int")
 
 

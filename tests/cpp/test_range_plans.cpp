@@ -65,14 +65,31 @@ const char* kSymbolicExpand = R"(graph(%m: f32[1, 1, 1, s0], %s: f32[2, 4, 1, s0
 })";
 
 // A fixed table sliced at a size-dependent row (a position table read at the current length):
-// the slice kernel binds its start, so the graph keeps one plan per size.
+// the slice kernel binds its start and end, so the graph keeps one plan per size.
 const char* kSymbolicSlice = R"(graph(%x: f32[s0, 8]) {
   %pe = constant f32[64, 8] random(seed=6, lo=-1, hi=1)
   %r = sum(%x) {dims=[0], keepdim=true}
-  %p = slice(%pe) {dim=0, start=s0, end=64}
-  %q = slice(%p) {dim=0, start=0, end=1}
+  %q = slice(%pe) {dim=0, start=s0, end=(s0+1)}
   %y = add(%r, %q)
   return (%y)
+})";
+
+// Tables cut by a size where the kernel can read the cut from the views: to the length (static
+// start, symbolic end) and from a size-dependent row to the table's end (MPT's ALiBi bias
+// sliced by the key length), at end=64 and at the INT64_MAX that `x[s:]` lowers to. The
+// reshapes give the slices the sizes the lowering takes from torch (lowering_shape.py, _slice).
+const char* kSlicesFromViews = R"(graph(%x: f32[s0, 8]) {
+  %pe = constant f32[64, 8] random(seed=6, lo=-1, hi=1)
+  %a0 = slice(%pe) {dim=0, start=0, end=s0}
+  %b0 = slice(%pe) {dim=0, start=(64-s0), end=64}
+  %c0 = slice(%pe) {dim=0, start=(64-s0), end=9223372036854775807}
+  %a = reshape(%a0) {shape=[s0, 8]}
+  %b = reshape(%b0) {shape=[s0, 8]}
+  %c = reshape(%c0) {shape=[s0, 8]}
+  %y = add(%x, %a)
+  %z = sub(%b, %c)
+  %w = add(%y, %b)
+  return (%w, %z)
 })";
 
 std::vector<Tensor> decode_inputs(int64_t past) {
@@ -192,4 +209,15 @@ TEST(RangePlans, KernelThatBindsASymbolicAttributeKeepsOnePlanPerSize) {
   EXPECT_NE(st.range.find("has attributes that depend on a size"), std::string::npos) << st.range;
   EXPECT_EQ(st.built, 4u);
   EXPECT_EQ(st.instantiated, 0u);
+}
+
+TEST(RangePlans, SlicesWhoseCutTheViewsGiveKeepRangePlans) {
+  auto cg = Executable::compile(parse_graph(kSlicesFromViews), CompileOptions{});
+  auto ref = parse_graph(kSlicesFromViews);
+  for (int64_t n = 17; n <= 26; ++n)
+    run_and_check(*cg, *ref, {random_tensor(DType::f32, {n, 8}, static_cast<uint32_t>(n))}, "n=" + std::to_string(n));
+  PlanStats st = cg->plan_stats();
+  EXPECT_EQ(st.range, "on");
+  EXPECT_EQ(st.built, 2u);  // n=17 as usual, then the [17, 32] template
+  EXPECT_EQ(st.instantiated, 9u);
 }

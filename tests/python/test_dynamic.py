@@ -62,8 +62,16 @@ def test_dynamic_bert_one_compile_many_shapes(engine_compiles):
     _check_single_partition(rep)
     assert len(engine_compiles) == 1, str(rep)
     assert rep.engine_compiles == 1
-    assert rep.plans_built == len(shapes), str(rep)  # one memory plan per shape signature
+    _check_plans(rep.partitions[0], len(shapes))
     assert rep.partitions[0].plan_ms > 0
+
+
+def _check_plans(part, shapes: int) -> None:
+    """One memory plan per shape signature: built, or made without a build from its size
+    bucket's template (range plans: the graph qualifies since the slice of BERT's position ids
+    reads its length from the views). A template is built once per bucket, not per shape."""
+    assert part.range_plans == "on" and part.plans_instantiated > 0, part
+    assert part.plans_built + part.plans_instantiated >= shapes and part.plans_built < shapes, part
 
 
 def test_dynamic_gpt2_single_partition(engine_compiles):
@@ -135,10 +143,11 @@ def test_dynamic_factories_and_slices_match_eager(engine_compiles):
 
 def test_new_shapes_reuse_the_compiles_kernels(monkeypatch):
     """Plans for new shapes share the kernels of earlier ones (runtime/cross_shape_cache.h). Every
-    linear (a runtime-M oneDNN matmul), attention, norm and elementwise kernel is built once;
-    only the two kernels whose attributes hold a symbol are made again, once per new value:
-    the slice of the position-id table to [:, :s1] (per new length) and the expand of the
-    token-type ids to [s0, -1] (per new batch size)."""
+    linear (a runtime-M oneDNN matmul), attention, norm and elementwise kernel is built once.
+    The slice of the position-id table to [:, :s1] reads its length from the views, so the
+    graph takes range plans (runtime/plan.h): each new shape is an instance of its size
+    bucket's template, and fewer kernels are made than there are new sizes (one per new length
+    and one per new batch before)."""
     graphs = []
     real = _C.compile
 
@@ -158,11 +167,12 @@ def test_new_shapes_reuse_the_compiles_kernels(monkeypatch):
     shapes = [(2, 13), (3, 32), (2, 77), (4, 5), (3, 128), (2, 8)]
     _run_shapes(model, compiled, shapes)
     assert len(graphs) == 1
-    assert cg.plans_built == 6  # (2, 8) repeats
+    # (2, 8) repeats; every other shape is an instance of its bucket's template.
+    assert cg.plans_instantiated >= 5, cg.plans_instantiated
     new_lengths = len({s for _, s in shapes} - {8})
     new_batches = len({b for b, _ in shapes} - {2})
-    assert cg.kernels_created - first == new_lengths + new_batches, cg.plan_text([[2, 8]])
-    assert cg.kernels_reused >= 5 * (first - 2)
+    assert cg.kernels_created - first < new_lengths + new_batches, cg.plan_text([[2, 8]])
+    assert cg.kernels_reused >= 3 * (first - 2)  # the templates take the first plan's kernels
     torch._dynamo.reset()
 
 
@@ -180,7 +190,7 @@ def test_bert_base_many_lengths_and_batches_one_compile(engine_compiles):
     rep = updraft.last_report()
     _check_single_partition(rep)
     assert len(engine_compiles) == 1, str(rep)
-    assert rep.plans_built == len(shapes), str(rep)
+    _check_plans(rep.partitions[0], len(shapes))
 
 
 def test_clamp_to_a_dynamic_size_falls_back_with_a_reason():

@@ -101,3 +101,39 @@ def test_plan_options_are_validated():
     with pytest.raises(TypeError, match="range_plans must be a bool"):
         updraft.CompilerConfig(range_plans="yes")
     assert updraft.CompilerConfig(plan_cache_size=64).engine_options()["plan_cache_size"] == 64
+
+
+class _SlicedTables(torch.nn.Module):
+    """Two tables sliced by the sequence length, as models write them: a position table cut to
+    the length (`pos[:L]`: a static start, a symbolic end) and an ALiBi-style bias cut from the
+    end (`alibi[..., max(0, T - L):]`, MPT: a symbolic start). torch sizes the second
+    `T - max(0, T - L)` and proves it equal to L under a guard, which the lowering reads
+    (lowerer.canonical_size): without it the add could not broadcast in the engine."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos = torch.nn.Parameter(torch.randn(64, 8))
+        self.register_buffer("alibi", torch.randn(4, 1, 64))
+
+    def forward(self, x):  # x: [2, L, 8]
+        n = x.shape[1]
+        y = x + self.pos[:n]
+        bias = self.alibi[:, :, max(0, self.alibi.size(2) - n):]  # [4, 1, L]
+        return y.sum(-1)[:, None, None, :] + bias  # [2, 4, 1, L]
+
+
+def test_tables_sliced_by_the_length_keep_one_partition_and_range_plans(report):
+    """Both slices run in the engine (one partition, nothing left to PyTorch) and their kernels
+    take the length from the views, so one range plan serves every length of a bucket."""
+    torch.manual_seed(0)
+    model = _SlicedTables()
+    compiled = torch.compile(model, backend="updraft")
+    for n in range(5, 41):
+        x = torch.randn(2, n, 8)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-6, atol=1e-6)
+    assert report.num_fallback_compute == 0, str(report)
+    part = _decode_partition(report)
+    assert report.num_partitions == 2 and part.range_plans == "on", str(report)  # the static first call, then this
+    # 35 lengths over the buckets 5-8, 9-16, 17-32 and 33-64: a template each, and an exact plan.
+    assert part.plans_built <= 6 and part.plans_instantiated >= 29, str(report)
