@@ -2,8 +2,8 @@
 updraft-compiled forward, against eager.
 
 Each family is built from its default config (`AutoConfig.for_model`) shrunk as
-tools/model_sweep.py shrinks it (two layers of width 64, vocabulary 512), random weights, eval
-mode; a left-padded batch of two prompts (the second row's first 4 positions are padding) runs
+tools/model_sweep.py shrinks it (two layers of width 64, vocabulary 512) with the KV cache on,
+random weights, eval mode; a left-padded batch of two prompts (the second row's first 4 positions are padding) runs
 greedy `generate` for NEW tokens eagerly and then with `model.forward = torch.compile(
 model.forward, backend="updraft")`, in a fresh process per (family, cache) row, once with
 transformers' default dynamic cache and once with the static cache. A row is:
@@ -57,7 +57,9 @@ def _build(arch):
     import model_sweep
 
     cfg = model_sweep._shrink(AutoConfig.for_model(arch))
-    for key, value in dict(pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS).items():
+    # use_cache: decode with a KV cache, as a server runs it (MPT's config says False, which makes
+    # every step a forward over the whole sequence).
+    for key, value in dict(pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS, use_cache=True).items():
         setattr(cfg, key, value)
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_config(cfg).eval()

@@ -538,10 +538,10 @@ def compile_inference(gm: fx.GraphModule, config: CompilerConfig, report: GraphR
     reason = history.compiled(_signature(gm, names), frame_compile)
     report.compiles.append(("recompile", reason) if reason else ("compile", "first compile of this graph"))
     if history.recompiles > config.recompile_limit:
-        note = (f"recompile limit reached: compiled {history.recompiles + 1} times, over "
-                f"CompilerConfig.recompile_limit={config.recompile_limit}; the last change: {reason}")
-        _record_all_in_pytorch(gm, report, f"runs in PyTorch: {note}")
-        warn_once(f"[updraft.backend] a graph was {note}. It runs in PyTorch from now on. Mark the "
+        over = (f"compiled {history.recompiles + 1} times, over CompilerConfig.recompile_limit="
+                f"{config.recompile_limit}; the last change: {reason}")
+        _record_all_in_pytorch(gm, report, f"runs in PyTorch: recompile limit reached: {over}")
+        warn_once(f"[updraft.backend] a graph was {over}. It runs in PyTorch from now on. Mark the "
                   "changing dim dynamic (torch._dynamo.mark_dynamic, or torch.compile(dynamic=True)), "
                   "or raise the limit.")
         return _boxed(gm.forward)

@@ -96,6 +96,21 @@ using KernelFactory = std::function<std::unique_ptr<Kernel>(const KernelContext&
 // finite_inputs nodes' values from, and found them finite (runtime/finite_inputs.h). A
 // kernel's run() reads it; Plan::execute sets it for one call (FiniteCall); false elsewhere.
 bool call_inputs_finite();
+// The symbol bindings of the plan running on this thread (Plan::execute sets them for one call:
+// BoundCall); null elsewhere. A kernel whose attributes hold symbols (a slice from s0 - 1 to s0)
+// may evaluate them with these at run time instead of keeping the values it was built with,
+// and then says reads_attrs() false: one kernel serves every size of a range plan.
+const SymBindings* call_bindings();
+class BoundCall {
+ public:
+  explicit BoundCall(const SymBindings* b);
+  ~BoundCall();
+  BoundCall(const BoundCall&) = delete;
+  BoundCall& operator=(const BoundCall&) = delete;
+
+ private:
+  const SymBindings* prev_;
+};
 class FiniteCall {
  public:
   explicit FiniteCall(bool finite);

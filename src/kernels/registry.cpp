@@ -73,6 +73,13 @@ bool call_inputs_finite() { return t_call_inputs_finite; }
 FiniteCall::FiniteCall(bool finite) : prev_(t_call_inputs_finite) { t_call_inputs_finite = finite; }
 FiniteCall::~FiniteCall() { t_call_inputs_finite = prev_; }
 
+namespace {
+thread_local const SymBindings* t_call_bindings = nullptr;
+}  // namespace
+const SymBindings* call_bindings() { return t_call_bindings; }
+BoundCall::BoundCall(const SymBindings* b) : prev_(t_call_bindings) { t_call_bindings = b; }
+BoundCall::~BoundCall() { t_call_bindings = prev_; }
+
 std::unique_ptr<Kernel> make_kernel(std::string name, KernelFn fn) {
   return std::make_unique<FnKernel>(std::move(name), std::move(fn), FnUse::shapes);
 }

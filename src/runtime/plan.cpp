@@ -693,6 +693,9 @@ void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const s
   // Kernels built with KernelContext::finite_inputs take their fused form on this call only
   // when the inputs they depend on are finite (runtime/finite_inputs.h).
   FiniteCall finite(!finite_inputs_.empty() && inputs_finite(st));
+  // Kernels that evaluate symbolic attributes per call read this plan's binding (a range
+  // plan's instance carries its own).
+  BoundCall bound(&bindings_);
   auto bind_step = [&](const Step& step) {
     TensorView* v = st.views.data() + step.view_base;
     const size_t nin = step.in_slots.size();

@@ -65,7 +65,8 @@ const char* kSymbolicExpand = R"(graph(%m: f32[1, 1, 1, s0], %s: f32[2, 4, 1, s0
 })";
 
 // A fixed table sliced at a size-dependent row (a position table read at the current length):
-// the slice kernel binds its start and end, so the graph keeps one plan per size.
+// the slice kernel evaluates its start and end per call from the plan's binding
+// (call_bindings), so the graph keeps range plans.
 const char* kSymbolicSlice = R"(graph(%x: f32[s0, 8]) {
   %pe = constant f32[64, 8] random(seed=6, lo=-1, hi=1)
   %r = sum(%x) {dims=[0], keepdim=true}
@@ -90,6 +91,17 @@ const char* kSlicesFromViews = R"(graph(%x: f32[s0, 8]) {
   %z = sub(%b, %c)
   %w = add(%y, %b)
   return (%w, %z)
+})";
+
+// A decode step's attention written as matmuls (MPT, or any model that does not call sdpa):
+// q k^T with k read transposed, a softmax, p v, over a cache of s0 positions; q's rows (2) and
+// the key/value batch dim broadcast against q's (1 -> 2). cpu/matmul_rows.cpp runs both matmuls
+// for every s0 from the views, where oneDNN's primitives are built for one size.
+const char* kMatmulAttention = R"(graph(%q: f32[2, 4, 2, 16], %k: f32[1, 4, s0, 16], %v: f32[1, 4, s0, 16]) {
+  %s = matmul(%q, %k) {transpose_b=true}
+  %p = softmax(%s) {dim=-1}
+  %o = matmul(%p, %v)
+  return (%o)
 })";
 
 std::vector<Tensor> decode_inputs(int64_t past) {
@@ -200,15 +212,20 @@ TEST(RangePlans, ExpandToASymbolicShapeKeepsRangePlans) {
   EXPECT_EQ(st.instantiated, 9u);  // 18..26, each an instance of the template built at 32
 }
 
-TEST(RangePlans, KernelThatBindsASymbolicAttributeKeepsOnePlanPerSize) {
+TEST(RangePlans, SliceAtASymbolicRowKeepsRangePlans) {
   auto cg = Executable::compile(parse_graph(kSymbolicSlice), CompileOptions{});
   auto ref = parse_graph(kSymbolicSlice);
-  for (int64_t n : {20, 21, 22, 23})
+  for (int64_t n : {20, 21, 22, 23, 30, 20})
     run_and_check(*cg, *ref, {random_tensor(DType::f32, {n, 8}, static_cast<uint32_t>(n))}, "n=" + std::to_string(n));
   PlanStats st = cg->plan_stats();
-  EXPECT_NE(st.range.find("has attributes that depend on a size"), std::string::npos) << st.range;
-  EXPECT_EQ(st.built, 4u);
-  EXPECT_EQ(st.instantiated, 0u);
+  EXPECT_EQ(st.range, "on") << st.range;
+  EXPECT_EQ(st.built, 2u);         // n=20 as usual, then the [17, 32] template
+  EXPECT_EQ(st.instantiated, 4u);  // 21, 22, 23, 30 (20 again: its cached plan)
+  // The [33, 64] bucket's template, built at 64, would slice past the table (an empty row, where
+  // 33-63 give one): that bucket keeps a plan per size, and says why.
+  for (int64_t n : {40, 41})
+    run_and_check(*cg, *ref, {random_tensor(DType::f32, {n, 8}, static_cast<uint32_t>(n))}, "n=" + std::to_string(n));
+  EXPECT_NE(cg->plan_stats().range.find("in the graph but"), std::string::npos) << cg->plan_stats().range;
 }
 
 TEST(RangePlans, SlicesWhoseCutTheViewsGiveKeepRangePlans) {
@@ -220,4 +237,25 @@ TEST(RangePlans, SlicesWhoseCutTheViewsGiveKeepRangePlans) {
   EXPECT_EQ(st.range, "on");
   EXPECT_EQ(st.built, 2u);  // n=17 as usual, then the [17, 32] template
   EXPECT_EQ(st.instantiated, 9u);
+}
+
+TEST(RangePlans, AttentionWrittenAsMatmulsKeepsRangePlans) {
+  for (bool capped : {false, true}) {  // the AVX-512 tiles where the CPU has them, and AVX2's
+    CompileOptions o;
+    if (capped) o.kernels.cpu_isa = CpuIsa::avx2;
+    auto cg = Executable::compile(parse_graph(kMatmulAttention), o);
+    auto ref = parse_graph(kMatmulAttention);
+    for (int64_t n : {1, 5, 17, 18, 19, 30, 31, 32, 33, 47}) {
+      auto seed = static_cast<uint32_t>(3 * n);
+      run_and_check(*cg, *ref,
+                    {random_tensor(DType::f32, {2, 4, 2, 16}, seed), random_tensor(DType::f32, {1, 4, n, 16}, seed + 1),
+                     random_tensor(DType::f32, {1, 4, n, 16}, seed + 2)},
+                    "n=" + std::to_string(n) + (capped ? " avx2" : ""));
+    }
+    PlanStats st = cg->plan_stats();
+    EXPECT_EQ(st.range, "on") << st.range;
+    EXPECT_GE(st.instantiated, 5u);
+    const std::string plan = cg->plan_text({{2, 4, 2, 16}, {1, 4, 20, 16}, {1, 4, 20, 16}});
+    EXPECT_NE(plan.find(capped ? "cpu_matmul_rows_f32_avx2" : "cpu_matmul_rows_f32"), std::string::npos) << plan;
+  }
 }

@@ -158,8 +158,12 @@ TEST(SymbolicAttrs, OneCompileServesEveryShape) {
     ++runs;
   }
   EXPECT_EQ(runs, 6);
-  // Five distinct signatures: five plans over the one compile.
-  EXPECT_EQ(cg->plan_stats().built, 5u);
+  // Five distinct signatures, five plans over the one compile: built, or made from a size
+  // bucket's template (range plans: the table's slice to s1 reads its length from the views).
+  const PlanStats st = cg->plan_stats();
+  EXPECT_EQ(st.range, "on");
+  EXPECT_GT(st.instantiated, 0u);
+  EXPECT_LT(st.built, 5u);
   EXPECT_GT(cg->plan_stats().total_ms, 0.0);
   // s1 beyond the table: PyTorch clamps the slice to 16 rows, which no longer broadcasts
   // against s1 = 20; the plan says so instead of running mis-sized buffers.

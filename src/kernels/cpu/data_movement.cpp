@@ -63,21 +63,22 @@ KernelFactory slice_factory() {
     // ctx.attr: start/end may be symbolic in the graph; the plan passes them evaluated.
     int64_t start = ctx.attr("start").i(), end = ctx.attr("end").i(), step = n.attr("step").i();
     int threads = ctx.num_threads;
-    // A symbolic end or start need not be baked in: the output's length along `dim` is in its
-    // view. With a static start, the kernel takes that length from there; with a symbolic
-    // start, step 1 and a static end at or past the input's end (x[..., s:], MPT's ALiBi table
-    // sliced by the key length), the start is the input's size less that length. Such a kernel
-    // reads only static attributes, so one kernel serves every size of a range plan.
-    const bool start_static = !n.attr("start").is_symbolic(), end_symbolic = n.attr("end").is_symbolic();
-    const Dim& in_dim = n.inputs[0]->type.shape[static_cast<size_t>(dim)];
-    const bool to_end = !end_symbolic && (end == INT64_MAX || (in_dim.is_static() && end >= in_dim.value()));
-    const bool from_end = !start_static && step == 1 && to_end;
-    if ((start_static && end_symbolic) || from_end) {
+    // A symbolic start or end (x[:, s0 - 1:s0], a table cut at the length) is evaluated per call
+    // from the running plan's binding (call_bindings), so the kernel keeps no size of its own and
+    // one kernel serves every size of a range plan. Without a plan (a kernel run on its own) it
+    // takes the values it was built with.
+    const Attr &sa = n.attr("start"), &ea = n.attr("end");
+    if (sa.is_symbolic() || ea.is_symbolic()) {
+      const std::optional<Dim> sd = sa.is_symbolic() ? std::optional<Dim>(sa.dim()) : std::nullopt;
+      const std::optional<Dim> ed = ea.is_symbolic() ? std::optional<Dim>(ea.dim()) : std::nullopt;
       return make_view_kernel("cpu_slice", [=](const TensorView* in, TensorView* out) {
-        const int64_t len = out[0].sizes[dim];
-        if (len == 0) return;
-        int64_t s = from_end ? in[0].sizes[dim] - len : slice_range(in[0].sizes[dim], start, start + 1, 1).start;
-        copy_strided(narrow_view(in[0], dim, s, len, step), out[0], threads);
+        const SymBindings* b = call_bindings();
+        const int64_t s = sd && b ? sd->eval(*b) : start, e = ed && b ? ed->eval(*b) : end;
+        SliceRange r = slice_range(in[0].sizes[dim], s, e, step);
+        UPDRAFT_CHECK(r.len == out[0].sizes[dim], "slice", "the bound sizes give " + std::to_string(r.len) +
+                                                              " elements along dim " + std::to_string(dim) +
+                                                              ", the output holds " + std::to_string(out[0].sizes[dim]));
+        copy_strided(narrow_view(in[0], dim, r.start, r.len, step), out[0], threads);
       });
     }
     return make_generic_kernel("cpu_slice", [=](const TensorView* in, TensorView* out) {

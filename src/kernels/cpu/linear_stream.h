@@ -30,4 +30,10 @@ constexpr int64_t kStreamMinWeight = 1 << 16;  // smaller weights sit in cache: 
 // The kernel for a `linear` or `matmul` node that fits (above), else nullptr.
 std::unique_ptr<Kernel> make_stream_f32(const KernelContext& ctx);
 
+// A `matmul` of two computed operands with up to kStreamMaxRows static rows and symbolic sizes
+// (a decode step's q k^T and p v written as matmuls, over a growing KV cache): the same dot
+// tiles per batch matrix, every size read from the views, so range plans keep such a graph
+// (matmul_rows.cpp); nullptr when the node does not fit.
+std::unique_ptr<Kernel> make_matmul_rows_f32(const KernelContext& ctx);
+
 }  // namespace updraft::cpu

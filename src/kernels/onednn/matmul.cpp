@@ -662,6 +662,7 @@ std::unique_ptr<Kernel> create_linear(const KernelContext& ctx) {
 std::unique_ptr<Kernel> create_matmul(const KernelContext& ctx) {
   if (has_empty_tensor(ctx)) return nullptr;
   if (auto k = cpu::make_stream_f32(ctx)) return k;
+  if (auto k = cpu::make_matmul_rows_f32(ctx)) return k;
   return gemm_matmul(ctx);
 }
 
