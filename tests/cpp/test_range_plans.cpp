@@ -75,10 +75,10 @@ const char* kSymbolicSlice = R"(graph(%x: f32[s0, 8]) {
   return (%y)
 })";
 
-// Tables cut by a size where the kernel can read the cut from the views: to the length (static
-// start, symbolic end) and from a size-dependent row to the table's end (MPT's ALiBi bias
-// sliced by the key length), at end=64 and at the INT64_MAX that `x[s:]` lowers to. The
-// reshapes give the slices the sizes the lowering takes from torch (lowering_shape.py, _slice).
+// Tables cut by a size: to the length (static start, symbolic end) and from a size-dependent
+// row to the table's end (MPT's ALiBi bias sliced by the key length), at end=64 and at the
+// INT64_MAX that `x[s:]` lowers to. The reshapes give the slices the sizes the lowering takes
+// from torch (lowering_shape.py, _slice).
 const char* kSlicesFromViews = R"(graph(%x: f32[s0, 8]) {
   %pe = constant f32[64, 8] random(seed=6, lo=-1, hi=1)
   %a0 = slice(%pe) {dim=0, start=0, end=s0}
@@ -228,7 +228,7 @@ TEST(RangePlans, SliceAtASymbolicRowKeepsRangePlans) {
   EXPECT_NE(cg->plan_stats().range.find("in the graph but"), std::string::npos) << cg->plan_stats().range;
 }
 
-TEST(RangePlans, SlicesWhoseCutTheViewsGiveKeepRangePlans) {
+TEST(RangePlans, TablesCutBySizesKeepRangePlans) {
   auto cg = Executable::compile(parse_graph(kSlicesFromViews), CompileOptions{});
   auto ref = parse_graph(kSlicesFromViews);
   for (int64_t n = 17; n <= 26; ++n)

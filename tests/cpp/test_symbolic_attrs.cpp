@@ -159,7 +159,7 @@ TEST(SymbolicAttrs, OneCompileServesEveryShape) {
   }
   EXPECT_EQ(runs, 6);
   // Five distinct signatures, five plans over the one compile: built, or made from a size
-  // bucket's template (range plans: the table's slice to s1 reads its length from the views).
+  // bucket's template (range plans: the table's slice to s1 evaluates its end per call).
   const PlanStats st = cg->plan_stats();
   EXPECT_EQ(st.range, "on");
   EXPECT_GT(st.instantiated, 0u);

@@ -69,7 +69,7 @@ def test_dynamic_bert_one_compile_many_shapes(engine_compiles):
 def _check_plans(part, shapes: int) -> None:
     """One memory plan per shape signature: built, or made without a build from its size
     bucket's template (range plans: the graph qualifies since the slice of BERT's position ids
-    reads its length from the views). A template is built once per bucket, not per shape."""
+    evaluates its end per call). A template is built once per bucket, not per shape."""
     assert part.range_plans == "on" and part.plans_instantiated > 0, part
     assert part.plans_built + part.plans_instantiated >= shapes and part.plans_built < shapes, part
 
@@ -144,8 +144,8 @@ def test_dynamic_factories_and_slices_match_eager(engine_compiles):
 def test_new_shapes_reuse_the_compiles_kernels(monkeypatch):
     """Plans for new shapes share the kernels of earlier ones (runtime/cross_shape_cache.h). Every
     linear (a runtime-M oneDNN matmul), attention, norm and elementwise kernel is built once.
-    The slice of the position-id table to [:, :s1] reads its length from the views, so the
-    graph takes range plans (runtime/plan.h): each new shape is an instance of its size
+    The slice of the position-id table to [:, :s1] evaluates its end per call from the plan's
+    binding, so the graph takes range plans (runtime/plan.h): each new shape is an instance of its size
     bucket's template, and fewer kernels are made than there are new sizes (one per new length
     and one per new batch before)."""
     graphs = []

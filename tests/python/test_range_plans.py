@@ -124,7 +124,8 @@ class _SlicedTables(torch.nn.Module):
 
 def test_tables_sliced_by_the_length_keep_one_partition_and_range_plans(report):
     """Both slices run in the engine (one partition, nothing left to PyTorch) and their kernels
-    take the length from the views, so one range plan serves every length of a bucket."""
+    evaluate their bounds per call from the plan's binding, so one range plan serves every
+    length of a bucket."""
     torch.manual_seed(0)
     model = _SlicedTables()
     compiled = torch.compile(model, backend="updraft")
@@ -137,3 +138,29 @@ def test_tables_sliced_by_the_length_keep_one_partition_and_range_plans(report):
     assert report.num_partitions == 2 and part.range_plans == "on", str(report)  # the static first call, then this
     # 35 lengths over the buckets 5-8, 9-16, 17-32 and 33-64: a template each, and an exact plan.
     assert part.plans_built <= 6 and part.plans_instantiated >= 29, str(report)
+
+
+def _mpt():
+    """MPT: ALiBi position bias sliced by the key length, attention written as matmuls (no sdpa)."""
+    torch.manual_seed(0)
+    cfg = transformers.MptConfig(d_model=64, n_heads=4, n_layers=2, expansion_ratio=2, vocab_size=1000,
+                                 max_seq_len=256, use_cache=True)
+    return transformers.MptForCausalLM(cfg).eval()
+
+
+def test_attention_written_as_matmuls_decodes_on_range_plans(report):
+    """MPT's decode step: the ALiBi slice's size is proven equal to the key length under torch's
+    guards (lowerer.canonical_size; the graph was cut at every layer's add without it), its
+    q k^T and p v over the growing cache run on the rows kernel (cpu/matmul_rows.cpp), and the
+    slices evaluate their bounds per call, so the step keeps one partition and range plans."""
+    eager = _mpt()
+    model = _mpt()
+    model.forward = torch.compile(model.forward, backend="updraft")
+    prompt = torch.randint(3, 1000, (1, 12))
+    want = _generate(eager, prompt, 30)
+    torch.testing.assert_close(_generate(model, prompt, 30), want, rtol=0, atol=0)
+    assert report.num_fallback_compute == 0, str(report)
+    assert all(len(g.partitions) == 1 for g in report.graphs), str(report)
+    part = _decode_partition(report)
+    assert part.range_plans == "on", str(report)
+    assert part.plans_instantiated >= 20, str(report)
