@@ -27,9 +27,11 @@ import argparse
 import collections
 import json
 import os
-import subprocess
 import sys
 import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import model_sweep  # noqa: E402 - the shrunk configs and the row runner
 
 NEW = 12
 RTOL = 1e-4
@@ -52,9 +54,6 @@ DEFAULT_MODELS = [
 def _build(arch):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
-
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import model_sweep
 
     cfg = model_sweep._shrink(AutoConfig.for_model(arch))
     # use_cache: decode with a KV cache, as a server runs it (MPT's config says False, which makes
@@ -156,26 +155,9 @@ def main() -> int:
     if args.one:
         print("ROW " + json.dumps(_one(*args.one)), flush=True)
         return 0
-    rows = []
-    for arch in args.models.split(","):
-        for cache in args.caches.split(","):
-            cmd = [sys.executable, os.path.abspath(__file__), "--one", arch, cache]
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-                line = [ln for ln in proc.stdout.splitlines() if ln.startswith("ROW ")]
-                row = json.loads(line[-1][4:]) if line else {
-                    "model": arch, "cache": cache, "status": "FAIL",
-                    "why": f"process exited {proc.returncode}: {proc.stderr.strip()[-300:]}"}
-            except subprocess.TimeoutExpired:
-                row = {"model": arch, "cache": cache, "status": "FAIL", "why": f"timeout {args.timeout} s"}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
-    counts = {k: sum(r["status"] == k for r in rows) for k in ("ok", "FAIL", "skip")}
-    print(f"{len(rows)} rows: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
-    return 1 if counts["FAIL"] else 0
+    pairs = [(arch, cache) for arch in args.models.split(",") for cache in args.caches.split(",")]
+    rows = model_sweep.run_rows(__file__, pairs, "cache", args.timeout)
+    return model_sweep.finish(rows, args.json, ("ok", "FAIL", "skip"))
 
 
 if __name__ == "__main__":

@@ -333,27 +333,39 @@ def main() -> int:
     if args.one:
         print("ROW " + json.dumps(_one(*args.one)), flush=True)
         return 0
+    pairs = [(arch, mode) for arch in args.models.split(",") for mode in args.modes.split(",")]
+    rows = run_rows(__file__, pairs, "mode", args.timeout)
+    return finish(rows, args.json, ("ok", "noisy", "FAIL", "skip"))
+
+
+def run_rows(script: str, pairs: list, key: str, timeout: float) -> list:
+    """Runs `script --one MODEL X` in a fresh process per (MODEL, X) pair, X being the row's
+    `key` (a mode, a cache kind); the row is the process's last `ROW {json}` line, or a failure
+    saying why there is none. Prints each row as it comes."""
     rows = []
-    for arch in args.models.split(","):
-        for mode in args.modes.split(","):
-            cmd = [sys.executable, os.path.abspath(__file__), "--one", arch, mode]
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-                line = [ln for ln in proc.stdout.splitlines() if ln.startswith("ROW ")]
-                row = json.loads(line[-1][4:]) if line else {
-                    "model": arch, "mode": mode, "status": "FAIL",
-                    "why": f"process exited {proc.returncode}: {proc.stderr.strip()[-300:]}"}
-            except subprocess.TimeoutExpired:
-                row = {"model": arch, "mode": mode, "status": "FAIL", "why": f"timeout {args.timeout} s"}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
+    for arch, second in pairs:
+        cmd = [sys.executable, os.path.abspath(script), "--one", arch, second]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            line = [ln for ln in proc.stdout.splitlines() if ln.startswith("ROW ")]
+            row = json.loads(line[-1][4:]) if line else {
+                "model": arch, key: second, "status": "FAIL",
+                "why": f"process exited {proc.returncode}: {proc.stderr.strip()[-300:]}"}
+        except subprocess.TimeoutExpired:
+            row = {"model": arch, key: second, "status": "FAIL", "why": f"timeout {timeout} s"}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def finish(rows: list, json_path, statuses: tuple) -> int:
+    """Writes the rows (json_path, if given), prints the count per status; 1 if any failed."""
+    if json_path:
+        with open(json_path, "w") as f:
             json.dump(rows, f, indent=1)
-    counts = {k: sum(r["status"] == k for r in rows) for k in ("ok", "noisy", "FAIL", "skip")}
-    bad = counts["FAIL"]
+    counts = {k: sum(r["status"] == k for r in rows) for k in statuses}
     print(f"{len(rows)} rows: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
-    return 1 if bad else 0
+    return 1 if counts["FAIL"] else 0
 
 
 if __name__ == "__main__":

@@ -36,13 +36,19 @@ def _decode_partition(rep):
     return max(parts, key=lambda p: p.plans_built + p.plans_instantiated)
 
 
-def test_generate_builds_a_plan_per_bucket_then_none(report):
-    eager = _llama()
-    model = _llama()
+def _compiled_generate_matches_eager(build, prompt, new_tokens):
+    """Two copies of a model from `build`, one eager and one with its forward compiled; greedy
+    generate on both must give the same tokens. Returns (compiled model, eager's tokens)."""
+    eager, model = build(), build()
     model.forward = torch.compile(model.forward, backend="updraft")
+    want = _generate(eager, prompt, new_tokens)
+    torch.testing.assert_close(_generate(model, prompt, new_tokens), want, rtol=0, atol=0)
+    return model, want
+
+
+def test_generate_builds_a_plan_per_bucket_then_none(report):
     prompt = torch.randint(0, 1000, (1, 12))
-    want = _generate(eager, prompt, 40)
-    torch.testing.assert_close(_generate(model, prompt, 40), want, rtol=0, atol=0)
+    model, want = _compiled_generate_matches_eager(_llama, prompt, 40)
     part = _decode_partition(report)
     assert part.range_plans == "on", str(report)
     # Cache lengths 13..51 after the static first steps: at most one exact plan and the
@@ -153,12 +159,7 @@ def test_attention_written_as_matmuls_decodes_on_range_plans(report):
     guards (lowerer.canonical_size; the graph was cut at every layer's add without it), its
     q k^T and p v over the growing cache run on the rows kernel (cpu/matmul_rows.cpp), and the
     slices evaluate their bounds per call, so the step keeps one partition and range plans."""
-    eager = _mpt()
-    model = _mpt()
-    model.forward = torch.compile(model.forward, backend="updraft")
-    prompt = torch.randint(3, 1000, (1, 12))
-    want = _generate(eager, prompt, 30)
-    torch.testing.assert_close(_generate(model, prompt, 30), want, rtol=0, atol=0)
+    _compiled_generate_matches_eager(_mpt, torch.randint(3, 1000, (1, 12)), 30)
     assert report.num_fallback_compute == 0, str(report)
     assert all(len(g.partitions) == 1 for g in report.graphs), str(report)
     part = _decode_partition(report)
