@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 from typing import Any, Callable, Optional
 
 import torch
@@ -128,12 +129,16 @@ def canonical_size(d: torch.SymInt) -> Any:
     return simple if simple.free_symbols <= expr.free_symbols else expr
 
 
+_EQUALITIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # ShapeEnv -> (guard count, map)
+
+
 def _guard_equalities(shape_env: Any) -> dict:
-    """{complex: simpler} from the ShapeEnv's equality guards; cached per guard count."""
+    """{complex: simpler} from the ShapeEnv's equality guards; cached per guard count (kept
+    beside the ShapeEnv, not on it: torch may copy or compare its fields)."""
     import sympy
 
     guards = getattr(shape_env, "guards", None) or []
-    cached = getattr(shape_env, "_updraft_equalities", None)
+    cached = _EQUALITIES.get(shape_env)
     if cached is not None and cached[0] == len(guards):
         return cached[1]
     eqs: dict = {}
@@ -147,8 +152,8 @@ def _guard_equalities(shape_env: Any) -> dict:
         if not b.is_Symbol and a != b and a.free_symbols <= b.free_symbols:
             eqs[b] = a
     try:
-        shape_env._updraft_equalities = (len(guards), eqs)
-    except AttributeError:  # a ShapeEnv with __slots__: recomputed each time
+        _EQUALITIES[shape_env] = (len(guards), eqs)
+    except TypeError:  # not weakly referable: recomputed each time
         pass
     return eqs
 
