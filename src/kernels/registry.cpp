@@ -194,6 +194,7 @@ std::vector<Tensor> run_node(const Node& n, const std::vector<TensorView>& input
   auto kernel = KernelRegistry::get().create(ctx, d);
   std::vector<char> scratch(kernel->scratch_bytes() + 64);
   void* aligned = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t{63});
+  BoundCall call_scope(bindings);  // this node's binding, never an enclosing plan's (call_bindings)
   kernel->run(inputs.data(), out_views.data(), aligned);
   return outs;
 }
