@@ -80,10 +80,11 @@ class Kernel {
   // Scratch for a call at ctx's shapes (only asked when runs_shapes_of(ctx) or ctx is the
   // context the kernel was built from). Default: scratch_bytes().
   virtual size_t scratch_bytes_for(const KernelContext& /*ctx*/) const { return scratch_bytes(); }
-  // False when the kernel reads none of the node's attributes (the views give it everything):
-  // a node whose attributes hold symbolic sizes (expand to [s0, 1, s1, s2]) then runs every
-  // size of a range plan's bucket with this one kernel. Default: true, the attributes bound
-  // at build time are part of the kernel.
+  // False when the kernel keeps none of the node's size-dependent attributes as built (the views
+  // give it every size, or it evaluates symbolic attributes per call from call_bindings()): a
+  // node whose attributes hold symbolic sizes (expand to [s0, 1, s1, s2], a slice from s0 - 1
+  // to s0) then runs every size of a range plan's bucket with this one kernel. Default: true,
+  // the attributes bound at build time are part of the kernel.
   virtual bool reads_attrs() const { return true; }
   // True when run() takes another form on calls where call_inputs_finite() (built from a
   // context with finite_inputs): the plan scans its inputs only for kernels that do.
@@ -131,8 +132,8 @@ std::unique_ptr<Kernel> make_kernel(std::string name, KernelFn fn);
 // counts are fine: they are the same in every plan of a compile). Only for kernels a
 // factory picks whatever the sizes are (not a size-dependent fallback).
 std::unique_ptr<Kernel> make_generic_kernel(std::string name, KernelFn fn);
-// The same for a function that reads no attribute either (copy, broadcast, row gather): the
-// kernel says reads_attrs() false.
+// The same for a function that keeps no attribute bound to one size (copy, broadcast, row
+// gather; a slice that evaluates its symbolic bounds per call): the kernel says reads_attrs() false.
 std::unique_ptr<Kernel> make_view_kernel(std::string name, KernelFn fn);
 
 class KernelRegistry {

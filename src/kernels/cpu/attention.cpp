@@ -41,6 +41,7 @@
 
 #include "ir/ops/params.h"
 #include "kernels/cpu/sdpa_tiles.h"
+#include "kernels/cpu/strided_copy.h"
 #include "kernels/cpu/simd_f32.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/threads.h"
@@ -222,16 +223,6 @@ class SdpaKernel final : public Kernel {
     TensorView t = in[i];
     if (t.sizes[t.ndim - 1] == 1 || t.strides[t.ndim - 1] == 1) return t;
     return TensorView::contiguous(qkv_[i].get(in, scratch, kOp), t.dtype, t.shape());
-  }
-
-  // Offset of the batch element `idx` (the output's nb batch indices) in t, whose batch dims
-  // align to the right and broadcast where their size is 1.
-  static int64_t batch_offset(const TensorView& t, const int64_t* idx, int nb) {
-    int tb = t.ndim - 2;
-    int64_t off = 0;
-    for (int d = 0; d < tb; ++d)
-      if (t.sizes[d] != 1) off += idx[nb - tb + d] * t.strides[d];
-    return off;
   }
 
   // Adds (float) or applies (bool, false = -inf) the mask row for (batch idx, query l).

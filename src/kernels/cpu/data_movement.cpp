@@ -56,6 +56,11 @@ KernelFactory permute_factory() {
   };
 }
 
+[[noreturn]] void throw_slice_mismatch(int64_t len, int dim, int64_t held) {
+  throw Error("slice", "the bound sizes give " + std::to_string(len) + " elements along dim " + std::to_string(dim) +
+                           ", the output holds " + std::to_string(held));
+}
+
 KernelFactory slice_factory() {
   return [](const KernelContext& ctx) {
     const Node& n = ctx.node;
@@ -65,26 +70,17 @@ KernelFactory slice_factory() {
     int threads = ctx.num_threads;
     // A symbolic start or end (x[:, s0 - 1:s0], a table cut at the length) is evaluated per call
     // from the running plan's binding (call_bindings), so the kernel keeps no size of its own and
-    // one kernel serves every size of a range plan. Without a plan (a kernel run on its own) it
-    // takes the values it was built with.
-    const Attr &sa = n.attr("start"), &ea = n.attr("end");
-    if (sa.is_symbolic() || ea.is_symbolic()) {
-      const std::optional<Dim> sd = sa.is_symbolic() ? std::optional<Dim>(sa.dim()) : std::nullopt;
-      const std::optional<Dim> ed = ea.is_symbolic() ? std::optional<Dim>(ea.dim()) : std::nullopt;
-      return make_view_kernel("cpu_slice", [=](const TensorView* in, TensorView* out) {
-        const SymBindings* b = call_bindings();
-        const int64_t s = sd && b ? sd->eval(*b) : start, e = ed && b ? ed->eval(*b) : end;
-        SliceRange r = slice_range(in[0].sizes[dim], s, e, step);
-        UPDRAFT_CHECK(r.len == out[0].sizes[dim], "slice", "the bound sizes give " + std::to_string(r.len) +
-                                                              " elements along dim " + std::to_string(dim) +
-                                                              ", the output holds " + std::to_string(out[0].sizes[dim]));
-        copy_strided(narrow_view(in[0], dim, r.start, r.len, step), out[0], threads);
-      });
-    }
-    return make_generic_kernel("cpu_slice", [=](const TensorView* in, TensorView* out) {
-      SliceRange r = slice_range(in[0].sizes[dim], start, end, step);
+    // one kernel serves every size of a range plan. Without a binding (a kernel run on its own)
+    // it takes the values it was built with.
+    const bool symbolic = n.attr("start").is_symbolic() || n.attr("end").is_symbolic();
+    const Dim sd = n.attr("start").dim(), ed = n.attr("end").dim();  // static where the attribute is
+    KernelFn fn = [=](const TensorView* in, TensorView* out) {
+      const SymBindings* b = symbolic ? call_bindings() : nullptr;
+      SliceRange r = slice_range(in[0].sizes[dim], b ? sd.eval(*b) : start, b ? ed.eval(*b) : end, step);
+      if (r.len != out[0].sizes[dim]) throw_slice_mismatch(r.len, dim, out[0].sizes[dim]);
       copy_strided(narrow_view(in[0], dim, r.start, r.len, step), out[0], threads);
-    });
+    };
+    return symbolic ? make_view_kernel("cpu_slice", std::move(fn)) : make_generic_kernel("cpu_slice", std::move(fn));
   };
 }
 

@@ -10,12 +10,14 @@
 // What it does not take: static shapes (oneDNN's, as before), M symbolic or above
 // kStreamMaxRows (a prompt's rows: oneDNN's blocked gemm), transpose_a, constant operands (the
 // streaming linear and oneDNN), epilogues, operands of different ranks.
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
 #include "ir/ops/params.h"
 #include "kernels/cpu/linear_stream.h"
 #include "kernels/cpu/linear_wq_tiles.h"
+#include "kernels/cpu/strided_copy.h"
 #include "kernels/cpu/threads.h"
 
 namespace updraft::cpu {
@@ -62,17 +64,13 @@ class RowsMatmulKernel final : public Kernel {
     const int64_t batches = c.numel() / (M * N);
     const double bytes = 4.0 * static_cast<double>(b.numel() + a.numel());
     const int nt = threads_for_gemm(2.0 * static_cast<double>(M * N) * K * batches, bytes, budget_);
-    ScopedThreads threads(nt);
+    const int nb = r - 2;
     parallel_for(batches, nt, [&](int64_t i) {
-      int64_t rem = i, oa = 0, ob = 0;  // i over c's batch dims, broadcast (size 1) dims of a, b fixed
-      for (int d = r - 3; d >= 0; --d) {
-        const int64_t at = rem % c.sizes[d];
-        rem /= c.sizes[d];
-        if (a.sizes[d] != 1) oa += at * a.strides[d];
-        if (b.sizes[d] != 1) ob += at * b.strides[d];
-      }
-      const float* ap = a.ptr<float>() + oa;
-      const float* bp = b.ptr<float>() + ob;
+      int64_t idx[kMaxDims];  // i over c's batch dims
+      int64_t rem = i;
+      for (int d = nb - 1; d >= 0; --d) idx[d] = rem % c.sizes[d], rem /= c.sizes[d];
+      const float* ap = a.ptr<float>() + batch_offset(a, idx, nb);
+      const float* bp = b.ptr<float>() + batch_offset(b, idx, nb);
       float* cp = c.ptr<float>() + i * M * N;
       if (K == 0) {
         std::fill(cp, cp + M * N, 0.f);

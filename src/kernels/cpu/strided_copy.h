@@ -43,4 +43,15 @@ class Packed {
 TensorView narrow_view(const TensorView& v, int dim, int64_t start, int64_t len, int64_t step = 1);
 TensorView permute_view(const TensorView& v, const std::vector<int>& dims);
 
+// Element offset in t of batch element `idx` (the output's nb leading batch indices), for a
+// batched matrix op: t's leading t.ndim - 2 dims align to the output's from the right and
+// broadcast where their size is 1.
+inline int64_t batch_offset(const TensorView& t, const int64_t* idx, int nb) {
+  const int tb = t.ndim - 2;
+  int64_t off = 0;
+  for (int d = 0; d < tb; ++d)
+    if (t.sizes[d] != 1) off += idx[nb - tb + d] * t.strides[d];
+  return off;
+}
+
 }  // namespace updraft::cpu
