@@ -46,7 +46,7 @@ struct OneKernel {
 
   // `factory`: the kernel to build; null for the registry's pick, as a plan makes it.
   OneKernel(const std::string& op, std::vector<Tensor> inputs, Attrs attrs, std::vector<bool> constant = {},
-            KernelFactory factory = nullptr)
+            KernelFactory factory = nullptr, CpuIsa isa = CpuIsa::native)
       : ins(std::move(inputs)) {
     std::vector<Value*> vals;
     for (size_t k = 0; k < ins.size(); ++k) {
@@ -56,6 +56,7 @@ struct OneKernel {
     }
     Node* n = g.add_node(op, vals, std::move(attrs));
     KernelContext ctx{*n, {}, {}, {}, 0};
+    ctx.options.cpu_isa = isa;
     for (size_t k = 0; k < ins.size(); ++k) {
       ctx.in_shapes.push_back(ins[k].shape());
       ctx.const_inputs.push_back(vals[k]->is_constant() ? &*vals[k]->constant : nullptr);
@@ -191,6 +192,44 @@ BENCHMARK(BM_DecodeMatmul)
     ->Args({1, 768, 3072, 0})->Args({1, 768, 3072, 1})
     ->Args({1, 3072, 768, 0})->Args({1, 3072, 768, 1})
     ->Args({4, 768, 3072, 0})->Args({4, 768, 3072, 1})
+    ->UseRealTime();
+
+// A prompt's linears (prefill): x [M, K] against 24 different constant weights in turn, as in
+// decode_gemm, at the Llama shapes of tools/decode_linears.py and the 1B model. Args: M, N, K,
+// kind: 0 the engine's pick for an f32 weight, 1 oneDNN's (packed) kernel, 2 an i8 weight
+// (linear_wq with per-row scales); 3 and 4: 0 and 2 on AVX2 (the engine's baseline). GFLOP/s = 2 M N K / t.
+void BM_PrefillLinear(benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  const CpuIsa isa = state.range(3) >= 3 ? CpuIsa::avx2 : CpuIsa::native;
+  const int64_t kind = state.range(3) >= 3 ? (state.range(3) - 3) * 2 : state.range(3);
+  constexpr int kWeights = 24;
+  std::vector<std::unique_ptr<OneKernel>> ks;
+  for (int i = 0; i < kWeights; ++i) {
+    Tensor x = filled({M, K}, 1, -1, 1), w = filled({N, K}, 2 + i, -1, 1);
+    if (kind == 2) {
+      Tensor q(DType::i8, {N, K}), s = filled({N}, 99, 0.001f, 0.01f);
+      for (int64_t j = 0; j < N * K; ++j) q.ptr<int8_t>()[j] = static_cast<int8_t>(static_cast<int>(w.ptr<float>()[j] * 127));
+      ks.push_back(std::make_unique<OneKernel>("linear_wq", std::vector<Tensor>{x, q, s},
+                                               Attrs{{"has_weight_scale", Attr(true)}}, std::vector<bool>{false, true, true},
+                                               nullptr, isa));
+    } else {
+      ks.push_back(std::make_unique<OneKernel>("linear", std::vector<Tensor>{x, w}, Attrs{}, std::vector<bool>{false, true},
+                                               kind == 1 ? onednn::create_onednn_linear : nullptr, isa));
+    }
+  }
+  state.SetLabel(ks[0]->kernel->name());
+  for (auto _ : state)
+    for (auto& k : ks) k->run();
+  state.counters["GFLOPs"] = benchmark::Counter(2.0 * M * N * K * kWeights * static_cast<double>(state.iterations()) / 1e9,
+                                                benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_PrefillLinear)
+    ->ArgNames({"M", "N", "K", "kind"})
+    ->ArgsProduct({{6, 8, 11, 16, 32, 128}, {2816}, {1024}, {0, 1, 2, 3, 4}})
+    ->ArgsProduct({{32}, {1024}, {2816}, {0, 1, 2, 3, 4}})
+    ->ArgsProduct({{32}, {2048}, {2048}, {0, 1, 2, 3, 4}})
+    ->ArgsProduct({{128, 512}, {768, 3072}, {768}, {0, 1}})
+    ->ArgsProduct({{128, 512}, {768}, {3072}, {0, 1}})
     ->UseRealTime();
 
 // conv2d (prepacked weights, bias + relu epilogue) at ResNet-50 layer shapes, batch 1, in plain

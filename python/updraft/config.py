@@ -195,13 +195,16 @@ class CompilerConfig:
         key.
     Kernel knobs (the engine's KernelOptions; each defaults to its environment variable, then
     to the value shown):
-    prepack_weights (UPDRAFT_PREPACK_WEIGHTS=0/1, True): linear/matmul keep a prepacked copy of
-        constant weights, one per weight and layout in the process, shared by every compiled graph
-        (prefill and decode; src/kernels/onednn/packed_weights.h); False reads them in place: the
-        user's parameters are then the only copy (less memory, some speed: docs/BENCHMARKS.md,
-        "Issue 20: one copy of the weights"). A prepacked plain layout whose rows would start a
+    prepack_weights (UPDRAFT_PREPACK_WEIGHTS=0/1, True): linear/matmul kernels on oneDNN keep a
+        prepacked copy of constant weights, one per weight and layout in the process, shared by
+        every compiled graph (prefill and decode; src/kernels/onednn/packed_weights.h); False
+        reads them in place (less memory, some speed: docs/BENCHMARKS.md, "Issue 20: one copy
+        of the weights"). An f32 linear with a large [N, K] weight reads it in place at any row
+        count whatever this says (src/kernels/cpu/linear_stream.h: as fast as oneDNN's packed
+        copy); what still packs is convolutions, small weights and matmuls by a [K, N] weight
+        (GPT-2's Conv1D) at more than 4 rows. A prepacked plain layout whose rows would start a
         multiple of 1 KiB apart is padded by a cache line per row (up to 2x faster small-M
-        linears; it also copies a [K, N] weight that would otherwise be read in place). The
+        gemms; it also copies a [K, N] weight that would otherwise be read in place). The
         parameters themselves are never released (docs/decisions.md says why).
     static_gemm (UPDRAFT_STATIC_GEMM=0/1, False): True turns off the runtime-M linear for a
         symbolic batch (static kernels per shape, each plan building its own), for comparing

@@ -1,8 +1,11 @@
-// The streaming f32 linear and matmul (kernels/cpu/linear_stream.h): which nodes take it (a
-// constant 2-d weight of at least 64K elements, the vectorised dim >= 64, 1 to 4 static rows
-// of x) and which keep oneDNN's gemm, a [K, N] weight's rows split over threads, and its results against the reference over row counts,
-// odd N and K (tile and lane tails), every epilogue, a weight large enough to split over
-// threads, and concurrent calls. linear's weight is [N, K]; matmul's (x @ W) is [K, N].
+// The f32 linear and matmul that read a constant weight in place (kernels/cpu/linear_stream.h):
+// which nodes take it (a constant 2-d weight of at least 64K elements, the vectorised dim >= 64;
+// any rows of x for linear, 1 to 4 static rows for matmul's [K, N]) and which keep oneDNN's
+// gemm, a [K, N] weight's rows split over threads, and its results against the reference over
+// row counts (a decode step's few, a prompt's many: the broadcast tiles' blocks and their
+// narrow and partial tails), odd N and K (tile, group and lane tails, k slices), every epilogue,
+// each instruction set, a weight large enough to split over threads, and concurrent calls.
+// linear's weight is [N, K]; matmul's (x @ W) is [K, N].
 #include <gtest/gtest.h>
 
 #include <omp.h>
@@ -17,7 +20,7 @@ namespace {
 Tensor rnd(const std::vector<int64_t>& s, uint32_t seed) { return random_tensor(DType::f32, s, seed); }
 
 bool streams(const std::string& kernel) {
-  return kernel.rfind("cpu_linear_stream_f32_", 0) == 0 || kernel.rfind("cpu_matmul_stream_f32_", 0) == 0;
+  return kernel.rfind("cpu_linear_f32_", 0) == 0 || kernel.rfind("cpu_matmul_stream_f32_", 0) == 0;
 }
 
 // Each case (why, inputs) matches the reference on a kernel that is not the streaming one.
@@ -58,9 +61,45 @@ TEST(LinearStream, EveryEpilogue) {
     }
 }
 
+// A prompt's rows: the broadcast tiles. Row counts around their blocks (32 rows on AVX-512, 16 on
+// AVX2; a last block of up to 8 rows takes 8-lane tiles, up to 16 one register), N off the
+// weight-row groups (8 / 6) and the threads' 16-row blocks, K past one k slice (1024: the
+// second slice accumulates) and off the 8-column transposes of x, 1 to 3 threads, each ISA.
+TEST(LinearStream, PromptRowsOverOddShapes) {
+  std::vector<CpuIsa> isas = {CpuIsa::avx2};
+  if (__builtin_cpu_supports("avx512f")) isas.push_back(CpuIsa::native);
+  for (CpuIsa isa : isas)
+    for (int threads : {1, 2, 3})
+      for (int64_t M : {5, 8, 9, 16, 17, 31, 33, 70})
+        for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{259, 256}, {101, 1037}, {64, 2100}}) {
+          SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " threads=" + std::to_string(threads) + " M=" +
+                       std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+          const int prev = omp_get_max_threads();
+          omp_set_num_threads(threads);
+          std::string name = expect_matches_ref("linear", {input(rnd({M, K}, 1)), constant(rnd({N, K}, 2))}, {},
+                                                kGemmRtol, kGemmAtol, isa_options(isa));
+          omp_set_num_threads(prev);
+          EXPECT_TRUE(streams(name)) << name;
+          EXPECT_NE(name.find(isa == CpuIsa::avx2 ? "avx2" : "avx512"), std::string::npos) << name;
+        }
+}
+
+// A prompt's x is [batch, seq, K]; every epilogue over the broadcast tiles' outputs.
+TEST(LinearStream, PromptRowsEveryEpilogue) {
+  for (const std::string& act : epilogue_activations()) {
+    SCOPED_TRACE(act);
+    Attrs a = epilogue_attrs(act);
+    a["has_bias"] = true;
+    a["has_residual"] = true;
+    std::string name = expect_matches_ref("linear", {input(rnd({2, 19, 256}, 1)), constant(rnd({260, 256}, 2)),
+                                                     constant(rnd({260}, 3)), input(rnd({2, 19, 260}, 4))},
+                                          a);
+    EXPECT_TRUE(streams(name)) << name;
+  }
+}
+
 TEST(LinearStream, OtherLinearsKeepOneDnn) {
   std::vector<Case> cases;
-  cases.push_back({"5 rows of x", {input(rnd({5, 256}, 1)), constant(rnd({300, 256}, 2))}});
   cases.push_back({"a weight computed per call", {input(rnd({1, 256}, 1)), input(rnd({300, 256}, 2))}});
   cases.push_back({"a weight that sits in cache", {input(rnd({1, 128}, 1)), constant(rnd({100, 128}, 2))}});
   cases.push_back({"short rows", {input(rnd({1, 32}, 1)), constant(rnd({4096, 32}, 2))}});

@@ -21,7 +21,9 @@ using updraft::testing::random_tensor;
 
 namespace {
 
-constexpr int64_t kK = 512, kN = 384;  // large enough that oneDNN prefers a blocked weight layout
+// Large enough that oneDNN prefers a blocked weight layout, small enough (below kStreamMinWeight,
+// cpu/linear_stream.h) that the f32 linear that reads its weight in place leaves it to oneDNN.
+constexpr int64_t kK = 512, kN = 120;
 
 // y = linear(x, w) with w a constant sharing `w`'s storage (as a frozen parameter does).
 std::shared_ptr<Executable> compile_linear(const Tensor& w, int64_t M) {
@@ -114,8 +116,8 @@ TEST(PackedWeights, TwoGraphsShareOneCopyAndFreeingBothFreesIt) {
 TEST(PackedWeights, PrefillAndDecodeShapesShareWhenOneDnnTakesTheLayout) {
   // M = 8 and M = 32 build different primitives; the second is asked for the layout the first
   // packed (matmul.cpp, adopt_known_layout). Whether oneDNN serves it the same way depends on the
-  // CPU, so this checks the results and that at most one copy per layout exists. (A decode
-  // step's M = 1 reads the weight in place, linear_stream.h, and needs no copy at all.)
+  // CPU, so this checks the results and that at most one copy per layout exists, and that the
+  // M = 1 graph adds none (oneDNN reads this small weight in place or takes a known layout).
   const auto before = PackedWeights::stats();
   Tensor w = random_tensor(DType::f32, {kN, kK}, 3);
   auto prefill = compile_linear(w, 32);
@@ -133,7 +135,6 @@ TEST(PackedWeights, PrefillAndDecodeShapesShareWhenOneDnnTakesTheLayout) {
 }
 
 TEST(PackedWeights, ChangedConstantDoesNotHitTheOldCopy) {
-  // M = 8: at M <= 4 the streaming linear reads the weight in place (linear_stream.h).
   Tensor w = random_tensor(DType::f32, {kN, kK}, 6);
   Tensor x = random_tensor(DType::f32, {8, kK}, 7);
   auto a = compile_linear(w, 8);

@@ -104,6 +104,16 @@ const char* kMatmulAttention = R"(graph(%q: f32[2, 4, 2, 16], %k: f32[1, 4, s0, 
   return (%o)
 })";
 
+// A linear over a symbolic count of rows (a prompt of any length, a batch) with a weight the f32
+// linear reads in place (cpu/linear_stream.h): one kernel runs every row count from the views,
+// where oneDNN's runtime-M kernel reads a packed copy.
+const char* kRowsLinear = R"(graph(%x: f32[s0, 256]) {
+  %w = constant f32[300, 256] random(seed=7, lo=-0.3, hi=0.3)
+  %b = constant f32[300] random(seed=8, lo=-0.3, hi=0.3)
+  %y = linear(%x, %w, %b) {has_bias=true, activation="silu"}
+  return (%y)
+})";
+
 std::vector<Tensor> decode_inputs(int64_t past) {
   auto seed = static_cast<uint32_t>(past * 7 + 1);
   return {random_tensor(DType::f32, {1, 32}, seed), random_tensor(DType::f32, {1, 2, past, 8}, seed + 1),
@@ -237,6 +247,26 @@ TEST(RangePlans, TablesCutBySizesKeepRangePlans) {
   EXPECT_EQ(st.range, "on");
   EXPECT_EQ(st.built, 2u);  // n=17 as usual, then the [17, 32] template
   EXPECT_EQ(st.instantiated, 9u);
+}
+
+// Row counts across the kernel's paths: a decode step's 1-4 (streaming), then the broadcast tiles'
+// narrow tails, one-register blocks, whole blocks and a block plus a tail.
+TEST(RangePlans, LinearOverSymbolicRowsKeepsRangePlans) {
+  for (bool capped : {false, true}) {
+    CompileOptions o;
+    if (capped) o.kernels.cpu_isa = CpuIsa::avx2;
+    auto cg = Executable::compile(parse_graph(kRowsLinear), o);
+    auto ref = parse_graph(kRowsLinear);
+    for (int64_t n : {1, 3, 4, 5, 8, 9, 17, 32, 33, 40, 64, 65, 100}) {
+      run_and_check(*cg, *ref, {random_tensor(DType::f32, {n, 256}, static_cast<uint32_t>(5 * n))},
+                    "n=" + std::to_string(n) + (capped ? " avx2" : ""));
+    }
+    PlanStats st = cg->plan_stats();
+    EXPECT_EQ(st.range, "on") << st.range;
+    EXPECT_GE(st.instantiated, 10u);
+    const std::string plan = cg->plan_text({{20, 256}});
+    EXPECT_NE(plan.find(capped ? "cpu_linear_f32_avx2" : "cpu_linear_f32"), std::string::npos) << plan;
+  }
 }
 
 TEST(RangePlans, AttentionWrittenAsMatmulsKeepsRangePlans) {

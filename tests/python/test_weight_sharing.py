@@ -46,13 +46,14 @@ def test_prefill_and_decode_share_one_copy_of_the_weights():
     assert "prepacked copies" in str(rep)
 
 
-@pytest.mark.parametrize("rows", [8, 2])
-def test_a_changed_parameter_is_packed_again(rows):
+@pytest.mark.parametrize("out_features,rows", [(120, 8), (384, 8), (384, 2)])
+def test_a_changed_parameter_is_never_read_stale(out_features, rows):
     """An in-place parameter update rebuilds the graph (backend.py); the rebuilt kernels must not
-    read the packed copy of the old values. 2 rows: the streaming linear, which reads the
-    parameter in place (src/kernels/cpu/linear_stream.h) and packs nothing."""
+    read the packed copy of the old values. 120 outputs: a weight small enough to leave to
+    oneDNN, which packs it, and packs the new values again. 384: the f32 linear that reads the
+    parameter in place at any row count (src/kernels/cpu/linear_stream.h) and packs nothing."""
     torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Linear(512, 384), torch.nn.ReLU()).eval()
+    m = torch.nn.Sequential(torch.nn.Linear(512, out_features), torch.nn.ReLU()).eval()
     x = torch.randn(rows, 512)
     f = torch.compile(m, backend="updraft")
     with torch.no_grad():
@@ -61,7 +62,8 @@ def test_a_changed_parameter_is_packed_again(rows):
         m[0].weight.mul_(-0.5)
         # f32 gemm, K = 512: blocked summation order differs from torch's by a few ulps.
         torch.testing.assert_close(f(x), m(x), rtol=1e-5, atol=1e-5)
-    assert weight_stats()["packs"] > packs if rows > 4 else weight_stats()["packs"] == packs
+    packed = out_features * 512 < 1 << 16  # kStreamMinWeight
+    assert (weight_stats()["packs"] > packs) == packed
 
 
 @pytest.mark.parametrize("prepack", [False])

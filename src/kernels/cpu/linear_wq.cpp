@@ -1,21 +1,20 @@
 // The fast linear_wq kernel (docs/quantization.md): y = act(x @ (w * scale)^T + bias + residual)
 // with an i8 or bf16 weight [N, K] read in place (no prepacked copy: the stored low-precision
 // weight is the only copy the engine holds), widened to f32 in registers, f32 accumulation.
-// The same kernel with an f32 weight is the streaming linear for a few rows of x
-// (linear_stream.h): a decode step's linear, which only has to read its weight once at full
-// bandwidth, reading the user's weight in place.
+// The same kernel with an f32 weight is the f32 linear that reads the user's weight in place
+// (linear_stream.h), for a decode step's few rows and for a prompt's many.
 //
-// Work split: the N rows of w in blocks (kBlockRows, or a prefill panel's rows), the blocks
-// spread over the threads (each thread a contiguous range, so each weight byte is read by one
-// thread, once per call). With up to 4 rows of x (decode) the dot tiles (linear_wq_tiles.h)
-// run over the thread's whole range at once, which they read as a few long streams. With more,
-// block by block: for every group of up to 4 rows of x, the tiles run over the block's rows of
-// w; the block (kBlockRows x K, at most ~45 KB as i8 at K = 2816) stays in L1/L2 between
-// groups. With more than kPanelAbove rows of x (prefill) an i8/bf16 block is widened to f32
-// and transposed once into the thread's scratch (a panel), and the broadcast-FMA micro-kernel
-// runs every row of x over it. Then the epilogue over the block's outputs: per-row scale, bias,
-// residual, activation (the elementwise evaluator's vector block op, or ew_ref for an op
-// without one).
+// Work split: the N rows of w in blocks (kBlockRows), the blocks spread over the threads (each
+// thread a contiguous range, so each weight byte is read by one thread, once per call). With up
+// to 4 rows of x (decode) the dot tiles (linear_wq_tiles.h) run over the thread's whole range at
+// once, which they read as a few long streams. With up to kDotMaxRows (i8, bf16), block by
+// block: for every group of up to 4 rows of x, the tiles run over the block's rows of w; the
+// block (kBlockRows x K, at most ~45 KB as i8 at K = 2816) stays in L1/L2 between groups. With
+// more (prefill; an f32 weight from 5 rows on), run_bcast: x is transposed once into the scratch
+// (its columns split over the threads), and each thread's range of weight rows is broadcast
+// against it (bcast_dot; i8 and bf16 rows widened in order into a per-thread strip first). Then
+// the epilogue over the block's or range's outputs: per-row scale, bias, residual, activation
+// (the elementwise evaluator's vector block op, or ew_ref for an op without one).
 // An f32 weight stored [K, N] (matmul, x @ W) is split by its rows instead (run_kn).
 //
 // quantize_x (int8 activations, linear_i8_tiles.h): the rows of x are quantised into the
@@ -49,10 +48,10 @@ namespace updraft {
 namespace {
 
 constexpr int64_t kBlockRows = 16;  // rows of w per block: a multiple of every tile's NT
-// More rows of x than this: pack panels (prefill). Measured crossover on 2 AVX-512 cores
-// (tools/decode_linears.py int8, ms per pass): 8 rows 14-17 direct vs 20 packed; 12 rows 23-32
-// direct vs 20-25 packed.
-constexpr int64_t kPanelAbove = 11;
+// i8 and bf16 weights: the most rows of x the dot tiles serve; more take the broadcast tiles
+// (prefill). On 2 AVX-512 cores (BM_PrefillLinear, 2816 x 1024 i8) the dot tiles ran 6, 8 and
+// 11 rows at 100-127 GFLOP/s against the broadcast tiles' 50-82, and 16 rows at 127-130 alike.
+constexpr int64_t kDotMaxRows = 11;
 // [K, N] weights: the least weight rows a thread streams (fewer, and adding its partial sums
 // costs more than its share of the weight saves).
 constexpr int64_t kKnMinRows = 64;
@@ -92,18 +91,19 @@ class LinearWqKernel final : public Kernel {
       run_i8(in, y, M, N, K, nt, static_cast<uint8_t*>(scratch));
       return;
     }
-    const bool panels = M > kPanelAbove && wdtype_ != DType::f32;
-    const int64_t rows_per_block = panels ? tiles_.panel_cols : kBlockRows;
+    if (M > bcast_above() && !kn_) {
+      run_bcast(in, y, M, N, K, nt, static_cast<float*>(scratch));
+      return;
+    }
     if (kn_) {
       run_kn(in, y, M, N, K, static_cast<int>(std::min<int64_t>(nt, std::max<int64_t>(1, K / kKnMinRows))),
              static_cast<float*>(scratch));
       return;
     }
-    nt = static_cast<int>(std::min<int64_t>(nt, (N + rows_per_block - 1) / rows_per_block));
+    nt = static_cast<int>(std::min<int64_t>(nt, (N + kBlockRows - 1) / kBlockRows));
     cpu::parallel_for(nt, nt, [&](int64_t t) {
-      float* panel = panels ? static_cast<float*>(scratch) + t * tiles_.panel_floats : nullptr;
-      thread_rows(t, nt, N, rows_per_block, !panels && M <= cpu::kStreamMaxRows,
-                  [&](int64_t n0, int64_t n1) { run_block(in, y, M, N, K, n0, n1, panel); });
+      thread_rows(t, nt, N, kBlockRows, M <= cpu::kStreamMaxRows,
+                  [&](int64_t n0, int64_t n1) { run_block(in, y, M, N, K, n0, n1); });
     });
   }
 
@@ -112,11 +112,11 @@ class LinearWqKernel final : public Kernel {
     return scratch_for(ctx.in_shapes[0].empty() || !K_ ? 0 : numel_of(ctx.in_shapes[0]) / K_);
   }
   std::string name() const override {
-    if (wdtype_ == DType::f32) return std::string(kn_ ? "cpu_matmul" : "cpu_linear") + "_stream_f32_" + tiles_.isa;
+    if (wdtype_ == DType::f32) return std::string(kn_ ? "cpu_matmul_stream_f32_" : "cpu_linear_f32_") + tiles_.isa;
     if (quantize_x_) return std::string("cpu_linear_wq_i8i8_") + i8_.isa;
     return std::string("cpu_linear_wq_") + (wdtype_ == DType::i8 ? "i8" : "bf16") + "_" + tiles_.isa;
   }
-  // Every size is read from the views at each call (M decides threads and panels there).
+  // Every size is read from the views at each call (M decides threads and the path there).
   bool runs_shapes_of(const KernelContext&) const override { return true; }
 
  private:
@@ -129,8 +129,9 @@ class LinearWqKernel final : public Kernel {
     }
     // [K, N]: the partial sums of every thread but the first (which sums into y itself).
     if (kn_) return static_cast<size_t>(std::max(max_threads_ - 1, 0)) * cpu::kStreamMaxRows * N_ * sizeof(float);
-    if (wdtype_ == DType::f32) return 0;
-    return static_cast<size_t>(max_threads_) * tiles_.panel_floats * sizeof(float);
+    if (M <= bcast_above()) return 0;
+    const size_t strips = wdtype_ == DType::f32 ? 0 : static_cast<size_t>(max_threads_) * tiles_.strip_floats;
+    return (static_cast<size_t>(xt_floats(M)) + strips) * sizeof(float);
   }
 
   // wsum[n] = sum_k w[n, k] over the N rows of an i8 weight [N, K].
@@ -183,6 +184,41 @@ class LinearWqKernel final : public Kernel {
     });
   }
 
+  // Prefill from the weight's rows (linear_wq_tiles.h, bcast_dot): x transposed into xt once,
+  // its columns split over the threads, then each thread's contiguous range of weight rows
+  // (whole blocks of kBlockRows) against every row of x, and the epilogue over that range.
+  void run_bcast(const TensorView* in, TensorView& y, int64_t M, int64_t N, int64_t K, int nt, float* scratch) const {
+    const float* x = in[0].ptr<const float>();
+    const char* w = static_cast<const char*>(in[1].data);
+    const size_t esize = dtype_size(wdtype_);
+    float* xt = scratch;
+    float* strips = xt + xt_floats(M);
+    const cpu::wq::BcastDotFn dot = wdtype_ == DType::f32 ? tiles_.bcast_f32
+                                    : wdtype_ == DType::i8 ? tiles_.bcast_i8
+                                                           : tiles_.bcast_bf16;
+    nt = static_cast<int>(std::min<int64_t>(nt, (N + kBlockRows - 1) / kBlockRows));
+#pragma omp parallel num_threads(nt)
+    {
+      const int t = omp_get_thread_num(), T = omp_get_num_threads();
+      const int64_t k0 = K * t / T / 8 * 8, k1 = t + 1 == T ? K : K * (t + 1) / T / 8 * 8;
+      tiles_.pack_xt(x, M, K, K, k0, k1, xt);
+#pragma omp barrier
+      const int64_t blocks = (N + kBlockRows - 1) / kBlockRows;
+      const int64_t n0 = blocks * t / T * kBlockRows, n1 = std::min(N, blocks * (t + 1) / T * kBlockRows);
+      if (n0 < n1) {
+        dot(xt, M, K, w + static_cast<size_t>(n0) * K * esize, n1 - n0, K, strips + t * tiles_.strip_floats,
+            y.ptr<float>() + n0, N);
+        epilogue(in, y.ptr<float>() + n0, M, N, n0, n1 - n0);
+      }
+    }
+  }
+
+  // More rows of x than this take run_bcast: an f32 weight past the streaming tiles' rows; an
+  // i8 or bf16 one past the dot tiles' measured crossover (kDotMaxRows).
+  int64_t bcast_above() const { return wdtype_ == DType::f32 ? cpu::kStreamMaxRows : kDotMaxRows; }
+
+  int64_t xt_floats(int64_t M) const { return (M + tiles_.xt_cols - 1) / tiles_.xt_cols * tiles_.xt_cols * K_; }
+
   // Thread t's share of the N rows of w (a contiguous range of blocks of `rows` rows) to
   // fn(n0, n1): all at once when `whole` (a few rows of x: the tiles read the range as a few long
   // streams, row_tiles.h), else block by block, so that each block of w stays in cache while
@@ -231,19 +267,14 @@ class LinearWqKernel final : public Kernel {
     }
   }
 
-  void run_block(const TensorView* in, TensorView& y, int64_t M, int64_t N, int64_t K, int64_t n0, int64_t n1,
-                 float* panel) const {
+  void run_block(const TensorView* in, TensorView& y, int64_t M, int64_t N, int64_t K, int64_t n0, int64_t n1) const {
     const float* x = in[0].ptr<const float>();
     float* yb = y.ptr<float>() + n0;
     const int64_t nb = n1 - n0;
     const size_t esize = dtype_size(wdtype_);
     const void* w = static_cast<const char*>(in[1].data) + static_cast<size_t>(n0) * K * esize;
-    if (panel) {
-      (wdtype_ == DType::i8 ? tiles_.panel_i8 : tiles_.panel_bf16)(x, M, K, w, nb, K, K, panel, yb, N);
-    } else {
-      const cpu::wq::DotFn dot = wdtype_ == DType::f32 ? tiles_.f32 : wdtype_ == DType::i8 ? tiles_.i8 : tiles_.bf16;
-      dot(x, M, K, w, nb, K, K, yb, N);
-    }
+    const cpu::wq::DotFn dot = wdtype_ == DType::f32 ? tiles_.f32 : wdtype_ == DType::i8 ? tiles_.i8 : tiles_.bf16;
+    dot(x, M, K, w, nb, K, K, yb, N);
     epilogue(in, yb, M, N, n0, nb);
   }
 
@@ -315,7 +346,7 @@ class LinearWqKernel final : public Kernel {
 }  // namespace
 
 namespace cpu {
-std::unique_ptr<Kernel> make_stream_f32(const KernelContext& ctx) {
+std::unique_ptr<Kernel> make_inplace_f32(const KernelContext& ctx) {
   const bool linear = ctx.node.op_name() == "linear";
   if (!linear && ctx.node.op_name() != "matmul") return nullptr;
   if (!linear && (ctx.attr("transpose_a").b() || ctx.attr("transpose_b").b())) return nullptr;  // oneDNN's gemm
@@ -326,10 +357,13 @@ std::unique_ptr<Kernel> make_stream_f32(const KernelContext& ctx) {
   const int64_t K = linear ? ws[1] : ws[0], N = linear ? ws[0] : ws[1];
   if ((linear ? K : N) < kStreamMinVector || ctx.in_shapes[0].back() != K) return nullptr;
   const int64_t M = numel_of(ctx.in_shapes[0]) / K;
-  if (M < 1 || M > kStreamMaxRows) return nullptr;
-  // Every other dim of x static: a symbolic batch may grow past kStreamMaxRows.
-  for (size_t d = 0; d + 1 < ctx.node.inputs[0]->type.shape.size(); ++d)
-    if (!ctx.node.inputs[0]->type.shape[d].is_static()) return nullptr;
+  if (M < 1) return nullptr;
+  const auto& xshape = ctx.node.inputs[0]->type.shape;
+  if (!linear) {  // [K, N]: a few static rows only (a symbolic count may grow past them)
+    if (M > kStreamMaxRows) return nullptr;
+    for (size_t d = 0; d + 1 < xshape.size(); ++d)
+      if (!xshape[d].is_static()) return nullptr;
+  }
   Epilogue ep = Epilogue::of(ctx.node, 2);
   if (ep.has_residual && numel_of(ctx.in_shapes[ep.residual_input]) != M * N) return nullptr;
   return std::make_unique<LinearWqKernel>(ctx);

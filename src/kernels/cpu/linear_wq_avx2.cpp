@@ -9,6 +9,7 @@ namespace updraft::cpu::wq {
 namespace {
 
 struct Avx2 {
+  using half = Avx2;  // already 8 lanes
   using reg = __m256;
   static constexpr int lanes = 8;
   static reg zero() { return _mm256_setzero_ps(); }

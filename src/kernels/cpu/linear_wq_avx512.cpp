@@ -10,7 +10,19 @@ namespace updraft::cpu::wq {
 
 namespace {
 
+// 8 lanes in this unit (its flags): bcast_dot's tiles for a last block of up to 8 rows of x.
+struct Ymm {
+  using reg = __m256;
+  static constexpr int lanes = 8;
+  static reg zero() { return _mm256_setzero_ps(); }
+  static reg bcast(float v) { return _mm256_set1_ps(v); }
+  static reg loadx(const float* p) { return _mm256_loadu_ps(p); }
+  static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
+};
+
 struct Avx512 {
+  using half = Ymm;
   using reg = __m512;
   static constexpr int lanes = 16;
   static reg zero() { return _mm512_setzero_ps(); }

@@ -652,16 +652,17 @@ std::unique_ptr<Kernel> gemm_matmul(const KernelContext& ctx) {
   return GemmKernel::create(ctx, "matmul", ad, bd, cd, /*b_flip=*/tb, /*runtime_m=*/false, /*a_flip=*/ta);
 }
 
-// linear and matmul: the streaming kernel for a decode step's few rows (cpu/linear_stream.h),
-// else oneDNN's.
+// linear and matmul: the kernel that reads a constant f32 weight in place (any rows of x for a
+// linear's [N, K] weight, a decode step's few for matmul's [K, N]; cpu/linear_stream.h), else
+// oneDNN's.
 std::unique_ptr<Kernel> create_linear(const KernelContext& ctx) {
   if (has_empty_tensor(ctx)) return nullptr;
-  if (auto k = cpu::make_stream_f32(ctx)) return k;
+  if (auto k = cpu::make_inplace_f32(ctx)) return k;
   return gemm_linear(ctx);
 }
 std::unique_ptr<Kernel> create_matmul(const KernelContext& ctx) {
   if (has_empty_tensor(ctx)) return nullptr;
-  if (auto k = cpu::make_stream_f32(ctx)) return k;
+  if (auto k = cpu::make_inplace_f32(ctx)) return k;
   if (auto k = cpu::make_matmul_rows_f32(ctx)) return k;
   return gemm_matmul(ctx);
 }
