@@ -130,7 +130,7 @@ class LinearWqKernel final : public Kernel {
     // [K, N]: the partial sums of every thread but the first (which sums into y itself).
     if (kn_) return static_cast<size_t>(std::max(max_threads_ - 1, 0)) * cpu::kStreamMaxRows * N_ * sizeof(float);
     if (M <= bcast_above()) return 0;
-    const size_t strips = wdtype_ == DType::f32 ? 0 : static_cast<size_t>(max_threads_) * tiles_.strip_floats;
+    const size_t strips = wdtype_ == DType::f32 ? 0 : static_cast<size_t>(max_threads_) * cpu::wq::strip_floats(tiles_, K_);
     return (static_cast<size_t>(xt_floats(M)) + strips) * sizeof(float);
   }
 
@@ -206,7 +206,7 @@ class LinearWqKernel final : public Kernel {
       const int64_t blocks = (N + kBlockRows - 1) / kBlockRows;
       const int64_t n0 = blocks * t / T * kBlockRows, n1 = std::min(N, blocks * (t + 1) / T * kBlockRows);
       if (n0 < n1) {
-        dot(xt, M, K, w + static_cast<size_t>(n0) * K * esize, n1 - n0, K, strips + t * tiles_.strip_floats,
+        dot(xt, M, K, w + static_cast<size_t>(n0) * K * esize, n1 - n0, K, strips + t * cpu::wq::strip_floats(tiles_, K),
             y.ptr<float>() + n0, N);
         epilogue(in, y.ptr<float>() + n0, M, N, n0, n1 - n0);
       }

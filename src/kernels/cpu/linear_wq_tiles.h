@@ -51,7 +51,7 @@ struct DotTiles {
   PackXtFn pack_xt = nullptr;
   BcastDotFn bcast_f32 = nullptr, bcast_i8 = nullptr, bcast_bf16 = nullptr;
   int64_t xt_cols = 0;       // rows of x per xt block: xt holds ceil(M / xt_cols) * xt_cols * K floats
-  int64_t strip_floats = 0;  // the scratch one thread's bcast_i8 / bcast_bf16 needs
+  int bcast_rows = 0;        // NR: weight rows per group (strip_floats)
   const char* isa = "";
 };
 
@@ -266,8 +266,7 @@ inline __m256 widen8(const uint16_t* p) {
 // NR * TV FMAs, nothing reduced across lanes; an f32 weight is never copied, an i8 or bf16 one
 // only widened in order into a small strip (no transpose). The accumulators hold out^T (weight
 // rows by rows of x), written to out through a small transpose per tile.
-// Loop order: k in slices of kPrefillDepth (outer; the slice of xt, kXtCols x depth floats per
-// block, stays in L2 for every weight row of the thread), groups of NR weight rows, blocks of x.
+// Loop order: bcast_dot.
 // Measured (benchmarks/cpp/kernel_throughput.cpp, BM_PrefillLinear; docs/BENCHMARKS.md, "Issue
 // 20: prefill from the weight's own rows"): f32 in place level with oneDNN on its packed copy
 // from M = 16 up, i8 1.1-1.6x the transposed panels.
@@ -276,9 +275,11 @@ constexpr int64_t kXtCols = 2 * V::lanes;                 // rows of x per xt bl
 template <class V>
 constexpr int kBcastRows = V::lanes == 16 ? 8 : 6;          // NR: 16 of 32 zmm, 12 of 16 ymm accumulate
 constexpr int64_t kPrefillDepth = 1024;                     // k per slice
-// A widened strip's rows are one cache line longer than a slice: rows 4 KB apart would share
-// their L1 sets, and the tile reads all NR of them at once.
-constexpr int64_t kStripLd = kPrefillDepth + 16;
+// A widened strip's rows (K floats) are padded to an odd number of cache lines: rows a multiple
+// of 4 KB apart would share their L1 sets, and the tile reads all NR of them at once.
+constexpr int64_t strip_ld(int64_t K) { return ((K + 15) / 16 | 1) * 16; }
+// The scratch one thread's bcast_i8 / bcast_bf16 needs: a group of widened rows.
+inline int64_t strip_floats(const DotTiles& t, int64_t K) { return t.bcast_rows * strip_ld(K); }
 
 // The floats of xt for M rows of x: whole blocks of kXtCols.
 template <class V>
@@ -359,52 +360,65 @@ inline void bcast_rows(const float* xt, int64_t xs, int64_t K, const float* w, i
   bcast_tile<VT, NR, TV>(xt, xs, K, w, ldw, mrows, out, ldo, accumulate);
 }
 
+// One slice [k0, k0 + kc) of NR (nr) weight rows at src (stride lds, f32) against every block of
+// xt, into out's columns [0, nr); the slices after the first accumulate.
+template <class V>
+inline void bcast_slice(const float* xt, int64_t M, int64_t K, int64_t k0, int64_t kc, const float* src, int64_t lds,
+                        int nr, float* out, int64_t ldo) {
+  constexpr int64_t MT = kXtCols<V>, L = V::lanes;
+  constexpr int NR = kBcastRows<V>;
+  using H = typename V::half;
+  for (int64_t m0 = 0; m0 < M; m0 += MT) {
+    const int64_t mrows = std::min(MT, M - m0);
+    const float* xb = xt + m0 * K + k0 * MT;
+    float* ob = out + m0 * ldo;
+    // A last block of a few rows takes narrower vectors: fewer lanes wasted on zeros.
+    if (mrows > L)
+      bcast_rows<V, NR, 2>(xb, MT, kc, src, lds, nr, mrows, ob, ldo, k0 > 0);
+    else if (mrows > H::lanes)
+      bcast_rows<V, NR, 1>(xb, MT, kc, src, lds, nr, mrows, ob, ldo, k0 > 0);
+    else
+      bcast_rows<H, NR, 1>(xb, MT, kc, src, lds, nr, mrows, ob, ldo, k0 > 0);
+  }
+}
+
 // out[m * ldo + n] = sum_k x[m, k] * widen(w[n * ldw + k]) for m < M, n < nb, with x given as
-// xt (pack_xt over all of K). `strip`: kBcastRows * kStripLd floats for an i8 or bf16
-// weight's widened rows; unused for f32, whose rows are read in place.
+// xt (pack_xt over all of K). An f32 weight's rows are read in place, k slice by k slice over all
+// of the range (the slice of xt stays in L2 for every row; each row's slice is a 4 KB stream or
+// longer). An i8 or bf16 weight's rows are widened a group at a time, whole, into `strip`
+// (strip_floats(K) floats), and the slices run over the strip: widening a slice of each row
+// instead read 1-2 KB pieces of rows 2-5 KB long, short streams the prefetchers lost, and a
+// 5632 x 2048 i8 weight ran at 60-110 GFLOP/s where 2816 x 1024 ran at 170-180.
 template <class V, class W>
 void bcast_dot(const float* xt, int64_t M, int64_t K, const void* wv, int64_t nb, int64_t ldw, float* strip,
                float* out, int64_t ldo) {
-  constexpr int64_t MT = kXtCols<V>, L = V::lanes;
+  constexpr int64_t L = V::lanes;
   constexpr int NR = kBcastRows<V>;
   const W* w = static_cast<const W*>(wv);
-  for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kPrefillDepth) {  // K = 0: one pass writing zeros
-    const int64_t kc = std::min(kPrefillDepth, K - k0);
+  if constexpr (std::is_same_v<W, float>) {
+    for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kPrefillDepth) {  // K = 0: one pass writing zeros
+      const int64_t kc = std::min(kPrefillDepth, K - k0);
+      for (int64_t g = 0; g < nb; g += NR)
+        bcast_slice<V>(xt, M, K, k0, kc, w + g * ldw + k0, ldw, static_cast<int>(std::min<int64_t>(NR, nb - g)),
+                       out + g, ldo);
+    }
+  } else {
+    const int64_t lds = strip_ld(K);
+    constexpr int64_t kLineElems = 64 / sizeof(W);
     for (int64_t g = 0; g < nb; g += NR) {
       const int nr = static_cast<int>(std::min<int64_t>(NR, nb - g));
-      const float* src;
-      int64_t lds;
-      if constexpr (std::is_same_v<W, float>) {
-        src = w + g * ldw + k0, lds = ldw;
-      } else {
-        // Each row's slice is a short stream (1-2 KB) the hardware prefetchers pick up late
-        // (kPrefetchNextTile): the same slice of the next group's rows is prefetched meanwhile.
-        constexpr int64_t kLineElems = 64 / sizeof(W);
-        for (int r = 0; r < nr; ++r) {
-          const W* row = w + (g + r) * ldw + k0;
-          float* s = strip + r * kStripLd;
-          for (int64_t k = 0; k < kc; k += kLineElems) __builtin_prefetch(row + NR * ldw + k, 0, 3);
-          int64_t k = 0;
-          for (; k + L <= kc; k += L) V::store(s + k, V::widen(row + k));
-          for (; k < kc; ++k) s[k] = widen1(row[k]);
-        }
-        src = strip, lds = kStripLd;
+      // The group's rows are one contiguous stream; the next group's is prefetched meanwhile
+      // (past the weight's end is harmless: a prefetch never faults).
+      for (int r = 0; r < nr; ++r) {
+        const W* row = w + (g + r) * ldw;
+        float* s = strip + r * lds;
+        for (int64_t k = 0; k < K; k += kLineElems) __builtin_prefetch(row + NR * ldw + k, 0, 3);
+        int64_t k = 0;
+        for (; k + L <= K; k += L) V::store(s + k, V::widen(row + k));
+        for (; k < K; ++k) s[k] = widen1(row[k]);
       }
-      for (int64_t m0 = 0; m0 < M; m0 += MT) {
-        const int64_t mrows = std::min(MT, M - m0);
-        const float* xb = xt + m0 * K + k0 * MT;
-        float* ob = out + m0 * ldo + g;
-        // A last block of a few rows takes narrower vectors: fewer lanes wasted on zeros (with
-        // 6-8 rows of x, 8-lane tiles ran an f32 weight about as fast as oneDNN's packed one
-        // and 16-lane ones at two thirds of that).
-        using H = typename V::half;
-        if (mrows > L)
-          bcast_rows<V, NR, 2>(xb, MT, kc, src, lds, nr, mrows, ob, ldo, k0 > 0);
-        else if (mrows > H::lanes)
-          bcast_rows<V, NR, 1>(xb, MT, kc, src, lds, nr, mrows, ob, ldo, k0 > 0);
-        else
-          bcast_rows<H, NR, 1>(xb, MT, kc, src, lds, nr, mrows, ob, ldo, k0 > 0);
-      }
+      for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kPrefillDepth)
+        bcast_slice<V>(xt, M, K, k0, std::min(kPrefillDepth, K - k0), strip + k0, lds, nr, out + g, ldo);
     }
   }
 }
@@ -421,7 +435,7 @@ DotTiles make_dot_tiles(const char* isa) {
   t.bcast_f32 = bcast_dot<V, float>;
   t.bcast_i8 = bcast_dot<V, int8_t>;
   t.bcast_bf16 = bcast_dot<V, uint16_t>;
-  t.strip_floats = kBcastRows<V> * kStripLd;
+  t.bcast_rows = kBcastRows<V>;
   t.isa = isa;
   return t;
 }
