@@ -46,7 +46,7 @@ struct OneKernel {
 
   // `factory`: the kernel to build; null for the registry's pick, as a plan makes it.
   OneKernel(const std::string& op, std::vector<Tensor> inputs, Attrs attrs, std::vector<bool> constant = {},
-            KernelFactory factory = nullptr, CpuIsa isa = CpuIsa::native)
+            KernelFactory factory = nullptr, CpuIsa isa = CpuIsa::native, bool prepack = true)
       : ins(std::move(inputs)) {
     std::vector<Value*> vals;
     for (size_t k = 0; k < ins.size(); ++k) {
@@ -57,6 +57,7 @@ struct OneKernel {
     Node* n = g.add_node(op, vals, std::move(attrs));
     KernelContext ctx{*n, {}, {}, {}, 0};
     ctx.options.cpu_isa = isa;
+    ctx.options.prepack_weights = prepack;
     for (size_t k = 0; k < ins.size(); ++k) {
       ctx.in_shapes.push_back(ins[k].shape());
       ctx.const_inputs.push_back(vals[k]->is_constant() ? &*vals[k]->constant : nullptr);
@@ -196,7 +197,8 @@ BENCHMARK(BM_DecodeMatmul)
 
 // A prompt's linears (prefill): x [M, K] against 24 different constant weights in turn, as in
 // decode_gemm, at the Llama shapes of tools/decode_linears.py and the 1B model. Args: M, N, K,
-// kind: 0 the engine's pick for an f32 weight, 1 oneDNN's (packed) kernel, 2 an i8 weight
+// kind: 0 the engine's f32 kernel that reads the weight in place (prepack_weights off, so past
+// kInPlaceMaxRows too), 1 oneDNN's (packed) kernel, 2 an i8 weight
 // (linear_wq with per-row scales); 3 and 4: 0 and 2 on AVX2 (the engine's baseline). GFLOP/s = 2 M N K / t.
 void BM_PrefillLinear(benchmark::State& state) {
   const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
@@ -214,7 +216,8 @@ void BM_PrefillLinear(benchmark::State& state) {
                                                nullptr, isa));
     } else {
       ks.push_back(std::make_unique<OneKernel>("linear", std::vector<Tensor>{x, w}, Attrs{}, std::vector<bool>{false, true},
-                                               kind == 1 ? onednn::create_onednn_linear : nullptr, isa));
+                                               kind == 1 ? onednn::create_onednn_linear : nullptr, isa,
+                                               /*prepack=*/kind == 1));
     }
   }
   state.SetLabel(ks[0]->kernel->name());

@@ -199,10 +199,11 @@ class CompilerConfig:
         prepacked copy of constant weights, one per weight and layout in the process, shared by
         every compiled graph (prefill and decode; src/kernels/onednn/packed_weights.h); False
         reads them in place (less memory, some speed: docs/BENCHMARKS.md, "Issue 20: one copy
-        of the weights"). An f32 linear with a large [N, K] weight reads it in place at any row
-        count whatever this says (src/kernels/cpu/linear_stream.h: as fast as oneDNN's packed
-        copy); what still packs is convolutions, small weights and matmuls by a [K, N] weight
-        (GPT-2's Conv1D) at more than 4 rows. A prepacked plain layout whose rows would start a
+        of the weights"). An f32 linear with a large [N, K] weight reads it in place at up to 64
+        static rows or any symbolic count whatever this says (src/kernels/cpu/linear_stream.h:
+        level with oneDNN's packed copy there); what this packs is such linears over more rows
+        (BERT, ViT), convolutions, small weights and matmuls by a [K, N] weight (GPT-2's Conv1D)
+        at more than 4 rows. A prepacked plain layout whose rows would start a
         multiple of 1 KiB apart is padded by a cache line per row (up to 2x faster small-M
         gemms; it also copies a [K, N] weight that would otherwise be read in place). The
         parameters themselves are never released (docs/decisions.md says why).

@@ -47,24 +47,28 @@ TEST(LinearStream, FewRowsOfXTakeItOverOddShapes) {
   EXPECT_TRUE(streams(name)) << name;
 }
 
+// Every epilogue over a decode step's rows (1, 3) and a prompt's ([batch, seq, K]: the
+// broadcast tiles' outputs).
 TEST(LinearStream, EveryEpilogue) {
   for (const std::string& act : epilogue_activations())
-    for (int64_t M : {1, 3}) {
-      SCOPED_TRACE(act + " M=" + std::to_string(M));
+    for (const std::vector<int64_t>& rows : std::vector<std::vector<int64_t>>{{1}, {3}, {2, 19}}) {
+      SCOPED_TRACE(act + " rows=" + std::to_string(rows.back()));
       Attrs a = epilogue_attrs(act);
       a["has_bias"] = true;
       a["has_residual"] = true;
+      std::vector<int64_t> xs = rows, rs = rows;
+      xs.push_back(256), rs.push_back(260);
       std::string name = expect_matches_ref(
-          "linear", {input(rnd({M, 256}, 1)), constant(rnd({260, 256}, 2)), constant(rnd({260}, 3)), input(rnd({M, 260}, 4))},
-          a);
+          "linear", {input(rnd(xs, 1)), constant(rnd({260, 256}, 2)), constant(rnd({260}, 3)), input(rnd(rs, 4))}, a);
       EXPECT_TRUE(streams(name)) << name;
     }
 }
 
-// A prompt's rows: the broadcast tiles. Row counts around their blocks (32 rows on AVX-512, 16 on
-// AVX2; a last block of up to 8 rows takes 8-lane tiles, up to 16 one register), N off the
-// weight-row groups (8 / 6) and the threads' 16-row blocks, K past one k slice (1024: the
-// second slice accumulates) and off the 8-column transposes of x, 1 to 3 threads, each ISA.
+// A prompt's rows: the broadcast tiles (prepack_weights off, so above kInPlaceMaxRows too). Row
+// counts around their blocks (32 rows on AVX-512, 16 on AVX2; a last block of up to 8 rows
+// takes 8-lane tiles, up to 16 one register), N off the weight-row groups (8 / 6) and the
+// threads' 16-row blocks, K past one k slice (1024: the second slice accumulates) and off the
+// 8-column transposes of x, 1 to 3 threads, each ISA.
 TEST(LinearStream, PromptRowsOverOddShapes) {
   std::vector<CpuIsa> isas = {CpuIsa::avx2};
   if (__builtin_cpu_supports("avx512f")) isas.push_back(CpuIsa::native);
@@ -76,30 +80,20 @@ TEST(LinearStream, PromptRowsOverOddShapes) {
                        std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
           const int prev = omp_get_max_threads();
           omp_set_num_threads(threads);
-          std::string name = expect_matches_ref("linear", {input(rnd({M, K}, 1)), constant(rnd({N, K}, 2))}, {},
-                                                kGemmRtol, kGemmAtol, isa_options(isa));
+          KernelOptions o = isa_options(isa);
+          o.prepack_weights = false;  // in place past kInPlaceMaxRows too (M = 70)
+          std::string name =
+              expect_matches_ref("linear", {input(rnd({M, K}, 1)), constant(rnd({N, K}, 2))}, {}, kGemmRtol, kGemmAtol, o);
           omp_set_num_threads(prev);
           EXPECT_TRUE(streams(name)) << name;
           EXPECT_NE(name.find(isa == CpuIsa::avx2 ? "avx2" : "avx512"), std::string::npos) << name;
         }
 }
 
-// A prompt's x is [batch, seq, K]; every epilogue over the broadcast tiles' outputs.
-TEST(LinearStream, PromptRowsEveryEpilogue) {
-  for (const std::string& act : epilogue_activations()) {
-    SCOPED_TRACE(act);
-    Attrs a = epilogue_attrs(act);
-    a["has_bias"] = true;
-    a["has_residual"] = true;
-    std::string name = expect_matches_ref("linear", {input(rnd({2, 19, 256}, 1)), constant(rnd({260, 256}, 2)),
-                                                     constant(rnd({260}, 3)), input(rnd({2, 19, 260}, 4))},
-                                          a);
-    EXPECT_TRUE(streams(name)) << name;
-  }
-}
-
 TEST(LinearStream, OtherLinearsKeepOneDnn) {
   std::vector<Case> cases;
+  cases.push_back({"more static rows than kInPlaceMaxRows, prepacking on",
+                   {input(rnd({65, 256}, 1)), constant(rnd({300, 256}, 2))}});
   cases.push_back({"a weight computed per call", {input(rnd({1, 256}, 1)), input(rnd({300, 256}, 2))}});
   cases.push_back({"a weight that sits in cache", {input(rnd({1, 128}, 1)), constant(rnd({100, 128}, 2))}});
   cases.push_back({"short rows", {input(rnd({1, 32}, 1)), constant(rnd({4096, 32}, 2))}});

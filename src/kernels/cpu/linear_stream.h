@@ -13,9 +13,11 @@
 // streaming f32 linear for decode"), does not reach the bandwidth two cores give. For more rows
 // oneDNN's fast gemm (brgemm) reads a packed copy of the weight, which beside the user's
 // parameters doubled an f32 model's weights in memory; the broadcast tiles run level with it
-// from the weight as stored (docs/BENCHMARKS.md, "Issue 20: prefill from the weight's own rows").
+// from the weight as stored at a prompt's tens of rows (docs/BENCHMARKS.md, "Issue 20: prefill
+// from the weight's own rows").
 //
-// What it does not do: non-constant weights (oneDNN's gemm), other dtypes, batched matmuls,
+// What it does not do: more than kInPlaceMaxRows static rows while prepack_weights is on,
+// non-constant weights (oneDNN's gemm), other dtypes, batched matmuls,
 // small weights (below kStreamMinWeight elements or kStreamMinVector long rows: they sit in
 // cache, a packed copy is small), and [K, N] weights with more than
 // kStreamMaxRows or symbolic rows. create_linear and create_matmul (onednn/matmul.cpp) ask this
@@ -32,6 +34,12 @@ constexpr int64_t kStreamMaxRows = 4;          // rows of x: the dot tiles' wide
 constexpr int64_t kStreamMinVector = 64;       // the vectorised dim (K, or N for [K, N]): shorter
                                                // and the lane reductions or tails dominate
 constexpr int64_t kStreamMinWeight = 1 << 16;  // smaller weights sit in cache: no stream to win
+// A linear with more static rows than this takes oneDNN's gemm on its packed copy while
+// prepack_weights is on: the broadcast tiles run level with it at 32 rows (the 1B Llama's prompt)
+// but BERT-base (128 rows) and ViT-B/16 (197) ran 5-15% slower whole (docs/BENCHMARKS.md, "Issue
+// 20: prefill from the weight's own rows"). Symbolic rows (a prompt of any length) and
+// prepack_weights=False read the weight in place at every count.
+constexpr int64_t kInPlaceMaxRows = 64;
 
 // The kernel for a `linear` or `matmul` node that fits (above), else nullptr.
 std::unique_ptr<Kernel> make_inplace_f32(const KernelContext& ctx);

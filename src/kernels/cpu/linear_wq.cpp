@@ -359,11 +359,12 @@ std::unique_ptr<Kernel> make_inplace_f32(const KernelContext& ctx) {
   const int64_t M = numel_of(ctx.in_shapes[0]) / K;
   if (M < 1) return nullptr;
   const auto& xshape = ctx.node.inputs[0]->type.shape;
-  if (!linear) {  // [K, N]: a few static rows only (a symbolic count may grow past them)
-    if (M > kStreamMaxRows) return nullptr;
-    for (size_t d = 0; d + 1 < xshape.size(); ++d)
-      if (!xshape[d].is_static()) return nullptr;
-  }
+  bool static_rows = true;
+  for (size_t d = 0; d + 1 < xshape.size(); ++d) static_rows = static_rows && xshape[d].is_static();
+  // [K, N]: a few static rows only (a symbolic count may grow past them).
+  if (!linear && (M > kStreamMaxRows || !static_rows)) return nullptr;
+  // Many static rows: oneDNN on its packed copy unless prepack_weights is off (kInPlaceMaxRows).
+  if (linear && static_rows && M > kInPlaceMaxRows && ctx.options.prepack_weights) return nullptr;
   Epilogue ep = Epilogue::of(ctx.node, 2);
   if (ep.has_residual && numel_of(ctx.in_shapes[ep.residual_input]) != M * N) return nullptr;
   return std::make_unique<LinearWqKernel>(ctx);
