@@ -36,8 +36,9 @@ constexpr int64_t kStreamMinVector = 64;       // the vectorised dim (K, or N fo
 constexpr int64_t kStreamMinWeight = 1 << 16;  // smaller weights sit in cache: no stream to win
 // A linear with more static rows than this takes oneDNN's gemm on its packed copy while
 // prepack_weights is on: the broadcast tiles run level with it at 32 rows (the 1B Llama's prompt)
-// but BERT-base (128 rows) and ViT-B/16 (197) ran 5-15% slower whole (docs/BENCHMARKS.md, "Issue
-// 20: prefill from the weight's own rows"). Symbolic rows (a prompt of any length) and
+// but BERT-base (128 rows) and ViT-B/16 (197) ran 5-15% slower whole, the gap in the MLP linear
+// whose exact GELU our epilogue runs after the tiles where oneDNN fuses it (docs/BENCHMARKS.md,
+// "Issue 20: prefill from the weight's own rows"). Symbolic rows (a prompt of any length) and
 // prepack_weights=False read the weight in place at every count.
 constexpr int64_t kInPlaceMaxRows = 64;
 
