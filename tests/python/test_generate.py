@@ -2,7 +2,8 @@
 greedy and sampling, batch 1 and left-padded batches, against eager.
 
 Every case builds a tiny random-weight model of one family from its transformers config class
-(2 layers, hidden 64, vocabulary 1000, grouped-query attention where the family has it), runs
+(2 layers, hidden 64, vocabulary 1000, grouped-query attention where the family has it; one
+Llama of hidden 256, whose larger weights take the in-place prompt kernel), runs
 `generate` eagerly, then again with `model.forward = torch.compile(model.forward,
 backend="updraft")` (or `model.compile(backend="updraft")`, the model itself), and checks:
 - greedy: the same tokens as eager, and every step's scores (`output_scores=True`) within the
@@ -34,6 +35,7 @@ makes no assertion on them.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import warnings
 
 import pytest
@@ -81,6 +83,11 @@ FAMILIES = {
     "gemma": Family("GemmaConfig", "GemmaForCausalLM",
                     dict(_ATTN, num_key_value_heads=1, head_dim=16), 1.0,
                     "embeddings scaled by sqrt(hidden), RMSNorm with (1 + weight), tanh-GELU gating, one key-value head"),
+    "llama_wide": Family("LlamaConfig", "LlamaForCausalLM",
+                         dict(_ATTN, hidden_size=256, intermediate_size=512, num_attention_heads=8,
+                              num_key_value_heads=2), 1.0,
+                         "weights of 64K elements and more: prompts read them in place "
+                         "(src/kernels/cpu/linear_stream.h), not through a packed copy"),
 }
 
 FAST = ("llama", "mistral", "gpt2", "phi3")
@@ -196,6 +203,21 @@ def _supported_share(rep) -> float:
 @pytest.mark.parametrize("name", FAST)
 def test_generate_greedy(name):
     run_case(name)
+
+
+def test_prompts_read_large_weights_in_place():
+    """A prompt's linears with weights of 64K elements and more read them in place (the broadcast
+    tiles) at a static prompt and, from the second length on, a symbolic one: eager's tokens,
+    and no packed copy of those weights (only the small k/v projections may get one, in at most
+    two layouts each)."""
+    from updraft.report import weight_stats
+
+    gc.collect()
+    before = weight_stats()["packs"]
+    run_case("llama_wide", batch=2, lengths=(7, 40))
+    small = [m for m in build("llama_wide").modules()
+             if isinstance(m, torch.nn.Linear) and m.weight.numel() < 1 << 16]
+    assert weight_stats()["packs"] - before <= 2 * len(small), weight_stats()
 
 
 @pytest.mark.parametrize("cache", [None, "static"], ids=["dynamic", "static"])
