@@ -1,8 +1,9 @@
 // The f32 linear that reads its constant weight in place (the linear_wq kernel with f32
-// weights, linear_wq.cpp): y = act(x @ w^T + bias + residual) for any rows of x, static or
-// symbolic. A decode step's few rows (M <= kStreamMaxRows) stream the weight once at full
-// bandwidth, split over the threads; more rows (a prompt) take the broadcast tiles
-// (linear_wq_tiles.h, bcast_dot): x transposed once per call, the weight's rows read as stored.
+// weights, linear_wq.cpp): y = act(x @ w^T + bias + residual) for a symbolic count of rows of
+// x, or up to kInPlaceMaxRows static ones (any count with prepack_weights off). A decode step's
+// few rows (M <= kStreamMaxRows) stream the weight once at full bandwidth, split over the
+// threads; more rows (a prompt) take the broadcast tiles (linear_wq_tiles.h, bcast_dot): x
+// transposed once per call, the weight's rows read as stored.
 // The same for matmul with a constant 2-d weight stored [K, N] (x @ W: GPT-2's Conv1D), for a
 // few static rows only, vectorised over N instead of K, with the weight's rows split over the
 // threads (each reads its contiguous block as a few long streams, linear_wq_tiles.h) and their

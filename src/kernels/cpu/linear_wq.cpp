@@ -91,13 +91,13 @@ class LinearWqKernel final : public Kernel {
       run_i8(in, y, M, N, K, nt, static_cast<uint8_t*>(scratch));
       return;
     }
-    if (M > bcast_above() && !kn_) {
-      run_bcast(in, y, M, N, K, nt, static_cast<float*>(scratch));
-      return;
-    }
     if (kn_) {
       run_kn(in, y, M, N, K, static_cast<int>(std::min<int64_t>(nt, std::max<int64_t>(1, K / kKnMinRows))),
              static_cast<float*>(scratch));
+      return;
+    }
+    if (M > bcast_above()) {
+      run_bcast(in, y, M, N, K, nt, static_cast<float*>(scratch));
       return;
     }
     nt = static_cast<int>(std::min<int64_t>(nt, (N + kBlockRows - 1) / kBlockRows));
@@ -131,7 +131,7 @@ class LinearWqKernel final : public Kernel {
     if (kn_) return static_cast<size_t>(std::max(max_threads_ - 1, 0)) * cpu::kStreamMaxRows * N_ * sizeof(float);
     if (M <= bcast_above()) return 0;
     const size_t strips = wdtype_ == DType::f32 ? 0 : static_cast<size_t>(max_threads_) * cpu::wq::strip_floats(tiles_, K_);
-    return (static_cast<size_t>(xt_floats(M)) + strips) * sizeof(float);
+    return (static_cast<size_t>(cpu::wq::xt_floats(tiles_, M, K_)) + strips) * sizeof(float);
   }
 
   // wsum[n] = sum_k w[n, k] over the N rows of an i8 weight [N, K].
@@ -192,7 +192,7 @@ class LinearWqKernel final : public Kernel {
     const char* w = static_cast<const char*>(in[1].data);
     const size_t esize = dtype_size(wdtype_);
     float* xt = scratch;
-    float* strips = xt + xt_floats(M);
+    float* strips = xt + cpu::wq::xt_floats(tiles_, M, K_);
     const cpu::wq::BcastDotFn dot = wdtype_ == DType::f32 ? tiles_.bcast_f32
                                     : wdtype_ == DType::i8 ? tiles_.bcast_i8
                                                            : tiles_.bcast_bf16;
@@ -216,8 +216,6 @@ class LinearWqKernel final : public Kernel {
   // More rows of x than this take run_bcast: an f32 weight past the streaming tiles' rows; an
   // i8 or bf16 one past the dot tiles' measured crossover (kDotMaxRows).
   int64_t bcast_above() const { return wdtype_ == DType::f32 ? cpu::kStreamMaxRows : kDotMaxRows; }
-
-  int64_t xt_floats(int64_t M) const { return (M + tiles_.xt_cols - 1) / tiles_.xt_cols * tiles_.xt_cols * K_; }
 
   // Thread t's share of the N rows of w (a contiguous range of blocks of `rows` rows) to
   // fn(n0, n1): all at once when `whole` (a few rows of x: the tiles read the range as a few long

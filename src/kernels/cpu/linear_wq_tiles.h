@@ -266,7 +266,7 @@ inline __m256 widen8(const uint16_t* p) {
 // NR * TV FMAs, nothing reduced across lanes; an f32 weight is never copied, an i8 or bf16 one
 // only widened in order into a small strip (no transpose). The accumulators hold out^T (weight
 // rows by rows of x), written to out through a small transpose per tile.
-// Loop order: bcast_dot.
+// The loop order over k slices, weight rows and blocks of x: bcast_dot.
 // Measured (benchmarks/cpp/kernel_throughput.cpp, BM_PrefillLinear; docs/BENCHMARKS.md, "Issue
 // 20: prefill from the weight's own rows"): f32 in place level with oneDNN on its packed copy
 // from M = 16 up, i8 1.1-1.6x the transposed panels.
@@ -278,14 +278,12 @@ constexpr int64_t kPrefillDepth = 1024;                     // k per slice
 // A widened strip's rows (K floats) are padded to an odd number of cache lines: rows a multiple
 // of 4 KB apart would share their L1 sets, and the tile reads all NR of them at once.
 constexpr int64_t strip_ld(int64_t K) { return ((K + 15) / 16 | 1) * 16; }
-// The scratch one thread's bcast_i8 / bcast_bf16 needs: a group of widened rows.
-inline int64_t strip_floats(const DotTiles& t, int64_t K) { return t.bcast_rows * strip_ld(K); }
-
-// The floats of xt for M rows of x: whole blocks of kXtCols.
-template <class V>
-constexpr int64_t xt_floats(int64_t M, int64_t K) {
-  return (M + kXtCols<V> - 1) / kXtCols<V> * kXtCols<V> * K;
+// The scratch of a bcast_* call: xt for M rows of x (whole blocks of kXtCols), and per thread a
+// group of widened rows (bcast_i8 / bcast_bf16).
+inline int64_t xt_floats(const DotTiles& t, int64_t M, int64_t K) {
+  return (M + t.xt_cols - 1) / t.xt_cols * t.xt_cols * K;
 }
+inline int64_t strip_floats(const DotTiles& t, int64_t K) { return t.bcast_rows * strip_ld(K); }
 
 // Columns [k0, k1) of xt (k0 a multiple of 8, so threads can split k): 8 x 8 blocks of x
 // transposed in registers, rows past M as zeros.
