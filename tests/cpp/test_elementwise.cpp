@@ -185,6 +185,38 @@ TEST(ElementwiseCpu, PeriodicBroadcasts) {
                               {{"program", "f32: hardsigmoid $0; mul $1 %0"}}, kF32Rtol, kF32Atol));
 }
 
+// The walk over a broadcast (cpu_ew::walk_items): past the serial threshold each thread takes a
+// contiguous range of items (chunks of kBlock along the inner dim), which starts and ends
+// mid-row for these shapes (1000 elements = 8 chunks a row; 280 or 240 items over 2 and 3
+// threads), then steps its offsets row by row with a carry over the outer dims. Operands
+// broadcast over the inner dim (one value a row, filled once for the row's chunks), over an
+// outer dim, or over several, at 1, 2 and 3 threads; equal to the reference bit for bit.
+TEST(ElementwiseCpu, BroadcastWalkSplitsRowsAcrossThreads) {
+  struct Case {
+    std::vector<int64_t> a, b;
+  };
+  const std::vector<Case> cases = {
+      {{5, 7, 1000}, {5, 7, 1}},  // a value per row
+      {{5, 7, 1000}, {1, 7, 1}},  // per row, repeated over the outer dim
+      {{5, 7, 1000}, {5, 1, 1000}},
+      {{2, 3, 5, 1200}, {2, 1, 5, 1}},  // the carry crosses two outer dims
+      {{2, 3, 5, 1200}, {1, 3, 1, 1200}},
+      {{36, 1000}, {36, 1}},
+  };
+  for (const Case& c : cases)
+    for (bool swap : {false, true})
+      for (int threads : {1, 2, 3}) {
+        Tensor a = random_tensor(DType::f32, c.a, 30, -3, 3);
+        Tensor b = random_tensor(DType::f32, c.b, 31, -3, 3);
+        auto n = swap ? build("sub", {input(b), input(a)}) : build("sub", {input(a), input(b)});
+        auto fast = make_kernel_for(*n, Device::cpu, threads);
+        auto ref = make_kernel_for(*n, Device::ref);
+        ASSERT_TRUE(fast && ref);
+        EXPECT_TRUE(all_close(run_kernel(*fast, *n), run_kernel(*ref, *n), 0, 0))
+            << Attr(c.a).str() << " - " << Attr(c.b).str() << (swap ? " swapped" : "") << ", threads " << threads;
+      }
+}
+
 TEST(ElementwiseCpu, EqualOperandsCompareExactly) {
   // Compares on equal values (ties) and NaNs: eq/le/ge true, lt/gt false, NaN compares false.
   Tensor a = random_tensor(DType::f32, {257}, 7);

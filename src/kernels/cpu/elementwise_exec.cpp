@@ -191,6 +191,10 @@ void BlockProgram<T>::run(const TensorView* in, int nin, TensorView* outs, const
       TensorView* outs;
       const bool* uniform;
       alignas(32) T buf[kMaxSlots][kBlock];
+      // A broadcast input's value and count last filled into its slot: the chunks of one row
+      // read the same value, which is filled once (input slots are never written by a step).
+      const T* filled_from[kMaxSlots] = {};
+      int filled_n[kMaxSlots] = {};
       explicit Body(const BlockProgram& pr, const BcastPlan& pl, const TensorView* i, TensorView* o, const bool* u)
           : prog(pr), plan(pl), in(i), outs(o), uniform(u) {
         for (auto [s, v] : prog.imms_) std::fill(buf[s], buf[s] + kBlock, v);
@@ -210,7 +214,12 @@ void BlockProgram<T>::run(const TensorView* in, int nin, TensorView* outs, const
             const T* base = in[k].ptr<T>() + off[k + 1];
             if (stride == 1) ptr[s] = base;  // read in place: no copy for the common case
             else if (period) for (int i = 0; i < n; i += period) std::copy(base, base + period, buf[s] + i);
-            else if (stride == 0) std::fill(buf[s], buf[s] + n, *base);
+            else if (stride == 0) {
+              if (filled_from[s] != base || filled_n[s] < n) {
+                std::fill(buf[s], buf[s] + n, *base);
+                filled_from[s] = base, filled_n[s] = n;
+              }
+            }
             else for (int i = 0; i < n; ++i) buf[s][i] = base[i * stride];
           } else {
             const bool* base = in[k].ptr<bool>() + off[k + 1];
