@@ -193,15 +193,23 @@ void BlockProgram<T>::run(const TensorView* in, int nin, TensorView* outs, const
       alignas(32) T buf[kMaxSlots][kBlock];
       // A broadcast input's value and count last filled into its slot: the chunks of one row
       // read the same value, which is filled once (input slots are never written by a step).
-      const T* filled_from[kMaxSlots] = {};
-      int filled_n[kMaxSlots] = {};
+      // Set for the input slots only: clearing all kMaxSlots entries per call would cost what
+      // BcastPlan avoids clearing.
+      const T* filled_from[kMaxSlots];
+      int filled_n[kMaxSlots];
       explicit Body(const BlockProgram& pr, const BcastPlan& pl, const TensorView* i, TensorView* o, const bool* u)
           : prog(pr), plan(pl), in(i), outs(o), uniform(u) {
         for (auto [s, v] : prog.imms_) std::fill(buf[s], buf[s] + kBlock, v);
-        for (size_t k = 0; k < prog.input_slot_.size(); ++k)
-          if (uniform[k]) std::fill(buf[prog.input_slot_[k]], buf[prog.input_slot_[k]] + kBlock, *in[k].ptr<T>());
+        for (size_t k = 0; k < prog.input_slot_.size(); ++k) {
+          const int s = prog.input_slot_[k];
+          if (s < 0) continue;
+          filled_from[s] = nullptr, filled_n[s] = 0;
+          if (uniform[k]) std::fill(buf[s], buf[s] + kBlock, *in[k].ptr<T>());
+        }
       }
-      void operator()(const int64_t* off, int64_t n64) {
+      // Inlined into the walk (bcast_for's one per block call): a call with this frame per
+      // block cost ~3 ns, 10% of a [1, 960, 7, 7] multiply's 49-element blocks.
+      [[gnu::always_inline]] inline void operator()(const int64_t* off, int64_t n64) {
         const int n = static_cast<int>(n64);
         const T* ptr[kMaxSlots];
         for (int s = 0; s < prog.nslots_; ++s) ptr[s] = buf[s];

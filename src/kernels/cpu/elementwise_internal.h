@@ -70,8 +70,9 @@ template <typename Body>
 void walk_items(const BcastPlan& p, int64_t chunk, int64_t per_row, int64_t it0, int64_t it1, Body& body) {
   const int nd = p.ndim, nops = p.nops;
   const int64_t inner = p.inner();
-  int64_t idx[kMaxDims] = {};
-  int64_t row_off[kMaxOperands] = {};
+  int64_t idx[kMaxDims], row_off[kMaxOperands];  // only [0, nd - 1) and [0, nops) are used
+  for (int d = 0; d + 1 < nd; ++d) idx[d] = 0;
+  for (int k = 0; k < nops; ++k) row_off[k] = 0;
   int64_t row = it0 / per_row, j = it0 % per_row;
   for (int d = nd - 2; d >= 0 && row; --d) {
     idx[d] = row % p.sizes[d];

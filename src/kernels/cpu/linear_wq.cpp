@@ -192,7 +192,7 @@ class LinearWqKernel final : public Kernel {
     const char* w = static_cast<const char*>(in[1].data);
     const size_t esize = dtype_size(wdtype_);
     float* xt = scratch;
-    float* strips = xt + cpu::wq::xt_floats(tiles_, M, K_);
+    float* strips = xt + cpu::wq::xt_floats(tiles_, M, K);
     const cpu::wq::BcastDotFn dot = wdtype_ == DType::f32 ? tiles_.bcast_f32
                                     : wdtype_ == DType::i8 ? tiles_.bcast_i8
                                                            : tiles_.bcast_bf16;

@@ -51,7 +51,7 @@ struct DotTiles {
   PackXtFn pack_xt = nullptr;
   BcastDotFn bcast_f32 = nullptr, bcast_i8 = nullptr, bcast_bf16 = nullptr;
   int64_t xt_cols = 0;       // rows of x per xt block: xt holds ceil(M / xt_cols) * xt_cols * K floats
-  int bcast_rows = 0;        // NR: weight rows per group (strip_floats)
+  int group_rows = 0;        // NR: weight rows per broadcast tile group (strip_floats)
   const char* isa = "";
 };
 
@@ -283,7 +283,7 @@ constexpr int64_t strip_ld(int64_t K) { return ((K + 15) / 16 | 1) * 16; }
 inline int64_t xt_floats(const DotTiles& t, int64_t M, int64_t K) {
   return (M + t.xt_cols - 1) / t.xt_cols * t.xt_cols * K;
 }
-inline int64_t strip_floats(const DotTiles& t, int64_t K) { return t.bcast_rows * strip_ld(K); }
+inline int64_t strip_floats(const DotTiles& t, int64_t K) { return t.group_rows * strip_ld(K); }
 
 // Columns [k0, k1) of xt (k0 a multiple of 8, so threads can split k): 8 x 8 blocks of x
 // transposed in registers, rows past M as zeros.
@@ -433,7 +433,7 @@ DotTiles make_dot_tiles(const char* isa) {
   t.bcast_f32 = bcast_dot<V, float>;
   t.bcast_i8 = bcast_dot<V, int8_t>;
   t.bcast_bf16 = bcast_dot<V, uint16_t>;
-  t.bcast_rows = kBcastRows<V>;
+  t.group_rows = kBcastRows<V>;
   t.isa = isa;
   return t;
 }

@@ -1,5 +1,6 @@
 // An 8 x 8 block of floats transposed in AVX registers, for the packing loops that turn rows
-// into columns: linear_wq's prefill panels (linear_wq_tiles.h) and sdpa's k^T (attention.cpp).
+// into columns: x^T for linear_wq's broadcast tiles (pack_xt, linear_wq_tiles.h) and sdpa's k^T
+// (attention.cpp).
 // Exact (moves only), 24 shuffles for 64 floats, where an element-by-element copy costs a
 // load and a store each.
 //
