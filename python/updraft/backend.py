@@ -27,12 +27,13 @@ from torch import fx
 
 from .config import CompilerConfig
 from .engine_partition import EnginePartition, active
+from . import host_memory
 from .gears import GearBox
 from .lowerer import load_c
 from .partition import partition_graph
 from .random_ops import engine_rng_in
-from .report import (INFERENCE_CHOICE, INPUT_WRITES, SAVED_INPUTS, TRAINING_CHOICE, GraphReport, report_for_new_graph,
-                     warn_once)
+from .report import (HOST_MEMORY, INFERENCE_CHOICE, INPUT_WRITES, SAVED_INPUTS, TRAINING_CHOICE, GraphReport,
+                     report_for_new_graph, warn_once)
 from .training import SETUP_STREAK_LIMIT, TRIALS, MeasuredChoice, attention_as_math_in, eager_copy, is_training
 
 aten = torch.ops.aten
@@ -678,6 +679,14 @@ def _record_all_in_pytorch(gm: fx.GraphModule, graph_report: GraphReport, reason
             graph_report.add_fallback(op_name(n), reason, is_compute(n), node=n.name)
 
 
+def _keep_freed_memory(config: CompilerConfig, report: GraphReport, training: bool) -> None:
+    """The process's malloc set to keep freed memory, where the config asks (host_memory.py);
+    the report says what it does."""
+    note = host_memory.keep_freed_memory(config.keep_freed_memory, training)
+    if note is not None:
+        report.compiles.append((HOST_MEMORY, note))
+
+
 def _make_compilers(config: CompilerConfig, input_names: Optional[list] = None, dump: Any = None,
                     seen: Optional[dict] = None) -> dict:
     """`input_names`: the Dynamo graph's placeholder names (L_x_, L_self_..._weight_), which
@@ -695,6 +704,7 @@ def _make_compilers(config: CompilerConfig, input_names: Optional[list] = None, 
         names = input_names if input_names and len(input_names) == len(placeholders) else None
         aot = dump.aot_graph("inference", gm) if dump is not None else None
         engine_rng_in(gm)
+        _keep_freed_memory(config, graph_report, training=False)
         try:
             compiled = compile_inference(gm, config, graph_report, names)
         except Exception as e:
@@ -721,6 +731,7 @@ def _make_compilers(config: CompilerConfig, input_names: Optional[list] = None, 
             else:
                 if kind == "training forward":  # a backward reuses the forward's masks
                     engine_rng_in(gm)
+                _keep_freed_memory(config, graph_report, training=True)
                 compiled = compile_training(gm, config, graph_report, kind)
             if aot is not None:
                 aot.finish(compiled, graph_report)

@@ -175,6 +175,15 @@ class CompilerConfig:
         freeing an input cannot be re-run in PyTorch, so that call raises (naming the error),
         and the graph runs in PyTorch from the next call on. False keeps every input for a
         re-run. Changes no result; not in the compile-cache key.
+    keep_freed_memory: whether the process's malloc keeps the memory torch frees for reuse
+        (glibc's mmap threshold fixed at 32 MB and trimming off: updraft/host_memory.py), so a
+        training step does not fault the memory it freed last step in again, 4 KB at a time
+        (GPT-2 small's step on a 2-core VM: ~56,000 faults, 700 -> 550 ms; peak RSS unchanged;
+        docs/training.md). None (default): set when the first training graph is compiled; True:
+        when any graph is; False: never by this config. The setting is the process's and is not
+        undone; it is left alone where the user set malloc variables or preloaded another
+        allocator. The report says what the process's malloc does. Changes no result; not in
+        the compile-cache key.
     weight_dtype: how the engine stores the weights of large linear layers (constant f32 weights
         of at least 64K elements, src/passes/quantize_weights.h; docs/quantization.md). "f32"
         (default): as given. "bf16": rounded to bf16 (half the bytes). "int8": symmetric int8 with
@@ -260,6 +269,7 @@ class CompilerConfig:
     inference: str = "auto"
     keep_arenas: Optional[bool] = None
     release_saved: bool = True
+    keep_freed_memory: Optional[bool] = None
     prepack_weights: bool = _knob("prepack_weights", True)
     static_gemm: bool = _knob("static_gemm", False)
     cpu_isa: str = _knob("cpu_isa", "native")
@@ -294,9 +304,11 @@ class CompilerConfig:
             raise ValueError(f"[updraft.config] activation_dtype={self.activation_dtype!r} is not one of "
                              f"{list(ACTIVATION_DTYPES)}; \"int8\" quantises the rows of x of linears over int8 "
                              "weights, \"f32\" keeps them")
-        if self.keep_arenas is not None and not isinstance(self.keep_arenas, bool):
-            raise TypeError(f"[updraft.config] keep_arenas must be True, False or None, got "
-                            f"{type(self.keep_arenas).__name__} {self.keep_arenas!r}")
+        for name in ("keep_arenas", "keep_freed_memory"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                raise TypeError(f"[updraft.config] {name} must be True, False or None, got "
+                                f"{type(value).__name__} {value!r}")
         if self.training not in TRAINING_MODES:
             raise ValueError(f"[updraft.config] training={self.training!r} is not one of {list(TRAINING_MODES)}; "
                              "\"engine\" runs training graphs in the engine, \"pytorch\" leaves them to PyTorch, "

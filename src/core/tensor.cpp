@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -77,8 +78,14 @@ std::shared_ptr<void> aligned_alloc_shared(size_t bytes) {
   void* p = nullptr;
   if (posix_memalign(&p, align, rounded) != 0 || p == nullptr)
     throw Error("tensor", "out of memory allocating " + std::to_string(bytes) + " bytes");
-  if (align == kHugePage) madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
+  if (align == kHugePage) advise_huge_pages(p, bytes);
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+
+void advise_huge_pages(void* p, size_t bytes) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t first = (a + kHugePage - 1) / kHugePage * kHugePage, end = (a + bytes) / kHugePage * kHugePage;
+  if (end > first) madvise(reinterpret_cast<void*>(first), end - first, MADV_HUGEPAGE);
 }
 
 Tensor::Tensor(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {

@@ -64,4 +64,8 @@ class Tensor {
 constexpr size_t kHugePage = size_t{2} << 20;
 std::shared_ptr<void> aligned_alloc_shared(size_t bytes);
 
+// Advises transparent huge pages for the whole 2 MB pages inside [p, p + bytes) (madvise
+// MADV_HUGEPAGE; a no-op where THP is off, and for a range holding no whole huge page).
+void advise_huge_pages(void* p, size_t bytes);
+
 }  // namespace updraft

@@ -655,6 +655,22 @@ void Plan::release(std::unique_ptr<CallState> st) const {
   pool_.push_back(std::move(st));  // capacity only grows, so steady state does not allocate
 }
 
+namespace {
+
+// A caller's output of 32 MB or more is, as a rule, memory mapped for this call: glibc's malloc
+// (under torch.empty) maps every block from its largest mmap threshold up and unmaps it when
+// freed, so each call faults it in 4 KB at a time (a training step's embedding gradient, an LM's
+// logits). Advised huge pages, 512 times fewer faults: filling GPT-2's 154 MB embedding
+// gradient went from ~43 to ~8.5 ms (docs/BENCHMARKS.md). Smaller outputs come from the heap,
+// already faulted in, where an madvise would only split the heap's mapping.
+constexpr size_t kFreshOutputBytes = size_t{32} << 20;
+
+void advise_fresh_output(void* p, size_t bytes) {
+  if (p != nullptr && bytes >= kFreshOutputBytes) advise_huge_pages(p, bytes);
+}
+
+}  // namespace
+
 void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
                    StepObserver* observer, OutputSource* source) const {
   char* base = static_cast<char*>(st.arena.get());
@@ -684,7 +700,10 @@ void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const s
     const Slot& sl = slots_[s];
     switch (sl.kind) {
       case SlotKind::Input: st.ptrs[s] = st.inputs[sl.index].data; break;
-      case SlotKind::Output: st.ptrs[s] = outputs[sl.index].data; break;
+      case SlotKind::Output:
+        st.ptrs[s] = outputs[sl.index].data;
+        advise_fresh_output(st.ptrs[s], outputs[sl.index].nbytes());
+        break;
       case SlotKind::Constant: st.ptrs[s] = sl.constant; break;
       case SlotKind::Arena: st.ptrs[s] = base + sl.offset; break;
       case SlotKind::Alias: st.ptrs[s] = st.ptrs[sl.index]; break;
@@ -727,7 +746,9 @@ void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const s
     for (; next_due < due.size() && static_cast<size_t>(due[next_due].first) <= i; ++next_due) {
       const int k = due[next_due].second, slot = output_slot_[static_cast<size_t>(k)];
       const Slot& sl = slots_[static_cast<size_t>(slot)];
-      st.ptrs[slot] = source->output(static_cast<size_t>(k), shape_nbytes(sl.shape, sl.dtype, "plan"));
+      const size_t bytes = shape_nbytes(sl.shape, sl.dtype, "plan");
+      st.ptrs[slot] = source->output(static_cast<size_t>(k), bytes);
+      advise_fresh_output(st.ptrs[slot], bytes);
       for (int a : output_aliases_[static_cast<size_t>(k)]) st.ptrs[a] = st.ptrs[slots_[a].index];
     }
   };

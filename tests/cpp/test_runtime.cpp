@@ -1,11 +1,16 @@
 // Executable end to end: compile + run small graphs and compare with the reference
 // kernels run node by node; outputs that are inputs/constants/views/duplicates; symbolic
 // shapes and the plan cache; input validation; strided inputs; concurrency; no steady-state
-// allocation.
+// allocation; large caller outputs advised huge pages.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <atomic>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <new>
@@ -15,6 +20,7 @@
 #include "ir/graph.h"
 #include "ir/op_table.h"
 #include "kernels/kernel.h"
+#include "passes/options.h"
 #include "runtime/executable.h"
 #include "runtime/plan.h"
 #include "test_util.h"
@@ -319,6 +325,73 @@ TEST(Runtime, StridedInputsOfEveryLayoutAndElementSizeArriveExactly) {
       EXPECT_EQ(g_allocs.load(), 0) << what;
     }
   }
+}
+
+// Caller outputs of 32 MB and more are advised huge pages before the call writes them (plan.cpp:
+// glibc maps such blocks fresh for every torch.empty, so each call faulted them in 4 KB at a
+// time); smaller ones are left alone. Both big outputs coalesce to one row, which copy_strided
+// cuts into pieces over the threads: a broadcast fill (embedding gradients start as one) and a
+// contiguous copy; their values must arrive whole.
+namespace {
+// VmFlags of the mapping holding `p` (/proc/self/smaps), or "" where there is none.
+std::string vm_flags_at(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find('-')) {
+      inside = a >= lo && a < hi;
+      continue;
+    }
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Runtime, LargeCallerOutputsAreAdvisedHugePages) {
+  if (!std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled")) GTEST_SKIP() << "no transparent huge pages here";
+  const int64_t big = (int64_t{36} << 20) / 4, small = (int64_t{8} << 20) / 4;  // f32 elements
+  auto g = std::make_unique<Graph>();
+  Value* c = g->add_input("c", f32({1}));
+  Value* x = g->add_input("x", f32({big}));
+  Value* fill = g->add_node("expand", {c}, {{"shape", Ints{big}}})->output();
+  Value* part = g->add_node("expand", {c}, {{"shape", Ints{small}}})->output();
+  g->set_outputs({fill, x, part});
+  CompileOptions opts;
+  opts.num_threads = 2;
+  auto cg = Executable::compile(std::move(g), opts);
+  // Outputs in fresh private mappings, as glibc gives torch.empty for blocks this large.
+  auto map = [](int64_t n) {
+    void* p = mmap(nullptr, static_cast<size_t>(n) * 4, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    return static_cast<float*>(p);
+  };
+  float *o_fill = map(big), *o_copy = map(big), *o_part = map(small);
+  Tensor cv(DType::f32, {1}), xv = random_tensor(DType::f32, {big}, 3);
+  *static_cast<float*>(cv.data()) = 0.25f;
+  std::vector<TensorView> ins = {cv.view(), xv.view()};
+  std::vector<TensorView> outs = {TensorView::contiguous(o_fill, DType::f32, {big}),
+                                  TensorView::contiguous(o_copy, DType::f32, {big}),
+                                  TensorView::contiguous(o_part, DType::f32, {small})};
+  cg->run(ins, outs);
+  int64_t wrong_fill = 0, wrong_part = 0;
+  for (int64_t i = 0; i < big; ++i) wrong_fill += o_fill[i] != 0.25f;
+  for (int64_t i = 0; i < small; ++i) wrong_part += o_part[i] != 0.25f;
+  EXPECT_EQ(wrong_fill, 0);
+  EXPECT_EQ(wrong_part, 0);
+  EXPECT_EQ(std::memcmp(o_copy, xv.data(), static_cast<size_t>(big) * 4), 0);
+  // The first whole huge page inside each buffer: its mapping carries "hg" once advised.
+  auto first_huge = [](const float* p) {
+    return reinterpret_cast<const void*>((reinterpret_cast<uintptr_t>(p) + kHugePage - 1) / kHugePage * kHugePage);
+  };
+  EXPECT_NE(vm_flags_at(first_huge(o_fill)).find(" hg"), std::string::npos) << vm_flags_at(first_huge(o_fill));
+  EXPECT_NE(vm_flags_at(first_huge(o_copy)).find(" hg"), std::string::npos);
+  EXPECT_EQ(vm_flags_at(first_huge(o_part)).find(" hg"), std::string::npos) << "an 8 MB output was advised";
+  munmap(o_fill, static_cast<size_t>(big) * 4);
+  munmap(o_copy, static_cast<size_t>(big) * 4);
+  munmap(o_part, static_cast<size_t>(small) * 4);
 }
 
 TEST(Runtime, ManyThreadsShareOneExecutable) {

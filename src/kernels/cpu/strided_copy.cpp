@@ -57,6 +57,11 @@ int threads_for(int64_t bytes, int num_threads) {
   return num_threads > 0 ? num_threads : omp_get_max_threads();
 }
 
+// Rows of the coalesced copy; a row long enough is cut into pieces so that a copy that coalesces
+// to a few long rows (a contiguous tensor, a broadcast fill: one row) still spreads over the
+// threads, where one task per row ran a 154 MB gradient fill on one core.
+constexpr int64_t kPieceBytes = int64_t{1} << 16;
+
 template <typename T>
 void copy_rows(const CopyPlan& p, const T* src, T* dst, int num_threads) {
   int outer_dims[kMaxDims];
@@ -66,18 +71,27 @@ void copy_rows(const CopyPlan& p, const T* src, T* dst, int num_threads) {
   int64_t outer = 1;
   for (int d = 0; d < last; ++d) outer *= p.size[d];
   int threads = threads_for(outer * n * static_cast<int64_t>(sizeof(T)), num_threads);
-  parallel_for(outer, threads, [&](int64_t o) {
+  int64_t pieces = 1;  // per row
+  if (threads > 1 && outer < 4 * threads)
+    pieces = std::max<int64_t>(1, std::min<int64_t>((4 * threads + outer - 1) / outer,
+                                                    n * static_cast<int64_t>(sizeof(T)) / kPieceBytes));
+  int64_t piece = (n + pieces - 1) / pieces;
+  parallel_for(outer * pieces, threads, [&](int64_t t) {
+    int64_t o = t / pieces, j0 = (t % pieces) * piece, len = std::min(n, j0 + piece) - j0;
+    if (len <= 0) return;
     int64_t so, dof;
     offsets(p, outer_dims, last, o, so, dof);
-    const T* s = src + so;
-    T* d = dst + dof;
+    const T* s = src + so + j0 * s1;
+    T* d = dst + dof + j0 * d1;
     if (s1 == 1 && d1 == 1) {
-      std::memcpy(d, s, n * sizeof(T));
+      std::memcpy(d, s, len * sizeof(T));
+    } else if (s1 == 0 && d1 == 1) {
+      std::fill_n(d, len, *s);
     } else if (s1 == 0) {
       T v = *s;
-      for (int64_t j = 0; j < n; ++j) d[j * d1] = v;
+      for (int64_t j = 0; j < len; ++j) d[j * d1] = v;
     } else {
-      for (int64_t j = 0; j < n; ++j) d[j * d1] = s[j * s1];
+      for (int64_t j = 0; j < len; ++j) d[j * d1] = s[j * s1];
     }
   });
 }
