@@ -104,7 +104,7 @@ tsan_lane() {
   # region on purpose are left out (docs/testing.md says what that leaves unchecked).
   OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     build/tsan/updraft_tests --gtest_brief=1 \
-      --gtest_filter=-KernelThreads.ParallelForCoversEveryIndexOnce:KernelThreads.ElementwiseHonoursTheCompileThreadCount:LinearStream.LargeWeightSplitOverOpenMPThreads:LinearStream.MatmulRowsSplitOverThreads:LinearStream.PromptRowsOverOddShapes:Bernoulli.CpuEqualsReferenceForEveryThreadCount:Uniform.CpuEqualsReferenceForEveryThreadCount:Normal.CpuEqualsReferenceForEveryThreadCount
+      --gtest_filter=-KernelThreads.ParallelForCoversEveryIndexOnce:KernelThreads.ElementwiseHonoursTheCompileThreadCount:LinearStream.LargeWeightSplitOverOpenMPThreads:LinearStream.MatmulRowsSplitOverThreads:LinearStream.PromptRowsOverOddShapes:Runtime.LargeCallerOutputsAreAdvisedHugePages:Bernoulli.CpuEqualsReferenceForEveryThreadCount:Uniform.CpuEqualsReferenceForEveryThreadCount:Normal.CpuEqualsReferenceForEveryThreadCount
   echo "[sanitize] tsan tests: $(( $(now) - t0 )) s"
 }
 
