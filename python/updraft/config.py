@@ -178,12 +178,12 @@ class CompilerConfig:
     keep_freed_memory: whether the process's malloc keeps the memory torch frees for reuse
         (glibc's mmap threshold fixed at 32 MB and trimming off: updraft/host_memory.py), so a
         training step does not fault the memory it freed last step in again, 4 KB at a time
-        (GPT-2 small's step on a 2-core VM: ~56,000 faults, 700 -> 550 ms; peak RSS unchanged;
-        docs/training.md). None (default): set when the first training graph is compiled; True:
-        when any graph is; False: never by this config. The setting is the process's and is not
-        undone; it is left alone where the user set malloc variables or preloaded another
-        allocator. The report says what the process's malloc does. Changes no result; not in
-        the compile-cache key.
+        (GPT-2 small's step on a 2-core VM: 12,000-56,000 faults -> ~900, 600-740 -> ~535 ms;
+        peak RSS level there, 2-5% higher on BERT-base; docs/training.md). None (default): set
+        when the first training graph is compiled; True: when any graph is; False: never by this
+        config. The setting is the process's and is not undone; it is left alone where the user
+        set malloc variables or preloaded another allocator. The report says what the process's
+        malloc does. Changes no result; not in the compile-cache key.
     weight_dtype: how the engine stores the weights of large linear layers (constant f32 weights
         of at least 64K elements, src/passes/quantize_weights.h; docs/quantization.md). "f32"
         (default): as given. "bf16": rounded to bf16 (half the bytes). "int8": symmetric int8 with

@@ -7,10 +7,12 @@ mapped per allocation until its adaptive threshold catches up, and the top of th
 trimmed whenever more than twice that threshold lies free there, which the step's pattern (all
 gradients freed at once) causes every step. The next step faults the same memory in again, 4 KB
 at a time, and on a virtual machine a fault costs about a microsecond: GPT-2 small's engine
-step took ~56,000 faults (700 ms), eager's ~290,000 (1,020 ms). With mmap's threshold fixed at
-glibc's ceiling (32 MB) and trimming off, the heap keeps what it had, the faults fall to ~900
-(the larger blocks are mapped and advised huge pages by the engine, plan.cpp) and the step to
-~550 ms; peak RSS does not grow (docs/BENCHMARKS.md, "Issue 17: page faults in a training step").
+step took 12,000-56,000 faults (600-740 ms), eager's 260,000-298,000 (about 1,040 ms). With
+mmap's threshold fixed at glibc's ceiling (32 MB) and trimming off, the heap keeps what it had,
+the faults fall to ~900 (the larger blocks are mapped and advised huge pages by the engine,
+plan.cpp) and the step to ~535 ms; peak RSS stayed level on GPT-2 and rose 2-5% on BERT-base,
+room the heap keeps between blocks (docs/BENCHMARKS.md, "Issue 17: page faults in a training
+step").
 
 The setting is the process's, not one graph's (glibc has one malloc), so it is made once, the
 first time the backend compiles a graph that asks for it (CompilerConfig.keep_freed_memory) and
@@ -61,8 +63,12 @@ def _apply() -> str:
     except (OSError, AttributeError):
         return "left alone: the C library has no mallopt (not glibc)"
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    if not (mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)):
-        return "left alone: mallopt refused the settings"
+    # The two belong together: either one alone turns off glibc's adaptation of the other, and
+    # can fault more than the defaults (docs/decisions.md).
+    if not mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD):
+        return "left alone: mallopt refused M_MMAP_THRESHOLD"
+    if not mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD):
+        return "mmap threshold fixed at 32 MB, but mallopt refused M_TRIM_THRESHOLD (trimming stays on)"
     return (f"freed memory kept for reuse (mallopt: M_MMAP_THRESHOLD {MMAP_THRESHOLD >> 20} MB, trimming off; "
             "CompilerConfig.keep_freed_memory)")
 

@@ -351,7 +351,6 @@ std::string vm_flags_at(const void* p) {
 }  // namespace
 
 TEST(Runtime, LargeCallerOutputsAreAdvisedHugePages) {
-  if (!std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled")) GTEST_SKIP() << "no transparent huge pages here";
   const int64_t big = (int64_t{36} << 20) / 4, small = (int64_t{8} << 20) / 4;  // f32 elements
   auto g = std::make_unique<Graph>();
   Value* c = g->add_input("c", f32({1}));
@@ -382,12 +381,17 @@ TEST(Runtime, LargeCallerOutputsAreAdvisedHugePages) {
   EXPECT_EQ(wrong_fill, 0);
   EXPECT_EQ(wrong_part, 0);
   EXPECT_EQ(std::memcmp(o_copy, xv.data(), static_cast<size_t>(big) * 4), 0);
-  // The first whole huge page inside each buffer: its mapping carries "hg" once advised.
+  // The first whole huge page inside each buffer: its mapping carries "hg" once advised. A
+  // kernel built without transparent huge pages (no /sys/kernel/mm/transparent_hugepage) refuses
+  // the advice, and there is no flag to read: only the values above are checked there.
+  const bool thp = static_cast<bool>(std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled"));
   auto first_huge = [](const float* p) {
     return reinterpret_cast<const void*>((reinterpret_cast<uintptr_t>(p) + kHugePage - 1) / kHugePage * kHugePage);
   };
-  EXPECT_NE(vm_flags_at(first_huge(o_fill)).find(" hg"), std::string::npos) << vm_flags_at(first_huge(o_fill));
-  EXPECT_NE(vm_flags_at(first_huge(o_copy)).find(" hg"), std::string::npos);
+  if (thp) {
+    EXPECT_NE(vm_flags_at(first_huge(o_fill)).find(" hg"), std::string::npos) << vm_flags_at(first_huge(o_fill));
+    EXPECT_NE(vm_flags_at(first_huge(o_copy)).find(" hg"), std::string::npos);
+  }
   EXPECT_EQ(vm_flags_at(first_huge(o_part)).find(" hg"), std::string::npos) << "an 8 MB output was advised";
   munmap(o_fill, static_cast<size_t>(big) * 4);
   munmap(o_copy, static_cast<size_t>(big) * 4);
