@@ -9,7 +9,8 @@ engine's per-op profile of the step.
     python tools/train_step.py --modes engine,engine-without:fold_transpose_matmul  # without a pass
     python tools/train_step.py --model vit --batch 4 --modes engine,engine@release_saved=False  # a config knob
 
-A mode is `eager`, `engine` (CompilerConfig(training="engine")), `engine:<op>,...`: the
+A mode is `eager`, `aot_eager` or `inductor` (torch's backends: Dynamo and AOTAutograd
+without the engine, or Inductor), `engine` (CompilerConfig(training="engine")), `engine:<op>,...`: the
 engine with those ops' lowerings removed (an aten op by its name, another namespace's as
 `updraft.dropout`), so they run in PyTorch as before the ops existed (an A/B of one engine op
 in one build), or `engine-without:<pass>,...`: the engine with those passes disabled
@@ -33,6 +34,10 @@ import statistics
 import subprocess
 import sys
 import time
+
+# torch's own backends, as modes: what Dynamo and AOTAutograd cost without the engine
+# (aot_eager), or Inductor's step.
+TORCH_BACKENDS = ("aot_eager", "inductor")
 
 
 def _run(args) -> None:
@@ -61,11 +66,13 @@ def _run(args) -> None:
         out = zoo.first_tensor(model(*inputs))
     target = torch.randint(0, out.shape[-1], out.shape[:-1])
     cfg = CompilerConfig(num_threads=args.threads, training="engine", disable_passes=skip, **knobs)
-    fast = model if mode == "eager" else torch.compile(model, backend=get_backend(cfg))
+    backend = mode if mode in TORCH_BACKENDS else get_backend(cfg)
+    fast = model if mode == "eager" else torch.compile(model, backend=backend)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=args.optimizer == "fused")
     opt_step = opt.step
-    if args.optimizer == "compiled" and mode != "eager":  # the step in the engine too
-        opt_step = torch.compile(opt.step, backend=get_backend(dataclasses.replace(cfg, inference="engine")))
+    if args.optimizer == "compiled" and mode != "eager":  # the step in the engine too (or the torch backend)
+        opt_step = torch.compile(opt.step, backend=mode if mode in TORCH_BACKENDS
+                                 else get_backend(dataclasses.replace(cfg, inference="engine")))
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -87,7 +94,7 @@ def _run(args) -> None:
         step()
         ts.append((time.perf_counter() - t) * 1e3)
     extra = ""
-    if mode != "eager":
+    if mode not in ("eager",) + TORCH_BACKENDS:
         rep = updraft.last_report()
         kinds = ", ".join(f"{k} {e}/{e + f}" for k, (e, f) in rep.compute_by_kind().items())
         extra = f"; {kinds}; {rep.num_partitions} partitions"
@@ -101,7 +108,7 @@ def main() -> None:
     p.add_argument("--model", default="resnet50", help="an updraft.zoo model (default resnet50)")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--modes", default="eager,engine",
-                   help="comma-separated: eager, engine, engine:<aten ops>, engine-without:<passes>, "
+                   help="comma-separated: eager, aot_eager, inductor, engine, engine:<aten ops>, engine-without:<passes>, "
                         "engine@<knob>=<value>")
     p.add_argument("--rounds", type=int, default=3, help="fresh processes per mode, interleaved")
     p.add_argument("--steps", type=int, default=5, help="timed steps per run, after 3 untimed")
@@ -117,12 +124,12 @@ def main() -> None:
     # engine:<ops> lists its ops with commas too: a part that is not a mode continues the last.
     modes: list = []
     for part in args.modes.split(","):
-        if part in ("eager", "engine") or part.startswith(("engine:", "engine-without:", "engine@")):
+        if part in ("eager", "engine") + TORCH_BACKENDS or part.startswith(("engine:", "engine-without:", "engine@")):
             modes.append(part)
         elif modes and modes[-1].startswith(("engine:", "engine-without:", "engine@")):
             modes[-1] += "," + part
         else:
-            p.error(f"--modes: {part!r} is not a mode; use eager, engine, engine:<aten op>[,<aten op>...], "
+            p.error(f"--modes: {part!r} is not a mode; use eager, aot_eager, inductor, engine, engine:<aten op>[,<aten op>...], "
                     "engine-without:<pass>[,<pass>...] or engine@<knob>=<value>[,<knob>=<value>...]")
     for _ in range(1 if args.profile else args.rounds):
         for m in modes:

@@ -325,7 +325,7 @@ def partition_key(code: str, inputs: list[tuple[int, str, object]], params: str,
     """sha256 over everything that decides a partition's optimised graph.
 
     `inputs` holds (placeholder index, kind, value) for the placeholders that are not frozen
-    parameters: ("runtime", meta), ("literal", tensor), ("size", SymInt) for a SymInt the
+    parameters: ("runtime", (meta, memory order or None)), ("literal", tensor), ("size", SymInt) for a SymInt the
     engine takes as a size input (its value binds a symbol), or ("other", value); `params`
     describes the parameters (`entry_params(...).text`: index, dtype and shape of each).
     Parameters contribute dtype and shape only; literal constants contribute their bytes;
@@ -339,7 +339,10 @@ def partition_key(code: str, inputs: list[tuple[int, str, object]], params: str,
              repr(sorted(options.items())), f"code {_C.text_digest(code)} {len(code)}"]
     for j, kind, v in inputs:
         if kind == "runtime":
-            desc = f"{v.dtype} {v.shape}"  # torch.Size prints symbolic sizes by name (s0)
+            t, order = v
+            desc = f"{t.dtype} {t.shape}"  # torch.Size prints symbolic sizes by name (s0)
+            if order is not None:  # taken in its memory order (engine_partition.input_orders)
+                desc += f" order {order}"
         elif kind == "literal":
             desc = f"{v.dtype} {tuple(v.shape)} {_tensor_digest(v)}"
         else:

@@ -28,7 +28,7 @@ from torch import fx
 from . import partition_cache, profiler
 from .config import CompilerConfig
 from .lowering import TORCH_DTYPES, Lowerer, Unsupported, is_shape_arithmetic, meta
-from .lowerer import size_input_exprs
+from .lowerer import memory_order, size_input_exprs
 from .report import PartitionReport, warn_once
 
 # Shape signatures per partition that keep a bound plan for the fast path (the engine's own
@@ -275,6 +275,8 @@ class EnginePartition(torch.nn.Module):
         # is the key); a strided one passes its strides, for the plan to pack. Anything else
         # takes _run_general.
         ins = [args[j] for j in st.runtime_pos]
+        if any(st.orders):
+            ins = [in_memory_order(t, o) for t, o in zip(ins, st.orders)]
         sig = [t.shape for t in ins]
         if st.size_pos:  # a size input's value is its signature; the plan holds it (ptr 0)
             sig += [args[j] for j in st.size_pos]
@@ -305,8 +307,8 @@ class EnginePartition(torch.nn.Module):
                 except _c().UpdraftError as e:
                     if any(t is None for t in ins):
                         self._failed_after_release(e, ins)
-                    for j, t in zip(st.runtime_pos, ins):
-                        rest[j] = t
+                    for j, t, o in zip(st.runtime_pos, ins, st.orders):
+                        rest[j] = _in_logical_order(t, o)
                     args = rest
                     raise
             else:
@@ -375,11 +377,11 @@ class EnginePartition(torch.nn.Module):
         written in place (write_input_in_place) is its output's buffer when it is contiguous and
         of the output's dtype, else a new tensor that AOTAutograd copies back."""
         ins = []
-        for j in st.runtime_pos:
+        for j, order in zip(st.runtime_pos, st.orders):
             t = args[j]
             if t.requires_grad:
                 t = t.detach()
-            ins.append(t)  # strided as it comes: the plan packs it (src/runtime/plan.h)
+            ins.append(in_memory_order(t, order))  # strided as it comes: the plan packs it (src/runtime/plan.h)
         sizes = [int(args[j]) for j in st.size_pos]
         key = tuple(t.shape for t in ins) + tuple(sizes)
         ins += [torch.tensor(v, dtype=torch.int64) for v in sizes]
@@ -461,14 +463,16 @@ class EnginePartition(torch.nn.Module):
         placeholders = list(self.sub.graph.find_nodes(op="placeholder"))  # indexed: no walk over the graph
         runtime_pos = [j for j in self._other_pos if not self.const_mask[j] and isinstance(args[j], torch.Tensor)]
         size_pos = self._size_pos(args, placeholders, runtime_pos)
-        disk, key, params = partition_cache.key_for(self, args, placeholders, size_pos)
+        orders = input_orders(placeholders, runtime_pos)
+        disk, key, params = partition_cache.key_for(self, args, placeholders, size_pos, orders)
         if key is not None:
             loaded = partition_cache.load(self, disk, key, params, args, runtime_pos, size_pos, t0)
             if loaded is not None:
                 cg, out_dtypes = loaded
                 self._report_weights(cg)
-                return _Built(cg, runtime_pos, out_dtypes, [args[j].dtype for j in runtime_pos], size_pos)
-        lw, ids, n_const = lower_graph(self.sub.graph, args, self.const_kinds, runtime_pos, size_pos, self._outputs())
+                return _Built(cg, runtime_pos, out_dtypes, [args[j].dtype for j in runtime_pos], size_pos, orders)
+        lw, ids, n_const = lower_graph(self.sub.graph, args, self.const_kinds, runtime_pos, size_pos, self._outputs(),
+                                       orders)
         out_dtypes = self._check_out_dtypes([lw.g.value_type(i)[0] for i in ids])
         debug_text = lw.g.text() if self.config.debug >= 2 else None
         if lowered_hook is not None:
@@ -489,7 +493,7 @@ class EnginePartition(torch.nn.Module):
                 print(f"[updraft]   pass {name}: changed={changed} {ms:.2f} ms {note}", file=sys.stderr)
         if key is not None:
             partition_cache.store(self, disk, key, cg)
-        return _Built(cg, runtime_pos, out_dtypes, [args[j].dtype for j in runtime_pos], size_pos)
+        return _Built(cg, runtime_pos, out_dtypes, [args[j].dtype for j in runtime_pos], size_pos, orders)
 
     def _report_weights(self, cg: Any) -> None:
         """The engine's constant bytes, and what CompilerConfig.weight_dtype stored low-precision
@@ -517,7 +521,7 @@ class EnginePartition(torch.nn.Module):
 
 
 def lower_graph(graph: fx.Graph, args: Sequence, const_kinds: Sequence[Optional[str]], runtime_pos: list[int],
-                size_pos: list[int], outputs: list) -> tuple[Lowerer, list[int], int]:
+                size_pos: list[int], outputs: list, orders: Optional[dict] = None) -> tuple[Lowerer, list[int], int]:
     """Lowers `graph` into a new engine graph, its outputs set; returns (lowerer, output ids,
     number of constants). Shared by a partition's build and updraft.export, so a model file
     holds the graph torch.compile would build.
@@ -527,7 +531,9 @@ def lower_graph(graph: fx.Graph, args: Sequence, const_kinds: Sequence[Optional[
     engine constant that records placeholder j as its source, so a compile-cache entry refers
     to the caller's tensor), "literal" (a constant stored by value), or None. runtime_pos: the
     tensor inputs, in call order; size_pos: the size inputs (lowerer.size_input_exprs), after
-    them. `outputs`: the FX nodes whose values the graph returns, in order.
+    them. `outputs`: the FX nodes whose values the graph returns, in order. `orders`:
+    placeholder index -> memory order (lowerer.memory_order) for runtime inputs the caller
+    passes permuted into that order (input_orders); a model file (export) takes none.
     """
     placeholders = list(graph.find_nodes(op="placeholder"))  # indexed: no walk over the graph
     lw = Lowerer(_c().Graph())
@@ -546,7 +552,7 @@ def lower_graph(graph: fx.Graph, args: Sequence, const_kinds: Sequence[Optional[
             lw.env[ph] = vid
             n_const += 1
         else:
-            vid = lw.bind_input(ph, ph.name)
+            vid = lw.bind_input(ph, ph.name, (orders or {}).get(j))
         bound_ids.add(vid)
     lw.add_size_inputs()
     for n in graph.nodes:
@@ -565,6 +571,36 @@ def lower_graph(graph: fx.Graph, args: Sequence, const_kinds: Sequence[Optional[
     return lw, ids, n_const
 
 
+def input_orders(placeholders: list, runtime_pos: list[int]) -> dict:
+    """Placeholder index -> memory order for the runtime inputs whose traced tensor is a dense
+    permuted view (lowerer.memory_order): a training backward's saved transposes (ViT-B/16: 36
+    of [48, 64, 197], 87 MB a step), a channels-last image. Each call passes such an input as
+    `t.permute(order)`, contiguous when the tensor is laid out as traced, so the plan does not
+    pack a copy of it for the whole call (src/runtime/plan.h); one laid out otherwise is packed
+    as before."""
+    orders = {}
+    for j in runtime_pos:
+        order = memory_order(meta(placeholders[j]))
+        if order is not None:
+            orders[j] = order
+    return orders
+
+
+def in_memory_order(t: Optional[torch.Tensor], order: Optional[tuple]) -> Optional[torch.Tensor]:
+    """Runtime input `t` as the engine takes it: permuted into its memory order (a free view)."""
+    return t if order is None or t is None else t.permute(order)
+
+
+def _in_logical_order(t: Optional[torch.Tensor], order: Optional[tuple]) -> Optional[torch.Tensor]:
+    """The inverse of in_memory_order: the caller's tensor again (for PyTorch to run the call)."""
+    if order is None or t is None:
+        return t
+    back = [0] * len(order)
+    for i, d in enumerate(order):
+        back[d] = i
+    return t.permute(back)
+
+
 def check_out_dtypes(outputs: list, engine_dtypes: list[str]) -> list[torch.dtype]:
     """The torch dtypes of the engine graph's outputs; Unsupported where one differs from the
     dtype torch gives the FX output node."""
@@ -576,12 +612,14 @@ def check_out_dtypes(outputs: list, engine_dtypes: list[str]) -> list[torch.dtyp
 
 
 class _Built:
-    __slots__ = ("cg", "runtime_pos", "size_pos", "out_dtypes", "in_dtypes", "calls", "lock")
+    __slots__ = ("cg", "runtime_pos", "size_pos", "out_dtypes", "in_dtypes", "orders", "calls", "lock")
 
     def __init__(self, cg: Any, runtime_pos: list[int], out_dtypes: list[torch.dtype],
-                 in_dtypes: list[torch.dtype], size_pos: list[int]) -> None:
+                 in_dtypes: list[torch.dtype], size_pos: list[int], orders: dict) -> None:
         self.cg = cg
         self.runtime_pos = runtime_pos  # tensor inputs
+        # By runtime input: the memory order it is passed in (input_orders), or None.
+        self.orders = [orders.get(j) for j in runtime_pos]
         self.size_pos = size_pos  # size inputs (ints at run time), after the tensors
         self.out_dtypes = out_dtypes
         self.in_dtypes = in_dtypes  # runtime inputs' dtypes the engine graph was built for

@@ -343,6 +343,28 @@ def result_dtype(*operands: Any) -> torch.dtype:
 # The lowerer: owns one engine graph and the map from FX nodes to engine values.
 
 
+def memory_order(t: Any) -> Optional[tuple]:
+    """The dim order p in which tensor `t`'s memory is laid out (so that `t.permute(p)` is
+    contiguous), when `t` is a dense but non-contiguous view with static sizes and strides: a
+    transposed activation that a training forward saved for its backward, a channels-last
+    image. None when `t` is contiguous, overlapping or strided with gaps, empty, or has a
+    symbolic size or stride."""
+    if not isinstance(t, torch.Tensor) or t.dim() < 2:
+        return None
+    sizes, strides = tuple(t.shape), tuple(t.stride())
+    if not all(type(v) is int for v in sizes + strides) or 0 in sizes:
+        return None
+    order = tuple(sorted(range(len(sizes)), key=lambda d: (-strides[d], d)))
+    expected = 1
+    for d in reversed(order):
+        if sizes[d] != 1:
+            if strides[d] != expected:
+                return None
+            expected *= sizes[d]
+    moved = [d for d in order if sizes[d] != 1]
+    return order if moved != sorted(moved) else None
+
+
 class Lowerer:
     """Emits engine nodes for FX nodes into `graph` (a C.Graph).
 
@@ -491,14 +513,27 @@ class Lowerer:
         return shape
 
     # -- binding values
-    def bind_input(self, node: fx.Node, name: str | None = None) -> int:
-        dtype, _ = tensor_type(meta(node))
-        shape = self._input_shape(meta(node))
+    def bind_input(self, node: fx.Node, name: str | None = None, order: Optional[tuple] = None) -> int:
+        """Input `node` as a new engine input. With `order` (memory_order of its tensor), the
+        engine input is the tensor in its memory's order (`t.permute(order)`, which the caller
+        passes) and the node's value a permute of it back: a transposed view arrives without a
+        copy, and the engine reads it through the permute (a matmul in place, fold_transpose_matmul)
+        or copies it where a kernel needs it, with the arena's liveness, not for the whole call."""
+        val = meta(node)
+        dtype, _ = tensor_type(val)
+        shape = self._input_shape(val)
+        if order is not None:
+            shape = [shape[d] for d in order]
         try:
             vid = self.g.add_input(name or f"in{self._n_inputs}", dtype, shape)
         except load_c().UpdraftError as e:
             raise Unsupported(f"input {node.name} {dtype}{shape}: {e}") from None
         self._n_inputs += 1
+        if order is not None:
+            back = [0] * len(order)
+            for i, d in enumerate(order):
+                back[d] = i
+            vid = self.emit1("permute", [vid], dims=back)
         self.env[node] = vid
         return vid
 

@@ -22,8 +22,9 @@ def _c():
     return _C
 
 
-def key_for(part: Any, args: tuple, placeholders: list, size_pos: list[int]) -> tuple:
-    """(DiskCache, key, EntryParams), or (None, None, None) when the cache is off or unusable."""
+def key_for(part: Any, args: tuple, placeholders: list, size_pos: list[int], orders: dict) -> tuple:
+    """(DiskCache, key, EntryParams), or (None, None, None) when the cache is off or unusable.
+    `orders`: the runtime inputs taken in their memory order (engine_partition.input_orders)."""
     try:
         disk = cache_for(part.config)
     except OSError as e:
@@ -43,7 +44,7 @@ def key_for(part: Any, args: tuple, placeholders: list, size_pos: list[int]) -> 
         elif part.const_kinds[j] == "literal":
             inputs.append((j, "literal", arg))
         else:
-            inputs.append((j, "runtime", meta(ph)))
+            inputs.append((j, "runtime", (meta(ph), orders.get(j))))
     # The parameters in one engine pass: their key text here, their pointers for the load.
     params = entry_params(args, part._param_pos)
     # The engine by its version and its pass pipeline: an entry optimised by another pipeline

@@ -243,6 +243,7 @@ def _save(recipe: _Recipe) -> bytes:
             spec.update(entry=blob(C.save_entry(st.cg, key, f"precompiled {p.report.name}",
                                                 max_folded_bytes=_MAX_FOLDED_BYTES)),
                         key=key, runtime_pos=st.runtime_pos, size_pos=st.size_pos,
+                        orders=[None if o is None else list(o) for o in st.orders],
                         out_dtypes=[str(d).removeprefix("torch.") for d in st.out_dtypes])
         parts.append(spec)
     meta = {
@@ -519,6 +520,10 @@ class _LoadedPartition(EnginePartition):
         self._key = spec.get("key", "")
         self._runtime_pos = list(spec.get("runtime_pos", []))
         self._size_pos = list(spec.get("size_pos", []))
+        # The runtime inputs its engine graph takes in their memory order (input_orders); a
+        # file saved before they existed has none.
+        orders = spec.get("orders") or [None] * len(self._runtime_pos)
+        self._orders = {j: tuple(o) for j, o in zip(self._runtime_pos, orders) if o is not None}
         self._out_dtypes = [getattr(torch, d) for d in spec.get("out_dtypes", [])]
 
     def _build(self, args: tuple) -> _Built:
@@ -541,7 +546,8 @@ class _LoadedPartition(EnginePartition):
         rep.cache_ms = (time.perf_counter() - t0) * 1e3
         rep.num_inputs = len(self._runtime_pos) + len(self._size_pos)
         rep.num_constants = params.tensors
-        return _Built(cg, self._runtime_pos, got, [args[j].dtype for j in self._runtime_pos], self._size_pos)
+        return _Built(cg, self._runtime_pos, got, [args[j].dtype for j in self._runtime_pos], self._size_pos,
+                      self._orders)
 
 
 def serializable_guards(entries: list) -> list[bool]:

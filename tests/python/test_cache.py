@@ -445,13 +445,15 @@ def test_key_covers_what_decides_the_graph_but_not_weights():
     def params(*tensors):
         return entry_params(tensors, list(range(len(tensors)))).text
 
-    runtime = [(0, "runtime", M(torch.float32, (2, 3)))]
+    runtime = [(0, "runtime", (M(torch.float32, (2, 3)), None))]
     args = ("code", runtime, params(torch.zeros(3)), {"fuse": True}, "0.2.0", "avx2")
     base = partition_key(*args)
     assert partition_key(args[0], runtime, params(torch.ones(3)), *args[3:]) == base  # weights
     assert partition_key("code2", *args[1:]) != base
     assert partition_key("cod\u00e9", *args[1:]) != partition_key("cod\u00e8", *args[1:])  # non-ASCII code
-    assert partition_key(args[0], [(0, "runtime", M(torch.float64, (2, 3)))], *args[2:]) != base
+    assert partition_key(args[0], [(0, "runtime", (M(torch.float64, (2, 3)), None))], *args[2:]) != base
+    # an input taken in its memory order (a transposed view) is another engine input
+    assert partition_key(args[0], [(0, "runtime", (M(torch.float32, (2, 3)), (1, 0)))], *args[2:]) != base
     assert partition_key(args[0], runtime, params(torch.zeros(4)), *args[3:]) != base  # shape
     assert partition_key(args[0], runtime, params(torch.zeros(3, dtype=torch.float64)), *args[3:]) != base
     assert partition_key(args[0], runtime, params(torch.zeros(3), torch.zeros(3)), *args[3:]) != base

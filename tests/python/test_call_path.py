@@ -64,7 +64,7 @@ def test_repeated_calls_use_the_bound_plan_and_fresh_outputs(partitions):
     assert len({o.data_ptr() for o in outs}) == len(outs)  # each call returns its own tensor
 
 
-def _partition_args(p, f, x) -> list:
+def _partition_args(p, f, *x) -> list:
     """The arguments partition `p` receives when the compiled `f` is called on `x`."""
     captured = {}
     fwd = p.forward
@@ -75,7 +75,7 @@ def _partition_args(p, f, x) -> list:
 
     p.forward = spy
     try:
-        f(x)
+        f(*x)
     finally:
         p.forward = fwd
     return list(captured["args"])
@@ -184,3 +184,66 @@ def test_frozen_parameter_check_sees_identity_and_in_place_writes():
     assert _C.frozen_unchanged(args, [])
     with pytest.raises(Exception, match="index, tensor, version"):
         _C.frozen_unchanged(args, [(1, a)])
+
+
+def test_memory_order_of_dense_views():
+    from updraft.lowerer import memory_order
+
+    x = torch.randn(2, 3, 4, 5)
+    assert memory_order(x) is None  # contiguous
+    assert memory_order(torch.randn(5, 4).t()) == (1, 0)
+    assert memory_order(x.to(memory_format=torch.channels_last)) == (0, 2, 3, 1)
+    assert memory_order(x.permute(0, 2, 1, 3)) == (0, 2, 1, 3)
+    # size-1 dims take any stride: a transpose that moves only them is still contiguous
+    assert memory_order(torch.randn(3, 1, 4).permute(1, 0, 2)) is None
+    assert memory_order(torch.randn(4, 1, 3).permute(2, 1, 0)) is not None
+    for strided in (torch.randn(1, 5).expand(4, 5),   # overlapping (stride 0)
+                    torch.randn(4, 8)[:, ::2],        # gaps
+                    torch.randn(4, 8)[:, 2:6].t(),    # a transposed slice
+                    torch.randn(0, 3).t()):           # empty
+        assert memory_order(strided) is None, strided.stride()
+
+
+@pytest.mark.parametrize("layout", ["transposed", "channels_last"])
+def test_permuted_inputs_enter_in_memory_order(partitions, layout):
+    # A dense permuted input (a transposed matrix, a channels-last image) is the engine input in
+    # its memory order, permuted back inside the graph: the plan packs no copy of it, and the
+    # partition falls back to packing when a call brings another layout.
+    torch.manual_seed(0)
+    if layout == "transposed":
+        def f(a, b):
+            return (a @ b).relu() + a.sum(1, keepdim=True)
+
+        x, b = torch.randn(24, 16).t(), torch.randn(24, 24)
+        mod = f
+    else:
+        conv = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU()).eval()
+        x = torch.randn(2, 3, 10, 10).to(memory_format=torch.channels_last)
+        mod = conv
+    args = (x, b) if layout == "transposed" else (x,)
+    with torch.no_grad():
+        g = torch.compile(mod, backend=get_backend(CompilerConfig(num_threads=1, inference="engine")), dynamic=False)
+        torch.testing.assert_close(g(*args), mod(*args), rtol=1e-5, atol=1e-5)
+        (p,) = partitions
+        st = p._state
+        assert [o for o in st.orders if o is not None] == [(1, 0) if layout == "transposed" else (0, 2, 3, 1)]
+        key = next(iter(st.calls))
+        planned, meta = st.calls[key]
+        seen = []
+
+        class Recording:
+            def run(self, ptrs, outs, strides=()):
+                seen.append(list(strides))
+                planned.run(ptrs, outs, strides)
+
+        st.calls[key] = (Recording(), meta)
+        torch.testing.assert_close(g(*args), mod(*args), rtol=1e-5, atol=1e-5)
+        assert seen == [[]]  # every input contiguous in the engine's order
+        # The partition called with the input in another layout: packed, still right.
+        sub_args = _partition_args(p, g, *args)
+        j = st.runtime_pos[st.orders.index(next(o for o in st.orders if o is not None))]
+        sub_args[j] = sub_args[j].contiguous()
+        want = mod(*[a.contiguous() for a in args])
+        got = p.forward(*sub_args)
+        torch.testing.assert_close(got[0] if isinstance(got, tuple) else got, want, rtol=1e-5, atol=1e-5)
+        assert seen[-1] and seen[-1][0][0] == st.runtime_pos.index(j)

@@ -96,6 +96,16 @@ def test_compare_clean_bert_flags_nothing(capsys):
     assert res.outputs and res.outputs[0]["updraft_rel"] < 1e-4
 
 
+def test_compare_a_channels_last_input_flags_nothing(capsys):
+    # The engine takes a channels-last image in its memory order (engine_partition.input_orders);
+    # compare runs the engine graph on the input as the partition passes it.
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 12, 12).to(memory_format=torch.channels_last)
+    res = compare(_Convs().eval(), x)
+    assert "No engine node diverges." in capsys.readouterr().out
+    assert res.first_divergent is None and res.outputs and res.outputs[0]["updraft_rel"] < 1e-4
+
+
 class _Mlp(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -367,3 +367,23 @@ def test_module_level_aot_compile_round_trip():
         loaded._load_aot_compiled_module(data)
         assert torch.allclose(loaded(x), other(x), atol=1e-5)
     assert updraft.last_report().partitions[0].cache == "precompiled"
+
+
+def test_transposed_input_round_trip(tmp_path):
+    # An input traced as a transposed view enters the engine graph in its memory order
+    # (engine_partition.input_orders): the saved partition records the order, and the loaded one
+    # passes the input the same way.
+    model, x = _MLP().eval(), torch.randn(16, 3).t()
+    path = tmp_path / "fn.bin"
+    with torch.no_grad():
+        fn = _aot(model, x)
+        want = fn(model, x)
+        fn.save_compiled_function(str(path))
+        with open(path, "rb") as f:
+            loaded = torch.compiler.load_compiled_function(f)
+        got = loaded(model, x)
+        eager = model(x)
+    assert updraft.last_report().partitions[0].cache == "precompiled"
+    assert torch.equal(got, want) and torch.allclose(got, eager, atol=1e-5)
+    meta, _ = precompile._unpack(PrecompiledGraph.serialize_compile_artifacts(loaded._artifacts.compiled_fn))
+    assert [o for p in meta["partitions"] for o in p["orders"] if o] == [[1, 0]], meta["partitions"]

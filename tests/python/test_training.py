@@ -942,3 +942,63 @@ def test_an_engine_error_after_freeing_inputs_names_itself_and_moves_to_pytorch(
     want = bw.__wrapped__.gm.forward(*keep)
     for g, w in zip(got, want):
         assert (g is None and w is None) or torch.allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+class _SelfAttention(torch.nn.Module):
+    """One attention block as transformers write it: heads split and moved by permutes, so
+    the forward saves transposed views of q, k and v for the backward."""
+
+    def __init__(self, dim: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.out = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, L, D = x.shape
+        q, k, v = (t.reshape(B, L, self.heads, D // self.heads).permute(0, 2, 1, 3)
+                   for t in self.qkv(x).chunk(3, dim=-1))
+        y = F.scaled_dot_product_attention(q, k, v)
+        return self.out(y.permute(0, 2, 1, 3).reshape(B, L, D))
+
+
+def test_transposed_saved_activations_reach_the_engine_without_a_copy(monkeypatch):
+    # The forward saves transposed views (k^T for q k^T's gradient); the backward's engine graph
+    # takes each in its memory order and permutes it back inside (engine_partition.input_orders),
+    # so its calls pass no strided input for the plan to pack for the whole call.
+    from updraft import backend, engine_partition
+
+    parts = []
+    build = engine_partition.EnginePartition._build
+
+    def spy(self, args):
+        parts.append(self)
+        return build(self, args)
+
+    monkeypatch.setattr(engine_partition.EnginePartition, "_build", spy)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model, x = _SelfAttention(), torch.randn(2, 6, 32)
+    ref = copy.deepcopy(model)
+    fast = torch.compile(model, backend=get_backend(ENGINE))
+    fast(x).square().sum().backward()
+    ref(x).square().sum().backward()
+    assert_grads_match(model, ref)
+    bw = parts[-1]  # built at the first backward call, after the forward's
+    orders = [o for o in bw._one.orders if o is not None]
+    assert orders, "the backward saw no transposed input"
+    strided_calls = []
+
+    class Recording:
+        def __init__(self, planned):
+            self.planned = planned
+
+        def run_releasing(self, ptrs, owners, strided, make_output):
+            strided_calls.append(list(strided))
+            return self.planned.run_releasing(ptrs, owners, strided, make_output)
+
+    bw._one.calls = {k: (Recording(v[0]), v[1]) for k, v in bw._one.calls.items()}
+    for p in model.parameters():
+        p.grad = None
+    fast(x).square().sum().backward()
+    assert strided_calls == [[]], strided_calls
+    assert_grads_match(model, ref)  # the second step's gradients (no optimizer step between)

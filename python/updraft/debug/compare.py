@@ -137,6 +137,7 @@ class _Captured:
 
 def _capture(call: _Call) -> tuple[Optional[list[_Captured]], str]:
     """Every node output of this partition call's engine graph, or (None, why not)."""
+    from ..engine_partition import in_memory_order
     from ..lowering import TORCH_DTYPES
 
     st = call.partition._state
@@ -145,7 +146,7 @@ def _capture(call: _Call) -> tuple[Optional[list[_Captured]], str]:
         return None, f"runs in PyTorch ({st})" if isinstance(st, str) else "not built"
     exe, nout, captured = _c().debug_outputs(cg)
     args = call.args
-    ins = [args[j].contiguous() for j in st.runtime_pos]
+    ins = [in_memory_order(args[j], o).contiguous() for j, o in zip(st.runtime_pos, st.orders)]
     sizes = [int(args[j]) for j in st.size_pos]
     sig = [list(t.shape) for t in ins] + [[v] for v in sizes]  # the engine's input signature
     ins += [torch.tensor(v, dtype=torch.int64) for v in sizes]
