@@ -201,6 +201,45 @@ TEST(NormCpuF64, Softmax) {
   for (int dim : {0, 1, 2}) expect_f64_matches_ref("softmax", {v}, {{"dim", Attr(dim)}});
 }
 
+// softmax with zero_masked_rows (torch's _safe_softmax): a line of all -inf gives 0s, a line with
+// a NaN stays NaN, a line with some -inf is an ordinary softmax; along the last dim (rows) and a
+// middle one (columns), f32 and f64, fast kernels against the reference.
+TEST(NormCpu, SoftmaxZeroMaskedRows) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType dt : {DType::f32, DType::f64}) {
+    Tensor x = random_tensor(dt, {6, 40}, 5, -8, 8);
+    auto set = [&](int64_t i, double v) {
+      if (dt == DType::f32) x.ptr<float>()[i] = static_cast<float>(v);
+      else x.ptr<double>()[i] = v;
+    };
+    for (int j = 0; j < 40; ++j) set(2 * 40 + j, -inf);  // row 2: every key masked
+    for (int j = 0; j < 40; ++j) set(4 * 40 + j, j == 9 ? NAN : -inf);  // row 4: masked but a NaN
+    for (int j = 0; j < 20; ++j) set(5 * 40 + j, -inf);  // row 5: half masked
+    for (int i = 0; i < 6; ++i) set(i * 40 + 33, -inf);  // column 33: every row masked (dim 0)
+    const Attrs safe = {{"dim", Attr(1)}, {"zero_masked_rows", Attr(true)}};
+    SCOPED_TRACE(dtype_name(dt));
+    for (int dim : {1, 0}) {
+      const Attrs a = {{"dim", Attr(dim)}, {"zero_masked_rows", Attr(true)}};
+      if (dt == DType::f32) expect_matches_ref("softmax", {x.view()}, a, kRtol, kSoftmaxAtol);
+      else expect_f64_matches_ref("softmax", {x.view()}, a);
+    }
+    for (Device dev : {Device::ref, Device::cpu}) {
+      OneNode n("softmax", {x.view()}, safe);
+      auto y = values_of(run_node(*n.node, {x.view()}, dev)[0]);
+      for (int j = 0; j < 40; ++j) EXPECT_EQ(y[2 * 40 + j], 0.0) << j;
+      EXPECT_TRUE(std::isnan(y[4 * 40]));
+      EXPECT_EQ(y[5 * 40], 0.0);
+      EXPECT_GT(y[5 * 40 + 30], 0.0);
+      OneNode plain("softmax", {x.view()}, {{"dim", Attr(1)}});
+      EXPECT_TRUE(std::isnan(values_of(run_node(*plain.node, {x.view()}, dev)[0])[2 * 40]));  // torch's softmax
+      OneNode cols("softmax", {x.view()}, {{"dim", Attr(0)}, {"zero_masked_rows", Attr(true)}});
+      auto c = values_of(run_node(*cols.node, {x.view()}, dev)[0]);
+      EXPECT_EQ(c[33], 0.0);
+      EXPECT_EQ(c[5 * 40 + 33], 0.0);
+    }
+  }
+}
+
 TEST(NormCpuF64, LayerNormRmsNormBatchNorm) {
   struct Case { std::vector<int64_t> shape; int nd; };
   for (const Case& c : {Case{{4, 768}, 1}, Case{{3, 5, 7}, 2}, Case{{2, 3, 1}, 1}, Case{{1, 13}, 1}, Case{{0, 8}, 1},

@@ -34,6 +34,14 @@ def ints(*shape, hi=10):
     return torch.randint(0, hi, shape)
 
 
+def masked_rows(*shape):
+    """Scores with -inf: line 1 wholly (every key masked), line 2 in part."""
+    x = torch.randn(*shape)
+    x[..., 1, :] = float("-inf")
+    x[..., 2, ::2] = float("-inf")
+    return x
+
+
 def _setitem_dim1(x, i, v):
     y = x * 1.0
     y[:, i] = v  # functionalised to index_put with a leading None
@@ -116,6 +124,10 @@ CASES = {
     "softmax": (lambda x: torch.softmax(x, -1), lambda: (r(2, 3, 7),), RED),
     "softmax_dim1": (lambda x: torch.softmax(x, 1), lambda: (r(2, 3, 7),), RED),
     "log_softmax": (lambda x: torch.log_softmax(x, -1), lambda: (r(2, 7),), RED),
+    # attention's softmax in torch's math form: a wholly masked row gives 0s (one engine softmax)
+    "safe_softmax": (lambda x: torch.ops.aten._safe_softmax(x, -1), lambda: (masked_rows(2, 4, 7),), RED),
+    "safe_softmax_dim": (lambda x: torch.ops.aten._safe_softmax(x, -2), lambda: (masked_rows(2, 4, 7).transpose(-1, -2),),
+                         RED),
     "layer_norm": (lambda x, w, b: F.layer_norm(x, (8,), w, b, 1e-5), lambda: (r(2, 3, 8), r(8), r(8)), RED),
     "layer_norm_noaffine": (lambda x: F.layer_norm(x, (3, 8)), lambda: (r(2, 3, 8),), RED),
     "group_norm": (lambda x, w, b: F.group_norm(x, 2, w, b), lambda: (r(2, 4, 5, 3), r(4), r(4)), RED),

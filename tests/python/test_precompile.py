@@ -331,18 +331,21 @@ class _Mixed(torch.nn.Module):
         return self.b(h) * torch.tensor([1.0, 2.0, 3.0, 4.0]), h.sum(dim=0)  # a tensor constant, two outputs
 
 
+def _saved_and_loaded(fn, model, x, path):
+    """(fn's output, the output of fn saved to `path` and loaded back, eager's, the loaded fn)."""
+    want = fn(model, x)
+    fn.save_compiled_function(str(path))
+    with open(path, "rb") as f:
+        loaded = torch.compiler.load_compiled_function(f)
+    return want, loaded(model, x), model(x), loaded
+
+
 def test_partitions_with_pytorch_ops_between_and_tensor_constants(tmp_path):
     model, x = _Mixed().eval(), torch.randn(3, 16)
     config = updraft.CompilerConfig(eager_ops=("aten.relu",), partition_cost=False)
-    path = tmp_path / "fn.bin"
     with torch.no_grad():
         fn = torch.compile(model.forward, backend=updraft.get_backend(config), fullgraph=True).aot_compile(((x,), {}))
-        want = fn(model, x)
-        fn.save_compiled_function(str(path))
-        with open(path, "rb") as f:
-            loaded = torch.compiler.load_compiled_function(f)
-        got = loaded(model, x)
-        eager = model(x)
+        want, got, eager, loaded = _saved_and_loaded(fn, model, x, tmp_path / "fn.bin")
     parts = [p for g in updraft.last_report().graphs for p in g.partitions]
     assert len(parts) >= 2 and all(p.cache == "precompiled" for p in parts), parts
     assert updraft.last_report().fallback_ops["aten.relu.default"] >= 1
@@ -374,15 +377,8 @@ def test_transposed_input_round_trip(tmp_path):
     # (engine_partition.input_orders): the saved partition records the order, and the loaded one
     # passes the input the same way.
     model, x = _MLP().eval(), torch.randn(16, 3).t()
-    path = tmp_path / "fn.bin"
     with torch.no_grad():
-        fn = _aot(model, x)
-        want = fn(model, x)
-        fn.save_compiled_function(str(path))
-        with open(path, "rb") as f:
-            loaded = torch.compiler.load_compiled_function(f)
-        got = loaded(model, x)
-        eager = model(x)
+        want, got, eager, loaded = _saved_and_loaded(_aot(model, x), model, x, tmp_path / "fn.bin")
     assert updraft.last_report().partitions[0].cache == "precompiled"
     assert torch.equal(got, want) and torch.allclose(got, eager, atol=1e-5)
     meta, _ = precompile._unpack(PrecompiledGraph.serialize_compile_artifacts(loaded._artifacts.compiled_fn))

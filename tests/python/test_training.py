@@ -653,17 +653,22 @@ def test_a_compile_failure_runs_the_step_in_pytorch(monkeypatch):
     assert all(g.engine_compute == 0 and "injected lowering failure" in g.note for g in rep.graphs), str(rep)
 
 
-@pytest.mark.parametrize("mask", ["bool", "additive", "causal", "none"])
+@pytest.mark.parametrize("mask", ["bool", "additive", "causal", "none", "row"])
 def test_attention_gradients_match_eager(mask):
     # Training graphs run attention in torch's math form (updraft/backend.py,
     # _attention_as_math); a boolean mask must become the additive one first (read as 0/1 it
-    # gave outputs off by 0.3 and gradients off by 30).
+    # gave outputs off by 0.3 and gradients off by 30). Its softmax is torch's _safe_softmax,
+    # one engine softmax (zero_masked_rows): a query row with every key masked ("row") gives 0s
+    # and no gradient, as eager's does, not NaN.
     B, H, L, E = 2, 2, 6, 8
     q, k, v = (torch.randn(B, H, L, E) for _ in range(3))
     attn_mask, causal = None, mask == "causal"
     if mask == "bool":
         attn_mask = torch.ones(B, 1, L, L, dtype=torch.bool)
         attn_mask[1, ..., 4:] = False
+    elif mask == "row":
+        attn_mask = torch.ones(B, 1, L, L, dtype=torch.bool)
+        attn_mask[1, :, 2] = False
     elif mask == "additive":
         attn_mask = torch.zeros(B, 1, L, L)
         attn_mask[1, ..., 4:] = torch.finfo(torch.float32).min
@@ -681,7 +686,10 @@ def test_attention_gradients_match_eager(mask):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     for a, b in zip(got_in, want_in):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
-    assert _coverage(updraft.last_report())["training backward"] == 1.0, str(updraft.last_report())
+    rep = updraft.last_report()
+    assert _coverage(rep)["training backward"] == 1.0, str(rep)
+    ops = rep.engine_ops
+    assert ops["aten._safe_softmax.default"] == 1 and "aten.any.dim" not in ops and "aten.eq.Scalar" not in ops, ops
 
 
 def test_measured_choice_keeps_the_faster_side():
@@ -797,6 +805,8 @@ def test_compiled_optimizer_step_matches_eager_and_is_timed_against_it():
     timed = [t for g in rep.graphs for k, t in g.compiles if k == "input-writing graph" and "timed" in t]
     assert len(timed) == 1 and "updraft (engine, in place)" in timed[0], str(rep)
     assert [(g.input_writes, g.input_writes_in_place) for g in rep.graphs] == [(40, 40)], str(rep)
+    written = [t for g in rep.graphs for k, t in g.compiles if k == "input-writing graph" and "written in place" in t]
+    assert len(written) == 1 and written[0].endswith(", ... (40 in all)") and written[0].count(", ") == 8, written
     assert not rep.recompiles, str(rep)
 
 

@@ -49,7 +49,12 @@ Shape trailing_shape(InferCtx& c) {
 }  // namespace
 
 void register_norm_ops(OpTable& t) {
-  t.add(softmax_like("softmax", "exp(x - max) / sum(exp(x - max)) along dim"));
+  OpDef softmax = softmax_like("softmax",
+                               "exp(x - max) / sum(exp(x - max)) along dim; with zero_masked_rows, a line whose every "
+                               "element is -inf gives 0s instead of NaN (torch's _safe_softmax: attention rows "
+                               "with every key masked)");
+  softmax.attrs.push_back({"zero_masked_rows", Attr::Kind::Bool, Attr(false)});
+  t.add(softmax);
   t.add(softmax_like("log_softmax", "x - max - log(sum(exp(x - max))) along dim"));
 
   OpDef ln;

@@ -11,6 +11,7 @@
 
 #include "ir/op_table.h"
 #include "ir/ops/params.h"
+#include "ir/ops/softmax.h"
 #include "kernels/cpu/threads.h"
 #include "kernels/cpu/reduce_common.h"
 #include "kernels/cpu/simd_f32.h"
@@ -23,9 +24,14 @@ using namespace cpu;
 
 // ---- softmax / log_softmax ----
 
-void softmax_row(const float* x, float* y, int64_t n, bool log) {
+// zero_masked: a row of all -inf gives 0s (softmax only; else NaN, as torch's softmax).
+void softmax_row(const float* x, float* y, int64_t n, bool log, bool zero_masked) {
   if (n == 0) return;
   float m = simd::row_max(x, n);
+  if (zero_masked && m == -std::numeric_limits<float>::infinity()) {
+    std::fill_n(y, n, 0.0f);
+    return;
+  }
   float s = simd::exp_shift_sum(x, m, n, log ? nullptr : y);
   int64_t i = 0;
   if (!log) {
@@ -44,7 +50,7 @@ constexpr int64_t kColChunk = 256;  // softmax over a non-last dim: columns per 
 
 // Softmax along the middle dim of [n, inner] for columns [0, w): the same three passes as a
 // row, vectorised across columns.
-void softmax_cols(const float* x, float* y, int64_t n, int64_t inner, int64_t w, bool log) {
+void softmax_cols(const float* x, float* y, int64_t n, int64_t inner, int64_t w, bool log, bool zero_masked) {
   float mx[kColChunk], sum[kColChunk];
   std::fill(mx, mx + w, -std::numeric_limits<float>::infinity());
   std::fill(sum, sum + w, 0.0f);
@@ -69,11 +75,15 @@ void softmax_cols(const float* x, float* y, int64_t n, int64_t inner, int64_t w,
       sum[i] += e;
     }
   }
-  for (int64_t i = 0; i < w; ++i) sum[i] = log ? std::log(sum[i]) : 1.0f / sum[i];
+  for (int64_t i = 0; i < w; ++i) {
+    sum[i] = log ? std::log(sum[i]) : 1.0f / sum[i];
+    if (zero_masked && mx[i] == -std::numeric_limits<float>::infinity()) sum[i] = 0.0f;  // NaN * 0 would stay NaN
+  }
   for (int64_t j = 0; j < n; ++j) {
     const float* xr = x + j * inner;
     float* yr = y + j * inner;
-    for (int64_t i = 0; i < w; ++i) yr[i] = log ? (xr[i] - mx[i]) - sum[i] : yr[i] * sum[i];
+    for (int64_t i = 0; i < w; ++i)
+      yr[i] = log ? (xr[i] - mx[i]) - sum[i] : (sum[i] == 0.0f ? 0.0f : yr[i] * sum[i]);
   }
 }
 
@@ -82,6 +92,7 @@ KernelFactory softmax_factory(bool log, const std::string& name) {
     if (!is_f32(ctx)) return make_f64_norm(ctx, name);
     int rank = static_cast<int>(ctx.in_shapes[0].size());
     int dim = wrap_dim(ctx.node.attr("dim").i(), rank, name);
+    const bool zero_masked = zero_masked_rows(ctx.node);
     int threads = ctx.num_threads;
     return make_generic_kernel("cpu_f32_" + name + "_avx2", [=](const TensorView* in, TensorView* out) {
       Packed packed(in[0], threads);
@@ -90,14 +101,14 @@ KernelFactory softmax_factory(bool log, const std::string& name) {
       Lines L(packed.view(), dim);
       int nt = threads_for(in[0].numel(), threads);
       if (L.inner == 1) {
-        parallel_for(L.outer, nt, [&](int64_t o) { softmax_row(x + o * L.n, y + o * L.n, L.n, log); });
+        parallel_for(L.outer, nt, [&](int64_t o) { softmax_row(x + o * L.n, y + o * L.n, L.n, log, zero_masked); });
         return;
       }
       int64_t chunks = (L.inner + kColChunk - 1) / kColChunk, tasks = L.outer * chunks;
       parallel_for(tasks, nt, [&](int64_t t) {
         int64_t o = t / chunks, i0 = (t % chunks) * kColChunk;
         int64_t off = o * L.n * L.inner + i0;
-        softmax_cols(x + off, y + off, L.n, L.inner, std::min(kColChunk, L.inner - i0), log);
+        softmax_cols(x + off, y + off, L.n, L.inner, std::min(kColChunk, L.inner - i0), log, zero_masked);
       });
     });
   };

@@ -13,6 +13,7 @@
 
 #include "ir/op_table.h"
 #include "ir/ops/params.h"
+#include "ir/ops/softmax.h"
 #include "kernels/cpu/reduce_common.h"
 #include "kernels/cpu/simd_f64.h"
 #include "kernels/cpu/strided_copy.h"
@@ -28,10 +29,14 @@ inline double nan_max(double acc, double v) { return (v > acc || v != v) ? v : a
 
 double row_max(const double* x, int64_t n) { return simd64::row_ext_nan(true, x, n); }
 
-// A row of all -inf gives NaN (-inf - -inf), as torch does.
-void softmax_row(const double* x, double* y, int64_t n, bool log) {
+// A row of all -inf gives NaN (-inf - -inf), as torch does; 0s with zero_masked (softmax only).
+void softmax_row(const double* x, double* y, int64_t n, bool log, bool zero_masked) {
   if (n == 0) return;
   const double m = row_max(x, n);
+  if (zero_masked && m == -kInf) {
+    std::fill_n(y, n, 0.0);
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] - m;
   simd64::apply(simd64::exp4, y, y, n);
   const double s = row_sum_f64(y, n);
@@ -48,7 +53,7 @@ constexpr int64_t kColChunk = 256;  // softmax over a non-last dim: columns per 
 
 // Softmax along the middle dim of [n, inner] for columns [0, w): the same passes as a row,
 // vectorised across columns.
-void softmax_cols(const double* x, double* y, int64_t n, int64_t inner, int64_t w, bool log) {
+void softmax_cols(const double* x, double* y, int64_t n, int64_t inner, int64_t w, bool log, bool zero_masked) {
   double mx[kColChunk], sum[kColChunk];
   std::fill(mx, mx + w, -kInf);
   std::fill(sum, sum + w, 0.0);
@@ -60,17 +65,21 @@ void softmax_cols(const double* x, double* y, int64_t n, int64_t inner, int64_t 
     simd64::apply(simd64::exp4, yr, yr, w);
     for (int64_t i = 0; i < w; ++i) sum[i] += yr[i];
   }
-  for (int64_t i = 0; i < w; ++i) sum[i] = log ? std::log(sum[i]) : 1.0 / sum[i];
+  for (int64_t i = 0; i < w; ++i) {
+    sum[i] = log ? std::log(sum[i]) : 1.0 / sum[i];
+    if (zero_masked && mx[i] == -kInf) sum[i] = 0.0;  // NaN * 0 would stay NaN
+  }
   for (int64_t j = 0; j < n; ++j)
     for (int64_t i = 0; i < w; ++i) {
       double* yy = y + j * inner + i;
-      *yy = log ? (x[j * inner + i] - mx[i]) - sum[i] : *yy * sum[i];
+      *yy = log ? (x[j * inner + i] - mx[i]) - sum[i] : (sum[i] == 0.0 ? 0.0 : *yy * sum[i]);
     }
 }
 
 std::unique_ptr<Kernel> softmax_kernel(bool log, const KernelContext& ctx, const std::string& name) {
   int rank = static_cast<int>(ctx.in_shapes[0].size());
   int dim = wrap_dim(ctx.node.attr("dim").i(), rank, name);
+  const bool zero_masked = zero_masked_rows(ctx.node);
   int threads = ctx.num_threads;
   return make_generic_kernel("cpu_f64_" + name, [=](const TensorView* in, TensorView* out) {
     Packed packed(in[0], threads);
@@ -79,14 +88,14 @@ std::unique_ptr<Kernel> softmax_kernel(bool log, const KernelContext& ctx, const
     Lines L(packed.view(), dim);
     int nt = threads_for(in[0].numel(), threads);
     if (L.inner == 1) {
-      parallel_for(L.outer, nt, [&](int64_t o) { softmax_row(x + o * L.n, y + o * L.n, L.n, log); });
+      parallel_for(L.outer, nt, [&](int64_t o) { softmax_row(x + o * L.n, y + o * L.n, L.n, log, zero_masked); });
       return;
     }
     int64_t chunks = (L.inner + kColChunk - 1) / kColChunk, tasks = L.outer * chunks;
     parallel_for(tasks, nt, [&](int64_t t) {
       int64_t o = t / chunks, i0 = (t % chunks) * kColChunk;
       int64_t off = o * L.n * L.inner + i0;
-      softmax_cols(x + off, y + off, L.n, L.inner, std::min(kColChunk, L.inner - i0), log);
+      softmax_cols(x + off, y + off, L.n, L.inner, std::min(kColChunk, L.inner - i0), log, zero_masked);
     });
   });
 }

@@ -6,6 +6,7 @@
 
 #include "ir/op_table.h"
 #include "ir/ops/params.h"
+#include "ir/ops/softmax.h"
 #include "kernels/kernel.h"
 #include "kernels/ref/ref_util.h"
 
@@ -195,6 +196,7 @@ void dispatch_float(DType t, const std::string& op, F&& f) {
 KernelFactory softmax_factory(bool log, const std::string& name) {
   return [log, name](const KernelContext& ctx) {
     int dim = wrap_dim(ctx.node.attr("dim").i(), static_cast<int>(ctx.in_shapes[0].size()), name);
+    const bool zero_masked = zero_masked_rows(ctx.node);
     return make_kernel("ref_" + name, [=](const TensorView* in, TensorView* out) {
       Lines L(in[0].shape(), dim);
       dispatch_float(in[0].dtype, name, [&](auto tag) {
@@ -205,7 +207,17 @@ KernelFactory softmax_factory(bool log, const std::string& name) {
           for (int64_t i = 0; i < L.inner; ++i) {
             double m = -std::numeric_limits<double>::infinity();
             for (int64_t j = 0; j < L.n; ++j) m = std::max<double>(m, x[L.at(o, j, i)]);
-            // A line of all -inf gives NaN (-inf - -inf), as torch does.
+            // A line of all -inf gives NaN (-inf - -inf), as torch does; 0s with zero_masked_rows
+            // (torch's _safe_softmax).
+            if (zero_masked) {
+              bool masked = true;  // every element -inf (a NaN is not: the line stays NaN)
+              for (int64_t j = 0; j < L.n && masked; ++j)
+                masked = x[L.at(o, j, i)] == -std::numeric_limits<T>::infinity();
+              if (masked) {
+                for (int64_t j = 0; j < L.n; ++j) y[L.at(o, j, i)] = T(0);
+                continue;
+              }
+            }
             double s = 0;
             for (int64_t j = 0; j < L.n; ++j) s += std::exp(x[L.at(o, j, i)] - m);
             for (int64_t j = 0; j < L.n; ++j) {
