@@ -28,7 +28,7 @@ from torch import fx
 from . import partition_cache, profiler
 from .config import CompilerConfig
 from .lowering import TORCH_DTYPES, Lowerer, Unsupported, is_shape_arithmetic, meta
-from .lowerer import memory_order, size_input_exprs
+from .lowerer import inverse_order, memory_order, size_input_exprs
 from .report import PartitionReport, warn_once
 
 # Shape signatures per partition that keep a bound plan for the fast path (the engine's own
@@ -275,7 +275,7 @@ class EnginePartition(torch.nn.Module):
         # is the key); a strided one passes its strides, for the plan to pack. Anything else
         # takes _run_general.
         ins = [args[j] for j in st.runtime_pos]
-        if any(st.orders):
+        if st.any_order:
             ins = [in_memory_order(t, o) for t, o in zip(ins, st.orders)]
         sig = [t.shape for t in ins]
         if st.size_pos:  # a size input's value is its signature; the plan holds it (ptr 0)
@@ -593,12 +593,7 @@ def in_memory_order(t: Optional[torch.Tensor], order: Optional[tuple]) -> Option
 
 def _in_logical_order(t: Optional[torch.Tensor], order: Optional[tuple]) -> Optional[torch.Tensor]:
     """The inverse of in_memory_order: the caller's tensor again (for PyTorch to run the call)."""
-    if order is None or t is None:
-        return t
-    back = [0] * len(order)
-    for i, d in enumerate(order):
-        back[d] = i
-    return t.permute(back)
+    return t if order is None or t is None else t.permute(inverse_order(order))
 
 
 def check_out_dtypes(outputs: list, engine_dtypes: list[str]) -> list[torch.dtype]:
@@ -612,7 +607,7 @@ def check_out_dtypes(outputs: list, engine_dtypes: list[str]) -> list[torch.dtyp
 
 
 class _Built:
-    __slots__ = ("cg", "runtime_pos", "size_pos", "out_dtypes", "in_dtypes", "orders", "calls", "lock")
+    __slots__ = ("cg", "runtime_pos", "size_pos", "out_dtypes", "in_dtypes", "orders", "any_order", "calls", "lock")
 
     def __init__(self, cg: Any, runtime_pos: list[int], out_dtypes: list[torch.dtype],
                  in_dtypes: list[torch.dtype], size_pos: list[int], orders: dict) -> None:
@@ -620,6 +615,7 @@ class _Built:
         self.runtime_pos = runtime_pos  # tensor inputs
         # By runtime input: the memory order it is passed in (input_orders), or None.
         self.orders = [orders.get(j) for j in runtime_pos]
+        self.any_order = bool(orders)
         self.size_pos = size_pos  # size inputs (ints at run time), after the tensors
         self.out_dtypes = out_dtypes
         self.in_dtypes = in_dtypes  # runtime inputs' dtypes the engine graph was built for

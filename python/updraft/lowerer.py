@@ -365,6 +365,14 @@ def memory_order(t: Any) -> Optional[tuple]:
     return order if moved != sorted(moved) else None
 
 
+def inverse_order(order: tuple) -> list:
+    """The permutation that undoes `order`: t.permute(order).permute(inverse_order(order)) is t."""
+    back = [0] * len(order)
+    for i, d in enumerate(order):
+        back[d] = i
+    return back
+
+
 class Lowerer:
     """Emits engine nodes for FX nodes into `graph` (a C.Graph).
 
@@ -530,10 +538,7 @@ class Lowerer:
             raise Unsupported(f"input {node.name} {dtype}{shape}: {e}") from None
         self._n_inputs += 1
         if order is not None:
-            back = [0] * len(order)
-            for i, d in enumerate(order):
-                back[d] = i
-            vid = self.emit1("permute", [vid], dims=back)
+            vid = self.emit1("permute", [vid], dims=inverse_order(order))
         self.env[node] = vid
         return vid
 

@@ -1012,3 +1012,14 @@ def test_transposed_saved_activations_reach_the_engine_without_a_copy(monkeypatc
     fast(x).square().sum().backward()
     assert strided_calls == [[]], strided_calls
     assert_grads_match(model, ref)  # the second step's gradients (no optimizer step between)
+
+    class Failing:  # an engine error before any input is freed: PyTorch runs the call again
+        def run_releasing(self, ptrs, owners, strided, make_output):
+            raise updraft._C.UpdraftError("[test] a kernel failed")
+
+    bw._one.calls = {k: (Failing(), v[1]) for k, v in bw._one.calls.items()}
+    for p in model.parameters():
+        p.grad = None
+    with pytest.warns(RuntimeWarning, match="a kernel failed"):
+        fast(x).square().sum().backward()  # the inputs go back in their traced layout
+    assert_grads_match(model, ref)
