@@ -202,7 +202,8 @@ def _safe_softmax(lw, node, a):
     """Attention's softmax in torch's math form (training graphs, `attention_as_math_in`): a row
     whose every score is -inf (every key masked) gives 0s, not NaN. One engine softmax with
     zero_masked_rows, where the core-aten decomposition is a softmax, an -inf test of every
-    score, an any-reduction and a where (ViT-B/16 b4: five passes over [4, 12, 197, 197] per layer)."""
+    score, an any-reduction and a where: four more passes over the scores per layer (ViT-B/16
+    b4: six kernels, 47 ms a training step, against one softmax of 15 ms)."""
     x = lw.cast(lw.value(a["self"]), out_dtype(node))
     return lw.emit1("softmax", [x], dim=norm_dim(a["dim"], rank_of(a["self"])), zero_masked_rows=True)
 

@@ -523,6 +523,9 @@ class _LoadedPartition(EnginePartition):
         # The runtime inputs its engine graph takes in their memory order (input_orders); a
         # file saved before they existed has none.
         orders = spec.get("orders") or [None] * len(self._runtime_pos)
+        if not isinstance(orders, list) or len(orders) != len(self._runtime_pos) or not all(
+                o is None or (isinstance(o, list) and sorted(o) == list(range(len(o)))) for o in orders):
+            raise _corrupt(f"{report.name}'s input orders {orders!r} are not one permutation (or none) per input")
         self._orders = {j: tuple(o) for j, o in zip(self._runtime_pos, orders) if o is not None}
         self._out_dtypes = [getattr(torch, d) for d in spec.get("out_dtypes", [])]
 

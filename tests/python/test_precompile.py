@@ -381,5 +381,11 @@ def test_transposed_input_round_trip(tmp_path):
         want, got, eager, loaded = _saved_and_loaded(_aot(model, x), model, x, tmp_path / "fn.bin")
     assert updraft.last_report().partitions[0].cache == "precompiled"
     assert torch.equal(got, want) and torch.allclose(got, eager, atol=1e-5)
-    meta, _ = precompile._unpack(PrecompiledGraph.serialize_compile_artifacts(loaded._artifacts.compiled_fn))
+    meta, blobs = precompile._unpack(PrecompiledGraph.serialize_compile_artifacts(loaded._artifacts.compiled_fn))
     assert [o for p in meta["partitions"] for o in p["orders"] if o] == [[1, 0]], meta["partitions"]
+    for bad in ([[0, 0]], "x", [[1, 0], None, None]):  # not a permutation, not a list, the wrong count
+        meta["partitions"][0]["orders"] = bad
+        with pytest.raises(PrecompileError, match="input orders"):
+            loaded = PrecompiledGraph.deserialize_compile_artifacts(precompile._pack(meta, blobs))
+            with torch.no_grad():
+                loaded(*[model.a.weight, model.a.bias, x, model.b.weight, model.b.bias])
