@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from updraft import host_memory
+
 # Where a 16 MB block comes from, the first time one is asked for: glibc's defaults map it
 # (mmap above an adaptive threshold that starts at 128 KB), with the threshold fixed at 32 MB it
 # comes from the heap, below the program break (sbrk(0)) and reused when freed.
@@ -47,27 +49,29 @@ def _glibc() -> bool:
         return False
 
 
-# keep_freed_memory is a setting of glibc's malloc (mallopt), and these tests read glibc's heap
-# (the program break): with another C library there is nothing to set or read, and the report
-# says "left alone" instead.
-glibc_only = pytest.mark.skipif(not _glibc(),
-                                reason="keep_freed_memory sets glibc's malloc; this C library is not glibc")
+# keep_freed_memory is a setting of glibc's malloc (mallopt), and where the heap's program break
+# can be read (glibc) the tests check where a block comes from. With another C library there is
+# nothing to set: the report says "left alone" (its reasons: test_outcomes_where_mallopt_*).
+GLIBC = _glibc()
+KEPT = "freed memory kept for reuse (mallopt" if GLIBC else "left alone"
 
 
-@glibc_only
+def _heap_check(code: str) -> str:
+    """`code`, then where a new 16 MB block comes from (glibc only: elsewhere "n/a")."""
+    return (_FIRST_16MB + code + "print(from_heap())\n") if GLIBC else (code + "print('n/a')\n")
+
+
 def test_a_training_compile_keeps_freed_memory_and_says_so():
-    code = _FIRST_16MB + _TRAIN.format(knob="") + "print(from_heap())\nprint(len(notes))\nprint(notes[0])\n"
-    heap, count, note = _run(code)
-    assert heap == "True"
+    count, note, heap = _run(_heap_check(_TRAIN.format(knob="") + "print(len(notes))\nprint(notes[0])\n"))
+    assert heap == ("True" if GLIBC else "n/a")
     assert int(count) == 2  # the forward's and the backward's reports both say it
-    assert note.startswith("freed memory kept for reuse (mallopt")
+    assert note.startswith(KEPT)
 
 
-@glibc_only
 def test_not_set_when_the_config_says_no_or_the_user_set_malloc():
     # False: nothing set, nothing reported.
-    lines = _run(_FIRST_16MB + _TRAIN.format(knob="keep_freed_memory=False") + "print(from_heap())\nprint(notes)\n")
-    assert lines[-2:] == ["False", "[]"]  # mapped: glibc's own default
+    lines = _run(_heap_check(_TRAIN.format(knob="keep_freed_memory=False") + "print(notes)\n"))
+    assert lines[-2:] == ["[]", "False" if GLIBC else "n/a"]  # mapped: glibc's own default
     # The user's own setting (any malloc variable) wins, and the report names it.
     lines = _run(_TRAIN.format(knob="") + "print(notes[0])\n", MALLOC_ARENA_MAX="2", MALLOC_TOP_PAD_="0")
     assert lines[-1] == "left as the user set it: MALLOC_TOP_PAD_ is set in the environment"
@@ -75,7 +79,6 @@ def test_not_set_when_the_config_says_no_or_the_user_set_malloc():
     assert lines[-1] == "left as the user set it: GLIBC_TUNABLES sets glibc.malloc tunables"
 
 
-@glibc_only
 def test_inference_only_when_asked():
     infer = """
 import torch, updraft
@@ -86,7 +89,39 @@ with torch.no_grad():
 print([r for g in updraft.last_report().graphs for k, r in g.compiles if k == "host memory"])
 """
     assert _run(infer.format(knob=""))[-1] == "[]"
-    assert _run(infer.format(knob="keep_freed_memory=True"))[-1].startswith("['freed memory kept for reuse")
+    assert _run(infer.format(knob="keep_freed_memory=True"))[-1].startswith(f"['{KEPT}")
+
+
+class _Libc:
+    """A C library as ctypes sees it, whose mallopt accepts the parameters in `accepts`."""
+
+    def __init__(self, accepts):
+        self.accepts = accepts
+
+        def mallopt(param, value):
+            return int(param in self.accepts)
+        self.mallopt = mallopt
+
+
+@pytest.mark.parametrize("libc, want", [
+    (None, "left alone: the C library has no mallopt (not glibc)"),
+    (_Libc(()), "left alone: mallopt refused M_MMAP_THRESHOLD"),  # musl's mallopt: a stub returning 0
+    (_Libc((host_memory.M_MMAP_THRESHOLD,)), "mmap threshold fixed at 32 MB, but mallopt refused M_TRIM_THRESHOLD (trimming stays on)"),
+    (_Libc((host_memory.M_MMAP_THRESHOLD, host_memory.M_TRIM_THRESHOLD)), "freed memory kept for reuse (mallopt: M_MMAP_THRESHOLD 32 MB, trimming off; "
+                      "CompilerConfig.keep_freed_memory)"),
+], ids=["no-mallopt", "mmap-refused", "trim-refused", "both"])
+def test_outcomes_where_mallopt_is_missing_or_refuses(monkeypatch, libc, want):
+    # The report's words for each C library, on any machine: host_memory._apply against a stand-in
+    # for the C library (nothing is set in this process).
+    def load(name):
+        if libc is None:
+            raise OSError(f"{name}: no such library")
+        return libc
+
+    for name in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES", "LD_PRELOAD"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(host_memory.ctypes, "CDLL", load)
+    assert host_memory._apply() == want
 
 
 def test_config_validates_the_knob():
