@@ -66,13 +66,12 @@ def _run(args) -> None:
         out = zoo.first_tensor(model(*inputs))
     target = torch.randint(0, out.shape[-1], out.shape[:-1])
     cfg = CompilerConfig(num_threads=args.threads, training="engine", disable_passes=skip, **knobs)
-    backend = mode if mode in TORCH_BACKENDS else get_backend(cfg)
-    fast = model if mode == "eager" else torch.compile(model, backend=backend)
+    torch_backend = mode if mode in TORCH_BACKENDS else None
+    fast = model if mode == "eager" else torch.compile(model, backend=torch_backend or get_backend(cfg))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=args.optimizer == "fused")
     opt_step = opt.step
     if args.optimizer == "compiled" and mode != "eager":  # the step in the engine too (or the torch backend)
-        opt_step = torch.compile(opt.step, backend=mode if mode in TORCH_BACKENDS
-                                 else get_backend(dataclasses.replace(cfg, inference="engine")))
+        opt_step = torch.compile(opt.step, backend=torch_backend or get_backend(dataclasses.replace(cfg, inference="engine")))
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -94,7 +93,7 @@ def _run(args) -> None:
         step()
         ts.append((time.perf_counter() - t) * 1e3)
     extra = ""
-    if mode not in ("eager",) + TORCH_BACKENDS:
+    if mode != "eager" and torch_backend is None:
         rep = updraft.last_report()
         kinds = ", ".join(f"{k} {e}/{e + f}" for k, (e, f) in rep.compute_by_kind().items())
         extra = f"; {kinds}; {rep.num_partitions} partitions"
