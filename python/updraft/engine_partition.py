@@ -463,7 +463,7 @@ class EnginePartition(torch.nn.Module):
         placeholders = list(self.sub.graph.find_nodes(op="placeholder"))  # indexed: no walk over the graph
         runtime_pos = [j for j in self._other_pos if not self.const_mask[j] and isinstance(args[j], torch.Tensor)]
         size_pos = self._size_pos(args, placeholders, runtime_pos)
-        orders = input_orders(placeholders, runtime_pos)
+        orders = input_orders(placeholders, runtime_pos, args)
         disk, key, params = partition_cache.key_for(self, args, placeholders, size_pos, orders)
         if key is not None:
             loaded = partition_cache.load(self, disk, key, params, args, runtime_pos, size_pos, t0)
@@ -571,16 +571,24 @@ def lower_graph(graph: fx.Graph, args: Sequence, const_kinds: Sequence[Optional[
     return lw, ids, n_const
 
 
-def input_orders(placeholders: list, runtime_pos: list[int]) -> dict:
-    """Placeholder index -> memory order for the runtime inputs whose traced tensor is a dense
-    permuted view (lowerer.memory_order): a training backward's saved transposes (ViT-B/16: 36
-    of [48, 64, 197], 87 MB a step), a channels-last image. Each call passes such an input as
-    `t.permute(order)`, contiguous when the tensor is laid out as traced, so the plan does not
-    pack a copy of it for the whole call (src/runtime/plan.h); one laid out otherwise is packed
-    as before."""
+def input_orders(placeholders: list, runtime_pos: list[int], args: tuple) -> dict:
+    """Placeholder index -> memory order for the runtime inputs that the building call passes
+    as dense permuted views (lowerer.memory_order): a training backward's saved transposes
+    (ViT-B/16: 36 of [48, 64, 197], 87 MB a step), a channels-last image. Each call passes such
+    an input as `t.permute(order)`, contiguous when the tensor is laid out as at that first
+    call, so the plan does not pack a copy of it for the whole call (src/runtime/plan.h); one
+    laid out otherwise is packed as before. The layout is read from the call's tensor, not the
+    trace: the engine returns its outputs contiguous where torch's op would have returned a
+    view (the flash attention forward's result and log-sum-exp are [B, L, H, E] and [B, L, H]
+    in memory), so a backward traced with torch's strides gets the engine's layout. Only inputs
+    traced with static sizes and strides (one layout per graph)."""
     orders = {}
     for j in runtime_pos:
-        order = memory_order(meta(placeholders[j]))
+        traced = meta(placeholders[j])
+        if not isinstance(traced, torch.Tensor) or not all(
+                type(v) is int for v in tuple(traced.shape) + tuple(traced.stride())):
+            continue
+        order = memory_order(args[j])
         if order is not None:
             orders[j] = order
     return orders

@@ -2,6 +2,7 @@
 ops: matmul/linear, convolution, attention, pooling."""
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any, Callable
 
@@ -11,6 +12,7 @@ from torch import fx
 
 from .lowerer import (LOWERINGS, Lowerer, Unsupported, aten, meta, norm_dim, op_name, out_dtype,
                       rank_of, register, static_int, static_ints)
+from .lowering_shape import counting
 
 
 # -- operand dtypes
@@ -599,7 +601,8 @@ def _repeat_kv_heads(lw: Lowerer, kv: int, heads: int) -> int:
     return lw.emit1("reshape", [x], shape=lead + [heads, s, e])
 
 
-def _sdpa(lw, node, q, k, v, mask, dropout_p, is_causal, scale, gqa=False) -> int:
+def _sdpa(lw, node, q, k, v, mask, dropout_p, is_causal, scale, gqa=False, with_lse=False) -> Any:
+    """The engine's sdpa: its result, or [result, log-sum-exp] with_lse."""
     if dropout_p:
         raise Unsupported("attention with dropout_p > 0")
     float_mask = mask is not None and isinstance(mask, fx.Node) and meta(mask).dtype != torch.bool
@@ -622,16 +625,81 @@ def _sdpa(lw, node, q, k, v, mask, dropout_p, is_causal, scale, gqa=False) -> in
     if mask is not None:
         mdt = meta(mask).dtype
         ins.append(lw.value(mask) if mdt == torch.bool else lw.operand(mask, dt))
-    return lw.emit1("sdpa", ins, is_causal=bool(is_causal), scale=float(scale or 0.0),
-                    has_mask=mask is not None)
+    outs = lw.emit("sdpa", ins, is_causal=bool(is_causal), scale=float(scale or 0.0),
+                   has_mask=mask is not None, with_lse=with_lse)
+    return outs if with_lse else outs[0]
 
 
 @register(aten._scaled_dot_product_flash_attention_for_cpu.default)
 def _sdpa_flash_cpu(lw, node, a):
-    _only_output0(node)
-    y = _sdpa(lw, node, a["query"], a["key"], a["value"], a["attn_mask"], a["dropout_p"],
-              a["is_causal"], a["scale"], gqa=True)
-    return [y, None]
+    """The result, and each query row's log-sum-exp where a training graph saves it for the
+    flash backward (below): torch's own second result, with torch's 0 for a row whose every key
+    is masked, so either side may run the backward."""
+    with_lse = 1 in _used_outputs(node)
+    outs = _sdpa(lw, node, a["query"], a["key"], a["value"], a["attn_mask"], a["dropout_p"],
+                 a["is_causal"], a["scale"], gqa=True, with_lse=with_lse)
+    return outs if with_lse else [outs, None]
+
+
+@register(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+def _sdpa_flash_cpu_backward(lw, node, a):
+    """The flash attention gradient from what the forward kept (q, k, v, its result and each
+    row's log-sum-exp): nothing of the scores' size [.., L, S] was saved, so the weights are
+    recomputed, p = exp(q k^T * scale + mask - lse), then
+        dv = p^T dy,  ds = p * (dy v^T - rowsum(dy * out)) * scale,  dq = ds k,  dk = ds^T q.
+    One more q k^T than the math form's gradient, against the [.., L, S] weights that form saves
+    per attention from the forward to the backward (docs/training.md, "Attention"). Grouped
+    key/value heads (fewer than q's): their gradients are summed over each group's query heads.
+    A causal mask is a constant, or built from positions where L and S are symbolic."""
+    if a["dropout_p"]:
+        raise Unsupported("the flash attention gradient with dropout_p > 0")
+    q, k, v, mask = a["query"], a["key"], a["value"], a["attn_mask"]
+    float_mask = mask is not None and meta(mask).dtype != torch.bool
+    _strict_dtypes(node, [a["grad_out"], q, k, v, a["out"], a["logsumexp"]] + ([mask] if float_mask else []))
+    dt = meta(q).dtype
+    qv, kv, vv, dy, out, lse = (lw.value(a[x]) for x in ("query", "key", "value", "grad_out", "out", "logsumexp"))
+    qs, ks = list(meta(q).shape), list(meta(k).shape)
+    scale = float(a["scale"]) if a["scale"] is not None else 1.0 / math.sqrt(static_int(qs[-1], "head size"))
+    groups = None
+    if len(qs) >= 3 and len(ks) >= 3 and qs[-3] != ks[-3]:
+        groups = static_int(qs[-3], "query heads") // static_int(ks[-3], "key/value heads")
+        kv, vv = (_repeat_kv_heads(lw, t, static_int(qs[-3], "query heads")) for t in (kv, vv))
+    s = lw.emit1("mul", [lw.emit1("matmul", [qv, kv], transpose_b=True), lw.scalar(scale, dt)])
+    if a["is_causal"]:
+        s = lw.emit1("where", [_causal_keep(lw, qs[-2], ks[-2]), s, lw.scalar(float("-inf"), dt)])
+    if mask is not None:
+        s = (lw.emit1("add", [s, lw.value(mask)]) if float_mask
+             else lw.emit1("where", [lw.value(mask), s, lw.scalar(float("-inf"), dt)]))
+    p = lw.emit1("exp", [lw.emit1("sub", [s, lw.reshape(lse, list(meta(a["logsumexp"]).shape) + [1])])])
+    dv = lw.emit1("matmul", [p, dy], transpose_a=True)
+    rowsum = lw.emit1("sum", [lw.emit1("mul", [dy, out])], dims=[len(qs) - 1], keepdim=True)
+    dp = lw.emit1("matmul", [dy, vv], transpose_b=True)
+    ds = lw.emit1("mul", [lw.emit1("mul", [p, lw.emit1("sub", [dp, rowsum])]), lw.scalar(scale, dt)])
+    dq = lw.emit1("matmul", [ds, kv])
+    dk = lw.emit1("matmul", [ds, qv], transpose_a=True)
+    if groups is not None:
+        dk, dv = (_sum_head_groups(lw, t, groups) for t in (dk, dv))
+    return [dq, dk, dv]
+
+
+def _causal_keep(lw: Lowerer, rows: Any, cols: Any) -> int:
+    """torch's causal mask [L, S], True where key j <= query i (top left aligned, as the CPU
+    flash kernel): a constant for static sizes, else compared positions built in the graph (a
+    fine-tune with dynamic sequence lengths)."""
+    if isinstance(rows, int) and isinstance(cols, int):
+        return lw.constant(torch.ones(rows, cols, dtype=torch.bool).tril())
+    i = lw.reshape(counting(lw, rows, torch.int64), [rows, 1])
+    j = lw.reshape(counting(lw, cols, torch.int64), [1, cols])
+    return lw.emit1("le", [j, i])
+
+
+def _sum_head_groups(lw: Lowerer, x: int, groups: int) -> int:
+    """[.., H, S, E] -> [.., H / groups, S, E]: each key/value head's gradient, summed over the
+    `groups` query heads that read it (head h reads key/value head h // groups)."""
+    shape = lw.vtype(x)[1]
+    lead, (h, s, e) = shape[:-3], shape[-3:]
+    x = lw.emit1("reshape", [x], shape=lead + [h // groups, groups, s, e])
+    return lw.emit1("sum", [x], dims=[len(lead) + 1])
 
 
 @register(aten._scaled_dot_product_efficient_attention.default)

@@ -407,6 +407,12 @@ def _scalar_tensor(lw, node, a):
     return lw.constant(torch.scalar_tensor(_number(a["s"], "s"), dtype=out_dtype(node)))
 
 
+def counting(lw: Lowerer, n: Any, dtype: torch.dtype) -> int:
+    """1, 2, ..., n as a [n] tensor of `dtype` (f32, f64 or i64) for a size n that may be
+    symbolic: a cumulative sum of ones, built in the graph since no constant has its size."""
+    return lw.emit1("cumsum", [_broadcast_scalar(lw, 1, dtype, [lw.dim(n)])], dim=0)
+
+
 def _arange(lw: Lowerer, node: fx.Node, start: Any, end: Any, step: Any) -> int:
     dt = out_dtype(node)
     n = meta(node).shape[0]
@@ -419,8 +425,7 @@ def _arange(lw: Lowerer, node: fx.Node, start: Any, end: Any, step: Any) -> int:
     acc = dt if dt in (torch.float32, torch.float64, torch.int64) else None
     if acc is None:
         raise Unsupported(f"arange of dynamic length in {dt}")
-    idx = lw.emit1("cumsum", [_broadcast_scalar(lw, 1, acc, [lw.dim(n)])], dim=0)
-    idx = lw.emit1("sub", [idx, lw.scalar(1, acc)])
+    idx = lw.emit1("sub", [counting(lw, n, acc), lw.scalar(1, acc)])
     if step != 1:
         idx = lw.emit1("mul", [idx, lw.scalar(step, acc)])
     if start != 0:

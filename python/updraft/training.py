@@ -2,8 +2,8 @@
 and which of the engine or PyTorch runs each of its graphs.
 
 - `is_training`: AOTAutograd's own test for making forward and backward graphs.
-- `attention_as_math_in`: scaled_dot_product_attention in its math form, so its gradient is
-  ops the engine runs.
+- `attention_as_math_in`: scaled_dot_product_attention with dropout in its math form, so its
+  gradient is ops the engine runs (without dropout, torch's flash op and its backward stay).
 - `MeasuredChoice`: CompilerConfig(training="auto") times the compiled training step (forward
   and backward) against eager over its first steps and keeps the faster (never slower than
   eager by choice); the same timing decides an inference graph that writes its inputs.
@@ -42,14 +42,24 @@ def _attention_as_math(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
         enable_gqa=enable_gqa)[0]
 
 
+def _without_dropout(n: fx.Node) -> bool:
+    """A scaled_dot_product_attention call whose dropout_p is a literal 0 (or left out)."""
+    p = n.kwargs["dropout_p"] if "dropout_p" in n.kwargs else n.args[4] if len(n.args) > 4 else 0.0
+    return isinstance(p, (int, float)) and not isinstance(p, bool) and p == 0
+
+
 def attention_as_math_in(gm: fx.GraphModule) -> None:
-    """Training graphs: Dynamo's scaled_dot_product_attention calls become `_attention_as_math`
-    before AOTAutograd traces them (below autograd the flash op and its backward op would be
-    fixed already)."""
+    """Training graphs: Dynamo's scaled_dot_product_attention calls with dropout become
+    `_attention_as_math` before AOTAutograd traces them (below autograd the op torch picks and
+    its backward op would be fixed already: for dropout on the CPU, the math form anyway, with
+    its dropout mask drawn by torch's generator where the engine draws its own). Calls without
+    dropout keep torch's choice, on the CPU the flash op, whose backward the engine runs from
+    q, k, v and each row's log-sum-exp instead of saving the [.., L, S] weights
+    (lowering_nn.py, `_sdpa_flash_cpu_backward`)."""
     sdpa = (torch._C._nn.scaled_dot_product_attention, torch.nn.functional.scaled_dot_product_attention)
     changed = False
     for n in gm.graph.nodes:
-        if n.op == "call_function" and n.target in sdpa:
+        if n.op == "call_function" and n.target in sdpa and not _without_dropout(n):
             n.target = _attention_as_math
             changed = True
     if changed:

@@ -107,8 +107,11 @@ bool fold_one(Graph& g, Node* n) {
   Node* folded = g.add_node("sdpa", ins, n->attrs);
   const Shape& ys = n->output()->type.shape;
   Value* y = reshaped(g, folded->output(0), ys);
+  // with_lse: [.., G, R, L] (or [.., G, R] with the rows folded) is [.., H, L] in the same order.
+  Value* lse = n->outputs.size() > 1 ? reshaped(g, folded->output(1), n->output(1)->type.shape) : nullptr;
   g.set_insert_point(nullptr);
   g.replace_all_uses(n->output(), y);
+  if (lse != nullptr) g.replace_all_uses(n->output(1), lse);
   return true;
 }
 

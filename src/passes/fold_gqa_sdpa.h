@@ -9,8 +9,8 @@
 // - otherwise: q is viewed as [.., G, R, L, E] and k, v as [.., G, 1, S, E], which sdpa
 //   broadcasts over R.
 // A mask that is the same for every head (head dim 1 or absent) or one per head (head dim H)
-// is viewed to match; the result is reshaped back to [.., H, L, Ev]. Only reshapes are added
-// (views, no copies).
+// is viewed to match; the result is reshaped back to [.., H, L, Ev] (and a with_lse
+// log-sum-exp to [.., H, L]). Only reshapes are added (views, no copies).
 // Not folded: k and v repeated by different factors or from different batch shapes, a repeat
 // that is not of dim -3 of a 5-d view, a per-head mask with another head count, a repeat read
 // by other nodes too (the expand stays for them; sdpa still stops reading it).

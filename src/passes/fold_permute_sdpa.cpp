@@ -44,6 +44,7 @@ bool fold_one(Graph& g, Node* n) {
   } else {
     g.replace_all_uses(n->output(), folded->output(0));
   }
+  if (n->outputs.size() > 1) g.replace_all_uses(n->output(1), folded->output(1));  // with_lse: [.., H, L] either way
   return true;
 }
 

@@ -9,7 +9,7 @@
 // a 4-d [B, S, H, E]); for the result, only when every reader of it is such a permute (they
 // then read sdpa's result directly) and it is not a graph output. Not folded: other dtypes (the
 // f64 kernel reads dense operands), permutes that move other dims, an operand already in
-// seq_first. A permute with other readers stays for them (dce drops it when none are left).
+// seq_first. A with_lse log-sum-exp keeps its [.., H, L] shape in any layout. A permute with other readers stays for them (dce drops it when none are left).
 // Run after fold_gqa_sdpa, which views q, k and v by their [.., H, S, E] shapes.
 #pragma once
 #include "ir/graph.h"

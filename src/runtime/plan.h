@@ -37,8 +37,8 @@
 // - Python (updraft/engine_partition.py) does not: the bound fast path passes a strided
 //   input's strides with its pointer, and the general path hands it over as a DLPack view, for
 //   the plan to pack (no torch copy on top of the plan's). What it does instead, for an input
-//   traced as a dense permuted view (a training backward's saved transposes, a channels-last
-//   image), is avoid the pack: the engine graph takes that input in its memory order and
+//   that came to the first call as a dense permuted view (a training backward's saved
+//   transposes, a channels-last image), is avoid the pack: the engine graph takes that input in its memory order and
 //   permutes it back inside (engine_partition.input_orders), so it arrives contiguous.
 #pragma once
 #include <atomic>

@@ -4,6 +4,7 @@
 // scale, and one kernel from 4 threads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <vector>
@@ -130,6 +131,49 @@ TEST(Attention, AllMaskedRowsGiveZero) {
   }
 }
 
+// with_lse (training graphs' forward): each row's log-sum-exp as a second output [.., L], against
+// the reference over the tile edges (37 rows: a 32-row block and a tail; 8-row tiles and 1-row
+// ones), causal with L != S, an additive mask, seq_first operands, and left-padded rows whose every
+// key is masked: their log-sum-exp is 0, as torch's CPU flash kernel gives (its backward then
+// weighs every key exp(-inf - 0) = 0).
+TEST(Attention, LogSumExp) {
+  for (bool capped : {false, true}) {
+    KernelOptions options;
+    if (capped) options.cpu_isa = CpuIsa::avx2;
+    SCOPED_TRACE(capped ? "cpu_isa=avx2" : "native");
+    for (bool causal : {false, true})
+      expect_matches_ref("sdpa", {input(rnd({2, 3, 37, 16}, 1)), input(rnd({2, 3, 41, 16}, 2)), input(rnd({2, 3, 41, 24}, 3))},
+                         {{"is_causal", causal}, {"with_lse", true}}, kAttnTol, kAttnTol, options);
+    expect_matches_ref("sdpa",
+                       {input(rnd({2, 3, 9, 16}, 1)), input(rnd({2, 3, 7, 16}, 2)), input(rnd({2, 3, 7, 16}, 3)),
+                        input(rnd({2, 1, 9, 7}, 4))},
+                       {{"has_mask", true}, {"with_lse", true}}, kAttnTol, kAttnTol, options);
+    const std::vector<int64_t> all = {0, 1, 2, 3};
+    expect_matches_ref("sdpa", {input(rnd({2, 37, 3, 32}, 1)), input(rnd({2, 41, 3, 32}, 2)), input(rnd({2, 41, 3, 32}, 3))},
+                       {{"seq_first", Attr(all)}, {"with_lse", true}}, kAttnTol, kAttnTol, options);
+    const int64_t L = 37, pad = 3;
+    Tensor mask(DType::boolean, {2, 1, L, L});
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t l = 0; l < L; ++l)
+        for (int64_t j = 0; j < L; ++j) mask.ptr<bool>()[(b * L + l) * L + j] = j <= l && (b == 1 || j >= pad);
+    auto b = build("sdpa", {input(rnd({2, 2, L, 16}, 1)), input(rnd({2, 2, L, 16}, 2)), input(rnd({2, 2, L, 16}, 3)),
+                            input(mask)},
+                   {{"has_mask", true}, {"with_lse", true}});
+    EXPECT_EQ(b->node->outputs[1]->type.str(), "f32[2, 2, 37]");
+    auto fast = make_kernel_for(*b, Device::cpu, options);
+    auto ref = make_kernel_for(*b, Device::ref);
+    ASSERT_TRUE(fast && ref);
+    auto got = run_kernel_outputs(*fast, *b), want = run_kernel_outputs(*ref, *b);
+    EXPECT_TRUE(all_close(got[1], want[1], kAttnTol, kAttnTol));
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t l = 0; l < L; ++l) {
+        const float x = got[1].ptr<float>()[h * L + l];
+        if (l < pad) EXPECT_EQ(x, 0.f) << "head " << h << " row " << l;
+        else EXPECT_TRUE(std::isfinite(x)) << "head " << h << " row " << l;
+      }
+  }
+}
+
 TEST(Attention, StridedOperands) {
   // A transposed k has a non-unit inner stride (packed into scratch); q and v use strides.
   expect_matches_ref("sdpa",
@@ -204,6 +248,9 @@ TEST(Attention, ShapeErrors) {
   EXPECT_THROW(g.add_node("sdpa", {q, k, v, m}, {{"has_mask", true}, {"is_causal", true}}), Error);
   Value* bad_m = g.add_input("bm", {DType::boolean, {5, 6}});
   EXPECT_THROW(g.add_node("sdpa", {q, k, v, bad_m}, {{"has_mask", true}}), Error);
+  Node* with_lse = g.add_node("sdpa", {q, k, v}, {{"with_lse", true}});
+  ASSERT_EQ(with_lse->outputs.size(), 2u);
+  EXPECT_EQ(with_lse->output(1)->type.str(), "f32[2, 5]");
 }
 
 TEST(Attention, OneKernelFromFourThreads) {
@@ -232,18 +279,31 @@ TEST(Attention, Avx512SoftmaxRowMatchesAvx2) {
     for (int64_t j = 0; j < n; j += 5) x[j] *= 40.f;  // spread: exp underflows for some
     if (n > 3) x[2] = -INFINITY;
     std::vector<float> y2 = x, y5 = x;
-    const float s2 = a2.softmax_row(y2.data(), n), s5 = a5.softmax_row(y5.data(), n);
+    float m2 = 0, m5 = 0;
+    const float s2 = a2.softmax_row(y2.data(), n, &m2), s5 = a5.softmax_row(y5.data(), n, &m5);
     for (int64_t j = 0; j < n; ++j) EXPECT_EQ(y2[j], y5[j]) << "n=" << n << " j=" << j;
     EXPECT_NEAR(s5, s2, 1e-6 * s2) << "n=" << n;
+    EXPECT_EQ(m5, m2) << "n=" << n;
+    EXPECT_EQ(m5, *std::max_element(x.begin(), x.end())) << "n=" << n;
   }
   // Near exp's underflow (results subnormal, then 0), where the two scale by 2^n differently.
   std::vector<float> low = {0.f, -80.f, -86.5f, -87.f, -87.2f, -87.3f, -87.33f, -87.336f, -87.34f, -88.f, -100.f,
                             -1e30f, -0.f, -103.9f, -87.0001f, -86.9999f, -50.f};
   std::vector<float> l2 = low, l5 = low;
   const int64_t nl = static_cast<int64_t>(low.size());
-  a2.softmax_row(l2.data(), nl);
-  a5.softmax_row(l5.data(), nl);
+  float shift = 1;
+  a2.softmax_row(l2.data(), nl, &shift);
+  a5.softmax_row(l5.data(), nl, &shift);
   for (int64_t j = 0; j < nl; ++j) EXPECT_EQ(l2[j], l5[j]) << "x=" << low[j];
   std::vector<float> bad = {1.f, NAN, 2.f, 3.f, 4.f};
-  EXPECT_TRUE(std::isnan(a5.softmax_row(bad.data(), 5)));
+  EXPECT_TRUE(std::isnan(a5.softmax_row(bad.data(), 5, &shift)));
+  EXPECT_TRUE(std::isnan(shift));
+  // Every key masked: weights 0, sum 0, shifted by 0 (not -inf).
+  for (const auto* t : {&a2, &a5}) {
+    std::vector<float> masked(19, -INFINITY);
+    shift = 1;
+    EXPECT_EQ(t->softmax_row(masked.data(), 19, &shift), 0.f) << t->isa;
+    EXPECT_EQ(shift, 0.f) << t->isa;
+    for (float w : masked) EXPECT_EQ(w, 0.f) << t->isa;
+  }
 }

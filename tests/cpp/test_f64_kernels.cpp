@@ -142,6 +142,24 @@ TEST(F64Matmul, EpilogueStridesAndThreads) {
           a, kTol(11));
   }
   check("matmul", {transposed_input(rnd({2, 9, 11}, 1)), transposed_input(rnd({2, 11, 6}, 2))}, {}, kTol(11));
+  // transpose_a / transpose_b (an attention gradient's p^T dy and q k^T): batched, broadcast, a
+  // constant 2-d b packed transposed, and a 2-d transposed b under a 3-d a folded into one GEMM.
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(std::string(ta ? "ta " : "") + (tb ? "tb" : ""));
+      Attrs t = {{"transpose_a", ta}, {"transpose_b", tb}};
+      auto a_shape = [&](std::vector<int64_t> s) {
+        if (ta) std::swap(s[s.size() - 1], s[s.size() - 2]);
+        return s;
+      };
+      auto b_shape = [&](std::vector<int64_t> s) {
+        if (tb) std::swap(s[s.size() - 1], s[s.size() - 2]);
+        return s;
+      };
+      check("matmul", {input(rnd(a_shape({2, 3, 5, 11}), 1)), input(rnd(b_shape({2, 3, 11, 6}), 2))}, t, kTol(11));
+      check("matmul", {input(rnd(a_shape({2, 3, 5, 11}), 1)), input(rnd(b_shape({3, 11, 6}), 2))}, t, kTol(11));
+      check("matmul", {input(rnd(a_shape({2, 5, 11}), 1)), constant(rnd(b_shape({11, 6}), 2))}, t, kTol(11));
+    }
   check("matmul",
         {input(rnd({3, 8, 11}, 1)), input(rnd({3, 11, 6}, 2)), transposed_input(rnd({3, 8, 6}, 3))},
         {{"has_residual", true}}, kTol(11));
@@ -271,6 +289,13 @@ TEST(F64Sdpa, MasksCausalScaleAndBroadcast) {
   check("sdpa",
         {transposed_input(rnd({2, 9, 9}, 1)), transposed_input(rnd({2, 9, 9}, 2)), transposed_input(rnd({2, 9, 9}, 3))},
         {{"is_causal", true}}, tol);
+  // with_lse: each row's log-sum-exp as a second output, causal and masked.
+  check("sdpa", {input(rnd({2, 3, 9, 16}, 1)), input(rnd({2, 3, 7, 16}, 2)), input(rnd({2, 3, 7, 16}, 3))},
+        {{"is_causal", true}, {"with_lse", true}}, tol);
+  check("sdpa",
+        {input(rnd({2, 3, 5, 16}, 1)), input(rnd({2, 3, 7, 16}, 2)), input(rnd({2, 3, 7, 16}, 3)),
+         input(rnd({2, 1, 5, 7}, 4))},
+        {{"has_mask", true}, {"with_lse", true}}, tol);
   for (int threads : {1, 2}) {
     // 12 heads over the threads; one head with the GEMMs threaded.
     check("sdpa", {input(rnd({1, 12, 64, 64}, 1)), input(rnd({1, 12, 64, 64}, 2)), input(rnd({1, 12, 64, 64}, 3))},

@@ -78,6 +78,23 @@ TEST(PassFoldGqaSdpa, PrefillBroadcastsKeyValueOverTheRepeat) {
   EXPECT_EQ(shape_str(the_sdpa(*g)->input(0)->type.shape), "[1, 2, 2, 1, 8]");
 }
 
+TEST(PassFoldGqaSdpa, LogSumExpIsReshapedBackToTheHeads) {
+  // A training forward's sdpa with its log-sum-exp [B, H, L]: the folded node's [B, G, R, L]
+  // (prefill) or [B, G, R] (one row) is viewed back; the values match on both kernel sets.
+  for (const char* rows : {"7", "1"}) {
+    SCOPED_TRACE(std::string("L = ") + rows);
+    std::string text = gqa_graph(std::string("[1, 6, ") + rows + ", 8]", "[1, 2, 9, 8]", "[1, 2, 1, 9, 8]",
+                                 "[1, 2, 3, 9, 8]", "[1, 6, 9, 8]", "", "{with_lse=true}");
+    const std::string ret = "  return (%a)";
+    text.replace(text.find(ret), ret.size(), "  return (%a, %lse)");
+    text.replace(text.find("%a = sdpa"), 9, "%a, %lse = sdpa");
+    auto g = check_pass(text, then_dce<fold_gqa_sdpa>, Changed::yes, {}, 1e-5, 1e-6);
+    EXPECT_EQ(shape_str(g->outputs()[1]->type.shape), std::string("[1, 6, ") + rows + "]");
+    EXPECT_EQ(g->outputs()[1]->producer->input(0), the_sdpa(*g)->output(1));
+    expect_fast_matches(text, *g, {}, 1e-4, 1e-5);
+  }
+}
+
 TEST(PassFoldGqaSdpa, PrefillMaskSharedByHeadsGainsADim) {
   expect_mask_viewed(gqa_graph("[2, 4, 3, 8]", "[2, 1, 6, 8]", "[2, 1, 1, 6, 8]", "[2, 1, 4, 6, 8]", "[2, 4, 6, 8]",
                                "f32[2, 1, 3, 6]", "{has_mask=true}"),

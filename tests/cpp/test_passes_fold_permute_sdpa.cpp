@@ -67,6 +67,24 @@ TEST(PassFoldPermuteSdpa, ResultReadAsItIsKeepsItsLayout) {
   expect_fast_matches(text, *g, {}, 1e-4, 1e-5);
 }
 
+TEST(PassFoldPermuteSdpa, LogSumExpFollowsTheFoldedNode) {
+  // A training forward: the log-sum-exp is returned beside the result; the inputs fold and the
+  // log-sum-exp's reader moves to the folded sdpa.
+  const std::string text = R"(graph(%q: f32[2, 5, 3, 8], %k: f32[2, 6, 3, 8], %v: f32[2, 6, 3, 8]) {
+  %qt = permute(%q) {dims=[0, 2, 1, 3]}
+  %kt = permute(%k) {dims=[0, 2, 1, 3]}
+  %vt = permute(%v) {dims=[0, 2, 1, 3]}
+  %a, %lse = sdpa(%qt, %kt, %vt) {with_lse=true}
+  %at = permute(%a) {dims=[0, 2, 1, 3]}
+  %y = reshape(%at) {shape=[2, 5, 24]}
+  return (%y, %lse)
+})";
+  auto g = check_pass(text, then_dce<fold_permute_sdpa>, Changed::yes, {}, 1e-5, 1e-6);
+  EXPECT_EQ(ops_of(*g), "sdpa reshape");
+  EXPECT_EQ(g->outputs()[1], the_sdpa(*g)->output(1));
+  expect_fast_matches(text, *g, {}, 1e-4, 1e-5);
+}
+
 TEST(PassFoldPermuteSdpa, SymbolicSequenceLengths) {
   // A prompt of any length: s0 queries over s1 keys.
   const std::string text = attention("[1, s0, 4, 8]", "[1, s1, 4, 8]", "[1, s0, 32]", "", "");

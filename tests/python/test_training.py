@@ -653,16 +653,24 @@ def test_a_compile_failure_runs_the_step_in_pytorch(monkeypatch):
     assert all(g.engine_compute == 0 and "injected lowering failure" in g.note for g in rep.graphs), str(rep)
 
 
-@pytest.mark.parametrize("mask", ["bool", "additive", "causal", "none", "row"])
-def test_attention_gradients_match_eager(mask):
-    # Training graphs run attention in torch's math form (updraft/backend.py,
-    # _attention_as_math); a boolean mask must become the additive one first (read as 0/1 it
-    # gave outputs off by 0.3 and gradients off by 30). Its softmax is torch's _safe_softmax,
-    # one engine softmax (zero_masked_rows): a query row with every key masked ("row") gives 0s
-    # and no gradient, as eager's does, not NaN.
-    B, H, L, E = 2, 2, 6, 8
+@pytest.mark.parametrize("form", ["flash", "math"])
+@pytest.mark.parametrize("mask", ["bool", "additive", "causal", "none", "row", "gqa"])
+def test_attention_gradients_match_eager(mask, form):
+    # Without dropout, training graphs keep torch's CPU flash op: the engine's sdpa returns each
+    # row's log-sum-exp too, and the flash backward recomputes the weights from it, so no tensor
+    # of the scores' size [B, H, L, S] is saved between forward and backward (L = S = 6 here,
+    # E = 8). With dropout they run torch's math form (updraft/training.py, _attention_as_math),
+    # called here with p = 0 so that eager is comparable: a boolean mask must become the
+    # additive one first (read as 0/1 it gave outputs off by 0.3 and gradients off by 30), and
+    # its softmax is torch's _safe_softmax, one engine softmax (zero_masked_rows). A query row
+    # with every key masked ("row") gives 0s and no gradient in both forms, as eager's does, not
+    # NaN. Tolerances: f32 dot products over E = 8 and S = 6 in another order than torch's, and
+    # the recomputed weights (exp of a difference with the log-sum-exp) within a few ulps.
+    from updraft.training import _attention_as_math
+
+    B, H, L, E = 2, 4, 6, 8
     q, k, v = (torch.randn(B, H, L, E) for _ in range(3))
-    attn_mask, causal = None, mask == "causal"
+    attn_mask, causal, gqa = None, mask == "causal", mask == "gqa"
     if mask == "bool":
         attn_mask = torch.ones(B, 1, L, L, dtype=torch.bool)
         attn_mask[1, ..., 4:] = False
@@ -672,16 +680,21 @@ def test_attention_gradients_match_eager(mask):
     elif mask == "additive":
         attn_mask = torch.zeros(B, 1, L, L)
         attn_mask[1, ..., 4:] = torch.finfo(torch.float32).min
+    elif gqa:  # two key/value heads, each read by two query heads
+        k, v = k[:, :2].contiguous(), v[:, :2].contiguous()
+    attention = F.scaled_dot_product_attention if form == "flash" else _attention_as_math
 
     def f(q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal)
+        return attention(q, k, v, attn_mask=attn_mask, is_causal=causal, enable_gqa=gqa)
 
     weight = torch.randn(B, H, L, E)
     got_in = [t.clone().requires_grad_() for t in (q, k, v)]
     want_in = [t.clone().requires_grad_() for t in (q, k, v)]
-    got = torch.compile(f, backend="updraft")(*got_in)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(tuple(t.shape)) or t, lambda t: t):
+        got = torch.compile(f, backend="updraft")(*got_in)
     (got * weight).sum().backward()
-    want = f(*want_in)
+    want = F.scaled_dot_product_attention(*want_in, attn_mask=attn_mask, is_causal=causal, enable_gqa=gqa)
     (want * weight).sum().backward()
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     for a, b in zip(got_in, want_in):
@@ -689,7 +702,58 @@ def test_attention_gradients_match_eager(mask):
     rep = updraft.last_report()
     assert _coverage(rep)["training backward"] == 1.0, str(rep)
     ops = rep.engine_ops
-    assert ops["aten._safe_softmax.default"] == 1 and "aten.any.dim" not in ops and "aten.eq.Scalar" not in ops, ops
+    if form == "flash":
+        assert ops["aten._scaled_dot_product_flash_attention_for_cpu.default"] == 1, ops
+        assert ops["aten._scaled_dot_product_flash_attention_for_cpu_backward.default"] == 1, ops
+        assert (B, H, L, L) not in saved and (B, H, L) in saved, saved  # the log-sum-exp, not the weights
+    else:
+        assert ops["aten._safe_softmax.default"] == 1 and "aten.any.dim" not in ops and "aten.eq.Scalar" not in ops, ops
+        assert (B, H, L, L) in saved, saved
+
+
+@pytest.mark.parametrize("mask", ["causal", "additive"])
+def test_attention_gradients_match_eager_float64(mask):
+    # The flash form in float64: the engine's f64 sdpa with its log-sum-exp, and the backward's
+    # matmuls with transposed operands on the f64 GEMM (which read them swapped; it once ignored
+    # transpose_a / transpose_b and wrote past its output). Tolerance: f64 sums of 8 products.
+    B, H, L, E = 2, 3, 5, 8
+    q, k, v, weight = (torch.randn(B, H, L, E, dtype=torch.float64) for _ in range(4))
+    attn_mask = torch.randn(B, 1, L, L, dtype=torch.float64) if mask == "additive" else None
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=mask == "causal")
+
+    got_in = [t.clone().requires_grad_() for t in (q, k, v)]
+    want_in = [t.clone().requires_grad_() for t in (q, k, v)]
+    torch._dynamo.reset()
+    (torch.compile(f, backend="updraft")(*got_in) * weight).sum().backward()
+    (f(*want_in) * weight).sum().backward()
+    for a, b in zip(got_in, want_in):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-12, atol=1e-12)
+    ops = updraft.last_report().engine_ops
+    assert ops["aten._scaled_dot_product_flash_attention_for_cpu_backward.default"] == 1, ops
+
+
+def test_causal_attention_with_dynamic_lengths_stays_in_the_engine():
+    # A fine-tune over sequences of several lengths (dynamic=True): the flash backward's causal
+    # mask is built from positions in the graph (no constant has a symbolic size), so the
+    # backward is not cut around each attention; gradients equal eager's at every length.
+    torch.manual_seed(0)
+    model = _SelfAttention(math=False)
+    model.causal = True
+    ref = copy.deepcopy(model)
+    torch._dynamo.reset()
+    fast = torch.compile(model, backend=get_backend(ENGINE), dynamic=True)
+    for L in (7, 9, 12):
+        x = torch.randn(2, L, 32)
+        for p in list(model.parameters()) + list(ref.parameters()):
+            p.grad = None
+        fast(x).square().sum().backward()
+        ref(x).square().sum().backward()
+        assert_grads_match(model, ref)
+    rep = updraft.last_report()
+    assert _coverage(rep)["training backward"] == 1.0, str(rep)
+    assert rep.engine_ops["aten._scaled_dot_product_flash_attention_for_cpu_backward.default"] == 1, str(rep)
 
 
 def test_measured_choice_keeps_the_faster_side():
@@ -955,26 +1019,33 @@ def test_an_engine_error_after_freeing_inputs_names_itself_and_moves_to_pytorch(
 
 
 class _SelfAttention(torch.nn.Module):
-    """One attention block as transformers write it: heads split and moved by permutes, so
-    the forward saves transposed views of q, k and v for the backward."""
+    """One attention block as transformers write it: heads split and moved by permutes. In the
+    math form (the form of attention with dropout, here with p = 0 to compare with eager) the
+    forward saves transposed views of q, k and v for the backward."""
 
-    def __init__(self, dim: int = 32, heads: int = 4) -> None:
+    def __init__(self, dim: int = 32, heads: int = 4, math: bool = True) -> None:
         super().__init__()
-        self.heads = heads
+        self.heads, self.math, self.causal = heads, math, False
         self.qkv, self.out = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
 
     def forward(self, x):
+        from updraft.training import _attention_as_math
+
         B, L, D = x.shape
         q, k, v = (t.reshape(B, L, self.heads, D // self.heads).permute(0, 2, 1, 3)
                    for t in self.qkv(x).chunk(3, dim=-1))
-        y = F.scaled_dot_product_attention(q, k, v)
+        y = (_attention_as_math if self.math else F.scaled_dot_product_attention)(q, k, v, is_causal=self.causal)
         return self.out(y.permute(0, 2, 1, 3).reshape(B, L, D))
 
 
-def test_transposed_saved_activations_reach_the_engine_without_a_copy(monkeypatch):
-    # The forward saves transposed views (k^T for q k^T's gradient); the backward's engine graph
-    # takes each in its memory order and permutes it back inside (engine_partition.input_orders),
-    # so its calls pass no strided input for the plan to pack for the whole call.
+@pytest.mark.parametrize("form", ["math", "flash"])
+def test_transposed_saved_activations_reach_the_engine_without_a_copy(monkeypatch, form):
+    # math: the forward saves transposed views (k^T for q k^T's gradient); the backward's engine
+    # graph takes each in its memory order and permutes it back inside
+    # (engine_partition.input_orders), so its calls pass no strided input for the plan to pack
+    # for the whole call. flash: torch traced the flash op's result and log-sum-exp as views
+    # ([B, L, H, E] and [B, L, H] in memory); the engine's forward returns them contiguous, and
+    # the backward takes the layout its first call gets, not the traced one: nothing to pack.
     from updraft import backend, engine_partition
 
     parts = []
@@ -985,9 +1056,10 @@ def test_transposed_saved_activations_reach_the_engine_without_a_copy(monkeypatc
         return build(self, args)
 
     monkeypatch.setattr(engine_partition.EnginePartition, "_build", spy)
+    monkeypatch.setattr(updraft.report, "_warned", set())  # warn_once: each form hears its warning
     torch._dynamo.reset()
     torch.manual_seed(0)
-    model, x = _SelfAttention(), torch.randn(2, 6, 32)
+    model, x = _SelfAttention(math=form == "math"), torch.randn(2, 6, 32)
     ref = copy.deepcopy(model)
     fast = torch.compile(model, backend=get_backend(ENGINE))
     fast(x).square().sum().backward()
@@ -995,7 +1067,7 @@ def test_transposed_saved_activations_reach_the_engine_without_a_copy(monkeypatc
     assert_grads_match(model, ref)
     bw = parts[-1]  # built at the first backward call, after the forward's
     orders = [o for o in bw._one.orders if o is not None]
-    assert orders, "the backward saw no transposed input"
+    assert bool(orders) == (form == "math"), orders  # flash: every input comes contiguous
     strided_calls = []
 
     class Recording:

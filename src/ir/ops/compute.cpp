@@ -336,6 +336,13 @@ void infer_sdpa(InferCtx& c) {
   out.push_back(v.back());
   if (layout.seq_first[3] && out.size() < 3) c.fail("seq_first lists the result, which has no heads dim: " + shape_str(out));
   c.set_output(0, {c.in(0).dtype, layout.logical(3, out)});
+  // with_lse: each query row's log-sum-exp of its scaled, masked scores, [batch..., L] (the
+  // flash forward's second result, which its backward reads instead of the probabilities).
+  if (c.attr_bool("with_lse")) {
+    Shape lse = batch;
+    lse.push_back(q[q.size() - 2]);
+    c.set_output(1, {c.in(0).dtype, lse});
+  }
 }
 
 OpDef compute_op(std::string name, int min_in, int max_in, std::vector<AttrSpec> attrs,
@@ -426,15 +433,20 @@ void register_compute_ops(OpTable& t) {
                    "gradient of max_pool2d_indices: dy [N,C,OH,OW] added at indices into zeros [N,C,H,W]"));
   t.add(compute_op("adaptive_avg_pool2d", 1, 1, {{"output_size", K::Ints, std::nullopt}}, infer_adaptive_avg_pool2d,
                    "2-d adaptive average pooling (PyTorch's window rule)"));
-  t.add(compute_op("sdpa", 3, 4,
-                   {{"is_causal", K::Bool, Attr(false)},
-                    {"scale", K::Float, Attr(0.0)},
-                    {"has_mask", K::Bool, Attr(false)},
-                    // 0-3: q, k, v, the result laid out [..., S, H, E] (SdpaLayout, params.h)
-                    {"seq_first", K::Ints, Attr(std::vector<int64_t>{})}},
-                   infer_sdpa,
-                   "softmax(q k^T * scale + mask) v (scaled dot-product attention); seq_first: operands "
-                   "laid out [..., S, H, E], read and written in place"));
+  OpDef sdpa = compute_op("sdpa", 3, 4,
+                          {{"is_causal", K::Bool, Attr(false)},
+                           {"scale", K::Float, Attr(0.0)},
+                           {"has_mask", K::Bool, Attr(false)},
+                           // 0-3: q, k, v, the result laid out [..., S, H, E] (SdpaLayout, params.h)
+                           {"seq_first", K::Ints, Attr(std::vector<int64_t>{})},
+                           // A second result: each query row's log-sum-exp (training graphs)
+                           {"with_lse", K::Bool, Attr(false)}},
+                          infer_sdpa,
+                          "softmax(q k^T * scale + mask) v (scaled dot-product attention); seq_first: operands "
+                          "laid out [..., S, H, E], read and written in place; with_lse: also each row's "
+                          "log-sum-exp [..., L] (0 for a row with every key masked)");
+  sdpa.num_outputs = -1;  // 1, or 2 with with_lse
+  t.add(std::move(sdpa));
 }
 
 }  // namespace updraft

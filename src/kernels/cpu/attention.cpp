@@ -24,6 +24,10 @@
 // shapes the kernel was built for). The thread count is fixed per kernel from the work of the
 // shapes it was built for (cpu::threads_for_work).
 //
+// with_lse (training graphs' forward): each row's log-sum-exp, shift + log(sum), is written as
+// the rows are finished, so the backward can recompute the weights without the forward saving
+// them (docs/training.md, "Attention").
+//
 // Layouts: q, k, v need a unit stride in their last dim; their row and batch strides may be
 // anything, and size-1 batch dims broadcast. A graph input with a non-unit inner stride is
 // packed dense into scratch first. The mask is read through its strides (broadcast dims of
@@ -125,6 +129,7 @@ class SdpaKernel final : public Kernel {
                      v = layout_.logical(2, operand(in, 2, scratch));
     const TensorView* mask = has_mask_ ? &in[3] : nullptr;
     const TensorView y = layout_.logical(3, out[0]);
+    float* lse = with_lse_ ? out[1].ptr<float>() : nullptr;  // [batch..., L], dense
     int nb = y.ndim - 2;
     // This call's sizes (the kernel may have been built for other ones; see the top).
     const int64_t L = q.sizes[q.ndim - 2], S = k.sizes[k.ndim - 2], E = q.sizes[q.ndim - 1];
@@ -170,8 +175,12 @@ class SdpaKernel final : public Kernel {
           // NaN scores make the row NaN, as in torch. A row with every key masked has weights
           // 0 and sum 0 (softmax_row), and torch's CPU sdpa gives 0 for it (sum_j 0 * v_j), not
           // 0 / 0: a left-padded query row of a batched prompt.
-          const float sum = t.softmax_row(sc, n);
+          float shift;
+          const float sum = t.softmax_row(sc, n, &shift);
           inv[l - l0] = sum == 0.f ? 0.f : 1.f / sum;
+          // torch's CPU flash kernel gives 0 for a row with every key masked (its backward then
+          // weighs every key exp(-inf - 0) = 0).
+          if (lse) lse[b * L + l] = sum == 0.f ? 0.f : shift + std::log(sum);
           for (int64_t j = n; j < S16; ++j) sc[j] = 0.f;
           n_max = std::max(n_max, n);
         }
@@ -200,6 +209,7 @@ class SdpaKernel final : public Kernel {
     const int64_t E = qs.back(), S = ks[ks.size() - 2];
     k->causal_ = ctx.node.attr("is_causal").b();
     k->has_mask_ = ctx.node.attr("has_mask").b();
+    k->with_lse_ = ctx.node.attr("with_lse").b();
     double scale = ctx.node.attr("scale").f();
     // E (q's last dim) is the same in every plan: the default scale is fixed per node.
     k->scale_ = static_cast<float>(scale != 0 ? scale : 1.0 / std::sqrt(static_cast<double>(E)));
@@ -254,7 +264,7 @@ class SdpaKernel final : public Kernel {
 
   const cpu::sdpa::Tiles* tiles_ = nullptr;
   SdpaLayout layout_;
-  bool causal_ = false, has_mask_ = false, generic_ = false;
+  bool causal_ = false, has_mask_ = false, with_lse_ = false, generic_ = false;
   float scale_ = 1;
   int threads_ = 1;
   size_t scores_ = 0, scratch_total_ = 0;
@@ -274,9 +284,10 @@ namespace updraft::cpu::sdpa {
 namespace {
 // A row whose max is -inf (every key masked) is shifted by 0, so its weights are exp(-inf) = 0
 // and its sum 0, not exp(-inf + inf) = NaN.
-float softmax_row_avx2(float* sc, int64_t n) {
+float softmax_row_avx2(float* sc, int64_t n, float* shift) {
   const float m = simd::row_max(sc, n);
-  return simd::exp_shift_sum(sc, m == -std::numeric_limits<float>::infinity() ? 0.f : m, n, sc);
+  *shift = m == -std::numeric_limits<float>::infinity() ? 0.f : m;
+  return simd::exp_shift_sum(sc, *shift, n, sc);
 }
 }  // namespace
 

@@ -57,7 +57,7 @@ __mmask16 tail_mask(int64_t left) { return static_cast<__mmask16>((1u << left) -
 
 // sc[j] = exp(sc[j] - max) for j < n, returning the sum. The max propagates NaN as torch.amax
 // does (a NaN score makes the row NaN); tails run masked, so every position takes the same path.
-float softmax_row(float* sc, int64_t n) {
+float softmax_row(float* sc, int64_t n, float* shift) {
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
   __m512 m = ninf;
   __mmask16 nan = 0;
@@ -74,7 +74,8 @@ float softmax_row(float* sc, int64_t n) {
   }
   // A row whose max is -inf (every key masked) is shifted by 0: weights exp(-inf) = 0, sum 0.
   const float mx = _mm512_reduce_max_ps(m);
-  const __m512 vm = _mm512_set1_ps(nan ? NAN : mx == -INFINITY ? 0.f : mx);
+  *shift = nan ? NAN : mx == -INFINITY ? 0.f : mx;
+  const __m512 vm = _mm512_set1_ps(*shift);
   __m512 acc = _mm512_setzero_ps();
   for (i = 0; i + 16 <= n; i += 16) {
     const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(sc + i), vm));

@@ -5,7 +5,8 @@
 //    weight is packed into the micro-kernel's panels once, here in the factory.
 //  - matmul: torch.matmul; 1-d operands become [1, K] / [K, 1] (a stride-0 dim), batch dims
 //    broadcast through stride 0. When b has no batch dims and a's leading dims fold into M, the
-//    problem is one GEMM as for linear (and a constant 2-d b is packed once).
+//    problem is one GEMM as for linear (and a constant 2-d b is packed once). transpose_a /
+//    transpose_b read that operand's last two dims swapped (its strides swapped: no copy).
 // Strided operands are read through their strides while packing: no staging copy. A strided x
 // whose leading dims do not fold, and a strided residual, are copied dense first (cpu::Packed;
 // only graph inputs arrive strided).
@@ -45,6 +46,14 @@ bool fold_rows(const TensorView& v, int64_t* rs) {
   }
   return true;
 }
+
+namespace {
+TensorView last_two_swapped(TensorView v) {
+  std::swap(v.sizes[v.ndim - 1], v.sizes[v.ndim - 2]);
+  std::swap(v.strides[v.ndim - 1], v.strides[v.ndim - 2]);
+  return v;
+}
+}  // namespace
 
 size_t gemm_scratch_bytes(const MicroKernel& uk, int threads) {
   return static_cast<size_t>(threads) * gemm_scratch_doubles(uk) * sizeof(double);
@@ -89,7 +98,7 @@ class GemmF64Kernel final : public Kernel {
 
  private:
   const MicroKernel* uk_ = nullptr;
-  bool linear_ = true;
+  bool linear_ = true, ta_ = false, tb_ = false;
   int threads_ = 1;
   TileEpilogue ep_;
   EpilogueInputs ins_;
@@ -121,6 +130,8 @@ class GemmF64Kernel final : public Kernel {
 
   void setup_matmul(const TensorView* in, const TensorView& y, Problem& p, std::optional<Packed>& a_copy) const {
     TensorView a = in[0], b = in[1];
+    if (ta_) a = last_two_swapped(a);
+    if (tb_) b = last_two_swapped(b);
     const bool a1 = a.ndim == 1, b1 = b.ndim == 1;
     // Promote 1-d operands: a [K] -> [1, K], b [K] -> [K, 1], the new dim of stride 0.
     if (a1) a.sizes[1] = a.sizes[0], a.strides[1] = a.strides[0], a.sizes[0] = 1, a.strides[0] = 0, a.ndim = 2;
@@ -162,15 +173,18 @@ std::unique_ptr<Kernel> GemmF64Kernel::create(const KernelContext& ctx, bool lin
   k->uk_ = &pick_micro(ctx.options);
   k->linear_ = linear;
   k->ep_ = epilogue_attrs(ctx, 2, &k->ins_);
+  k->ta_ = !linear && ctx.attr("transpose_a").b();
+  k->tb_ = !linear && ctx.attr("transpose_b").b();
   const auto &xs = ctx.in_shapes[0], &ws = ctx.in_shapes[1];
-  const int64_t K = linear ? ws[1] : xs.back();
+  const int64_t K = linear ? ws[1] : k->ta_ ? xs[xs.size() - 2] : xs.back();
   const int64_t c = numel(ctx.out_shapes[0]);
   k->threads_ = threads_for_gemm(2.0 * c * K, 8.0 * (numel(xs) + numel(ws) + c), ctx.thread_budget());
   const Tensor* w = ctx.const_inputs[1];
   // Pack the constant once: linear's [N, K] weight as B = w^T, or matmul's 2-d b as it is.
   if (w && linear) k->b_packed_ = pack_whole(*k->uk_, false, ws[1], ws[0], {w->ptr<const double>(), 1, ws[1]});
-  if (w && !linear && ws.size() == 2)
-    k->b_packed_ = pack_whole(*k->uk_, false, ws[0], ws[1], {w->ptr<const double>(), ws[1], 1});
+  if (w && !linear && ws.size() == 2)  // b(k, n): w[k, n], or w[n, k] with transpose_b
+    k->b_packed_ = k->tb_ ? pack_whole(*k->uk_, false, ws[1], ws[0], {w->ptr<const double>(), 1, ws[1]})
+                          : pack_whole(*k->uk_, false, ws[0], ws[1], {w->ptr<const double>(), ws[1], 1});
   k->name_ = std::string("cpu_f64_") + (linear ? "linear" : "matmul") + ":" + k->uk_->isa +
              (k->b_packed_ ? ":prepacked" : "") + (k->threads_ == 1 ? ":1thread" : "");
   return k;

@@ -5,7 +5,8 @@
 // scale, causal (key s > query l gets -inf) or mask (bool: false adds -inf; f64: added), minus
 // the row max, exp, and the row sum; then y = p v, each row divided by its sum. A row whose
 // scores are all -inf (every key masked) is shifted by 0, so its weights are exp(-inf) = 0 and
-// its output is 0, as PyTorch's CPU sdpa gives (and the reference kernel). A NaN score is left
+// its output is 0, as PyTorch's CPU sdpa gives (and the reference kernel); with_lse writes each
+// row's log-sum-exp (0 for such a row, as torch's flash kernel). A NaN score is left
 // out of the max (std::max keeps the first operand) and propagates through its exp, as in the
 // reference.
 //
@@ -39,7 +40,7 @@ class SdpaF64Kernel final : public Kernel {
  private:
   const MicroKernel* uk_ = nullptr;
   int threads_ = 1;
-  bool causal_ = false, has_mask_ = false;
+  bool causal_ = false, has_mask_ = false, with_lse_ = false;
   double scale_ = 0;
   int64_t L_ = 0, S_ = 0;
   std::string name_;
@@ -72,6 +73,7 @@ void SdpaF64Kernel::run(const TensorView* in, TensorView* out, void* scratch) co
   const TensorView* mask = has_mask_ ? &in[3] : nullptr;
   if (mask) aligned_strides(*mask, nb + 2, ms);
   const bool bool_mask = mask && mask->dtype == DType::boolean;
+  double* lse = with_lse_ ? out[1].ptr<double>() : nullptr;  // [batch..., L], dense
   const int64_t per = round8(L * S) + gemm_scratch_doubles(*uk_);
   constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
@@ -108,7 +110,9 @@ void SdpaF64Kernel::run(const TensorView* in, TensorView* out, void* scratch) co
         mx = std::max(mx, a);
       }
       if (mx == kNegInf) mx = 0;
-      for (int64_t s = 0; s < S; ++s) row[s] = std::exp(row[s] - mx);
+      double sum = 0;
+      for (int64_t s = 0; s < S; ++s) sum += (row[s] = std::exp(row[s] - mx));
+      if (lse) lse[b * L + l] = sum == 0 ? 0.0 : mx + std::log(sum);  // 0: every key masked, as torch
     }
     Problem pv;
     pv.M = L, pv.N = Ev, pv.K = S;
@@ -139,6 +143,7 @@ std::unique_ptr<Kernel> SdpaF64Kernel::create(const KernelContext& ctx) {
   k->uk_ = &pick_micro(ctx.options);
   k->causal_ = ctx.attr("is_causal").b();
   k->has_mask_ = ctx.attr("has_mask").b();
+  k->with_lse_ = ctx.attr("with_lse").b();
   k->scale_ = ctx.attr("scale").f();
   const auto &qs = ctx.in_shapes[0], &ks = ctx.in_shapes[1], &vs = ctx.in_shapes[2], &ys = ctx.out_shapes[0];
   k->L_ = qs[qs.size() - 2];

@@ -27,9 +27,10 @@ struct Tiles {
                   int64_t ys, const float* inv);
   void (*pv_one)(const float* p, int64_t S16, const float* v, int64_t vs, int64_t n, int64_t Ev, float* y,
                  int64_t ys, const float* inv);
-  // sc[j] = exp(sc[j] - max_j sc) for j < n in place; returns the sum (NaN-propagating max).
-  // A row of -inf (every key masked) becomes 0s with sum 0.
-  float (*softmax_row)(float* sc, int64_t n);
+  // sc[j] = exp(sc[j] - max_j sc) for j < n in place; returns the sum (NaN-propagating max)
+  // and writes the max subtracted to *shift. A row of -inf (every key masked) becomes 0s with
+  // sum 0, shifted by 0.
+  float (*softmax_row)(float* sc, int64_t n, float* shift);
 };
 const Tiles& tiles_avx2();    // attention.cpp
 const Tiles& tiles_avx512();  // attention_avx512.cpp; call only where the CPU has AVX-512F

@@ -398,13 +398,14 @@ void ref_adaptive_avg_pool2d(const TensorView* in, TensorView* out) {
 // ---- sdpa ---------------------------------------------------------------------------------
 
 struct SdpaParams {
-  bool causal = false, has_mask = false;
+  bool causal = false, has_mask = false, with_lse = false;
   double scale = 0;
 };
 
 // softmax(q k^T * scale + mask) v; batch dims broadcast. A bool mask keeps `true` (false adds
 // -inf, so a NaN score stays NaN); a float mask is added. A row whose scores are all -inf (every
 // key masked, e.g. a left-padded query) gives 0 * v summed, i.e. 0, as PyTorch's CPU sdpa does.
+// with_lse: out[1] (dense [batch..., L]) gets each row's log-sum-exp.
 void ref_sdpa(const TensorView* in, TensorView* out, const SdpaParams& p) {
   const TensorView &q = in[0], &k = in[1], &v = in[2];
   const TensorView& y = out[0];
@@ -454,6 +455,8 @@ void ref_sdpa(const TensorView* in, TensorView* out, const SdpaParams& p) {
       if (mx == -std::numeric_limits<double>::infinity()) mx = 0;
       double sum = 0;
       for (int64_t s = 0; s < S; ++s) sum += (scores[s] = std::exp(scores[s] - mx));
+      // The log-sum-exp; 0 for a row with every key masked, as torch's CPU flash kernel.
+      if (p.with_lse) store(out[1], b * L + l, sum == 0 ? 0.0 : mx + std::log(sum));
       for (int64_t e = 0; e < Ev; ++e) {
         double acc = 0;
         for (int64_t s = 0; s < S; ++s) {
@@ -542,12 +545,13 @@ void register_ref_compute_kernels(KernelRegistry& r) {
     p.causal = ctx.node.attr("is_causal").b();
     p.has_mask = ctx.node.attr("has_mask").b();
     p.scale = ctx.node.attr("scale").f();
+    p.with_lse = ctx.node.attr("with_lse").b();
     const SdpaLayout layout = SdpaLayout::of(ctx.attr("seq_first").ints());
     return make_kernel("ref_sdpa", [p, layout](const TensorView* in, TensorView* out) {
       TensorView views[4] = {layout.logical(0, in[0]), layout.logical(1, in[1]), layout.logical(2, in[2]),
                              p.has_mask ? in[3] : TensorView{}};
-      TensorView y = layout.logical(3, out[0]);
-      ref_sdpa(views, &y, p);
+      TensorView ys[2] = {layout.logical(3, out[0]), p.with_lse ? out[1] : TensorView{}};
+      ref_sdpa(views, ys, p);
     });
   });
 }
