@@ -153,6 +153,37 @@ TEST(Runtime, SmallGraphMatchesReference) {
   expect_matches_reference(small_graph, in, nofuse);
 }
 
+// A flash attention gradient's elementwise passes (p = exp(s * scale - lse), then
+// ds = p * (dp - rowsum) * scale): fused programs whose input 0 dies at the node write their
+// result into its buffer (fused_elementwise is in place), and the values match the reference.
+TEST(Runtime, FusedProgramsWriteInPlaceOfADyingInput) {
+  auto build = [] {
+    auto g = std::make_unique<Graph>();
+    Value* q = g->add_input("q", f32({2, 9, 8}));
+    Value* k = g->add_input("k", f32({2, 11, 8}));
+    Value* dy = g->add_input("dy", f32({2, 9, 8}));
+    Value* lse = g->add_input("lse", f32({2, 9, 1}));
+    Value* rs = g->add_input("rs", f32({2, 9, 1}));
+    Tensor c(DType::f32, {});
+    c.ptr<float>()[0] = 0.35f;
+    Value* scale = g->add_constant("scale", c);
+    Value* s = g->add_node("matmul", {q, k}, {{"transpose_b", true}})->output();
+    Value* p = g->add_node("exp", {g->add_node("sub", {g->add_node("mul", {s, scale})->output(), lse})->output()})->output();
+    Value* dp = g->add_node("matmul", {dy, k}, {{"transpose_b", true}})->output();  // [2, 9, 11]: k read as v
+    Value* ds = g->add_node("mul", {g->add_node("mul", {g->add_node("sub", {dp, rs})->output(), p})->output(), scale})->output();
+    g->set_outputs({g->add_node("matmul", {ds, k})->output(), g->add_node("matmul", {p, k})->output()});
+    return g;
+  };
+  std::vector<Tensor> inputs = {random_tensor(DType::f32, {2, 9, 8}, 1), random_tensor(DType::f32, {2, 11, 8}, 2),
+                                random_tensor(DType::f32, {2, 9, 8}, 3), random_tensor(DType::f32, {2, 9, 1}, 4),
+                                random_tensor(DType::f32, {2, 9, 1}, 5)};
+  expect_matches_reference(build, inputs);
+  auto cg = Executable::compile(build(), {});
+  const std::string text = cg->plan_text({{2, 9, 8}, {2, 11, 8}, {2, 9, 8}, {2, 9, 1}, {2, 9, 1}});
+  EXPECT_NE(text.find("fused_elementwise"), std::string::npos) << text;
+  EXPECT_EQ(text.find("memory (0 in-place)"), std::string::npos) << text;
+}
+
 TEST(Runtime, CompileRecordsPassesAndTime) {
   auto cg = Executable::compile(small_graph(), {});
   EXPECT_FALSE(cg->pass_log().empty());

@@ -128,7 +128,14 @@ void register_fused_ops(OpTable& t) {
   d.dtypes = {DT::f32, DT::boolean};
   d.cls = OpClass::Fused;
   d.num_outputs = -1;  // 1 + the program's extra results
-  // Not declared inplace: input 0 may be bool or smaller than the (broadcast) output.
+  // In place: output 0 may take input 0's buffer where input 0 dies here. The memory planner
+  // only shares a buffer of the same element count and element size (so not a bool input 0
+  // under an f32 result, nor one smaller than the broadcast output), and the kernels read each
+  // element's inputs before storing it (the CPU kernel's last step writes the output after
+  // every read of its block; the reference kernel goes element by element). An attention
+  // gradient's ds = p * (dp - rowsum) * scale then overwrites dp: one [B, H, L, S] buffer
+  // fewer in a flash backward's arena.
+  d.inplace = true;
   d.infer = infer_fused;
   d.doc = "a chain of elementwise ops evaluated in one pass, with optional extra f32 results (program format: "
           "src/passes/fuse_elementwise.cpp)";
