@@ -734,6 +734,35 @@ def test_attention_gradients_match_eager_float64(mask):
     assert ops["aten._scaled_dot_product_flash_attention_for_cpu_backward.default"] == 1, ops
 
 
+def test_flash_backward_in_pytorch_reads_the_engines_log_sum_exp(monkeypatch):
+    # Where the engine cannot take the flash backward op (here: its lowering removed), PyTorch
+    # runs it on what the engine's forward returned: the result and the log-sum-exp, contiguous
+    # where torch's own forward lays them out [B, L, H, E] and [B, L, H], and 0 for a row whose
+    # every key is masked. Gradients must still equal eager's.
+    from updraft import lowering
+
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+    monkeypatch.delitem(lowering.LOWERINGS, op)
+    B, H, L, E = 2, 4, 6, 8
+    q, k, v, weight = (torch.randn(B, H, L, E) for _ in range(4))
+    mask = torch.ones(B, 1, L, L, dtype=torch.bool)
+    mask[1, :, 2] = False  # a query row with every key masked
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    got_in = [t.clone().requires_grad_() for t in (q, k, v)]
+    want_in = [t.clone().requires_grad_() for t in (q, k, v)]
+    torch._dynamo.reset()
+    (torch.compile(f, backend=get_backend(ENGINE))(*got_in) * weight).sum().backward()
+    (f(*want_in) * weight).sum().backward()
+    for a, b in zip(got_in, want_in):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
+    rep = updraft.last_report()
+    assert rep.engine_ops["aten._scaled_dot_product_flash_attention_for_cpu.default"] == 1, str(rep)
+    assert "aten._scaled_dot_product_flash_attention_for_cpu_backward.default" not in rep.engine_ops, str(rep)
+
+
 def test_causal_attention_with_dynamic_lengths_stays_in_the_engine():
     # A fine-tune over sequences of several lengths (dynamic=True): the flash backward's causal
     # mask is built from positions in the graph (no constant has a symbolic size), so the
