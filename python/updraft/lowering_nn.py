@@ -605,6 +605,10 @@ def _sdpa(lw, node, q, k, v, mask, dropout_p, is_causal, scale, gqa=False, with_
     """The engine's sdpa: its result, or [result, log-sum-exp] with_lse."""
     if dropout_p:
         raise Unsupported("attention with dropout_p > 0")
+    if scale is not None and float(scale) == 0.0:
+        # torch multiplies the scores by 0 (equal weights); the engine's attribute reads 0 as
+        # "the default 1/sqrt(E)".
+        raise Unsupported("attention with scale=0 (the engine's sdpa reads scale 0 as the default 1/sqrt(E))")
     float_mask = mask is not None and isinstance(mask, fx.Node) and meta(mask).dtype != torch.bool
     _strict_dtypes(node, [q, k, v] + ([mask] if float_mask else []))
     dt = out_dtype(node)
