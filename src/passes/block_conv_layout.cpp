@@ -36,6 +36,28 @@ bool blockable_conv(const Node& n, int64_t block) {
   return (in_c / g) % block == 0 && (out_c / g) % block == 0;
 }
 
+// A 1x1 conv of one group: a GEMM over the pixels in either layout. oneDNN runs it as fast on
+// plain NCHW (its gemm-based convolution) as on channels-last (brgconv_1x1): ResNet-50's 36
+// at batch 8, 2 threads, 175 against 179 ms a step (docs/BENCHMARKS.md, "Issue 17: plain 1x1
+// convolutions in training graphs"). So it takes a blocked layout only where that saves
+// reorders (Rewriter::blocked_conv_pays); larger kernels gain from the layout whatever it costs
+// at their edges (3x3: 132 against 185 ms).
+bool is_pointwise(const Node& n) {
+  const Shape& w = n.input(1)->type.shape;
+  return n.attr("groups").i() == 1 && w.size() == 4 && w[2].is_static() && w[2].value() == 1 &&
+         w[3].is_static() && w[3].value() == 1;
+}
+
+// Elements of v where its shape is static, else 1 (a copy counted once).
+int64_t elements(const Value* v) {
+  int64_t e = 1;
+  for (const Dim& d : v->type.shape) {
+    if (!d.is_static()) return 1;
+    e *= d.value();
+  }
+  return e;
+}
+
 // The ops that can run on blocked bytes seen as [N, C/B, H, W, B] (Rewriter::elementwise,
 // Rewriter::spatial_reduction).
 // One output: a fused program's extra results (fuse_elementwise) would need their own layouts.
@@ -131,7 +153,8 @@ class Rewriter {
   }
 
   void conv(Node* n) {
-    const auto [src, dst] = conv_layouts(*n);
+    auto [src, dst] = conv_layouts(*n);
+    if ((src != 0 || dst != 0) && is_pointwise(*n) && !blocked_conv_pays(n, src, dst)) src = dst = 0;
     n->inputs[0] = as_layout(n->inputs[0], src, n);
     if (n->attr("has_residual").b()) {
       const size_t r = n->inputs.size() - 1;  // the residual follows x, w and the bias
@@ -143,6 +166,44 @@ class Rewriter {
       layout_[n->output(0)] = dst;
       changed_ = true;
     }
+  }
+
+  // Elements copied to give v layout `want`: none when it has it, a copy already exists, or
+  // it is a graph output wanted plain (outputs() copies those in any case).
+  int64_t copy_cost(const Value* v, int64_t want) const {
+    const int64_t have = layout(v);
+    if (have == want || same_memory(v, have, want) || copies_.count({v, want})) return 0;
+    if (want == 0 && g_.is_output(v)) return 0;
+    return elements(v);
+  }
+
+  // Whether a pointwise conv n run in layouts (src, dst) copies no more elements than run
+  // plain: its inputs' copies into either layout, plus its result's for the consumers that want
+  // the other one (a graph output or a plain op wants it plain, a conv reading blocked wants it
+  // blocked; ops that take any layout, and pointwise convs, which choose here in turn, count for
+  // neither). Ties stay blocked.
+  bool blocked_conv_pays(const Node* n, int64_t src, int64_t dst) const {
+    int64_t blocked = copy_cost(n->input(0), src), plain = copy_cost(n->input(0), 0);
+    if (n->attr("has_residual").b()) {
+      const Value* r = n->inputs.back();
+      blocked += copy_cost(r, dst);
+      plain += copy_cost(r, 0);
+    }
+    const Value* out = n->output(0);
+    bool wants_plain = g_.is_output(out), wants_blocked = false;
+    for (const Node* u : g_.users(out)) {
+      if (u->op_name() == "conv2d") {
+        if (is_pointwise(*u)) continue;
+        const int64_t want = conv_layouts(*u).first;
+        (want == 0 ? wants_plain : wants_blocked) = true;
+        if (want != 0 && want != dst) wants_plain = true;  // 16 <-> 8: a copy either way
+      } else if (!takes_any_layout(*u)) {
+        wants_plain = true;
+      }
+    }
+    if (wants_plain) blocked += elements(out);
+    if (wants_blocked) plain += elements(out);
+    return blocked <= plain;
   }
 
   // An elementwise node (one op or a fused chain, f32) with a blocked input of its own shape

@@ -20,6 +20,11 @@
 //  - every other consumer of a blocked value (any other op, a plain conv, a graph output) gets
 //    a plain copy through one inserted channel_block node per value; a blocked conv reading a
 //    plain value gets a blocked copy the same way.
+// A 1x1 conv of one group is a GEMM either way (oneDNN runs it as fast on plain NCHW), so it
+// reads and writes blocked only where that takes no more reordered elements than plain: its
+// inputs' copies, and its result's for consumers that want the other layout. In a training
+// forward graph, where every conv's input and result are saved as plain graph outputs, the
+// 1x1 convs stay plain and only the larger kernels pay reorders at their edges.
 // A conv whose channels do not meet these rules for B tries B/2 (down to 8): with B = 16,
 // MobileNetV2's 24-channel convs run in nChw8c (oneDNN's AVX2 direct kernels), with 16 <-> 8
 // reorders at their edges.

@@ -208,9 +208,9 @@ TEST(DebugOutputs, BlockedConvOutputsAreCapturedPlain) {
 // views); the reshape back to [N, C, H, W] holds blocked bytes and is captured plain.
 TEST(DebugOutputs, ElementwiseOnBlockedValuesIsCapturedPlain) {
   const char* text = R"(graph(%x: f32[2, 16, 6, 6]) {
-  %w0 = constant f32[16, 16, 1, 1] random(seed=1)
+  %w0 = constant f32[16, 16, 3, 3] random(seed=1)
   %w1 = constant f32[16, 16, 3, 3] random(seed=2)
-  %0 = conv2d(%x, %w0)
+  %0 = conv2d(%x, %w0) {padding=[1, 1]}
   %1 = mul(%0, %0)
   %2 = conv2d(%1, %w1) {padding=[1, 1]}
   return (%2)
@@ -241,11 +241,11 @@ TEST(DebugOutputs, PermuteKeptChannelsLastIsCapturedPlain) {
 // The gate's result is 16-blocked, whatever block its vector's conv wrote.
 TEST(DebugOutputs, GateOverMixedBlocksIsCapturedInItsOwnBlock) {
   const char* text = R"(graph(%x: f32[1, 32, 6, 6]) {
-  %w0 = constant f32[32, 32, 1, 1] random(seed=1)
+  %w0 = constant f32[32, 32, 3, 3] random(seed=1)
   %w1 = constant f32[24, 32, 1, 1] random(seed=2)
   %w2 = constant f32[32, 24, 1, 1] random(seed=3)
   %w3 = constant f32[32, 32, 3, 3] random(seed=4)
-  %0 = conv2d(%x, %w0)
+  %0 = conv2d(%x, %w0) {padding=[1, 1]}
   %1 = mean(%0) {dims=[2, 3], keepdim=true}
   %2 = conv2d(%1, %w1)
   %3 = conv2d(%2, %w2)
