@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "kernel_test_util.h"
 #include "core/error.h"
@@ -83,6 +84,26 @@ TEST(MaxPoolIndices, CpuMatchesReference) {
                   window(3, 2, 1));
   EXPECT_TRUE(cpu_matches_ref(strided, 0, 0));
   expect_same_from_threads(strided, 3, 0, 0);
+}
+
+TEST(MaxPoolIndices, VectorColumnsKeepTheScalarRules) {
+  // The CPU kernel's f32 planes take interior columns eight at a time: values on a coarse grid
+  // (many ties), NaNs and -inf mixed in, over strides 1-3, dilation 2, padding and ceil mode,
+  // with planes wide enough for several vectors and edge columns either side.
+  const std::vector<Attrs> windows = {window(3, 2, 1), window(3, 1, 1), window(2, 2, 0), window(3, 3, 1),
+                                      window(3, 2, 1, 2), window(3, 2, 0, 1, true), window(5, 1, 2)};
+  for (const Attrs& w : windows) {
+    Tensor x = random_tensor(DType::f32, {2, 3, 29, 61}, 7);
+    float* v = x.ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      v[i] = std::round(v[i] * 2.0f) / 2.0f;
+      if (i % 97 == 5) v[i] = std::nanf("");
+      if (i % 89 == 3) v[i] = -std::numeric_limits<float>::infinity();
+    }
+    for (int64_t i = 0; i < 61; ++i) v[2 * 29 * 61 + i] = -std::numeric_limits<float>::infinity();  // a row of -inf
+    OneNode fwd("max_pool2d_indices", {input(x)}, w);
+    EXPECT_TRUE(cpu_matches_ref(fwd, 0, 0));
+  }
 }
 
 TEST(MaxPoolIndices, ShapeErrors) {
