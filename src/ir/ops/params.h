@@ -12,6 +12,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -165,6 +166,15 @@ inline bool swaps_two_dims(const std::vector<int64_t>& dims, int64_t a, int64_t 
     if (d != want) return false;
   }
   return true;
+}
+
+// matmul's transpose_a / transpose_b (passes/fold_transpose_matmul.h): the operand is read as
+// the view with its last two dims swapped in sizes and strides, so a transposed operand costs
+// no copy. Every matmul kernel that reads views takes its operands through this.
+inline TensorView last_two_swapped(TensorView t) {
+  std::swap(t.sizes[t.ndim - 1], t.sizes[t.ndim - 2]);
+  std::swap(t.strides[t.ndim - 1], t.strides[t.ndim - 2]);
+  return t;
 }
 
 // sdpa's `seq_first`: which of q (0), k (1), v (2) and the result (3) are laid out

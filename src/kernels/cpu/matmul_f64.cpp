@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "ir/ops/params.h"
 #include "kernels/cpu/f64_kernels.h"
 #include "kernels/cpu/gemm_f64.h"
 #include "kernels/cpu/strided_copy.h"
@@ -46,14 +47,6 @@ bool fold_rows(const TensorView& v, int64_t* rs) {
   }
   return true;
 }
-
-namespace {
-TensorView last_two_swapped(TensorView v) {
-  std::swap(v.sizes[v.ndim - 1], v.sizes[v.ndim - 2]);
-  std::swap(v.strides[v.ndim - 1], v.strides[v.ndim - 2]);
-  return v;
-}
-}  // namespace
 
 size_t gemm_scratch_bytes(const MicroKernel& uk, int threads) {
   return static_cast<size_t>(threads) * gemm_scratch_doubles(uk) * sizeof(double);

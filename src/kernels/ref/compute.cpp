@@ -264,12 +264,6 @@ void ref_linear_impl(const TensorView* in, TensorView* out, const Epilogue& ep) 
   }
 }
 
-TensorView last_two_swapped(TensorView v) {
-  std::swap(v.sizes[v.ndim - 1], v.sizes[v.ndim - 2]);
-  std::swap(v.strides[v.ndim - 1], v.strides[v.ndim - 2]);
-  return v;
-}
-
 // torch.matmul with broadcast batch dims. 1-d operands are treated as [1, K] / [K, 1] and the
 // added dim is absent from the output.
 void ref_matmul_impl(const TensorView* in, TensorView* out, const Epilogue& ep) {
