@@ -4,7 +4,8 @@
 // op boundary.
 //
 // Channels-last (block = kChannelsLast, the default with AVX-512): every f32 conv2d with static
-// channel counts reads and writes NHWC, which is block C of its own channel count: a value of
+// channel counts (but a 1x1 conv whose edges would cost copies, below) reads and writes NHWC,
+// which is block C of its own channel count: a value of
 // C channels is stored in block C, and everything below (copies at the edges, elementwise ops
 // on 5-d views [N, 1, H, W, C], spatial means) works on it unchanged. oneDNN's NHWC kernels
 // take any channel count and any groups, and an image too once it is copied to NHWC (a plain
