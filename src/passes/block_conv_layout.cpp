@@ -190,20 +190,34 @@ class Rewriter {
       plain += copy_cost(r, 0);
     }
     const Value* out = n->output(0);
-    bool wants_plain = g_.is_output(out), wants_blocked = false;
-    for (const Node* u : g_.users(out)) {
+    const Wanted w = wanted(out, dst, /*pointwise_undecided=*/true);
+    if (w.plain) blocked += elements(out);
+    if (w.blocked) plain += elements(out);
+    return blocked <= plain;
+  }
+
+  // Which layouts v's consumers want it in, were it produced in layout b: plain for a graph
+  // output, a plain op or a conv reading plain; blocked for a conv reading blocked (and plain
+  // too where that conv's block is not b: 16 <-> 8 is a copy either way). Ops that take any
+  // layout want neither, and so do 1x1 convs where `pointwise_undecided` (they choose by their
+  // own edges, blocked_conv_pays).
+  struct Wanted {
+    bool plain = false, blocked = false;
+  };
+  Wanted wanted(const Value* v, int64_t b, bool pointwise_undecided) const {
+    Wanted w;
+    w.plain = g_.is_output(v);
+    for (const Node* u : g_.users(v)) {
       if (u->op_name() == "conv2d") {
-        if (is_pointwise(*u)) continue;
-        const int64_t want = conv_layouts(*u).first;
-        (want == 0 ? wants_plain : wants_blocked) = true;
-        if (want != 0 && want != dst) wants_plain = true;  // 16 <-> 8: a copy either way
+        if (pointwise_undecided && is_pointwise(*u)) continue;
+        const int64_t src = conv_layouts(*u).first;
+        (src == 0 ? w.plain : w.blocked) = true;
+        if (src != 0 && src != b) w.plain = true;
       } else if (!takes_any_layout(*u)) {
-        wants_plain = true;
+        w.plain = true;
       }
     }
-    if (wants_plain) blocked += elements(out);
-    if (wants_blocked) plain += elements(out);
-    return blocked <= plain;
+    return w;
   }
 
   // An elementwise node (one op or a fused chain, f32) with a blocked input of its own shape
@@ -267,18 +281,10 @@ class Rewriter {
       if (views[k].layout != 0 && have != views[k].layout && !copies_.count({v, views[k].layout}))
         ++blocked;
     }
-    bool wants_blocked = false, wants_plain = g_.is_output(n->output(0));
-    for (const Node* u : g_.users(n->output(0))) {
-      const std::string& op = u->op_name();
-      if (op == "conv2d") {
-        const int64_t src = conv_layouts(*u).first;
-        (src == 0 ? wants_plain : wants_blocked) = true;
-        if (src != 0 && src != b) wants_plain = true;  // 16 <-> 8: a copy either way
-      } else if (!takes_any_layout(*u)) {
-        wants_plain = true;
-      }
-    }
-    return blocked + wants_plain < plain + wants_blocked;
+    // A 1x1 conv consumer counts as wanting the layout it would read by itself: the inference
+    // plans were measured with this rule (docs/decisions.md).
+    const Wanted w = wanted(n->output(0), b, /*pointwise_undecided=*/false);
+    return blocked + w.plain < plain + w.blocked;
   }
 
   // A sum / mean / amax / amin over H and W of a blocked [N, C, H, W] reads the blocked bytes
