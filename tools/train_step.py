@@ -5,6 +5,7 @@ engine's per-op profile of the step.
     python tools/train_step.py                                    # resnet50 batch 8: eager, engine; 3 rounds
     python tools/train_step.py --model vit --batch 4 --rounds 1
     python tools/train_step.py --modes engine --profile           # updraft.profile of the step
+    python tools/train_step.py --modes engine --profile --trace step.json   # and its Chrome trace
     python tools/train_step.py --modes engine,engine:convolution_backward   # engine without a lowering
     python tools/train_step.py --modes engine,engine-without:fold_transpose_matmul  # without a pass
     python tools/train_step.py --model vit --batch 4 --modes engine,engine@release_saved=False  # a config knob
@@ -85,7 +86,7 @@ def _run(args) -> None:
     for _ in range(2):
         step()
     if args.profile:
-        print(updraft.profile(step, runs=3, warmup=1, train=True))
+        print(updraft.profile(step, runs=3, warmup=1, train=True, trace=args.trace))
         return
     ts = []
     for _ in range(args.steps):
@@ -113,11 +114,14 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5, help="timed steps per run, after 3 untimed")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--profile", action="store_true", help="print updraft.profile of the step instead")
+    p.add_argument("--trace", help="with --profile: also write the step's Chrome trace (updraft.profile's trace)")
     p.add_argument("--optimizer", choices=["eager", "compiled", "fused"], default="eager",
                    help="AdamW's step: eagerly (default), torch.compile'd into the engine (engine modes; "
                         "eager's mode runs it eagerly), or AdamW(fused=True)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.trace and not args.profile:
+        p.error("--trace needs --profile")
     if args.worker:
         return _run(args)
     # engine:<ops> lists its ops with commas too: a part that is not a mode continues the last.
@@ -130,11 +134,13 @@ def main() -> None:
         else:
             p.error(f"--modes: {part!r} is not a mode; use eager, aot_eager, inductor, engine, engine:<aten op>[,<aten op>...], "
                     "engine-without:<pass>[,<pass>...] or engine@<knob>=<value>[,<knob>=<value>...]")
+    if args.trace and len(modes) > 1:
+        p.error("--trace writes one file: give one mode")
     for _ in range(1 if args.profile else args.rounds):
         for m in modes:
             cmd = [sys.executable, __file__, "--worker", m, "--model", args.model, "--batch", str(args.batch),
                    "--steps", str(args.steps), "--threads", str(args.threads), "--optimizer", args.optimizer] + (
-                       ["--profile"] if args.profile else [])
+                       ["--profile"] if args.profile else []) + (["--trace", args.trace] if args.trace else [])
             subprocess.run(cmd, check=True)
 
 
