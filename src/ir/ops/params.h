@@ -170,7 +170,8 @@ inline bool swaps_two_dims(const std::vector<int64_t>& dims, int64_t a, int64_t 
 
 // matmul's transpose_a / transpose_b (passes/fold_transpose_matmul.h): the operand is read as
 // the view with its last two dims swapped in sizes and strides, so a transposed operand costs
-// no copy. Every matmul kernel that reads views takes its operands through this.
+// no copy. The reference and f64 kernels read it through this; oneDNN's puts the same swap in
+// its memory descriptors (kernels/onednn/matmul.cpp).
 inline TensorView last_two_swapped(TensorView t) {
   std::swap(t.sizes[t.ndim - 1], t.sizes[t.ndim - 2]);
   std::swap(t.strides[t.ndim - 1], t.strides[t.ndim - 2]);
