@@ -128,8 +128,9 @@ std::unique_ptr<BlockProgram<T>> BlockProgram<T>::compile(const EwProgram& p, in
       else if (e == -0.5) ins = {EwOp::rsqrt, {ins.args[0]}};
       else if (e == -1.0) ins = {EwOp::reciprocal, {ins.args[0]}};
     }
-    if (!has_block_op(ins.op, T{})) return nullptr;  // no fast functor for T: the reference runs it
-    Step st{ins.op, static_cast<int>(ins.args.size()), {0, 0, 0}, 0};
+    BlockFn<T> fn = block_fn(ins.op, T{});
+    if (!fn) return nullptr;  // no fast functor for T: the reference runs it
+    Step st{fn, static_cast<int>(ins.args.size()), {0, 0, 0}, 0};
     for (int j = 0; j < st.nargs; ++j) {
       const EwOperand& a = ins.args[j];
       if (a.kind == EwOperand::Kind::input) {
@@ -155,8 +156,56 @@ std::unique_ptr<BlockProgram<T>> BlockProgram<T>::compile(const EwProgram& p, in
   }
   if (nslots > kMaxSlots) return nullptr;
   prog->nslots_ = nslots;
-  for (int k : p.also) prog->also_slots_.push_back(reg_slot[k]);
+  for (int k : p.also) {
+    prog->also_slots_.push_back(reg_slot[k]);
+    prog->also_step_.push_back(k);  // instruction k is step k
+  }
+  prog->input_last_read_.assign(num_inputs, -1);
+  for (int i = 0; i < n; ++i)
+    for (const EwOperand& a : p.instrs[i].args)
+      if (a.kind == EwOperand::Kind::input) prog->input_last_read_[a.index] = i;
   return prog;
+}
+
+namespace {
+
+// The bytes a view can touch, [lo, hi).
+std::pair<const char*, const char*> span_of(const TensorView& t) {
+  const char* lo = static_cast<const char*>(t.data);
+  const char* hi = lo;
+  const int64_t es = static_cast<int64_t>(dtype_size(t.dtype));
+  for (int d = 0; d < t.ndim; ++d) {
+    if (t.sizes[d] == 0) return {lo, lo};
+    const int64_t reach = (t.sizes[d] - 1) * t.strides[d] * es;
+    (reach < 0 ? lo : hi) += reach;
+  }
+  return {lo, hi + es};
+}
+
+bool overlap(const TensorView& a, const TensorView& b) {
+  auto [alo, ahi] = span_of(a);
+  auto [blo, bhi] = span_of(b);
+  return alo < bhi && blo < ahi;
+}
+
+}  // namespace
+
+template <typename T>
+std::vector<int> BlockProgram<T>::direct_outputs(const TensorView* in, int nin, const TensorView* outs) const {
+  std::vector<int> step_out(steps_.size(), -1);
+  const int nout = 1 + static_cast<int>(also_slots_.size());
+  for (int k = 1; k < nout; ++k) {
+    bool ok = true;
+    for (int j = 0; ok && j < nout; ++j) ok = j == k || !overlap(outs[k], outs[j]);
+    // An input sharing this output's memory is safe only as the same elements (its lane i read
+    // before lane i is written, within one block) and only if no later step reads it.
+    for (int j = 0; ok && j < nin; ++j)
+      if (overlap(outs[k], in[j]))
+        ok = in[j].data == outs[k].data && in[j].dtype == outs[k].dtype && in[j].is_contiguous() &&
+             in[j].shape() == outs[k].shape() && input_last_read_[j] <= also_step_[k - 1];
+    if (ok) step_out[also_step_[k - 1]] = k;
+  }
+  return step_out;
 }
 
 template <typename T>
@@ -181,6 +230,7 @@ void BlockProgram<T>::run(const TensorView* in, int nin, TensorView* outs, const
     for (int d = 0; all0 && d < plan.ndim; ++d) all0 = plan.strides[k + 1][d] == 0;
     uniform[k] = all0;
   }
+  const std::vector<int> step_out = direct_outputs(in, nin, outs);
   const BlockProgram& self = *this;
   // Per-thread state: a block-sized stack buffer per slot, immediates filled once.
   bcast_for(plan, kBlock, [&] {
@@ -190,6 +240,7 @@ void BlockProgram<T>::run(const TensorView* in, int nin, TensorView* outs, const
       const TensorView* in;
       TensorView* outs;
       const bool* uniform;
+      const int* step_out;
       alignas(32) T buf[kMaxSlots][kBlock];
       // A broadcast input's value and count last filled into its slot: the chunks of one row
       // read the same value, which is filled once (input slots are never written by a step).
@@ -197,8 +248,9 @@ void BlockProgram<T>::run(const TensorView* in, int nin, TensorView* outs, const
       // BcastPlan avoids clearing.
       const T* filled_from[kMaxSlots];
       int filled_n[kMaxSlots];
-      explicit Body(const BlockProgram& pr, const BcastPlan& pl, const TensorView* i, TensorView* o, const bool* u)
-          : prog(pr), plan(pl), in(i), outs(o), uniform(u) {
+      explicit Body(const BlockProgram& pr, const BcastPlan& pl, const TensorView* i, TensorView* o, const bool* u,
+                    const int* so)
+          : prog(pr), plan(pl), in(i), outs(o), uniform(u), step_out(so) {
         for (auto [s, v] : prog.imms_) std::fill(buf[s], buf[s] + kBlock, v);
         for (size_t k = 0; k < prog.input_slot_.size(); ++k) {
           const int s = prog.input_slot_[k];
@@ -241,9 +293,11 @@ void BlockProgram<T>::run(const TensorView* in, int nin, TensorView* outs, const
           const Step& st = prog.steps_[i];
           // The last step writes straight to the output; every read of this block's inputs
           // has happened by then, so an output sharing input 0's buffer is safe.
-          T* dst = (i == last && data_out) ? out_data : buf[st.dst];
-          run_block_op(st.op, ptr[st.args[0]], st.nargs > 1 ? ptr[st.args[1]] : nullptr,
-                       st.nargs > 2 ? ptr[st.args[2]] : nullptr, dst, n);
+          T* dst = (i == last && data_out) ? out_data
+                   : step_out[i] > 0        ? outs[step_out[i]].ptr<T>() + off[0]
+                                            : buf[st.dst];
+          st.fn(ptr[st.args[0]], st.nargs > 1 ? ptr[st.args[1]] : nullptr, st.nargs > 2 ? ptr[st.args[2]] : nullptr,
+                dst, n);
           ptr[st.dst] = dst;
         }
         if (!data_out) {
@@ -251,13 +305,14 @@ void BlockProgram<T>::run(const TensorView* in, int nin, TensorView* outs, const
           const T* r = ptr[prog.steps_[last].dst];
           for (int i = 0; i < n; ++i) ob[i] = r[i] != T(0);
         }
-        // Extra results after every step: an output sharing an input's memory (an optimizer's
-        // moment written in place) is stored once all of this block's reads are done.
+        // The other extra results after every step: an output sharing the memory of an input
+        // read later is stored once all of this block's reads are done.
         for (size_t k = 0; k < prog.also_slots_.size(); ++k)
-          std::copy(buf[prog.also_slots_[k]], buf[prog.also_slots_[k]] + n, outs[k + 1].ptr<T>() + off[0]);
+          if (step_out[prog.also_step_[k]] < 0)
+            std::copy(buf[prog.also_slots_[k]], buf[prog.also_slots_[k]] + n, outs[k + 1].ptr<T>() + off[0]);
       }
     };
-    return Body(self, plan, in, outs, uniform);
+    return Body(self, plan, in, outs, uniform, step_out.data());
   });
 }
 

@@ -219,9 +219,12 @@ F32_VEC3(clamp, _mm256_min_ps(z, _mm256_max_ps(y, x)))
 F32_VEC3(where, _mm256_blendv_ps(z, y, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NEQ_UQ)))
 F32_VEC3(fma, _mm256_fmadd_ps(x, y, z))
 
+BlockFn<float> block_fn(EwOp op, float) { return block_fn_of<F32Fn, float>(op); }
+
 void run_block_op(EwOp op, const float* a, const float* b, const float* c, float* d, int n) {
-  dispatch_block_op<F32Fn>(op, a, b, c, d, n);
+  BlockFn<float> fn = block_fn(op, float{});
+  if (!fn) throw Error("kernels", std::string("cpu f32 elementwise: op '") + ew_op_info(op).name + "' has no block kernel");
+  fn(a, b, c, d, n);
 }
-bool has_block_op(EwOp op, float) { return dispatch_has<F32Fn>(op); }
 
 }  // namespace updraft::cpu_ew

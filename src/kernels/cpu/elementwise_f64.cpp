@@ -193,9 +193,6 @@ F64_MAP3(clamp, x != x ? x : std::min(std::max(x, y), z))  // a NaN x stays NaN
 F64_MAP3(where, x != 0 ? y : z)
 F64_MAP3(fma, std::fma(x, y, z))
 
-void run_block_op(EwOp op, const double* a, const double* b, const double* c, double* d, int n) {
-  dispatch_block_op<F64Fn>(op, a, b, c, d, n);
-}
-bool has_block_op(EwOp op, double) { return dispatch_has<F64Fn>(op); }
+BlockFn<double> block_fn(EwOp op, double) { return block_fn_of<F64Fn, double>(op); }
 
 }  // namespace updraft::cpu_ew

@@ -135,36 +135,31 @@ constexpr int kMaxSlots = 64;  // inputs + immediates + live intermediates of on
 // d[i] = op(a[i], b[i], c[i]) for i < n (n <= kBlock); unused operands may be null. d may
 // alias an operand. The f32 form is in elementwise_f32_ops.cpp (AVX2/FMA), the f64 form in
 // elementwise_f64.cpp (per-element loops in double, the reference's formulas).
+template <typename T> using BlockFn = void (*)(const T* a, const T* b, const T* c, T* d, int n);
+// op's block functor for T (float or double), or nullptr where there is none (no fast kernel).
+// A program resolves its steps' functors once, at compile: per block and step the evaluator
+// then makes one direct call, not a switch behind a call through the shared object's PLT
+// (a tenth of an optimizer program's time, measured in docs/BENCHMARKS.md, session 43).
+BlockFn<float> block_fn(EwOp op, float);
+BlockFn<double> block_fn(EwOp op, double);
+inline bool has_block_op(EwOp op, float) { return block_fn(op, float{}) != nullptr; }
+inline bool has_block_op(EwOp op, double) { return block_fn(op, double{}) != nullptr; }
 void run_block_op(EwOp op, const float* a, const float* b, const float* c, float* d, int n);
-void run_block_op(EwOp op, const double* a, const double* b, const double* c, double* d, int n);
-// Whether op has a block functor for T (float or double); without one there is no fast kernel.
-bool has_block_op(EwOp op, float);
-bool has_block_op(EwOp op, double);
 
-// The dispatch over a family's block functors, generated from the op rows: Fn<op> is a
+// The table over a family's block functors, generated from the op rows: Fn<op> is a
 // specialisation per op with `static void run(a, b, c, d, n)` and kHas = true; the primary
-// template (kHas = false) stands for "no fast functor". The switch is taken once per block.
+// template (kHas = false) stands for "no fast functor".
 template <template <EwOp> class Fn, typename T>
-void dispatch_block_op(EwOp op, const T* a, const T* b, const T* c, T* d, int n) {
+BlockFn<T> block_fn_of(EwOp op) {
   switch (op) {
-#define UPDRAFT_EW_OP(name, ...)                                                       \
-  case EwOp::name:                                                                     \
-    if constexpr (Fn<EwOp::name>::kHas) return Fn<EwOp::name>::run(a, b, c, d, n); \
-    break;
+#define UPDRAFT_EW_OP(name, ...)                                  \
+  case EwOp::name:                                                \
+    if constexpr (Fn<EwOp::name>::kHas) return &Fn<EwOp::name>::run; \
+    return nullptr;
 #include "ir/elementwise_ops.def"
     case EwOp::count_: break;
   }
-  throw Error("kernels", std::string("cpu ") + (sizeof(T) == 4 ? "f32" : "f64") + " elementwise: op '" +
-                             ew_op_info(op).name + "' has no block kernel");
-}
-template <template <EwOp> class Fn> bool dispatch_has(EwOp op) {
-  switch (op) {
-#define UPDRAFT_EW_OP(name, ...) \
-  case EwOp::name: return Fn<EwOp::name>::kHas;
-#include "ir/elementwise_ops.def"
-    case EwOp::count_: break;
-  }
-  return false;
+  return nullptr;
 }
 
 // A program compiled to slots: every input, immediate and intermediate owns a block-sized
@@ -178,11 +173,16 @@ class BlockProgram {
   static std::unique_ptr<BlockProgram> compile(const EwProgram& p, int num_inputs);
   // out: output 0, then one per extra result of the program (contiguous, output 0's shape).
   void run(const TensorView* in, int nin, TensorView* out, const std::string& op) const;
+  // Per step, the output it may write in place of its slot (-1: its slot): an extra result
+  // goes straight to its output when no input that output overlaps is read by a later step
+  // (an optimizer's moment updated in place: its last read is the step that computes it).
+  // Otherwise, as always, it is copied out once the block's reads are done.
+  std::vector<int> direct_outputs(const TensorView* in, int nin, const TensorView* outs) const;
   int num_inputs() const { return static_cast<int>(input_slot_.size()); }
 
  private:
   struct Step {
-    EwOp op;
+    BlockFn<T> fn;
     int nargs;
     int args[3];
     int dst;
@@ -192,6 +192,8 @@ class BlockProgram {
   std::vector<std::pair<int, T>> imms_;  // (slot, value), filled once per thread
   std::vector<int> input_slot_;          // per input; -1 when the program never reads it
   std::vector<int> also_slots_;          // the slot of each extra result (EwProgram::also)
+  std::vector<int> also_step_;           // the step computing each extra result
+  std::vector<int> input_last_read_;     // per input: the last step reading it (-1: none)
   int nslots_ = 0;
   DType out_dtype_ = kData;
 };
