@@ -332,17 +332,24 @@ def _train_work(spec: dict) -> dict:
     work_of (the CPU flash attention's backward counted as torch counts the other attention
     backwards), `bytes` = AdamW's least traffic, seven times the trainable parameters (it reads
     parameter, gradient and two moments and writes three), which streams after the backward."""
+    model, inputs, loss_of = _train_model(spec)
+    return {"flops": step_flops(lambda: loss_of(model(*inputs)).backward()),
+            "bytes": 7 * sum(p.nbytes for p in model.parameters() if p.requires_grad)}
+
+
+def step_flops(step) -> int:
+    """FlopCounterMode's count over `step()` (a forward and its backward), with torch's CPU flash
+    attention and its backward, which its table lacks."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count
 
-    model, inputs, loss_of = _train_model(spec)
     aten = torch.ops.aten
     sdpa_bwd = lambda g, q, k, v, *a, out_shape=None, **kw: sdpa_backward_flop_count(g, q, k, v)  # noqa: E731
     mapping = {aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_cpu_flops,
                aten._scaled_dot_product_flash_attention_for_cpu_backward: sdpa_bwd}
     with FlopCounterMode(display=False, custom_mapping=mapping) as fc:
-        loss_of(model(*inputs)).backward()
-    return {"flops": fc.get_total_flops(), "bytes": 7 * sum(p.nbytes for p in model.parameters() if p.requires_grad)}
+        step()
+    return fc.get_total_flops()
 
 
 def _train_worker(spec: dict) -> dict:

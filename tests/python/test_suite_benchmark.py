@@ -137,6 +137,32 @@ def test_work_of_counts_cpu_attention(suite):
     assert suite.work_of(Attn(), (q, q, q))["flops"] == 2 * (2 * 2 * 16 * 16 * 8)
 
 
+def test_a_training_step_counts_forward_and_backward_work(suite):
+    # The MLP (8 x Linear(512), batch 64): 8 forward GEMMs, 8 weight gradients and 7 input
+    # gradients (the first layer's input needs none); AdamW moves 7 x the parameters' bytes.
+    w = suite._train_work({"model": "mlp"})
+    assert w["flops"] == 23 * 2 * 64 * 512 * 512
+    assert w["bytes"] == 7 * 4 * 8 * (512 * 512 + 512)
+
+
+def test_a_training_step_counts_cpu_attention_backward(suite):
+    q = torch.randn(1, 2, 16, 8, requires_grad=True)
+    step = lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q).sum().backward()  # noqa: E731
+    forward = 2 * (2 * 2 * 16 * 16 * 8)
+    assert suite.step_flops(step) == forward + 5 * forward // 2  # backward: 5 matmuls of the forward's 2
+
+
+def test_training_tables_give_the_gemm_peak_floor(suite):
+    work = {"train": True, "flops": 2e9, "bytes": 3e8}  # 20 ms at 100 GFLOP/s + 20 ms at 15 GB/s
+    rows = [row(b, i, t, **work) for b, ts in (("eager", [80.0, 81.0, 82.0]), ("updraft_engine", [50.0, 51.0, 52.0]))
+            for i, t in enumerate(ts)]
+    text = suite.tables(suite.aggregate(rows), {"2": {"gemm_gflops": 100.0, "read_gbs": 20.0, "copy_gbs": 15.0}})
+    assert "GEMM-peak floor ms (eager over it)" in text
+    line = next(l for l in text.splitlines() if l.startswith("| m |"))
+    assert line.rstrip(" |").endswith("40 (2.02x)")
+    assert "| geomean |" in text and "(2.02x)" in next(l for l in text.splitlines() if l.startswith("| geomean |"))
+
+
 def test_rotated_round_robin(suite):
     b = ["eager", "onnxruntime", "updraft"]
     assert [suite.rotated(b, r)[0] for r in range(4)] == ["eager", "onnxruntime", "updraft", "eager"]
