@@ -192,6 +192,7 @@ bool overlap(const TensorView& a, const TensorView& b) {
 
 template <typename T>
 std::vector<int> BlockProgram<T>::direct_outputs(const TensorView* in, int nin, const TensorView* outs) const {
+  if (also_slots_.empty()) return {};  // no allocation on the calls of single ops and plain chains
   std::vector<int> step_out(steps_.size(), -1);
   const int nout = 1 + static_cast<int>(also_slots_.size());
   for (int k = 1; k < nout; ++k) {
@@ -240,7 +241,7 @@ void BlockProgram<T>::run(const TensorView* in, int nin, TensorView* outs, const
       const TensorView* in;
       TensorView* outs;
       const bool* uniform;
-      const int* step_out;
+      const int* step_out;  // direct_outputs' answer; null without extra results
       alignas(32) T buf[kMaxSlots][kBlock];
       // A broadcast input's value and count last filled into its slot: the chunks of one row
       // read the same value, which is filled once (input slots are never written by a step).
@@ -294,7 +295,7 @@ void BlockProgram<T>::run(const TensorView* in, int nin, TensorView* outs, const
           // The last step writes straight to the output; every read of this block's inputs
           // has happened by then, so an output sharing input 0's buffer is safe.
           T* dst = (i == last && data_out) ? out_data
-                   : step_out[i] > 0        ? outs[step_out[i]].ptr<T>() + off[0]
+                   : step_out && step_out[i] > 0 ? outs[step_out[i]].ptr<T>() + off[0]
                                             : buf[st.dst];
           st.fn(ptr[st.args[0]], st.nargs > 1 ? ptr[st.args[1]] : nullptr, st.nargs > 2 ? ptr[st.args[2]] : nullptr,
                 dst, n);
@@ -312,7 +313,7 @@ void BlockProgram<T>::run(const TensorView* in, int nin, TensorView* outs, const
             std::copy(buf[prog.also_slots_[k]], buf[prog.also_slots_[k]] + n, outs[k + 1].ptr<T>() + off[0]);
       }
     };
-    return Body(self, plan, in, outs, uniform, step_out.data());
+    return Body(self, plan, in, outs, uniform, step_out.empty() ? nullptr : step_out.data());
   });
 }
 

@@ -139,7 +139,7 @@ template <typename T> using BlockFn = void (*)(const T* a, const T* b, const T* 
 // op's block functor for T (float or double), or nullptr where there is none (no fast kernel).
 // A program resolves its steps' functors once, at compile: per block and step the evaluator
 // then makes one direct call, not a switch behind a call through the shared object's PLT
-// (a tenth of an optimizer program's time, measured in docs/BENCHMARKS.md, session 43).
+// (a fifth of an optimizer program's time, measured in docs/BENCHMARKS.md, session 43).
 BlockFn<float> block_fn(EwOp op, float);
 BlockFn<double> block_fn(EwOp op, double);
 inline bool has_block_op(EwOp op, float) { return block_fn(op, float{}) != nullptr; }
@@ -176,7 +176,8 @@ class BlockProgram {
   // Per step, the output it may write in place of its slot (-1: its slot): an extra result
   // goes straight to its output when no input that output overlaps is read by a later step
   // (an optimizer's moment updated in place: its last read is the step that computes it).
-  // Otherwise, as always, it is copied out once the block's reads are done.
+  // Otherwise, as always, it is copied out once the block's reads are done. Empty when the
+  // program has no extra results.
   std::vector<int> direct_outputs(const TensorView* in, int nin, const TensorView* outs) const;
   int num_inputs() const { return static_cast<int>(input_slot_.size()); }
 
