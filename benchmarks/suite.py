@@ -92,9 +92,9 @@ PRESETS = {
 # torch.onnx's dynamo exporter.
 PEERS = {"onnxruntime": "1.32.0", "openvino": "2026.4.1", "onnxscript": "0.7.2"}
 # The backends every other row is judged against (win / tie / loss): updraft under torch.compile,
-# and its model file through updraft.load (no Dynamo or AOTAutograd on the call path, as the
-# peers' converter rows have none).
-SUBJECTS = ("updraft", "updraft_load")
+# its model file through updraft.load (no Dynamo or AOTAutograd on the call path, as the
+# peers' converter rows have none), and --train's engine-only row.
+SUBJECTS = ("updraft", "updraft_load", "updraft_engine")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -989,7 +989,8 @@ def main(argv=None) -> int:
     p.add_argument("--settle-max", type=float, default=60.0,
                    help="seconds a row waits for quiet cores before it starts anyway (default 60)")
     p.add_argument("--no-peaks", action="store_true",
-                   help="skip measuring the machine's fp32 GEMM rate and memory bandwidth per thread count")
+                   help="skip measuring the machine's fp32 GEMM rate and memory bandwidth per thread count "
+                        "(and, with --train, counting each model's step work: no achieved or floor columns)")
     p.add_argument("--from-json", type=Path, nargs="+",
                    help="redraw the tables, chart and doc block from raw rows written by --json (several "
                         "files are merged: e.g. the two thread counts run apart)")

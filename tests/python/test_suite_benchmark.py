@@ -157,9 +157,9 @@ def test_training_tables_give_the_gemm_peak_floor(suite):
     rows = [row(b, i, t, **work) for b, ts in (("eager", [80.0, 81.0, 82.0]), ("updraft_engine", [50.0, 51.0, 52.0]))
             for i, t in enumerate(ts)]
     text = suite.tables(suite.aggregate(rows), {"2": {"gemm_gflops": 100.0, "read_gbs": 20.0, "copy_gbs": 15.0}})
-    assert "GEMM-peak floor ms (eager over it)" in text
+    assert "GEMM-peak floor ms (eager over it)" in text and "updraft_engine vs eager" in text
     line = next(l for l in text.splitlines() if l.startswith("| m |"))
-    assert line.rstrip(" |").endswith("40 (2.02x)")
+    assert line.rstrip(" |").endswith("win 1.59x | 40 (2.02x)")
     assert "| geomean |" in text and "(2.02x)" in next(l for l in text.splitlines() if l.startswith("| geomean |"))
 
 
