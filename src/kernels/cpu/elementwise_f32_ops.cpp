@@ -221,10 +221,4 @@ F32_VEC3(fma, _mm256_fmadd_ps(x, y, z))
 
 BlockFn<float> block_fn(EwOp op, float) { return block_fn_of<F32Fn, float>(op); }
 
-void run_block_op(EwOp op, const float* a, const float* b, const float* c, float* d, int n) {
-  BlockFn<float> fn = block_fn(op, float{});
-  if (!fn) throw Error("kernels", std::string("cpu f32 elementwise: op '") + ew_op_info(op).name + "' has no block kernel");
-  fn(a, b, c, d, n);
-}
-
 }  // namespace updraft::cpu_ew

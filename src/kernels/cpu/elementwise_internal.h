@@ -142,9 +142,6 @@ template <typename T> using BlockFn = void (*)(const T* a, const T* b, const T* 
 // (a fifth of an optimizer program's time, measured in docs/BENCHMARKS.md, session 43).
 BlockFn<float> block_fn(EwOp op, float);
 BlockFn<double> block_fn(EwOp op, double);
-inline bool has_block_op(EwOp op, float) { return block_fn(op, float{}) != nullptr; }
-inline bool has_block_op(EwOp op, double) { return block_fn(op, double{}) != nullptr; }
-void run_block_op(EwOp op, const float* a, const float* b, const float* c, float* d, int n);
 
 // The table over a family's block functors, generated from the op rows: Fn<op> is a
 // specialisation per op with `static void run(a, b, c, d, n)` and kHas = true; the primary

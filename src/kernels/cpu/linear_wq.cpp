@@ -68,7 +68,7 @@ class LinearWqKernel final : public Kernel {
         kn_(ctx.node.op_name() == "matmul"),
         K_(ctx.in_shapes[1][kn_ ? 0 : 1]),
         N_(ctx.in_shapes[1][kn_ ? 1 : 0]),
-        act_vector_(ep_.act && cpu_ew::has_block_op(*ep_.act, float{})),
+        act_fn_(ep_.act ? cpu_ew::block_fn(*ep_.act, float{}) : nullptr),
         quantize_x_(ctx.node.op_name() == "linear_wq" && ctx.node.attr("quantize_x").b()),
         i8_(cpu::wq::i8_tiles(use_avx512(ctx.options))),
         M_(ctx.in_shapes[0].empty() || !K_ ? 0 : numel_of(ctx.in_shapes[0]) / K_) {
@@ -304,7 +304,7 @@ class LinearWqKernel final : public Kernel {
   // filled once per call.
   void activation(float* yb, int64_t M, int64_t N, int64_t nb) const {
     const float a = static_cast<float>(ep_.alpha), b = static_cast<float>(ep_.beta);
-    if (!act_vector_) {
+    if (!act_fn_) {
       for (int64_t m = 0; m < M; ++m)
         for (int64_t j = 0; j < nb; ++j) yb[m * N + j] = ew_ref<float>(*ep_.act, yb[m * N + j], a, b);
       return;
@@ -317,7 +317,7 @@ class LinearWqKernel final : public Kernel {
       for (int64_t j = 0; j < nb; j += cpu_ew::kBlock) {
         float* row = yb + m * N + j;
         const int len = static_cast<int>(std::min<int64_t>(cpu_ew::kBlock, nb - j));
-        cpu_ew::run_block_op(*ep_.act, row, params > 0 ? ab[0] : nullptr, params > 1 ? ab[1] : nullptr, row, len);
+        act_fn_(row, params > 0 ? ab[0] : nullptr, params > 1 ? ab[1] : nullptr, row, len);
       }
   }
 
@@ -334,7 +334,7 @@ class LinearWqKernel final : public Kernel {
   int max_threads_;
   bool kn_;  // matmul: the weight is stored [K, N] (x @ W), not [N, K]
   int64_t K_, N_;
-  bool act_vector_;  // the activation has a vector block op (activation())
+  cpu_ew::BlockFn<float> act_fn_;  // the activation's vector block op, resolved once; null: none (activation())
   bool quantize_x_;  // int8 activations (linear_i8_tiles.h)
   const cpu::wq::I8Tiles& i8_;
   int64_t M_;                  // rows of x at the shapes the kernel was built for (scratch_bytes)
