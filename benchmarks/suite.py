@@ -338,8 +338,8 @@ def _train_work(spec: dict) -> dict:
 
 
 def step_flops(step) -> int:
-    """FlopCounterMode's count over `step()` (a forward and its backward), with torch's CPU flash
-    attention and its backward, which its table lacks."""
+    """FlopCounterMode's count over `step()` (an inference call, or a forward and its backward),
+    with torch's CPU flash attention and its backward, which its table lacks."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count
 
@@ -429,11 +429,10 @@ def work_of(model, inputs: tuple) -> dict:
     not counted) and `bytes` = parameters + buffers + inputs + outputs, each read or written
     once (the least traffic a call can make; weights dominate in the memory-bound rows)."""
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
-    sdpa = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-    with torch.no_grad(), FlopCounterMode(display=False, custom_mapping={sdpa: _sdpa_cpu_flops}) as fc:
-        out = model(*inputs)
+    outs: list = []
+    with torch.no_grad():
+        flops = step_flops(lambda: outs.extend(torch.utils._pytree.tree_leaves(model(*inputs))))
     seen: set = set()
 
     def nbytes(ts) -> int:
@@ -444,9 +443,7 @@ def work_of(model, inputs: tuple) -> dict:
                 total += t.untyped_storage().nbytes()
         return total
 
-    outs = torch.utils._pytree.tree_leaves(out)
-    return {"flops": fc.get_total_flops(),
-            "bytes": nbytes(list(model.parameters()) + list(model.buffers()) + list(inputs) + outs)}
+    return {"flops": flops, "bytes": nbytes(list(model.parameters()) + list(model.buffers()) + list(inputs) + outs)}
 
 
 def machine_peaks() -> dict:
@@ -804,7 +801,10 @@ def tables(aggs: list[dict], peaks: dict | None = None) -> str:
             out.append(f"Machine at {n} thread{'s' if n != 1 else ''}: fp32 GEMM {pk['gemm_gflops']:.0f} GFLOP/s "
                        f"(torch.mm, best of 1024-3072), read {pk['read_gbs']:.1f} GB/s (torch.sum or torch.mv), copy "
                        f"{pk['copy_gbs']:.1f} GB/s (512 MB); last-level cache {pk.get('llc_bytes', 0) / 2**20:.0f} MB.\n")
-        floor = {m: floor_ms(next((a for a in rs if a["model"] == m and a.get("flops")), {}), pk) for m in models} if rs[0].get("train") else {}
+        floor: dict = {}  # --train with the machine's peaks and the steps' work: model -> floor ms
+        if rs[0].get("train"):
+            floor = {m: floor_ms(next((a for a in rs if a["model"] == m and a.get("flops")), {}), pk) for m in models}
+            floor = floor if any(f is not None for f in floor.values()) else {}
         cols = backends + [f"{s} vs {b}" for s, b in pairs] + (["GEMM-peak floor ms (eager over it)"] if floor else [])
         out.append("| model | " + " | ".join(cols) + " |")
         out.append("|---|" + "---|" * len(cols))
