@@ -3,6 +3,7 @@ the aggregation over runs, win/tie/loss, the geomean verdict, the achieved-rate 
 round-robin order, the work count of a model, and the clean-up between rows (a row's leftover
 processes are gone before the next starts). Timings are not asserted."""
 import importlib.util
+import math
 import os
 import subprocess
 import sys
@@ -143,6 +144,16 @@ def test_a_training_step_counts_forward_and_backward_work(suite):
     w = suite._train_work({"model": "mlp"})
     assert w["flops"] == 23 * 2 * 64 * 512 * 512
     assert w["bytes"] == 7 * 4 * 8 * (512 * 512 + 512)
+
+
+def test_a_training_row_checks_its_loss_without_a_reference_model(suite):
+    # The first step's loss is checked against eager's from a forward without autograd, taken
+    # before the row's first step: no copy of the model or its saved activations stays in the
+    # timed process (they counted in every row's peak RSS until session 44).
+    model, inputs, loss_of, want = suite._train_model({"model": "mlp"})
+    assert not torch.is_tensor(want)
+    assert loss_of(model(*inputs)).item() == pytest.approx(want, rel=1e-6)
+    assert math.isnan(suite._train_model({"model": "mlp", "dropout": True})[3])
 
 
 def test_a_training_step_counts_cpu_attention_backward(suite):
