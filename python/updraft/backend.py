@@ -11,6 +11,7 @@ Dynamo graph -> AOTAutograd (core aten, minus the ops the engine runs natively) 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import gc
@@ -738,6 +739,8 @@ def _make_compilers(config: CompilerConfig, input_names: Optional[list] = None, 
             else:
                 if kind == "training forward":  # a backward reuses the forward's masks
                     engine_rng_in(gm)
+                    if seen is not None and "saved" in seen:
+                        graph_report.compiles.append((SAVED_INPUTS, seen.pop("saved")))
                 _keep_freed_memory(config, graph_report, training=True)
                 compiled = compile_training(gm, config, graph_report, kind)
             if aot is not None:
@@ -748,6 +751,54 @@ def _make_compilers(config: CompilerConfig, input_names: Optional[list] = None, 
     return dict(fw_compiler=training_compiler("training forward"),
                 bw_compiler=training_compiler("training backward"),
                 inference_compiler=inference_compiler)
+
+
+def partitioner(config: CompilerConfig, for_engine: bool, seen: Optional[dict] = None) -> Callable:
+    """AOTAutograd's partition function for a training graph: torch's min-cut partitioner, which
+    saves for the backward what is cheapest to keep and recomputes cheap elementwise values and
+    views there instead (docs/training.md, "What the forward saves").
+
+    torch bans recomputing a value that a matmul or convolution in the backward reads
+    (`ban_recompute_materialized_backward`): for Inductor that value must then be written to
+    memory in the backward too, so recomputing saves no traffic. For the engine it saves memory
+    held from the forward to the backward at the cost of one elementwise pass over an input
+    that is saved anyway (GELU's output from its linear's output), and the forward no longer
+    writes that value out (steps measured level), so for graphs headed for the engine
+    CompilerConfig.recompute_pointwise (default on) lifts it for this partition only; what may
+    be recomputed is otherwise torch's rule (its allowlist of cheap ops, no reductions, no
+    random ops, no long chains). `seen`: gets "saved", what the forward keeps for the backward
+    (`saved_for_backward`), for the forward graph's report."""
+    from torch._functorch import config as functorch_config
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    lift = for_engine and config.recompute_pointwise
+
+    def partition(joint_module, joint_inputs, **kwargs):
+        # Otherwise torch's setting, whatever the user made it.
+        with functorch_config.patch(ban_recompute_materialized_backward=False) if lift else contextlib.nullcontext():
+            fw, bw = min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
+        if seen is not None:
+            seen["saved"] = saved_for_backward(fw, kwargs["num_fwd_outputs"], lift)
+        return fw, bw
+
+    return partition
+
+
+def saved_for_backward(fw: fx.GraphModule, num_fwd_outputs: int, recomputed: bool) -> str:
+    """The forward graph's report line on what it saves for the backward: the tensors it computes
+    for it (its outputs after the step's own, less its inputs passed through, such as parameters),
+    their bytes where sizes are static, and the recompute rule."""
+    out = next(n for n in fw.graph.nodes if n.op == "output").args[0]
+    vals = [a.meta.get("val") for a in out[num_fwd_outputs:]
+            if isinstance(a, fx.Node) and a.op != "placeholder"]
+    tensors = [v for v in vals if isinstance(v, torch.Tensor)]
+    static = [v for v in tensors if all(isinstance(d, int) for d in v.shape)]
+    size = sum(v.numel() * v.element_size() for v in static)
+    mb = f"{size / 2**20:.1f} MB" + ("" if len(static) == len(tensors) else " and tensors of symbolic size")
+    rule = ("pointwise values a backward matmul or convolution reads are recomputed there "
+            "(CompilerConfig.recompute_pointwise)" if recomputed else "torch's recompute rule")
+    return (f"the forward keeps {len(tensors)} tensors for the backward, {mb} (inputs such as parameters "
+            f"not counted); {rule}")
 
 
 def _compile(gm: fx.GraphModule, example_inputs: list, config: CompilerConfig) -> Callable:
@@ -764,8 +815,6 @@ def _compile(gm: fx.GraphModule, example_inputs: list, config: CompilerConfig) -
         from .debug.dump import GraphDump
 
         dump = GraphDump.start(config, gm)
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-
     training = is_training(example_inputs)
     eager = eager_copy(gm) if training and config.training == "auto" else None
     # The rewrites for the engine; training="pytorch" keeps torch's flash attention and batch norm.
@@ -773,10 +822,8 @@ def _compile(gm: fx.GraphModule, example_inputs: list, config: CompilerConfig) -
     if for_engine:
         attention_as_math_in(gm)
     seen: dict = {}
-    # The min-cut partitioner saves for backward what is cheapest to keep: cheap elementwise
-    # values and views are recomputed in the backward graph instead of saved (docs/training.md).
     backend = aot_autograd(decompositions=decompositions(),
-                           partition_fn=min_cut_rematerialization_partition,
+                           partition_fn=partitioner(config, for_engine, seen),
                            **_make_compilers(config, names, dump, seen))
     compiled = backend(gm, example_inputs)
     if eager is not None:

@@ -175,6 +175,17 @@ class CompilerConfig:
         freeing an input cannot be re-run in PyTorch, so that call raises (naming the error),
         and the graph runs in PyTorch from the next call on. False keeps every input for a
         re-run. Changes no result; not in the compile-cache key.
+    recompute_pointwise: whether a training step's partition (AOTAutograd's min-cut
+        partitioner) may recompute a cheap pointwise value in the backward where a matmul or
+        convolution there reads it, instead of saving it from the forward (True, default;
+        torch's `ban_recompute_materialized_backward` turned off for that partition only, for
+        graphs headed for the engine). A transformer MLP then saves its first linear's output
+        alone and the backward recomputes the activation from it, where eager and Inductor keep
+        both: ViT-B/16 batch 4 saves 363 MB of activations instead of 474, and at one thread ViT-B/16 and
+        BERT-base b4 peaked 40-90 MB lower with their steps level (the backward's extra pass
+        against the forward's output it no longer writes; docs/training.md, "What the forward
+        saves"). False: torch's rule. Gradients stay within the training tolerances either way
+        (tests/python/test_training.py).
     keep_freed_memory: whether the process's malloc keeps the memory torch frees for reuse
         (glibc's mmap threshold fixed at 32 MB and trimming off: updraft/host_memory.py), so a
         training step does not fault the memory it freed last step in again, 4 KB at a time
@@ -269,6 +280,7 @@ class CompilerConfig:
     inference: str = "auto"
     keep_arenas: Optional[bool] = None
     release_saved: bool = True
+    recompute_pointwise: bool = True
     keep_freed_memory: Optional[bool] = None
     prepack_weights: bool = _knob("prepack_weights", True)
     static_gemm: bool = _knob("static_gemm", False)
@@ -282,7 +294,7 @@ class CompilerConfig:
 
     def __post_init__(self) -> None:
         for name in ("freeze", "fold_constants", "fuse", "fallback", "partition_cost", "prepack_weights",
-                     "static_gemm", "range_plans", "release_saved"):
+                     "static_gemm", "range_plans", "release_saved", "recompute_pointwise"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise TypeError(f"[updraft.config] {name} must be a bool, got {type(value).__name__} {value!r}")

@@ -626,6 +626,43 @@ def test_dropout_rate_and_scale_in_the_engine():
         torch.testing.assert_close(x.grad, kept.float() * (1 / (1 - p)), rtol=1e-6, atol=0)
 
 
+def _saved_by_forward(rep) -> tuple[int, float]:
+    """(tensors, MB) of the forward's report line on what it keeps for the backward."""
+    import re
+
+    [line] = [t for g in rep.graphs if g.kind == "training forward" for k, t in g.compiles
+              if k == "saved activations"]
+    m = re.search(r"keeps (\d+) tensors for the backward, ([\d.]+) MB", line)
+    return int(m.group(1)), float(m.group(2))
+
+
+@pytest.mark.parametrize("recompute", [True, False])
+def test_pointwise_values_a_backward_matmul_reads_are_recomputed(recompute):
+    """A transformer MLP's GELU output is read by the second linear's weight gradient. With
+    CompilerConfig.recompute_pointwise (default) the forward keeps the first linear's output
+    alone and the backward recomputes GELU from it; torch's rule (False) keeps both. The
+    gradients match eager either way, and the report says what the forward keeps."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
+    ref = copy.deepcopy(model)
+    x = torch.randn(512, 64)
+    config = CompilerConfig(training="engine", recompute_pointwise=recompute)
+    step = torch.compile(lambda m, x: m(x).sum(), backend=get_backend(config))
+    loss = step(model, x)
+    loss.backward()
+    rep = updraft.last_report()
+    ref(x).sum().backward()
+    assert_grads_match(model, ref)
+    tensors, mb = _saved_by_forward(rep)
+    hidden_mb = 512 * 256 * 4 / 2**20  # one [512, 256] f32 activation: 0.5 MB
+    # Saved either way: x, the first linear's output; with torch's rule also GELU's output.
+    assert (tensors, mb) == ((1, hidden_mb) if recompute else (2, 2 * hidden_mb)), str(rep)
+    assert "recompute_pointwise" in str(rep) if recompute else "torch's recompute rule" in str(rep)
+    assert _coverage(rep) == {"training forward": 1.0, "training backward": 1.0}, str(rep)
+    with pytest.raises(TypeError, match="recompute_pointwise must be a bool"):
+        CompilerConfig(recompute_pointwise="yes")
+
+
 def test_explain_train_reports_forward_and_backward_apart():
     model = _mlp()
     rep = updraft.explain(model, torch.randn(4, 32), config=ENGINE, train=True)
@@ -1009,7 +1046,7 @@ def test_backward_frees_each_input_after_its_last_engine_step(monkeypatch):
 def test_release_saved_false_keeps_the_inputs(monkeypatch):
     bw, seen = _backward_graph(monkeypatch, CompilerConfig(training="engine", release_saved=False))
     assert bw.__wrapped__._boxed_gm is None
-    assert "saved activations" not in str(updraft.last_report())
+    assert "each freed after its last reader" not in str(updraft.last_report())
     args = [torch.empty_strided(s, st, dtype=d).normal_() for s, d, st in seen]
     held = list(args)
     bw(args)
