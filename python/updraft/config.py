@@ -181,11 +181,11 @@ class CompilerConfig:
         torch's `ban_recompute_materialized_backward` turned off for that partition only, for
         graphs headed for the engine). A transformer MLP then saves its first linear's output
         alone and the backward recomputes the activation from it, where eager and Inductor keep
-        both: ViT-B/16 batch 4 saves 363 MB of activations instead of 474, and at one thread ViT-B/16 and
-        BERT-base b4 peaked 40-90 MB lower with their steps level (the backward's extra pass
-        against the forward's output it no longer writes; docs/training.md, "What the forward
-        saves"). False: torch's rule. Gradients stay within the training tolerances either way
-        (tests/python/test_training.py).
+        both: ViT-B/16 batch 4 saves 363 MB of activations instead of 474, and at one thread
+        ViT-B/16 and BERT-base b4 peaked 23-94 MB lower with their steps level (the backward's
+        extra pass against the forward's output it no longer writes; docs/training.md, "What
+        the forward saves"). False: torch's rule. Gradients stay within the training tolerances
+        either way (tests/python/test_training.py).
     keep_freed_memory: whether the process's malloc keeps the memory torch frees for reuse
         (glibc's mmap threshold fixed at 32 MB and trimming off: updraft/host_memory.py), so a
         training step does not fault the memory it freed last step in again, 4 KB at a time
