@@ -318,9 +318,8 @@ def _train_model(spec: dict):
             if isinstance(getattr(m, "dropout_prob", None), float):
                 m.dropout_prob = 0.0
     with torch.no_grad():
-        classes = zoo.first_tensor(model(*inputs)).shape[-1]
         out = zoo.first_tensor(model(*inputs))
-        target = torch.randint(0, classes, out.shape[:-1])
+        target = torch.randint(0, out.shape[-1], out.shape[:-1])
 
     def loss_of(out):
         out = zoo.first_tensor(out)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import re
 import sys
 import warnings
 
@@ -628,8 +629,6 @@ def test_dropout_rate_and_scale_in_the_engine():
 
 def _saved_by_forward(rep) -> tuple[int, float]:
     """(tensors, MB) of the forward's report line on what it keeps for the backward."""
-    import re
-
     [line] = [t for g in rep.graphs if g.kind == "training forward" for k, t in g.compiles
               if k == "saved activations"]
     m = re.search(r"keeps (\d+) tensors for the backward, ([\d.]+) MB", line)
