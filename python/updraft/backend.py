@@ -20,6 +20,7 @@ import operator
 import sys
 import threading
 import types
+import unittest.mock
 import weakref
 from typing import Any, Callable, Optional
 
@@ -31,7 +32,7 @@ from .engine_partition import EnginePartition, active
 from . import host_memory
 from .gears import GearBox
 from .lowerer import load_c
-from .partition import partition_graph
+from .partition import partition_graph, views_to_reshapes
 from .random_ops import engine_rng_in
 from .report import (HOST_MEMORY, INFERENCE_CHOICE, INPUT_WRITES, SAVED_INPUTS, TRAINING_CHOICE, GraphReport,
                      report_for_new_graph, warn_once)
@@ -637,6 +638,12 @@ def compile_training(gm: fx.GraphModule, config: CompilerConfig, report: GraphRe
     accumulation, keeps both). Its engine graphs free their arenas after each call (unless
     CompilerConfig.keep_arenas says otherwise). A compile error runs the graph in PyTorch, as
     for inference. (training="auto" times the whole compiled step against eager: `_compile`.)"""
+    if kind == "training backward":
+        # Its saved inputs come in the engine forward's layout, contiguous where torch's op was
+        # not (attention's result), and a view the partition recomputed from one
+        # (CompilerConfig.recompute_views) may not apply to that layout; reshape does, wherever
+        # the graph or a part of it runs in PyTorch (a fallback, a free view).
+        views_to_reshapes(gm)
     try:
         keep = False if config.keep_arenas is None else config.keep_arenas  # training frees them: config.py
         compiled = compile_inference(gm, dataclasses.replace(config, freeze=False, keep_arenas=keep), report)
@@ -753,41 +760,92 @@ def _make_compilers(config: CompilerConfig, input_names: Optional[list] = None, 
                 inference_compiler=inference_compiler)
 
 
+# What CompilerConfig.recompute_norms adds to torch's recompute allowlist (op packets, as the
+# partitioner compares them).
+RECOMPUTED_NORMS = (torch.ops.aten.native_layer_norm,)
+
+
+def _op_list_with_norms(torch_op_list: Callable) -> Callable:
+    def op_list():
+        ops = torch_op_list()
+        for op in RECOMPUTED_NORMS:
+            ops.recomputable_ops.add(op)
+            ops.fusible_ops.add(op)
+        return ops
+    return op_list
+
+
+def _lift_materialized_ban(partitioners):
+    from torch._functorch import config as functorch_config
+    return functorch_config.patch(ban_recompute_materialized_backward=False)
+
+
+def _recompute_views(partitioners):
+    from torch._functorch import config as functorch_config
+    return functorch_config.patch(recompute_views=True)
+
+
+def _allow_norms(partitioners):
+    # The op list is built once per min-cut solve, so the patch covers this partition alone. A
+    # torch without that function (not the pinned one) partitions by its own rule.
+    if not hasattr(partitioners, "get_default_op_list"):
+        return contextlib.nullcontext()
+    return unittest.mock.patch.object(partitioners, "get_default_op_list",
+                                      _op_list_with_norms(partitioners.get_default_op_list))
+
+
+# The engine's recompute rules for training partitions: CompilerConfig's bool field, the change
+# to torch's min-cut partitioner for the call (a context manager over torch._functorch.partitioners),
+# and what the forward's report line says of it. Otherwise torch's setting, whatever the user made it.
+RECOMPUTE_RULES = (
+    ("recompute_pointwise", _lift_materialized_ban,
+     "pointwise values a backward matmul or convolution reads are recomputed there"),
+    ("recompute_norms", _allow_norms, "layer norms are recomputed from their input"),
+    ("recompute_views", _recompute_views, "views are recomputed, not saved beside what they view"),
+)
+
+
 def partitioner(config: CompilerConfig, for_engine: bool, seen: Optional[dict] = None) -> Callable:
     """AOTAutograd's partition function for a training graph: torch's min-cut partitioner, which
     saves for the backward what is cheapest to keep and recomputes cheap elementwise values and
-    views there instead (docs/training.md, "What the forward saves").
+    views there instead (docs/training.md, "What the forward saves"), with the engine's rules
+    (RECOMPUTE_RULES) for graphs headed for the engine.
 
     torch bans recomputing a value that a matmul or convolution in the backward reads
     (`ban_recompute_materialized_backward`): for Inductor that value must then be written to
     memory in the backward too, so recomputing saves no traffic. For the engine it saves memory
     held from the forward to the backward at the cost of one elementwise pass over an input
     that is saved anyway (GELU's output from its linear's output), and the forward no longer
-    writes that value out (steps measured level), so for graphs headed for the engine
-    CompilerConfig.recompute_pointwise (default on) lifts it for this partition only; what may
-    be recomputed is otherwise torch's rule (its allowlist of cheap ops, no reductions, no
-    random ops, no long chains). `seen`: gets "saved", what the forward keeps for the backward
+    writes that value out (steps measured level): CompilerConfig.recompute_pointwise lifts it.
+    CompilerConfig.recompute_norms adds layer norm to torch's allowlist of cheap ops: its output
+    is what the next linear's weight gradient reads, and its input (the residual stream) is
+    saved for its own backward anyway. CompilerConfig.recompute_views recomputes views rather
+    than saving them: the engine writes each forward output to a tensor of its own, so a saved
+    view of a saved value would be a second copy where eager keeps one storage. What may be
+    recomputed is otherwise torch's rule (its allowlist, no reductions, no random ops, no long
+    chains). `seen`: gets "saved", what the forward keeps for the backward
     (`saved_for_backward`), for the forward graph's report."""
-    from torch._functorch import config as functorch_config
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch._functorch import partitioners
 
-    lift = for_engine and config.recompute_pointwise
+    rules = [r for r in RECOMPUTE_RULES if for_engine and getattr(config, r[0])]
 
     def partition(joint_module, joint_inputs, **kwargs):
-        # Otherwise torch's setting, whatever the user made it.
-        with functorch_config.patch(ban_recompute_materialized_backward=False) if lift else contextlib.nullcontext():
-            fw, bw = min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
+        with contextlib.ExitStack() as stack:
+            for _, change, _ in rules:
+                stack.enter_context(change(partitioners))
+            fw, bw = partitioners.min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
         if seen is not None:
-            seen["saved"] = saved_for_backward(fw, kwargs["num_fwd_outputs"], lift)
+            seen["saved"] = saved_for_backward(fw, kwargs["num_fwd_outputs"],
+                                               [f"{said} (CompilerConfig.{knob})" for knob, _, said in rules])
         return fw, bw
 
     return partition
 
 
-def saved_for_backward(fw: fx.GraphModule, num_fwd_outputs: int, recomputed: bool) -> str:
+def saved_for_backward(fw: fx.GraphModule, num_fwd_outputs: int, rules: list) -> str:
     """The forward graph's report line on what it saves for the backward: the tensors it computes
     for it (its outputs after the step's own, less its inputs passed through, such as parameters),
-    their bytes where sizes are static, and the recompute rule."""
+    their bytes where sizes are static, and the recompute rules in force."""
     out = next(n for n in fw.graph.nodes if n.op == "output").args[0]
     vals = [a.meta.get("val") for a in out[num_fwd_outputs:]
             if isinstance(a, fx.Node) and a.op != "placeholder"]
@@ -795,8 +853,7 @@ def saved_for_backward(fw: fx.GraphModule, num_fwd_outputs: int, recomputed: boo
     static = [v for v in tensors if all(isinstance(d, int) for d in v.shape)]
     size = sum(v.numel() * v.element_size() for v in static)
     mb = f"{size / 2**20:.1f} MB" + ("" if len(static) == len(tensors) else " and tensors of symbolic size")
-    rule = ("pointwise values a backward matmul or convolution reads are recomputed there "
-            "(CompilerConfig.recompute_pointwise)" if recomputed else "torch's recompute rule")
+    rule = "; ".join(rules) or "torch's recompute rule"
     return (f"the forward keeps {len(tensors)} tensors for the backward, {mb} (inputs such as parameters "
             f"not counted); {rule}")
 

@@ -186,6 +186,19 @@ class CompilerConfig:
         extra pass against the forward's output it no longer writes; docs/training.md, "What
         the forward saves"). False: torch's rule. Gradients stay within the training tolerances
         either way (tests/python/test_training.py).
+    recompute_norms: whether that partition may also recompute a layer norm in the backward
+        (output, mean and rstd from the saved input, weight and bias), which torch's allowlist
+        leaves out, instead of saving its output beside its input: a transformer layer then
+        keeps the residual stream alone where it kept both (True, default; graphs headed for
+        the engine only). The backward pays one layer norm per layer again (two passes over a
+        [tokens, hidden] tensor). False: layer norms are saved as torch's rule saves them.
+        Measured in docs/training.md, "What the forward saves".
+    recompute_views: whether that partition recomputes a view in the backward instead of saving
+        it beside the value it views (True, default; torch's `recompute_views` for that
+        partition only, graphs headed for the engine). Eager autograd keeps such a pair as one
+        storage; the engine writes every forward output to its own tensor, so a saved view is a
+        second copy: attention's result, kept for its own backward and, reshaped, for the output
+        projection's weight gradient. False: torch's rule.
     keep_freed_memory: whether the process's malloc keeps the memory torch frees for reuse
         (glibc's mmap threshold fixed at 32 MB and trimming off: updraft/host_memory.py), so a
         training step does not fault the memory it freed last step in again, 4 KB at a time
@@ -281,6 +294,8 @@ class CompilerConfig:
     keep_arenas: Optional[bool] = None
     release_saved: bool = True
     recompute_pointwise: bool = True
+    recompute_norms: bool = True
+    recompute_views: bool = True
     keep_freed_memory: Optional[bool] = None
     prepack_weights: bool = _knob("prepack_weights", True)
     static_gemm: bool = _knob("static_gemm", False)
@@ -294,7 +309,8 @@ class CompilerConfig:
 
     def __post_init__(self) -> None:
         for name in ("freeze", "fold_constants", "fuse", "fallback", "partition_cost", "prepack_weights",
-                     "static_gemm", "range_plans", "release_saved", "recompute_pointwise"):
+                     "static_gemm", "range_plans", "release_saved", "recompute_pointwise",
+                     "recompute_norms", "recompute_views"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise TypeError(f"[updraft.config] {name} must be a bool, got {type(value).__name__} {value!r}")

@@ -78,7 +78,7 @@ def partition_graph(gm: fx.GraphModule, config: CompilerConfig, report: GraphRep
             setattr(gm, node.target, part)
             engine_parts.append(part)
     if engine_parts:
-        _views_to_reshapes(gm)
+        views_to_reshapes(gm)
     report.partition_ms = (time.perf_counter() - t0) * 1e3
     return gm, engine_parts
 
@@ -157,7 +157,7 @@ def _op_list(nodes: Any, most: int = 4) -> str:
     return text + (", ..." if len(names) > most else "")
 
 
-def _views_to_reshapes(gm: fx.GraphModule) -> None:
+def views_to_reshapes(gm: fx.GraphModule) -> None:
     """Eager `view`s may read engine outputs, which are contiguous where torch's were not (e.g.
     attention output [B,H,L,E] stored as [B,L,H,E]); reshape is a view when strides allow and a
     copy otherwise, so it computes the same values for any input layout."""

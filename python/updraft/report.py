@@ -28,8 +28,8 @@ def warn_once(msg: str) -> None:
 
 # GraphReport.compiles kinds that record a decision, not a compile: which of the engine and
 # PyTorch runs a graph, timed over its first calls (updraft/training.py, MeasuredChoice), and
-# the saved activations (what a forward keeps for its backward and under which recompute rule,
-# CompilerConfig.recompute_pointwise; what a backward does with them, CompilerConfig.release_saved),
+# the saved activations (what a forward keeps for its backward and under which recompute rules,
+# backend.RECOMPUTE_RULES; what a backward does with them, CompilerConfig.release_saved),
 # and what the process's malloc does with freed memory (CompilerConfig.keep_freed_memory).
 TRAINING_CHOICE, INPUT_WRITES, INFERENCE_CHOICE = "training choice", "input-writing graph", "inference choice"
 SAVED_INPUTS, HOST_MEMORY = "saved activations", "host memory"

@@ -656,10 +656,81 @@ def test_pointwise_values_a_backward_matmul_reads_are_recomputed(recompute):
     hidden_mb = 512 * 256 * 4 / 2**20  # one [512, 256] f32 activation: 0.5 MB
     # Saved either way: x, the first linear's output; with torch's rule also GELU's output.
     assert (tensors, mb) == ((1, hidden_mb) if recompute else (2, 2 * hidden_mb)), str(rep)
-    assert "recompute_pointwise" in str(rep) if recompute else "torch's recompute rule" in str(rep)
+    assert ("recompute_pointwise" in str(rep)) == recompute, str(rep)
     assert _coverage(rep) == {"training forward": 1.0, "training backward": 1.0}, str(rep)
     with pytest.raises(TypeError, match="recompute_pointwise must be a bool"):
         CompilerConfig(recompute_pointwise="yes")
+
+
+@pytest.mark.parametrize("recompute", [True, False])
+def test_layer_norm_outputs_are_recomputed_from_their_input(recompute):
+    """A layer norm's input is saved for its own backward and its output for the next linear's
+    weight gradient. With CompilerConfig.recompute_norms (default) the forward keeps the input
+    alone and the backward recomputes the norm (output, mean, rstd) from it; False keeps the
+    output, mean and rstd too. The gradients match eager either way."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.LayerNorm(64), torch.nn.Linear(64, 32))
+    ref = copy.deepcopy(model)
+    x = torch.randn(2048, 64)
+    config = CompilerConfig(training="engine", recompute_norms=recompute)
+    step = torch.compile(lambda m, x: m(x).sum(), backend=get_backend(config))
+    step(model, x).backward()
+    rep = updraft.last_report()
+    ref(x).sum().backward()
+    assert_grads_match(model, ref)
+    act_mb, stat_mb = 2048 * 64 * 4 / 2**20, 2048 * 4 / 2**20  # a [2048, 64] activation; a [2048, 1] statistic
+    saved = (1, act_mb) if recompute else (4, 2 * act_mb + 2 * stat_mb)
+    tensors, mb = _saved_by_forward(rep)
+    assert (tensors, mb) == (saved[0], pytest.approx(saved[1], abs=0.05)), str(rep)
+    assert ("recompute_norms" in str(rep)) == recompute, str(rep)
+    assert _coverage(rep) == {"training forward": 1.0, "training backward": 1.0}, str(rep)
+    with pytest.raises(TypeError, match="recompute_norms must be a bool"):
+        CompilerConfig(recompute_norms=1)
+
+
+class _Attention(torch.nn.Module):
+    """Self-attention as transformers write it: one qkv linear, heads by view and permute, the
+    result transposed back and reshaped for the output projection."""
+
+    def __init__(self, dim: int = 64, heads: int = 4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.proj = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.proj(o.transpose(1, 2).reshape(b, n, d))
+
+
+@pytest.mark.parametrize("recompute", [True, False])
+def test_views_of_saved_values_are_recomputed_not_saved(recompute):
+    """Attention's result is saved for its own backward and, reshaped, for the output
+    projection's weight gradient; eager keeps one storage for both, the engine a tensor per
+    forward output. With CompilerConfig.recompute_views (default) the backward recomputes the
+    reshape, so the forward keeps one copy fewer; q, k and v are kept as the qkv linear's output
+    once rather than as three views. The gradients match eager either way."""
+    torch.manual_seed(0)
+    model = _Attention()
+    ref = copy.deepcopy(model)
+    x = torch.randn(8, 256, 64)
+    config = CompilerConfig(training="engine", recompute_views=recompute)
+    step = torch.compile(lambda m, x: m(x).sum(), backend=get_backend(config))
+    step(model, x).backward()
+    rep = updraft.last_report()
+    ref(x).sum().backward()
+    assert_grads_match(model, ref)
+    act_mb, lse_mb = 8 * 256 * 64 * 4 / 2**20, 8 * 4 * 256 * 4 / 2**20  # [8, 256, 64] f32; [8, 4, 256] f32
+    # The qkv output (3 activations' worth), attention's result and its log-sum-exp. With
+    # torch's rule: q, k, v as three views, the result a second time reshaped, and x reshaped for
+    # the qkv weight gradient (a view of an input, where recomputing it saves the input alone).
+    saved = (3, 4 * act_mb + lse_mb) if recompute else (7, 6 * act_mb + lse_mb)
+    tensors, mb = _saved_by_forward(rep)
+    assert (tensors, mb) == (saved[0], pytest.approx(saved[1], abs=0.05)), str(rep)
+    assert ("recompute_views" in str(rep)) == recompute, str(rep)
+    assert _coverage(rep) == {"training forward": 1.0, "training backward": 1.0}, str(rep)
 
 
 def test_explain_train_reports_forward_and_backward_apart():
@@ -1105,12 +1176,15 @@ class _SelfAttention(torch.nn.Module):
 
 @pytest.mark.parametrize("form", ["math", "flash"])
 def test_transposed_saved_activations_reach_the_engine_without_a_copy(monkeypatch, form):
-    # math: the forward saves transposed views (k^T for q k^T's gradient); the backward's engine
-    # graph takes each in its memory order and permutes it back inside
-    # (engine_partition.input_orders), so its calls pass no strided input for the plan to pack
-    # for the whole call. flash: torch traced the flash op's result and log-sum-exp as views
+    # math, with views saved as torch's rule saves them (recompute_views=False): the forward
+    # saves transposed views (k^T for q k^T's gradient); the backward's engine graph takes each
+    # in its memory order and permutes it back inside (engine_partition.input_orders), so its
+    # calls pass no strided input for the plan to pack for the whole call. flash (views
+    # recomputed, the default): torch traced the flash op's result and log-sum-exp as views
     # ([B, L, H, E] and [B, L, H] in memory); the engine's forward returns them contiguous, and
-    # the backward takes the layout its first call gets, not the traced one: nothing to pack.
+    # the backward takes the layout its first call gets, not the traced one: nothing to pack; the
+    # output projection's input, a view of that result, is recomputed from it, and when the
+    # backward runs in PyTorch that view is a reshape (any layout).
     from updraft import backend, engine_partition
 
     parts = []
@@ -1126,7 +1200,8 @@ def test_transposed_saved_activations_reach_the_engine_without_a_copy(monkeypatc
     torch.manual_seed(0)
     model, x = _SelfAttention(math=form == "math"), torch.randn(2, 6, 32)
     ref = copy.deepcopy(model)
-    fast = torch.compile(model, backend=get_backend(ENGINE))
+    config = CompilerConfig(training="engine", recompute_views=form == "flash")
+    fast = torch.compile(model, backend=get_backend(config))
     fast(x).square().sum().backward()
     ref(x).square().sum().backward()
     assert_grads_match(model, ref)
