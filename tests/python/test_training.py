@@ -635,6 +635,20 @@ def _saved_by_forward(rep) -> tuple[int, float]:
     return int(m.group(1)), float(m.group(2))
 
 
+def _step_saving(model: torch.nn.Module, x: torch.Tensor, **knobs) -> tuple[int, float, str]:
+    """One training step of `model` (loss: the output's sum) through the engine with these
+    CompilerConfig knobs, its gradients checked against eager's and every op in the engine:
+    (tensors, MB) the forward keeps for its backward, and the report."""
+    ref = copy.deepcopy(model)
+    step = torch.compile(lambda m, x: m(x).sum(), backend=get_backend(CompilerConfig(training="engine", **knobs)))
+    step(model, x).backward()
+    rep = updraft.last_report()
+    ref(x).sum().backward()
+    assert_grads_match(model, ref)
+    assert _coverage(rep) == {"training forward": 1.0, "training backward": 1.0}, str(rep)
+    return (*_saved_by_forward(rep), str(rep))
+
+
 @pytest.mark.parametrize("recompute", [True, False])
 def test_pointwise_values_a_backward_matmul_reads_are_recomputed(recompute):
     """A transformer MLP's GELU output is read by the second linear's weight gradient. With
@@ -643,21 +657,11 @@ def test_pointwise_values_a_backward_matmul_reads_are_recomputed(recompute):
     gradients match eager either way, and the report says what the forward keeps."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
-    ref = copy.deepcopy(model)
-    x = torch.randn(512, 64)
-    config = CompilerConfig(training="engine", recompute_pointwise=recompute)
-    step = torch.compile(lambda m, x: m(x).sum(), backend=get_backend(config))
-    loss = step(model, x)
-    loss.backward()
-    rep = updraft.last_report()
-    ref(x).sum().backward()
-    assert_grads_match(model, ref)
-    tensors, mb = _saved_by_forward(rep)
+    tensors, mb, rep = _step_saving(model, torch.randn(512, 64), recompute_pointwise=recompute)
     hidden_mb = 512 * 256 * 4 / 2**20  # one [512, 256] f32 activation: 0.5 MB
     # Saved either way: x, the first linear's output; with torch's rule also GELU's output.
-    assert (tensors, mb) == ((1, hidden_mb) if recompute else (2, 2 * hidden_mb)), str(rep)
-    assert ("recompute_pointwise" in str(rep)) == recompute, str(rep)
-    assert _coverage(rep) == {"training forward": 1.0, "training backward": 1.0}, str(rep)
+    assert (tensors, mb) == ((1, hidden_mb) if recompute else (2, 2 * hidden_mb)), rep
+    assert ("recompute_pointwise" in rep) == recompute, rep
     with pytest.raises(TypeError, match="recompute_pointwise must be a bool"):
         CompilerConfig(recompute_pointwise="yes")
 
@@ -670,20 +674,11 @@ def test_layer_norm_outputs_are_recomputed_from_their_input(recompute):
     output, mean and rstd too. The gradients match eager either way."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.LayerNorm(64), torch.nn.Linear(64, 32))
-    ref = copy.deepcopy(model)
-    x = torch.randn(2048, 64)
-    config = CompilerConfig(training="engine", recompute_norms=recompute)
-    step = torch.compile(lambda m, x: m(x).sum(), backend=get_backend(config))
-    step(model, x).backward()
-    rep = updraft.last_report()
-    ref(x).sum().backward()
-    assert_grads_match(model, ref)
+    tensors, mb, rep = _step_saving(model, torch.randn(2048, 64), recompute_norms=recompute)
     act_mb, stat_mb = 2048 * 64 * 4 / 2**20, 2048 * 4 / 2**20  # a [2048, 64] activation; a [2048, 1] statistic
     saved = (1, act_mb) if recompute else (4, 2 * act_mb + 2 * stat_mb)
-    tensors, mb = _saved_by_forward(rep)
-    assert (tensors, mb) == (saved[0], pytest.approx(saved[1], abs=0.05)), str(rep)
-    assert ("recompute_norms" in str(rep)) == recompute, str(rep)
-    assert _coverage(rep) == {"training forward": 1.0, "training backward": 1.0}, str(rep)
+    assert (tensors, mb) == (saved[0], pytest.approx(saved[1], abs=0.05)), rep
+    assert ("recompute_norms" in rep) == recompute, rep
     with pytest.raises(TypeError, match="recompute_norms must be a bool"):
         CompilerConfig(recompute_norms=1)
 
@@ -713,24 +708,14 @@ def test_views_of_saved_values_are_recomputed_not_saved(recompute):
     reshape, so the forward keeps one copy fewer; q, k and v are kept as the qkv linear's output
     once rather than as three views. The gradients match eager either way."""
     torch.manual_seed(0)
-    model = _Attention()
-    ref = copy.deepcopy(model)
-    x = torch.randn(8, 256, 64)
-    config = CompilerConfig(training="engine", recompute_views=recompute)
-    step = torch.compile(lambda m, x: m(x).sum(), backend=get_backend(config))
-    step(model, x).backward()
-    rep = updraft.last_report()
-    ref(x).sum().backward()
-    assert_grads_match(model, ref)
+    tensors, mb, rep = _step_saving(_Attention(), torch.randn(8, 256, 64), recompute_views=recompute)
     act_mb, lse_mb = 8 * 256 * 64 * 4 / 2**20, 8 * 4 * 256 * 4 / 2**20  # [8, 256, 64] f32; [8, 4, 256] f32
     # The qkv output (3 activations' worth), attention's result and its log-sum-exp. With
     # torch's rule: q, k, v as three views, the result a second time reshaped, and x reshaped for
     # the qkv weight gradient (a view of an input, where recomputing it saves the input alone).
     saved = (3, 4 * act_mb + lse_mb) if recompute else (7, 6 * act_mb + lse_mb)
-    tensors, mb = _saved_by_forward(rep)
-    assert (tensors, mb) == (saved[0], pytest.approx(saved[1], abs=0.05)), str(rep)
-    assert ("recompute_views" in str(rep)) == recompute, str(rep)
-    assert _coverage(rep) == {"training forward": 1.0, "training backward": 1.0}, str(rep)
+    assert (tensors, mb) == (saved[0], pytest.approx(saved[1], abs=0.05)), rep
+    assert ("recompute_views" in rep) == recompute, rep
 
 
 def test_explain_train_reports_forward_and_backward_apart():
