@@ -765,43 +765,41 @@ def _make_compilers(config: CompilerConfig, input_names: Optional[list] = None, 
 RECOMPUTED_NORMS = (torch.ops.aten.native_layer_norm,)
 
 
-def _op_list_with_norms(torch_op_list: Callable) -> Callable:
+def _torch_setting(**settings) -> Callable:
+    """A rule's change that is one of torch's partitioner settings (torch._functorch.config),
+    patched for the call."""
+    def change(partitioners):
+        from torch._functorch import config as functorch_config
+        return functorch_config.patch(**settings)
+    return change
+
+
+def _allow_norms(partitioners):
+    """torch's op list with RECOMPUTED_NORMS added to its recomputable (and fusible) ops. The list
+    is built once per min-cut solve, so the patch covers this partition alone. A torch without
+    that function (not the pinned one) partitions by its own rule."""
+    torch_op_list = getattr(partitioners, "get_default_op_list", None)
+    if torch_op_list is None:
+        return contextlib.nullcontext()
+
     def op_list():
         ops = torch_op_list()
         for op in RECOMPUTED_NORMS:
             ops.recomputable_ops.add(op)
             ops.fusible_ops.add(op)
         return ops
-    return op_list
-
-
-def _lift_materialized_ban(partitioners):
-    from torch._functorch import config as functorch_config
-    return functorch_config.patch(ban_recompute_materialized_backward=False)
-
-
-def _recompute_views(partitioners):
-    from torch._functorch import config as functorch_config
-    return functorch_config.patch(recompute_views=True)
-
-
-def _allow_norms(partitioners):
-    # The op list is built once per min-cut solve, so the patch covers this partition alone. A
-    # torch without that function (not the pinned one) partitions by its own rule.
-    if not hasattr(partitioners, "get_default_op_list"):
-        return contextlib.nullcontext()
-    return unittest.mock.patch.object(partitioners, "get_default_op_list",
-                                      _op_list_with_norms(partitioners.get_default_op_list))
+    return unittest.mock.patch.object(partitioners, "get_default_op_list", op_list)
 
 
 # The engine's recompute rules for training partitions: CompilerConfig's bool field, the change
 # to torch's min-cut partitioner for the call (a context manager over torch._functorch.partitioners),
 # and what the forward's report line says of it. Otherwise torch's setting, whatever the user made it.
 RECOMPUTE_RULES = (
-    ("recompute_pointwise", _lift_materialized_ban,
+    ("recompute_pointwise", _torch_setting(ban_recompute_materialized_backward=False),
      "pointwise values a backward matmul or convolution reads are recomputed there"),
     ("recompute_norms", _allow_norms, "layer norms are recomputed from their input"),
-    ("recompute_views", _recompute_views, "views are recomputed, not saved beside what they view"),
+    ("recompute_views", _torch_setting(recompute_views=True),
+     "views are recomputed, not saved beside what they view"),
 )
 
 

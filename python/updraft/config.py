@@ -181,10 +181,10 @@ class CompilerConfig:
         torch's `ban_recompute_materialized_backward` turned off for that partition only, for
         graphs headed for the engine). A transformer MLP then saves its first linear's output
         alone and the backward recomputes the activation from it, where eager and Inductor keep
-        both: ViT-B/16 batch 4 saves 363 MB of activations instead of 474, and at one thread
-        ViT-B/16 and BERT-base b4 peaked 23-94 MB lower with their steps level (the backward's
-        extra pass against the forward's output it no longer writes; docs/training.md, "What
-        the forward saves"). False: torch's rule. Gradients stay within the training tolerances
+        both: ViT-B/16 batch 4 saved 363 MB of activations instead of 474 (the two rules below
+        off; 280 MB with them), and at one thread ViT-B/16 and BERT-base b4 peaked 23-94 MB
+        lower with their steps level (the backward's extra pass against the forward's output it
+        no longer writes; docs/training.md, "What the forward saves"). False: torch's rule. Gradients stay within the training tolerances
         either way (tests/python/test_training.py).
     recompute_norms: whether that partition may also recompute a layer norm in the backward
         (output, mean and rstd from the saved input, weight and bias), which torch's allowlist
