@@ -6,6 +6,7 @@
 #include "kernel_test_util.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "ir/ops/params.h"
 
 using namespace updraft;
 using namespace updraft::testing;
@@ -98,6 +99,26 @@ TEST(Conv, EveryActivationWithBiasAndResidual) {
                           input(rnd({c.N, c.O, OH, OW}, 10))},
                          r);
     }
+  }
+}
+
+// A plain NCHW conv runs oneDNN's gemm-based convolution, which applies eltwise post-ops one
+// element at a time (~10x the conv's own time on a 1x1 conv over 56x56): there every activation
+// runs after the primitive, relu and clamp in the engine's pass, the others in a oneDNN eltwise
+// primitive over dst ("act_after"), and gives the reference's values.
+TEST(Conv, GemmFormRunsItsActivationAfterThePrimitive) {
+  const ConvCase c{1, 24, 14, 14, 48, 1, 1, 0, 1, 1};
+  for (const std::string& act : epilogue_activations()) {
+    if (act == "none") continue;
+    SCOPED_TRACE(act);
+    Attrs a = conv_attrs(c);
+    for (auto& [k, v] : epilogue_attrs(act)) a[k] = v;
+    a["has_bias"] = true;
+    std::string name = expect_matches_ref(
+        "conv2d", {input(rnd({c.N, c.C, c.H, c.W}, 1)), constant(rnd({c.O, c.C, 1, 1}, 2)), constant(rnd({c.O}, 3))}, a);
+    ASSERT_NE(name.find(":gemm:"), std::string::npos) << "not the form this test is about: " << name;
+    const bool engine_act = ew_op_info(*Epilogue::activation(act)).epi == EwEpi::engine;
+    EXPECT_EQ(name.find(":act_after") != std::string::npos, !engine_act) << name;
   }
 }
 

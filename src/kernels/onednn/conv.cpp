@@ -35,6 +35,15 @@
 // (KernelContext::finite_inputs, runtime/finite_inputs.h) also gets a primitive with the
 // activation as a post-op, which run() takes on calls where call_inputs_finite().
 //
+// Activations after a gemm-based convolution: oneDNN v3.2's "gemm:jit" convolution (the form a
+// plain NCHW conv runs in) applies eltwise post-ops one element at a time, through scalar code,
+// after its GEMM. A 1x1 conv 24 -> 144 on 56x56 took 285 us alone and 2.8-4.7 ms with relu,
+// relu6, hardswish, silu or gelu as a post-op (docs/BENCHMARKS.md, "Issue 19: activations after
+// gemm-based convolutions"). So on that implementation the activation is never a post-op: relu
+// and clamp run in the engine's pass above (no fused primitive is kept), and the others in a
+// oneDNN eltwise primitive over dst, in place (act_after_), one vectorised pass while dst is
+// still in cache.
+//
 // Reference implementations: in the channel-blocked layout oneDNN v3.2 has no jit kernel for
 // some problems (large "same" padding against the image: Conv1d k=32 p=16 over 49 steps, k=15
 // p=7 on 32x32, k=7 p=7 on 16x16) and picks "ref:any", 100-2000x slower than eager. The
@@ -113,6 +122,12 @@ class ConvKernel final : public Kernel {
                        {DNNL_ARG_DST, d},
                        {DNNL_ARG_SCRATCHPAD, wrap(add_pd_.scratchpad_desc(), at_offset(scratch, add_scratch_))}});
     }
+    if (act_after_) {
+      const dnnl::memory& d = call.memory(arg_dst_);
+      act_after_->execute(s, {{DNNL_ARG_SRC, d},
+                              {DNNL_ARG_DST, d},
+                              {DNNL_ARG_SCRATCHPAD, wrap(act_pd_.scratchpad_desc(), at_offset(scratch, act_scratch_))}});
+    }
     if (dst_reorder_) reorder_to(*dst_reorder_, dst_md_, outer_dst_md_, dst, out[0].data, s);
     s.wait();
     // The whole output buffer in the graph's layout, channel-block padding included (the act
@@ -138,6 +153,10 @@ class ConvKernel final : public Kernel {
   // Picks the primitive for src_md_ / dst_md_ and the residual mode (see the file comment).
   template <typename MakePd>
   void choose_primitive(const MakePd& make_pd);
+  // Moves a non-engine activation out of a gemm-based pd_ into act_after_ (the file comment);
+  // `rebuild` makes pd_ again for the same form, now without it.
+  template <typename Rebuild>
+  void act_out_of_gemm(const Rebuild& rebuild);
   // Keeps `fused` (pd_ with the relu / clamp epilogue as a post-op) as the primitive for calls
   // with finite inputs, when oneDNN serves it with pd_'s implementation, weight layout and
   // scratchpad (so the packed weights and the planned scratch serve both).
@@ -177,6 +196,10 @@ class ConvKernel final : public Kernel {
   dnnl::binary::primitive_desc add_pd_;  // ResidualMode::separate: dst = act(dst + residual)
   dnnl::binary add_;
   size_t add_scratch_ = 0;
+  bool act_out_of_pd_ = false;  // the activation runs in act_after_, not as pd_'s post-op
+  dnnl::eltwise_forward::primitive_desc act_pd_;
+  std::optional<dnnl::eltwise_forward> act_after_;  // dst = act(dst), in place
+  size_t act_scratch_ = 0;
   std::optional<dnnl::memory> packed_w_;  // constant weights in pd_.weights_desc() layout
   std::shared_ptr<void> packed_storage_;   // its storage
   dnnl::reorder::primitive_desc reorder_pd_;
@@ -209,7 +232,35 @@ void ConvKernel::choose_primitive(const MakePd& make_pd) {
   add_ = dnnl::binary(add_pd_);
 }
 
+// oneDNN's gemm-based convolutions ("x64:gemm:jit", "gemm:jit", ...; not brgemm's "brg..."),
+// which apply post-ops one element at a time.
+bool applies_post_ops_per_element(const char* impl) {
+  const std::string s = std::string(":") + impl + ":";
+  return s.find(":gemm:") != std::string::npos;
+}
+
+template <typename Rebuild>
+void ConvKernel::act_out_of_gemm(const Rebuild& rebuild) {
+  if (!ep_.act || act_in_engine(ep_) || residual_mode_ == ResidualMode::separate ||
+      !applies_post_ops_per_element(pd_.impl_info_str()))
+    return;
+  // The activation's eltwise algorithm and parameters from the post-op table (append_post_ops).
+  Epilogue act_only = ep_;
+  act_only.has_bias = act_only.has_residual = false;
+  dnnl::primitive_attr with_act;
+  append_post_ops(act_only, with_act, ResidualMode::none, nullptr);
+  dnnl::algorithm alg;
+  float alpha = 0, beta = 0;
+  with_act.get_post_ops().get_params_eltwise(0, alg, alpha, beta);
+  act_out_of_pd_ = true;
+  rebuild();
+  act_pd_ = dnnl::eltwise_forward::primitive_desc(engine(), dnnl::prop_kind::forward_inference, alg, dst_md_, dst_md_,
+                                                  alpha, beta, user_scratchpad_attr());
+  act_after_ = dnnl::eltwise_forward(act_pd_);
+}
+
 void ConvKernel::keep_fused_act(const dnnl::convolution_forward::primitive_desc& fused) {
+  if (applies_post_ops_per_element(fused.impl_info_str())) return;  // slower than the engine's pass
   if (std::string(fused.impl_info_str()) != pd_.impl_info_str() || fused.weights_desc() != pd_.weights_desc() ||
       fused.scratchpad_desc() != pd_.scratchpad_desc())
     return;
@@ -277,7 +328,9 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
                      std::to_string(g);
   auto make_pd = [&](ResidualMode mode, const dims& pl, const dims& pr, bool finite = false) {
     dnnl::primitive_attr attr = user_scratchpad_attr();
-    if (mode != ResidualMode::separate) append_post_ops(k->ep_, attr, mode, &k->dst_md_, finite);
+    Epilogue post = k->ep_;
+    if (k->act_out_of_pd_) post.act.reset();
+    if (mode != ResidualMode::separate) append_post_ops(post, attr, mode, &k->dst_md_, finite);
     using pd_t = dnnl::convolution_forward::primitive_desc;
     const auto fwd = dnnl::prop_kind::forward_inference;
     const auto alg = dnnl::algorithm::convolution_direct;
@@ -324,10 +377,13 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
         const dims none{0, 0};
         k->src_md_ = dnnl::memory::desc(k->padded_dims_, dt::f32, channel_block_tag(f.src_block, xs[1]));
         k->dst_md_ = dnnl::memory::desc(dst_dims, dt::f32, channel_block_tag(f.dst_block, ys[1]));
-        k->choose_primitive(
-            [&](ResidualMode mode) { return make_pd(mode, f.pre_pad ? none : pl, f.pre_pad ? none : pr); });
+        auto form_pd = [&](ResidualMode mode) { return make_pd(mode, f.pre_pad ? none : pl, f.pre_pad ? none : pr); };
+        k->choose_primitive(form_pd);
         k->via_plain_ = k->src_md_ != k->outer_src_md_ || k->dst_md_ != k->outer_dst_md_;
-        if ((jitted = !is_reference_impl(k->pd_.impl_info_str()))) break;
+        if ((jitted = !is_reference_impl(k->pd_.impl_info_str()))) {
+          k->act_out_of_gemm([&] { k->choose_primitive(form_pd); });
+          break;
+        }
       }
     }
     if (!jitted)
@@ -350,6 +406,7 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
   if (k->residual_mode_ == ResidualMode::binary_add || k->residual_mode_ == ResidualMode::separate)
     k->res_.plan(ctx, k->ep_.residual_input, numel_of(ys), plan);
   if (k->residual_mode_ == ResidualMode::separate) k->add_scratch_ = plan.add(scratchpad_bytes(k->add_pd_));
+  if (k->act_after_) k->act_scratch_ = plan.add(scratchpad_bytes(k->act_pd_));
 
   const dnnl::memory::desc& w_pref = k->pd_.weights_desc();
   const Tensor* wc = ctx.const_inputs[1];
@@ -403,7 +460,7 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
     k->arg_res_ = k->args_.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, k->dst_md_);
   k->name_ = std::string("onednn_f32_conv2d:") + k->pd_.impl_info_str() + (k->packed_w_ ? ":prepacked" : "") +
              (k->scaled_ ? ":scaled" : "") + (k->pre_pad_ ? ":pre_padded" : k->via_plain_ ? ":via_plain" : "") +
-             (k->threads_ == 1 ? ":1thread" : "") + (k->fused_prim_ ? ":act_fused_if_finite" : "");
+             (k->threads_ == 1 ? ":1thread" : "") + (k->fused_prim_ ? ":act_fused_if_finite" : "") + (k->act_after_ ? ":act_after" : "");
   if (k->residual_mode_ == ResidualMode::separate) k->name_ += std::string("+binary_add:") + k->add_pd_.impl_info_str();
   return k;
 }
