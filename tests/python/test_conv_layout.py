@@ -79,6 +79,27 @@ def test_conv_net_matches_eager_in_both_layouts(layout):
         assert not blocked, prof
 
 
+@pytest.mark.parametrize("act", [nn.ReLU6, nn.Hardswish, nn.SiLU, nn.GELU])
+def test_plain_convs_apply_their_activation_after_the_gemm(act):
+    """In plain NCHW oneDNN runs a conv as its gemm-based convolution, whose post-ops go one
+    element at a time (2-18x the conv's own time; docs/BENCHMARKS.md, "Issue 19: activations
+    after gemm-based convolutions"): there the activation runs after the primitive, relu6 in the
+    engine's pass and the others in an eltwise primitive ("act_after"), never fused."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(8, 32, 1), act(), nn.Conv2d(32, 16, 3, padding=1), act()).eval()
+    x = torch.randn(2, 8, 20, 20)
+    with torch.no_grad():
+        want = m(x)
+        fast = torch.compile(m, backend="updraft", options={"conv_layout": "nchw"})
+        torch.testing.assert_close(fast(x), want, rtol=RTOL, atol=ATOL)
+        prof = updraft.profile(fast, x, runs=2, warmup=1)
+    convs = [r["kernel"] for r in prof.rows if r["op"] == "conv2d"]
+    assert convs and all(":gemm:" in k for k in convs), prof
+    assert not any("act_fused" in k for k in convs), prof
+    assert all((":act_after" in k) == (act is not nn.ReLU6) for k in convs), prof
+    assert not any(r["op"] in ("hardswish", "silu", "gelu", "clamp") for r in prof.rows), prof  # fused, not a step
+
+
 def test_dynamic_batch_and_image_size_with_blocked_layout():
     m = _model()
     fast = torch.compile(m, backend="updraft", dynamic=True)  # batch and image size
