@@ -74,7 +74,10 @@ TEST(LinearStream, PromptRowsOverOddShapes) {
   if (__builtin_cpu_supports("avx512f")) isas.push_back(CpuIsa::native);
   for (CpuIsa isa : isas)
     for (int threads : {1, 2, 3})
-      for (int64_t M : {5, 8, 9, 16, 17, 31, 33, 70})
+      // The last block of rows in every form (linear_wq_tiles.h, dot_rest_rows): whole, on
+      // narrower vectors (10, 12, 19), and rows on dot tiles: 1-2 past a multiple of 8 (9, 17,
+      // 18, 49 = 32 + 16 + 1) or a block of at most 4 (33, 36 = 32 + 4).
+      for (int64_t M : {5, 8, 9, 10, 12, 16, 17, 18, 19, 31, 33, 36, 49, 70})
         for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{259, 256}, {101, 1037}, {64, 2100}}) {
           SCOPED_TRACE(std::string(cpu_isa_name(isa)) + " threads=" + std::to_string(threads) + " M=" +
                        std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K));

@@ -80,8 +80,8 @@ TEST(ToBf16, RoundsToNearestEvenAndKeepsNan) {
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::infinity())), std::numeric_limits<float>::infinity());
 }
 
-// Fast vs reference: rows of x for decode (1, 2, 4, 7) and prefill (32, 65; the broadcast
-// tiles), K and N off every tile width (N = 203: enough rows per thread for the tiles' chunks,
+// Fast vs reference: rows of x for decode (1, 2, 4, 7) and prefill (17, 32, 36, 65; the
+// broadcast tiles, with a last block's 1 or 4 rows on dot tiles), K and N off every tile width (N = 203: enough rows per thread for the tiles' chunks,
 // with rows left over; K = 1100: the broadcast tiles' second k slice over a widened strip),
 // with and without bias, a residual and an activation, 1 and 2 threads, each instruction set
 // this CPU runs.
@@ -90,7 +90,7 @@ TEST(LinearWq, FastMatchesReference) {
   if (__builtin_cpu_supports("avx512f")) isas.push_back(CpuIsa::native);
   for (CpuIsa isa : isas)
     for (bool int8 : {true, false})
-      for (int64_t M : {1, 2, 4, 7, 32, 65})
+      for (int64_t M : {1, 2, 4, 7, 17, 32, 36, 65})
         for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{19, 37}, {40, 300}, {203, 72}, {21, 1100}})
           for (int epi = 0; epi < 3; ++epi)
             for (int threads : {1, 2}) {

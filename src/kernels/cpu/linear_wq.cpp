@@ -206,8 +206,8 @@ class LinearWqKernel final : public Kernel {
       const int64_t blocks = (N + kBlockRows - 1) / kBlockRows;
       const int64_t n0 = blocks * t / T * kBlockRows, n1 = std::min(N, blocks * (t + 1) / T * kBlockRows);
       if (n0 < n1) {
-        dot(xt, M, K, w + static_cast<size_t>(n0) * K * esize, n1 - n0, K, strips + t * cpu::wq::strip_floats(tiles_, K),
-            y.ptr<float>() + n0, N);
+        dot(xt, x, K, M, K, w + static_cast<size_t>(n0) * K * esize, n1 - n0, K,
+            strips + t * cpu::wq::strip_floats(tiles_, K), y.ptr<float>() + n0, N);
         epilogue(in, y.ptr<float>() + n0, M, N, n0, n1 - n0);
       }
     }

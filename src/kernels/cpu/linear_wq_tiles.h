@@ -42,8 +42,8 @@ using DotKnFn = void (*)(const float* x, int64_t M, int64_t ldx, const float* w,
 // Prefill from the weight's rows (bcast_dot below): x transposed into xt blocks once per call
 // (PackXtFn, columns [k0, k1) so threads can split it), then per range of weight rows.
 using PackXtFn = void (*)(const float* x, int64_t M, int64_t ldx, int64_t K, int64_t k0, int64_t k1, float* xt);
-using BcastDotFn = void (*)(const float* xt, int64_t M, int64_t K, const void* w, int64_t nb, int64_t ldw,
-                            float* strip, float* out, int64_t ldo);
+using BcastDotFn = void (*)(const float* xt, const float* x, int64_t ldx, int64_t M, int64_t K, const void* w,
+                            int64_t nb, int64_t ldw, float* strip, float* out, int64_t ldo);
 
 struct DotTiles {
   DotFn i8 = nullptr, bf16 = nullptr, f32 = nullptr;
@@ -358,25 +358,74 @@ inline void bcast_rows(const float* xt, int64_t xs, int64_t K, const float* w, i
   bcast_tile<VT, NR, TV>(xt, xs, K, w, ldw, mrows, out, ldo, accumulate);
 }
 
-// One slice [k0, k0 + kc) of NR (nr) weight rows at src (stride lds, f32) against every block of
-// xt, into out's columns [0, nr); the slices after the first accumulate.
+// Rows [0, MT) of x (MT <= 4, x's own rows) against nr (<= NR) weight rows over kc elements:
+// dot tiles along k (tile()), into out or added to it. MT x NT accumulators, 6-8 independent
+// FMA chains for the two FMA pipes (a group's last rows, only at the end of a thread's range,
+// take one weight row at a time).
+template <class V, int MT, int NR>
+inline void dot_rest(const float* x, int64_t ldx, const float* w, int64_t ldw, int nr, int64_t kc, float* out,
+                     int64_t ldo, bool accumulate) {
+  constexpr int NT = MT == 1 ? NR : MT == 2 ? NR / 2 : 2;
+  float part[MT][NR];
+  int n = 0;
+  for (; n + NT <= nr; n += NT) tile<V, float, MT, NT>(x, ldx, w + n * ldw, ldw, kc, &part[0][n], NR, 1, nullptr);
+  for (; n < nr; ++n) tile<V, float, MT, 1>(x, ldx, w + n * ldw, ldw, kc, &part[0][n], NR, 1, nullptr);
+  for (int m = 0; m < MT; ++m)
+    for (int r = 0; r < nr; ++r) out[m * ldo + r] = accumulate ? out[m * ldo + r] + part[m][r] : part[m][r];
+}
+
+// The lanes of the broadcast tile that serves a block of m rows of x (bcast_slice): two vectors,
+// one, or V::half's 8 lanes; none for no rows.
 template <class V>
-inline void bcast_slice(const float* xt, int64_t M, int64_t K, int64_t k0, int64_t kc, const float* src, int64_t lds,
-                        int nr, float* out, int64_t ldo) {
+constexpr int64_t bcast_lanes(int64_t m) {
+  return m > V::lanes ? 2 * V::lanes : m > V::half::lanes ? V::lanes : m > 0 ? V::half::lanes : 0;
+}
+// How many of a last block's m rows take dot tiles over x's own rows instead (dot_rest): a block
+// of at most 4 rows entirely (no broadcast pass at all), else the r rows past a multiple of 8
+// where the rest's narrower broadcast tile saves at least 8 lanes per row moved: a row on dot
+// tiles costs about what 8 broadcast lanes do. So 17 or 18 rows on AVX-512 run as 16 + 1-2, not
+// 32 lanes, and 9 as 8 + 1; 10 stays on 16 lanes (as 8 + 2: 1.30 ms against 1.20-1.25).
+// Measured in docs/BENCHMARKS.md, "Issue 19: the last rows of a prefill" (Swin-T's 49 rows,
+// 32 + 17, cost what 64 did before).
+template <class V>
+constexpr int dot_rest_rows(int64_t m) {
+  if (m <= 4) return static_cast<int>(m);
+  const int r = static_cast<int>(m % 8);
+  return r >= 1 && 8 * r <= bcast_lanes<V>(m) - bcast_lanes<V>(m - r) ? r : 0;
+}
+
+// One slice [k0, k0 + kc) of NR (nr) weight rows at src (stride lds, f32) against every block of
+// xt, into out's columns [0, nr); the slices after the first accumulate. x (stride ldx) is xt's
+// source, read for a last block's rest (below).
+template <class V>
+inline void bcast_slice(const float* xt, const float* x, int64_t ldx, int64_t M, int64_t K, int64_t k0, int64_t kc,
+                        const float* src, int64_t lds, int nr, float* out, int64_t ldo) {
   constexpr int64_t MT = kXtCols<V>, L = V::lanes;
   constexpr int NR = kBcastRows<V>;
   using H = typename V::half;
+  const bool acc = k0 > 0;
   for (int64_t m0 = 0; m0 < M; m0 += MT) {
-    const int64_t mrows = std::min(MT, M - m0);
+    int64_t mrows = std::min(MT, M - m0);
+    const int rest = dot_rest_rows<V>(mrows);
+    mrows -= rest;
     const float* xb = xt + m0 * K + k0 * MT;
     float* ob = out + m0 * ldo;
     // A last block of a few rows takes narrower vectors: fewer lanes wasted on zeros.
     if (mrows > L)
-      bcast_rows<V, NR, 2>(xb, MT, kc, src, lds, nr, mrows, ob, ldo, k0 > 0);
+      bcast_rows<V, NR, 2>(xb, MT, kc, src, lds, nr, mrows, ob, ldo, acc);
     else if (mrows > H::lanes)
-      bcast_rows<V, NR, 1>(xb, MT, kc, src, lds, nr, mrows, ob, ldo, k0 > 0);
-    else
-      bcast_rows<H, NR, 1>(xb, MT, kc, src, lds, nr, mrows, ob, ldo, k0 > 0);
+      bcast_rows<V, NR, 1>(xb, MT, kc, src, lds, nr, mrows, ob, ldo, acc);
+    else if (mrows > 0)
+      bcast_rows<H, NR, 1>(xb, MT, kc, src, lds, nr, mrows, ob, ldo, acc);
+    const float* xr = x + (m0 + mrows) * ldx + k0;
+    float* orr = ob + mrows * ldo;
+    switch (rest) {
+      case 1: dot_rest<V, 1, NR>(xr, ldx, src, lds, nr, kc, orr, ldo, acc); break;
+      case 2: dot_rest<V, 2, NR>(xr, ldx, src, lds, nr, kc, orr, ldo, acc); break;
+      case 3: dot_rest<V, 3, NR>(xr, ldx, src, lds, nr, kc, orr, ldo, acc); break;
+      case 4: dot_rest<V, 4, NR>(xr, ldx, src, lds, nr, kc, orr, ldo, acc); break;
+      default: break;
+    }
   }
 }
 
@@ -388,8 +437,8 @@ inline void bcast_slice(const float* xt, int64_t M, int64_t K, int64_t k0, int64
 // instead read 1-2 KB pieces of rows 2-5 KB long, short streams the prefetchers lost, and a
 // 5632 x 2048 i8 weight ran at 60-110 GFLOP/s where 2816 x 1024 ran at 170-180.
 template <class V, class W>
-void bcast_dot(const float* xt, int64_t M, int64_t K, const void* wv, int64_t nb, int64_t ldw, float* strip,
-               float* out, int64_t ldo) {
+void bcast_dot(const float* xt, const float* x, int64_t ldx, int64_t M, int64_t K, const void* wv, int64_t nb,
+               int64_t ldw, float* strip, float* out, int64_t ldo) {
   constexpr int64_t L = V::lanes;
   constexpr int NR = kBcastRows<V>;
   const W* w = static_cast<const W*>(wv);
@@ -397,8 +446,8 @@ void bcast_dot(const float* xt, int64_t M, int64_t K, const void* wv, int64_t nb
     for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kPrefillDepth) {  // K = 0: one pass writing zeros
       const int64_t kc = std::min(kPrefillDepth, K - k0);
       for (int64_t g = 0; g < nb; g += NR)
-        bcast_slice<V>(xt, M, K, k0, kc, w + g * ldw + k0, ldw, static_cast<int>(std::min<int64_t>(NR, nb - g)),
-                       out + g, ldo);
+        bcast_slice<V>(xt, x, ldx, M, K, k0, kc, w + g * ldw + k0, ldw,
+                       static_cast<int>(std::min<int64_t>(NR, nb - g)), out + g, ldo);
     }
   } else {
     const int64_t lds = strip_ld(K);
@@ -416,7 +465,7 @@ void bcast_dot(const float* xt, int64_t M, int64_t K, const void* wv, int64_t nb
         for (; k < K; ++k) s[k] = widen1(row[k]);
       }
       for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kPrefillDepth)
-        bcast_slice<V>(xt, M, K, k0, std::min(kPrefillDepth, K - k0), strip + k0, lds, nr, out + g, ldo);
+        bcast_slice<V>(xt, x, ldx, M, K, k0, std::min(kPrefillDepth, K - k0), strip + k0, lds, nr, out + g, ldo);
     }
   }
 }
