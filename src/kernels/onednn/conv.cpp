@@ -35,10 +35,10 @@
 // (KernelContext::finite_inputs, runtime/finite_inputs.h) also gets a primitive with the
 // activation as a post-op, which run() takes on calls where call_inputs_finite().
 //
-// Activations after a gemm-based convolution: oneDNN v3.2's "gemm:jit" convolution (the form a
-// plain NCHW conv runs in) applies eltwise post-ops one element at a time, through scalar code,
-// after its GEMM. A 1x1 conv 24 -> 144 on 56x56 took 285 us alone and 2.8-4.7 ms with relu,
-// relu6, hardswish, silu or gelu as a post-op (docs/BENCHMARKS.md, "Issue 19: activations after
+// Activations after a gemm-based convolution: oneDNN v3.2's gemm-based convolution
+// ("x64:gemm:jit", the form a plain NCHW conv runs in) applies eltwise post-ops one element at a
+// time, through scalar code, after its GEMM. A 1x1 conv 24 -> 144 on 56x56 took 250 us alone and
+// 2.7-4.5 ms with relu, relu6, hardswish, silu or gelu as a post-op (docs/BENCHMARKS.md, "Issue 19: activations after
 // gemm-based convolutions"). So on that implementation the activation is never a post-op: relu
 // and clamp run in the engine's pass above (no fused primitive is kept), and the others in a
 // oneDNN eltwise primitive over dst, in place (act_after_), one vectorised pass while dst is
@@ -254,6 +254,11 @@ void ConvKernel::act_out_of_gemm(const Rebuild& rebuild) {
   with_act.get_post_ops().get_params_eltwise(0, alg, alpha, beta);
   act_out_of_pd_ = true;
   rebuild();
+  if (is_reference_impl(pd_.impl_info_str())) {  // never seen; the post-op form is jitted, keep it
+    act_out_of_pd_ = false;
+    rebuild();
+    return;
+  }
   act_pd_ = dnnl::eltwise_forward::primitive_desc(engine(), dnnl::prop_kind::forward_inference, alg, dst_md_, dst_md_,
                                                   alpha, beta, user_scratchpad_attr());
   act_after_ = dnnl::eltwise_forward(act_pd_);
@@ -460,7 +465,8 @@ std::unique_ptr<Kernel> ConvKernel::create(const KernelContext& ctx) {
     k->arg_res_ = k->args_.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, k->dst_md_);
   k->name_ = std::string("onednn_f32_conv2d:") + k->pd_.impl_info_str() + (k->packed_w_ ? ":prepacked" : "") +
              (k->scaled_ ? ":scaled" : "") + (k->pre_pad_ ? ":pre_padded" : k->via_plain_ ? ":via_plain" : "") +
-             (k->threads_ == 1 ? ":1thread" : "") + (k->fused_prim_ ? ":act_fused_if_finite" : "") + (k->act_after_ ? ":act_after" : "");
+             (k->threads_ == 1 ? ":1thread" : "") + (k->fused_prim_ ? ":act_fused_if_finite" : "") +
+             (k->act_after_ ? ":act_after" : "");
   if (k->residual_mode_ == ResidualMode::separate) k->name_ += std::string("+binary_add:") + k->add_pd_.impl_info_str();
   return k;
 }
