@@ -767,7 +767,8 @@ RECOMPUTED_NORMS = (torch.ops.aten.native_layer_norm,)
 
 def _torch_setting(**settings) -> Callable:
     """A rule's change that is one of torch's partitioner settings (torch._functorch.config),
-    patched for the call."""
+    patched for the call. (Each change returns a context manager, or None where this torch
+    cannot make it: the rule is then left out, of the partition and of its report line.)"""
     def change(partitioners):
         from torch._functorch import config as functorch_config
         return functorch_config.patch(**settings)
@@ -777,10 +778,10 @@ def _torch_setting(**settings) -> Callable:
 def _allow_norms(partitioners):
     """torch's op list with RECOMPUTED_NORMS added to its recomputable (and fusible) ops. The list
     is built once per min-cut solve, so the patch covers this partition alone. A torch without
-    that function (not the pinned one) partitions by its own rule."""
+    that function (not the pinned one): None, it partitions by its own rule."""
     torch_op_list = getattr(partitioners, "get_default_op_list", None)
     if torch_op_list is None:
-        return contextlib.nullcontext()
+        return None
 
     def op_list():
         ops = torch_op_list()
@@ -828,13 +829,16 @@ def partitioner(config: CompilerConfig, for_engine: bool, seen: Optional[dict] =
     rules = [r for r in RECOMPUTE_RULES if for_engine and getattr(config, r[0])]
 
     def partition(joint_module, joint_inputs, **kwargs):
+        applied = []
         with contextlib.ExitStack() as stack:
-            for _, change, _ in rules:
-                stack.enter_context(change(partitioners))
+            for knob, change, said in rules:
+                patch = change(partitioners)
+                if patch is not None:
+                    stack.enter_context(patch)
+                    applied.append(f"{said} (CompilerConfig.{knob})")
             fw, bw = partitioners.min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
         if seen is not None:
-            seen["saved"] = saved_for_backward(fw, kwargs["num_fwd_outputs"],
-                                               [f"{said} (CompilerConfig.{knob})" for knob, _, said in rules])
+            seen["saved"] = saved_for_backward(fw, kwargs["num_fwd_outputs"], applied)
         return fw, bw
 
     return partition

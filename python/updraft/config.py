@@ -184,8 +184,8 @@ class CompilerConfig:
         both: ViT-B/16 batch 4 saved 363 MB of activations instead of 474 (the two rules below
         off; 280 MB with them), and at one thread ViT-B/16 and BERT-base b4 peaked 23-94 MB
         lower with their steps level (the backward's extra pass against the forward's output it
-        no longer writes; docs/training.md, "What the forward saves"). False: torch's rule. Gradients stay within the training tolerances
-        either way (tests/python/test_training.py).
+        no longer writes; docs/training.md, "What the forward saves"). False: torch's rule.
+        Gradients stay within the training tolerances either way (tests/python/test_training.py).
     recompute_norms: whether that partition may also recompute a layer norm in the backward
         (output, mean and rstd from the saved input, weight and bias), which torch's allowlist
         leaves out, instead of saving its output beside its input: a transformer layer then

@@ -683,6 +683,21 @@ def test_layer_norm_outputs_are_recomputed_from_their_input(recompute):
         CompilerConfig(recompute_norms=1)
 
 
+def test_a_recompute_rule_this_torch_cannot_apply_is_not_reported(monkeypatch):
+    """A rule whose change this torch cannot make (the norms rule on a torch without the
+    partitioner's op-list function; the change returns None) is left out: the partition takes
+    torch's rule for layer norms, and the report line does not claim it."""
+    from updraft import backend
+    monkeypatch.setattr(backend, "RECOMPUTE_RULES", tuple(
+        (knob, (lambda partitioners: None) if knob == "recompute_norms" else change, said)
+        for knob, change, said in backend.RECOMPUTE_RULES))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.LayerNorm(64), torch.nn.Linear(64, 32))
+    tensors, _, rep = _step_saving(model, torch.randn(256, 64))
+    assert tensors == 4, rep  # torch's rule: the norm's input, output, mean and rstd
+    assert "recompute_norms" not in rep and "recompute_pointwise" in rep, rep
+
+
 class _Attention(torch.nn.Module):
     """Self-attention as transformers write it: one qkv linear, heads by view and permute, the
     result transposed back and reshaped for the output projection."""

@@ -42,7 +42,9 @@
 // gemm-based convolutions"). So on that implementation the activation is never a post-op: relu
 // and clamp run in the engine's pass above (no fused primitive is kept), and the others in a
 // oneDNN eltwise primitive over dst, in place (act_after_), one vectorised pass while dst is
-// still in cache.
+// still in cache. oneDNN's rather than the engine's elementwise functions: its jitted erf GELU
+// took 0.46 ns an element here, the engine's exact one 1.6 (256-bit only), and it is the same
+// algorithm the post-op named, NaN handling included.
 //
 // Reference implementations: in the channel-blocked layout oneDNN v3.2 has no jit kernel for
 // some problems (large "same" padding against the image: Conv1d k=32 p=16 over 49 steps, k=15
