@@ -124,11 +124,12 @@ class ConvKernel final : public Kernel {
                        {DNNL_ARG_DST, d},
                        {DNNL_ARG_SCRATCHPAD, wrap(add_pd_.scratchpad_desc(), at_offset(scratch, add_scratch_))}});
     }
-    if (act_after_) {
-      const dnnl::memory& d = call.memory(arg_dst_);
-      act_after_->execute(s, {{DNNL_ARG_SRC, d},
-                              {DNNL_ARG_DST, d},
-                              {DNNL_ARG_SCRATCHPAD, wrap(act_pd_.scratchpad_desc(), at_offset(scratch, act_scratch_))}});
+    if (act_after_) {  // in place over dst; its arguments reused as the conv's are (ArgCache)
+      ArgCache::Call act = act_args_.acquire();
+      act.set(0, dst);
+      act.set(1, dst);
+      act.set(2, at_offset(scratch, act_scratch_));
+      act.execute(*act_after_, s);
     }
     if (dst_reorder_) reorder_to(*dst_reorder_, dst_md_, outer_dst_md_, dst, out[0].data, s);
     s.wait();
@@ -201,6 +202,7 @@ class ConvKernel final : public Kernel {
   bool act_out_of_pd_ = false;  // the activation runs in act_after_, not as pd_'s post-op
   dnnl::eltwise_forward::primitive_desc act_pd_;
   std::optional<dnnl::eltwise_forward> act_after_;  // dst = act(dst), in place
+  ArgCache act_args_;                                 // its src, dst and scratchpad, in that order
   size_t act_scratch_ = 0;
   std::optional<dnnl::memory> packed_w_;  // constant weights in pd_.weights_desc() layout
   std::shared_ptr<void> packed_storage_;   // its storage
@@ -264,6 +266,9 @@ void ConvKernel::act_out_of_gemm(const Rebuild& rebuild) {
   act_pd_ = dnnl::eltwise_forward::primitive_desc(engine(), dnnl::prop_kind::forward_inference, alg, dst_md_, dst_md_,
                                                   alpha, beta, user_scratchpad_attr());
   act_after_ = dnnl::eltwise_forward(act_pd_);
+  act_args_.add(DNNL_ARG_SRC, dst_md_);
+  act_args_.add(DNNL_ARG_DST, dst_md_);
+  act_args_.add(DNNL_ARG_SCRATCHPAD, act_pd_.scratchpad_desc());
 }
 
 void ConvKernel::keep_fused_act(const dnnl::convolution_forward::primitive_desc& fused) {
