@@ -54,11 +54,22 @@ def conv_step_us(model: torch.nn.Module, x: torch.Tensor, layout: str, runs: int
     return statistics.median(durs), kernel.removeprefix("onednn_f32_conv2d:")
 
 
+def shape(text: str) -> tuple[int, int, int]:
+    """--shapes' CxOxH, three positive integers."""
+    try:
+        dims = tuple(int(v) for v in text.split("x"))
+    except ValueError:
+        dims = ()
+    if len(dims) != 3 or min(dims) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not CxOxH (e.g. 24x144x56)")
+    return dims
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--layouts", nargs="+", default=["nchw"])
-    p.add_argument("--shapes", nargs="+", default=["24x144x56", "64x256x56", "160x960x7", "320x1280x7"],
+    p.add_argument("--shapes", nargs="+", type=shape, default=["24x144x56", "64x256x56", "160x960x7", "320x1280x7"],
                    help="CxOxH: input channels, output channels, image side")
     p.add_argument("--kernel", type=int, default=1, help="kernel size (padding keeps the image size)")
     p.add_argument("--activations", nargs="+", default=list(ACTIVATIONS), choices=list(ACTIVATIONS))
@@ -69,8 +80,7 @@ def main() -> None:
           f"over {args.runs} calls\n")
     print("| C x O x H | layout | " + " | ".join(args.activations) + " | kernel |")
     print("|---" * (len(args.activations) + 3) + "|")
-    for shape in args.shapes:
-        c, o, h = (int(v) for v in shape.split("x"))
+    for c, o, h in args.shapes:
         x = torch.randn(1, c, h, h)
         for layout in args.layouts:
             cells, kernels = [], set()
@@ -80,7 +90,7 @@ def main() -> None:
                 us, kernel = conv_step_us(torch.nn.Sequential(conv, ACTIVATIONS[act]()).eval(), x, layout, args.runs)
                 cells.append(f"{us:.1f}")
                 kernels.add(kernel)
-            print(f"| {shape} | {layout} | " + " | ".join(cells) + " | " + ", ".join(sorted(kernels)) + " |",
+            print(f"| {c}x{o}x{h} | {layout} | " + " | ".join(cells) + " | " + ", ".join(sorted(kernels)) + " |",
                   flush=True)
 
 
