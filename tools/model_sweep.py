@@ -136,6 +136,11 @@ def _floats(out):
     return [t for t in flatten_outputs(out) if t.is_floating_point()]
 
 
+def _strides(t) -> tuple:
+    """t's strides over its dims longer than 1 (a dim of one element has no layout)."""
+    return tuple(st for n, st in zip(t.shape, t.stride()) if n > 1)
+
+
 def _rel(a, b, floor: float = 0.0) -> float:
     """max |a - b| / max |b| (updraft.debug.compare's normwise error: NaN against NaN is equal,
     against a number infinitely off), the scale at least `floor`."""
@@ -312,6 +317,8 @@ def _one(arch: str, mode: str) -> dict:
     row["coverage"] = round(rep.coverage, 3) if rep is not None else None
     if [o.shape for o in outs] != [o.shape for o in want[0]]:
         return {**row, "status": "FAIL", "why": "float outputs differ in number or shape from eager's"}
+    if [_strides(o) for o in outs] != [_strides(o) for o in want[0]]:  # a user's .view() sees them
+        return {**row, "status": "FAIL", "why": "float outputs differ in strides from eager's"}
     errs = _errors((outs, grads), want, kind)
     limit = {k: max(tol, NOISE_FACTOR * noise.get(k, 0.0)) for k in errs}
     worst = max(errs, key=lambda k: errs[k] / limit[k])

@@ -32,10 +32,10 @@ from .engine_partition import EnginePartition, active
 from . import host_memory
 from .gears import GearBox
 from .lowerer import load_c
-from .partition import partition_graph, views_to_reshapes
+from .partition import partition_graph, restride_outputs, restride_storage_reads, views_to_reshapes
 from .random_ops import engine_rng_in
-from .report import (HOST_MEMORY, INFERENCE_CHOICE, INPUT_WRITES, SAVED_INPUTS, TRAINING_CHOICE, GraphReport,
-                     report_for_new_graph, warn_once)
+from .report import (HOST_MEMORY, INFERENCE_CHOICE, INPUT_WRITES, OUTPUT_LAYOUTS, SAVED_INPUTS, TRAINING_CHOICE,
+                     GraphReport, report_for_new_graph, warn_once)
 from .training import SETUP_STREAK_LIMIT, TRIALS, MeasuredChoice, attention_as_math_in, eager_copy, is_training
 
 aten = torch.ops.aten
@@ -560,8 +560,24 @@ def compile_inference(gm: fx.GraphModule, config: CompilerConfig, report: GraphR
             print(f"[updraft]   eager {op}: {reasons[0]}", file=sys.stderr)
     if not parts and not config.gears:
         return _boxed(gm.forward)
+    _restride_user_outputs(gm, report)
     _write_inputs_in_place(gm, report, writes)
     return PartitionedGraph(gm, parts, frozen, history, config, report, names)
+
+
+def _restride_user_outputs(gm: fx.GraphModule, report: GraphReport) -> None:
+    """The outputs the user sees get eager's strides (partition.restride_outputs): all of an
+    inference graph's but the new values of written inputs (copied back into the inputs, any
+    layout), a training forward's user outputs but not its saved values (the backward reads
+    those in any layout: views_to_reshapes, restride_storage_reads), none of a backward's."""
+    if report.kind == "training backward":
+        return
+    meta, outputs = _fw_metadata(), None
+    if meta is not None:
+        first = len(meta.mutated_inp_runtime_indices)
+        outputs = range(first, first + len(meta.output_info) + meta.num_intermediate_bases)
+    if restride_outputs(gm, outputs):
+        report.compiles.append((OUTPUT_LAYOUTS, "outputs copied into eager's layout where the engine's differs"))
 
 
 def _fw_metadata() -> Any:
@@ -642,9 +658,13 @@ def compile_training(gm: fx.GraphModule, config: CompilerConfig, report: GraphRe
         # Its saved inputs come in the engine forward's layout, contiguous where torch's op was
         # not (attention's result), and a view the partition recomputed from one
         # (CompilerConfig.recompute_views) may not apply to that layout; reshape does, wherever
-        # the graph or a part of it runs in PyTorch (a fallback, a free view).
+        # the graph or a part of it runs in PyTorch (a fallback, a free view). An as_strided
+        # over one gets it in its traced layout (before partitioning, so that a graph left
+        # whole to PyTorch has it too).
         views_to_reshapes(gm)
     try:
+        if kind == "training backward":
+            restride_storage_reads(gm, inputs_too=True)
         keep = False if config.keep_arenas is None else config.keep_arenas  # training frees them: config.py
         compiled = compile_inference(gm, dataclasses.replace(config, freeze=False, keep_arenas=keep), report)
         if kind == "training backward" and config.release_saved and isinstance(compiled, PartitionedGraph) \

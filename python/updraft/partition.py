@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import operator
 import time
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch import fx
@@ -79,6 +79,7 @@ def partition_graph(gm: fx.GraphModule, config: CompilerConfig, report: GraphRep
             engine_parts.append(part)
     if engine_parts:
         views_to_reshapes(gm)
+        restride_storage_reads(gm, inputs_too=False)
     report.partition_ms = (time.perf_counter() - t0) * 1e3
     return gm, engine_parts
 
@@ -155,6 +156,178 @@ def _op_list(nodes: Any, most: int = 4) -> str:
     names = collections.Counter(op_name(n) for n in nodes if is_compute(n))
     text = ", ".join(f"{op} x{c}" for op, c in names.most_common(most))
     return text + (", ..." if len(names) > most else "")
+
+
+# -- Layouts that can be observed. An engine partition returns its results contiguous where
+# torch's op may not have (attention's [B,H,L,E] result is stored [B,L,H,E] by torch), and eager
+# ops after it keep that layout. Values are the same, but two things see the layout: the user,
+# through a graph output's strides (`.view()` after a graph break raised where eager's worked),
+# and storage reads (`as_strided` names strides and a storage offset outright, and read other
+# elements than in eager, silently). Each gets the value at the root of its view chain (the last
+# producer that is not a view) in its traced layout; the views after it then run in PyTorch and
+# give eager's geometry exactly. `view` itself is made layout-proof by views_to_reshapes.
+
+# Ops whose result depends on where their first argument's elements sit in its storage.
+_STORAGE_READS = (torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_copy.default,
+                  torch.ops.aten.as_strided_scatter.default)
+# Namespaces whose ops depend on values only (or are storage reads above): a custom op (a
+# torch.library op of the user's, a C++ extension's kernel) may read its inputs' memory as eager
+# laid it out, so all its tensor arguments count as storage reads.
+_VALUE_NAMESPACES = ("aten", "prims", "_c10d_functional", "_quantized", "quantized", "updraft")
+
+
+def restride_storage_reads(gm: fx.GraphModule, inputs_too: bool) -> int:
+    """Storage reads running in PyTorch get their root in its traced layout (above). With
+    `inputs_too`, graph inputs not laid out plainly in the trace count as possibly relaid (a
+    training backward's saved values come from the engine forward); without, inputs are the
+    user's, which eager reads by their real storage. Returns the number of roots treated."""
+    reads = []
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+            continue
+        if n.target in _STORAGE_READS and isinstance(n.args[0], fx.Node):
+            reads.append((n, 0))
+        elif n.target.namespace not in _VALUE_NAMESPACES:
+            reads += [(n, k) for k, a in enumerate(n.args)
+                      if isinstance(a, fx.Node) and isinstance(meta(a), torch.Tensor)]
+    return _restride_roots(gm, reads, inputs_too, must=True) if reads else 0
+
+
+def restride_outputs(gm: fx.GraphModule, outputs: Optional[range] = None) -> int:
+    """The graph outputs at `outputs` (those the user sees; None: all) get eager's layout, as
+    Inductor's do: their roots in their traced layout (above). Returns the number of roots
+    treated."""
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    flat = out_node.args[0] if isinstance(out_node.args[0], (tuple, list)) else [out_node.args[0]]
+    ks = range(len(flat)) if outputs is None else outputs
+    return _restride_roots(gm, [(out_node, k) for k in ks if k < len(flat) and isinstance(flat[k], fx.Node)],
+                           inputs_too=False, must=False)
+
+
+def _restride_roots(gm: fx.GraphModule, readers: list, inputs_too: bool, must: bool) -> int:
+    """For each (node, k) reading argument k (of output: its k-th value), walks the view chain
+    back to its root; a root whose layout may differ from the trace (`_relaid`) gets a node that
+    copies it into the traced layout when, at run time, it is not (a check per call). What it
+    does not do: a root with symbolic geometry that is not dense from offset 0 cannot be
+    rebuilt; it raises if `must` (a storage read: the graph then runs in PyTorch, backend's
+    fallback) and is left otherwise (an output: its values are right, its strides may not be)."""
+    relaid = _relaid(gm, inputs_too)
+    done: dict[fx.Node, fx.Node] = {}
+    changed = False
+    for node, k in readers:
+        args = node.args[0] if node.op == "output" else node.args
+        tree = list(args) if isinstance(args, (tuple, list)) else [args]
+        first, root = None, tree[k]
+        while root.op == "call_function" and isinstance(root.target, torch._ops.OpOverload) \
+                and root.target.is_view and isinstance(root.args[0], fx.Node):
+            first, root = root, root.args[0]
+        if root not in relaid:
+            continue
+        if root not in done:
+            done[root] = _restride_node(gm, root, must)
+        if done[root] is None:
+            continue
+        if first is not None:
+            first.replace_input_with(root, done[root])
+        elif node.op == "output":
+            tree[k] = done[root]
+            node.args = (type(node.args[0])(tree) if isinstance(node.args[0], (tuple, list)) else tree[0],)
+        else:
+            node.replace_input_with(root, done[root])
+        changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return sum(1 for v in done.values() if v is not None)
+
+
+def _relaid(gm: fx.GraphModule, inputs_too: bool) -> set:
+    """The nodes whose value may be laid out otherwise than in the trace: engine partition
+    results not plain in the trace, inputs likewise (with `inputs_too`), and PyTorch ops reading
+    any of those (eager ops keep their input's layout). A restride node's result is as traced."""
+    relaid: set = set()
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            if inputs_too and not _plain(meta(n)):
+                relaid.add(n)
+        elif n.op == "call_module" and str(n.target).startswith(PREFIX):
+            if not _plain(meta(n)):
+                relaid.add(n)
+        elif n.op == "call_function" and n.target is operator.getitem and isinstance(n.args[0], fx.Node) \
+                and n.args[0].op == "call_module" and str(n.args[0].target).startswith(PREFIX):
+            if not _plain(meta(n)):
+                relaid.add(n)
+        elif n.op == "call_function" and n.target not in (_in_traced_layout, _in_traced_order):
+            if any(a in relaid for a in n.all_input_nodes):
+                relaid.add(n)
+    return relaid
+
+
+def _plain(val: Any) -> bool:
+    """Laid out as the engine returns a result: contiguous from offset 0 over a storage of just
+    its elements (judged by the symbols' example values; no guard is added). Non-tensors too."""
+    if not isinstance(val, torch.Tensor):
+        return True
+    numel = 1
+    for v in val.shape:
+        numel *= _hint(v)
+    return _dense_order(val) == tuple(range(val.dim())) and _hint(val.storage_offset()) == 0 \
+        and _hint(val.untyped_storage().nbytes()) == numel * val.element_size()
+
+
+def _restride_node(gm: fx.GraphModule, root: fx.Node, must: bool) -> Optional[fx.Node]:
+    val = meta(root)
+    geometry = (tuple(val.stride()), val.storage_offset(), val.untyped_storage().nbytes() // val.element_size())
+    if all(isinstance(v, int) for v in (*geometry[0], *geometry[1:])):
+        fn, args = _in_traced_layout, (root, *geometry)
+    elif _dense_order(val) is not None and _hint(val.storage_offset()) == 0:
+        fn, args = _in_traced_order, (root, _dense_order(val))
+    elif must:
+        raise NotImplementedError(f"[updraft.partition] the traced layout of {root.name} (symbolic, not dense) "
+                                  "cannot be rebuilt per call, and as_strided reads it")
+    else:
+        return None
+    with gm.graph.inserting_after(root):
+        node = gm.graph.call_function(fn, args)
+    node.meta["val"] = val
+    return node
+
+
+def _hint(v: Any) -> int:
+    return torch.fx.experimental.symbolic_shapes.optimization_hint(v)
+
+
+def _dense_order(val: torch.Tensor) -> Optional[tuple]:
+    """The dimension order (outermost first) of a traced value whose elements fill its strides
+    without gaps, by the symbols' example values (no guard is added); None otherwise."""
+    sizes, strides = [_hint(v) for v in val.shape], [_hint(v) for v in val.stride()]
+    order = tuple(sorted(range(val.dim()), key=lambda d: (-strides[d], -sizes[d], d)))
+    step = 1
+    for d in reversed(order):
+        if sizes[d] != 1 and strides[d] != step:
+            return None
+        step *= sizes[d]
+    return order
+
+
+def _in_traced_layout(x: torch.Tensor, stride: tuple, offset: int, storage: int) -> torch.Tensor:
+    """x's values in the storage layout its graph was traced with (_restride_roots). Storage the
+    trace had beyond x's elements (x was a view there) is zeros here."""
+    if x.stride() == stride and x.storage_offset() == offset \
+            and x.untyped_storage().nbytes() == storage * x.element_size():
+        return x
+    base = x.new_empty(storage) if storage == x.numel() else x.new_zeros(storage)
+    return base.as_strided(x.shape, stride, offset).copy_(x)
+
+
+def _in_traced_order(x: torch.Tensor, order: tuple) -> torch.Tensor:
+    """x's values dense in the traced dimension order (outermost first), symbolic sizes."""
+    want, step = [0] * x.dim(), 1
+    for d in reversed(order):
+        want[d], step = step, step * x.shape[d]
+    if list(x.stride()) == want and x.storage_offset() == 0:
+        return x
+    return torch.empty_permuted(x.shape, order, dtype=x.dtype, device=x.device).copy_(x)
 
 
 def views_to_reshapes(gm: fx.GraphModule) -> None:

@@ -30,10 +30,11 @@ def warn_once(msg: str) -> None:
 # PyTorch runs a graph, timed over its first calls (updraft/training.py, MeasuredChoice), and
 # the saved activations (what a forward keeps for its backward and under which recompute rules,
 # backend.RECOMPUTE_RULES; what a backward does with them, CompilerConfig.release_saved),
-# and what the process's malloc does with freed memory (CompilerConfig.keep_freed_memory).
+# what the process's malloc does with freed memory (CompilerConfig.keep_freed_memory), and
+# which outputs are copied into eager's strides (partition.restride_outputs).
 TRAINING_CHOICE, INPUT_WRITES, INFERENCE_CHOICE = "training choice", "input-writing graph", "inference choice"
-SAVED_INPUTS, HOST_MEMORY = "saved activations", "host memory"
-DECISIONS = (TRAINING_CHOICE, INPUT_WRITES, INFERENCE_CHOICE, SAVED_INPUTS, HOST_MEMORY)
+SAVED_INPUTS, HOST_MEMORY, OUTPUT_LAYOUTS = "saved activations", "host memory", "output layouts"
+DECISIONS = (TRAINING_CHOICE, INPUT_WRITES, INFERENCE_CHOICE, SAVED_INPUTS, HOST_MEMORY, OUTPUT_LAYOUTS)
 
 
 @dataclasses.dataclass
