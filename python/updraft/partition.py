@@ -20,7 +20,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from . import partition_cost
 from .config import CompilerConfig
 from .engine_partition import EnginePartition
-from .lowering import is_compute, is_shape_arithmetic, meta, op_name
+from .lowering import Unsupported, is_compute, is_shape_arithmetic, meta, op_name
 from .report import GraphReport, PartitionReport
 from .support import EngineSupport
 
@@ -209,8 +209,8 @@ def _restride_roots(gm: fx.GraphModule, readers: list, inputs_too: bool, must: b
     back to its root; a root whose layout may differ from the trace (`_relaid`) gets a node that
     copies it into the traced layout when, at run time, it is not (a check per call). What it
     does not do: a root with symbolic geometry that is not dense from offset 0 cannot be
-    rebuilt; it raises if `must` (a storage read: the graph then runs in PyTorch, backend's
-    fallback) and is left otherwise (an output: its values are right, its strides may not be)."""
+    rebuilt; it raises Unsupported if `must` (a storage read: the graph then runs in PyTorch,
+    backend's fallback) and is left otherwise (an output: its values are right, its strides may not be)."""
     relaid = _relaid(gm, inputs_too)
     done: dict[fx.Node, fx.Node] = {}
     changed = False
@@ -250,17 +250,20 @@ def _relaid(gm: fx.GraphModule, inputs_too: bool) -> set:
         if n.op == "placeholder":
             if inputs_too and not _plain(meta(n)):
                 relaid.add(n)
-        elif n.op == "call_module" and str(n.target).startswith(PREFIX):
-            if not _plain(meta(n)):
-                relaid.add(n)
-        elif n.op == "call_function" and n.target is operator.getitem and isinstance(n.args[0], fx.Node) \
-                and n.args[0].op == "call_module" and str(n.args[0].target).startswith(PREFIX):
+        elif _engine_result(n):
             if not _plain(meta(n)):
                 relaid.add(n)
         elif n.op == "call_function" and n.target not in (_in_traced_layout, _in_traced_order):
             if any(a in relaid for a in n.all_input_nodes):
                 relaid.add(n)
     return relaid
+
+
+def _engine_result(n: fx.Node) -> bool:
+    """An engine partition's call (one result) or an element of its results."""
+    if n.op == "call_function" and n.target is operator.getitem and isinstance(n.args[0], fx.Node):
+        n = n.args[0]
+    return n.op == "call_module" and str(n.target).startswith(PREFIX)
 
 
 def _plain(val: Any) -> bool:
@@ -283,8 +286,8 @@ def _restride_node(gm: fx.GraphModule, root: fx.Node, must: bool) -> Optional[fx
     elif _dense_order(val) is not None and _hint(val.storage_offset()) == 0:
         fn, args = _in_traced_order, (root, _dense_order(val))
     elif must:
-        raise NotImplementedError(f"[updraft.partition] the traced layout of {root.name} (symbolic, not dense) "
-                                  "cannot be rebuilt per call, and as_strided reads it")
+        raise Unsupported(f"[updraft.partition] as_strided (or a custom op) reads {root.name}, whose traced "
+                          "layout (symbolic sizes, not dense) cannot be rebuilt per call; the graph runs in PyTorch")
     else:
         return None
     with gm.graph.inserting_after(root):
