@@ -1,7 +1,8 @@
 // sdpa: the tiled kernel (AVX-512 tiles where the CPU has them, and the AVX2 tiles forced with
 // KernelOptions::cpu_isa = avx2) against the reference: head shapes, causal with L != S,
 // bool and additive masks with broadcasting, broadcast batch dims, strided q/k/v, an explicit
-// scale, and one kernel from 4 threads.
+// scale, keys past a multiple of 16 scored as dot products, the block softmax against the row
+// one, and one kernel from 4 threads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,6 +43,12 @@ TEST(Attention, Shapes) {
       // Ev = 32 + 16 + 3: the two-register p v tile (AVX-512); E = 20: k^T's 8 x 8 blocks with
       // 4 features and 6 keys (S = 30) element by element.
       {{1, 2, 21, 20}, {1, 2, 30, 20}, {1, 2, 30, 51}},
+      // Keys past a multiple of 16 scored as dot products (Tiles::scores_dots): Swin's window,
+      // S = 49 = 48 + 1; S = 36 = 32 + 4 with E = 20 (16 lanes, or two of 8, and 4 features
+      // one by one) and causal rows shorter than the tiled keys; S = 17 with E = 5 (no lane).
+      {{2, 3, 49, 32}, {2, 3, 49, 32}, {2, 3, 49, 32}},
+      {{1, 2, 21, 20}, {1, 2, 36, 20}, {1, 2, 36, 24}},
+      {{3, 17, 5}, {3, 17, 5}, {3, 17, 5}},
   };
   const bool avx512 = __builtin_cpu_supports("avx512f");
   for (bool capped : {false, true}) {
@@ -95,38 +102,41 @@ TEST(Attention, AdditiveMask) {
 
 // Left padding: the padded query rows mask every key. torch's CPU sdpa gives 0 for such a row
 // (the tiles gave exp(-inf + inf) = NaN); bool and additive (-inf) masks, AVX-512 and AVX2
-// tiles, L = 37 (a full 32-row block and a tail). A NaN score under a masked bool position
+// tiles, L = 37 (a full 32-row block and a tail) and 49 (the 49th key a dot product). A NaN score under a masked bool position
 // stays NaN (torch adds the mask), so the other rows are checked against the reference.
 TEST(Attention, AllMaskedRowsGiveZero) {
-  const int64_t L = 37, pad = 3;
-  Tensor bmask(DType::boolean, {2, 1, L, L});
-  Tensor fmask(DType::f32, {2, 1, L, L});
-  for (int64_t b = 0; b < 2; ++b)
-    for (int64_t l = 0; l < L; ++l)
-      for (int64_t s = 0; s < L; ++s) {
-        const bool keep = s <= l && (b == 1 || s >= pad);  // sequence 0 is left-padded by 3
-        bmask.ptr<bool>()[(b * L + l) * L + s] = keep;
-        fmask.ptr<float>()[(b * L + l) * L + s] = keep ? 0.f : -INFINITY;
+  for (int64_t L : {37, 49}) {  // 49 = 48 + 1: the last key scored as a dot product
+    SCOPED_TRACE("L = S = " + std::to_string(L));
+    const int64_t pad = 3;
+    Tensor bmask(DType::boolean, {2, 1, L, L});
+    Tensor fmask(DType::f32, {2, 1, L, L});
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t l = 0; l < L; ++l)
+        for (int64_t s = 0; s < L; ++s) {
+          const bool keep = s <= l && (b == 1 || s >= pad);  // sequence 0 is left-padded by 3
+          bmask.ptr<bool>()[(b * L + l) * L + s] = keep;
+          fmask.ptr<float>()[(b * L + l) * L + s] = keep ? 0.f : -INFINITY;
+        }
+    for (bool capped : {false, true}) {
+      KernelOptions options;
+      if (capped) options.cpu_isa = CpuIsa::avx2;
+      for (const Tensor* m : {&bmask, &fmask}) {
+        SCOPED_TRACE(std::string(m == &bmask ? "bool" : "float") + (capped ? " cpu_isa=avx2" : ""));
+        auto b = build("sdpa", {input(rnd({2, 2, L, 16}, 1)), input(rnd({2, 2, L, 16}, 2)), input(rnd({2, 2, L, 16}, 3)),
+                                input(*m)},
+                       {{"has_mask", true}});
+        auto fast = make_kernel_for(*b, Device::cpu, options);
+        auto ref = make_kernel_for(*b, Device::ref);
+        ASSERT_TRUE(fast && ref);
+        Tensor got = run_kernel(*fast, *b), want = run_kernel(*ref, *b);
+        EXPECT_TRUE(all_close(got, want, kAttnTol, kAttnTol)) << fast->name();
+        for (int64_t h = 0; h < 2; ++h)
+          for (int64_t l = 0; l < pad; ++l)
+            for (int64_t e = 0; e < 16; ++e) {
+              EXPECT_EQ(got.ptr<float>()[(h * L + l) * 16 + e], 0.f) << "head " << h << " row " << l;
+              EXPECT_EQ(want.ptr<float>()[(h * L + l) * 16 + e], 0.f) << "ref, head " << h << " row " << l;
+            }
       }
-  for (bool capped : {false, true}) {
-    KernelOptions options;
-    if (capped) options.cpu_isa = CpuIsa::avx2;
-    for (const Tensor* m : {&bmask, &fmask}) {
-      SCOPED_TRACE(std::string(m == &bmask ? "bool" : "float") + (capped ? " cpu_isa=avx2" : ""));
-      auto b = build("sdpa", {input(rnd({2, 2, L, 16}, 1)), input(rnd({2, 2, L, 16}, 2)), input(rnd({2, 2, L, 16}, 3)),
-                              input(*m)},
-                     {{"has_mask", true}});
-      auto fast = make_kernel_for(*b, Device::cpu, options);
-      auto ref = make_kernel_for(*b, Device::ref);
-      ASSERT_TRUE(fast && ref);
-      Tensor got = run_kernel(*fast, *b), want = run_kernel(*ref, *b);
-      EXPECT_TRUE(all_close(got, want, kAttnTol, kAttnTol)) << fast->name();
-      for (int64_t h = 0; h < 2; ++h)
-        for (int64_t l = 0; l < pad; ++l)
-          for (int64_t e = 0; e < 16; ++e) {
-            EXPECT_EQ(got.ptr<float>()[(h * L + l) * 16 + e], 0.f) << "head " << h << " row " << l;
-            EXPECT_EQ(want.ptr<float>()[(h * L + l) * 16 + e], 0.f) << "ref, head " << h << " row " << l;
-          }
     }
   }
 }
@@ -298,6 +308,34 @@ TEST(Attention, Avx512SoftmaxRowMatchesAvx2) {
   std::vector<float> bad = {1.f, NAN, 2.f, 3.f, 4.f};
   EXPECT_TRUE(std::isnan(a5.softmax_row(bad.data(), 5, &shift)));
   EXPECT_TRUE(std::isnan(shift));
+  // softmax_rows over a block: each row's bits, shift and sum as softmax_row gives them, rows of
+  // several lengths (causal rows), a NaN row and a fully masked one among them.
+  for (const auto* t : {&a2, &a5}) {
+    const int64_t ps = 64, rows = 7;
+    const int64_t n[rows] = {49, 1, 16, 33, 64, 17, 40};
+    Tensor r = random_tensor(DType::f32, {rows, ps}, 11);
+    std::vector<float> block(r.ptr<float>(), r.ptr<float>() + rows * ps);
+    for (int64_t j = 0; j < ps; ++j) block[2 * ps + j] = -INFINITY;
+    block[3 * ps + 20] = NAN;
+    std::vector<float> one = block;
+    float shifts[rows], sums[rows];
+    t->softmax_rows(block.data(), ps, rows, n, shifts, sums);
+    for (int64_t i = 0; i < rows; ++i) {
+      float sh = 0;
+      const float sum = t->softmax_row(one.data() + i * ps, n[i], &sh);
+      EXPECT_EQ(std::isnan(sum), std::isnan(sums[i])) << t->isa << " row " << i;
+      if (!std::isnan(sum)) EXPECT_EQ(sums[i], sum) << t->isa << " row " << i;
+      EXPECT_EQ(std::isnan(sh), std::isnan(shifts[i])) << t->isa << " row " << i;
+      if (!std::isnan(sh)) EXPECT_EQ(shifts[i], sh) << t->isa << " row " << i;
+      for (int64_t j = 0; j < ps; ++j) {
+        const float a = block[i * ps + j], b = one[i * ps + j];
+        if (!(std::isnan(a) && std::isnan(b))) EXPECT_EQ(a, b) << t->isa << " row " << i << " j " << j;
+      }
+    }
+    EXPECT_EQ(shifts[2], 0.f);
+    EXPECT_EQ(sums[2], 0.f);
+    EXPECT_TRUE(std::isnan(sums[3]));
+  }
   // Every key masked: weights 0, sum 0, shifted by 0 (not -inf).
   for (const auto* t : {&a2, &a5}) {
     std::vector<float> masked(19, -INFINITY);

@@ -6,10 +6,12 @@
 // up to 32 query rows). A thread packs the unit's k as k^T [E, S16] (S rounded up to 16) in its
 // slice of the planned scratch, computes the block's scores with an R-row x 16-key register
 // tile (each k^T load feeds R rows of FMAs; the scale multiplies the finished dot products),
-// applies masks and causality per row, turns each row into exp(score - max) with the engine's
-// vector exp, and accumulates p v with a 4-row tile, dividing by the row sums at the end
-// (the tiles: src/kernels/cpu/sdpa_tiles.h). Scores stay in the
-// thread's scratch (32 x S16 floats), never in memory the plan sees; run() allocates nothing.
+// except that up to kDotKeys keys past a multiple of 16 are dot products of q's and k's rows
+// (a 16-key tile for Swin's 49th key cost a quarter of the call), applies masks and causality
+// per row, turns the block's rows into exp(score - max) with the engine's vector exp (one loop
+// over all their vectors), and accumulates p v with a 4-row tile, dividing by the row sums at
+// the end (the tiles: src/kernels/cpu/sdpa_tiles.h). Scores stay in the thread's scratch
+// (32 x S16 floats), never in memory the plan sees; run() allocates nothing.
 // Tiles rather than one query row at a time: a horizontal sum per score left the FMA units
 // idle (the figures: docs/BENCHMARKS.md, "Code-comment figures").
 //
@@ -66,12 +68,15 @@ using onednn::ScratchPlan;
 constexpr const char* kOp = "sdpa";
 
 constexpr int64_t kRowBlock = 32;  // query rows per unit of work
+// At most this many keys past a multiple of 16 are scored as dot products rather than by a
+// 16-key tile (measured: docs/BENCHMARKS.md, "Issue 19: Swin's 49 keys").
+constexpr int64_t kDotKeys = 4;
 
 int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
-// kt = k^T [E, S16] from k's rows [S, E] (row stride ks, unit inner stride), zero past S. In
-// 8 x 8 blocks transposed in registers, the edges element by element: at the short keys of a
-// windowed attention (Swin: 49 keys of 32 features, packed once per head and window) the
+// kt = k^T [E, S16] from k's rows [S, E] (row stride ks, unit inner stride), zero from S to
+// the row stride S16 (a multiple of 16 from S up). In 8 x 8 blocks transposed in registers, the
+// edges element by element: at the short keys of a windowed attention (Swin: 49 keys of 32 features, packed once per head and window) the
 // element-by-element copy and the mask added element by element were a quarter of the
 // kernel's time (perf, docs/BENCHMARKS.md "Issue 19: attention without its head transposes").
 void pack_kt(const float* kb, int64_t ks, int64_t S, int64_t E, int64_t S16, float* kt) {
@@ -112,6 +117,7 @@ struct Avx2 {
   static reg set1(float x) { return _mm256_set1_ps(x); }
   static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
   static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
+  static float sum(reg v) { return simd::hsum(v); }
 };
 
 // The tiles to use: AVX-512 where the CPU has it, unless options.cpu_isa caps the engine's own
@@ -137,6 +143,9 @@ class SdpaKernel final : public Kernel {
     const int64_t batches = L * Ev != 0 ? y.numel() / (L * Ev) : 0;
     if (batches == 0) return;
     const int64_t S16 = round16(S), blocks = (L + kRowBlock - 1) / kRowBlock;
+    // Keys [0, tiled) go through the 16-key score tiles, from k^T with row stride kts; the rest,
+    // at most kDotKeys past a multiple of 16, as dot products (Tiles::scores_dots).
+    const int64_t rest = S % 16, tiled = S > 16 && rest <= kDotKeys ? S - rest : S, kts = round16(tiled);
     const size_t thread_bytes = thread_bytes_for(S, E);
     float* y_data = y.ptr<float>();
     char* thread_scratch = at_offset(scratch, scores_);
@@ -147,6 +156,8 @@ class SdpaKernel final : public Kernel {
       float* kt = reinterpret_cast<float*>(thread_scratch + omp_get_thread_num() * thread_bytes);
       float* p = kt + E * S16;
       float* inv = p + kRowBlock * S16;
+      float shifts[kRowBlock], sums[kRowBlock];
+      int64_t keys[kRowBlock];
       const float* packed = nullptr;  // the k whose k^T is in kt (query heads sharing a k reuse it)
 #pragma omp for schedule(dynamic, 1)
       for (int64_t unit = 0; unit < batches * blocks; ++unit) {
@@ -158,31 +169,35 @@ class SdpaKernel final : public Kernel {
         const float* vb = v.ptr<const float>() + batch_offset(v, idx, nb);
         const float* kb = k.ptr<const float>() + batch_offset(k, idx, nb);
         if (packed != kb) {  // k^T for this batch element
-          pack_kt(kb, ks, S, E, S16, kt);
+          pack_kt(kb, ks, tiled, E, kts, kt);
           packed = kb;
         }
         const cpu::sdpa::Tiles& t = *tiles_;
         int64_t l = l0;
         for (; l + t.score_rows <= l1; l += t.score_rows)
-          t.scores_wide(qb + l * qs, qs, kt, S16, E, scale_, p + (l - l0) * S16);
-        for (; l < l1; ++l) t.scores_one(qb + l * qs, qs, kt, S16, E, scale_, p + (l - l0) * S16);
+          t.scores_wide(qb + l * qs, qs, kt, kts, kts, E, scale_, p + (l - l0) * S16, S16);
+        for (; l < l1; ++l) t.scores_one(qb + l * qs, qs, kt, kts, kts, E, scale_, p + (l - l0) * S16, S16);
+        if (tiled < S) t.scores_dots(qb + l0 * qs, qs, l1 - l0, kb, ks, tiled, S, E, scale_, p, S16);
         int64_t n_max = 0;  // keys any row of the block uses
         for (l = l0; l < l1; ++l) {
-          float* sc = p + (l - l0) * S16;
           // Causal: keys after the query position are masked (weight 0, never accumulated).
           const int64_t n = causal_ ? std::min(l + 1, S) : S;
-          if (mask) apply_mask(*mask, idx, nb, l, sc, n);
-          // NaN scores make the row NaN, as in torch. A row with every key masked has weights
-          // 0 and sum 0 (softmax_row), and torch's CPU sdpa gives 0 for it (sum_j 0 * v_j), not
-          // 0 / 0: a left-padded query row of a batched prompt.
-          float shift;
-          const float sum = t.softmax_row(sc, n, &shift);
+          if (mask) apply_mask(*mask, idx, nb, l, p + (l - l0) * S16, n);
+          keys[l - l0] = n;
+          n_max = std::max(n_max, n);
+        }
+        // NaN scores make the row NaN, as in torch. A row with every key masked has weights 0
+        // and sum 0 (softmax_row), and torch's CPU sdpa gives 0 for it (sum_j 0 * v_j), not
+        // 0 / 0: a left-padded query row of a batched prompt.
+        t.softmax_rows(p, S16, l1 - l0, keys, shifts, sums);
+        for (l = l0; l < l1; ++l) {
+          const float sum = sums[l - l0];
           inv[l - l0] = sum == 0.f ? 0.f : 1.f / sum;
           // torch's CPU flash kernel gives 0 for a row with every key masked (its backward then
           // weighs every key exp(-inf - 0) = 0).
-          if (lse) lse[b * L + l] = sum == 0.f ? 0.f : shift + std::log(sum);
-          for (int64_t j = n; j < S16; ++j) sc[j] = 0.f;
-          n_max = std::max(n_max, n);
+          if (lse) lse[b * L + l] = sum == 0.f ? 0.f : shifts[l - l0] + std::log(sum);
+          float* sc = p + (l - l0) * S16;
+          for (int64_t j = keys[l - l0]; j < n_max; ++j) sc[j] = 0.f;  // p v reads n_max keys of every row
         }
         float* yb = y_data + batch_offset(y, idx, nb);
         for (l = l0; l + 4 <= l1; l += 4)
@@ -289,12 +304,22 @@ float softmax_row_avx2(float* sc, int64_t n, float* shift) {
   *shift = m == -std::numeric_limits<float>::infinity() ? 0.f : m;
   return simd::exp_shift_sum(sc, *shift, n, sc);
 }
+void softmax_rows_avx2(float* p, int64_t ps, int64_t rows, const int64_t* n, float* shift, float* sum) {
+  for (int64_t r = 0; r < rows; ++r) sum[r] = softmax_row_avx2(p + r * ps, n[r], shift + r);
+}
 }  // namespace
 
 // 4 rows x 16 keys (8 accumulators) for scores; 4 rows x 16 columns for p v.
 const Tiles& tiles_avx2() {
-  static const Tiles t{"avx2",           4, scores_tile<Avx2, 4>, scores_tile<Avx2, 1>, pv_tile<Avx2, 4>,
-                       pv_tile<Avx2, 1>, softmax_row_avx2};
+  static const Tiles t{"avx2",
+                       4,
+                       scores_tile<Avx2, 4>,
+                       scores_tile<Avx2, 1>,
+                       scores_dots<Avx2>,
+                       pv_tile<Avx2, 4>,
+                       pv_tile<Avx2, 1>,
+                       softmax_row_avx2,
+                       softmax_rows_avx2};
   return t;
 }
 

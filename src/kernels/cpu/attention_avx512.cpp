@@ -23,6 +23,7 @@ struct Avx512 {
   static reg set1(float x) { return _mm512_set1_ps(x); }
   static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
   static reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }
+  static float sum(reg v) { return _mm512_reduce_add_ps(v); }
 };
 
 // e^x by exp256's range reduction (Cody-Waite, n = floor(x log2 e + 1/2)) and degree-6
@@ -55,9 +56,10 @@ __m512 exp512(__m512 x) {
 
 __mmask16 tail_mask(int64_t left) { return static_cast<__mmask16>((1u << left) - 1u); }
 
-// sc[j] = exp(sc[j] - max) for j < n, returning the sum. The max propagates NaN as torch.amax
-// does (a NaN score makes the row NaN); tails run masked, so every position takes the same path.
-float softmax_row(float* sc, int64_t n, float* shift) {
+// The shift of a row of n scores: its max, NaN-propagating as torch.amax (a NaN score makes the
+// row NaN), and 0 for a row whose max is -inf (every key masked: weights exp(-inf) = 0, sum 0).
+// Tails run masked, so every position takes the same path.
+inline float row_shift(const float* sc, int64_t n) {
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
   __m512 m = ninf;
   __mmask16 nan = 0;
@@ -72,12 +74,16 @@ float softmax_row(float* sc, int64_t n, float* shift) {
     nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
     m = _mm512_max_ps(x, m);
   }
-  // A row whose max is -inf (every key masked) is shifted by 0: weights exp(-inf) = 0, sum 0.
   const float mx = _mm512_reduce_max_ps(m);
-  *shift = nan ? NAN : mx == -INFINITY ? 0.f : mx;
-  const __m512 vm = _mm512_set1_ps(*shift);
+  return nan ? NAN : mx == -INFINITY ? 0.f : mx;
+}
+
+// sc[j] = exp(sc[j] - shift) for j < n in place, returning the sum.
+inline float exp_row(float* sc, int64_t n, float shift) {
+  const __m512 vm = _mm512_set1_ps(shift);
   __m512 acc = _mm512_setzero_ps();
-  for (i = 0; i + 16 <= n; i += 16) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
     const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(sc + i), vm));
     _mm512_storeu_ps(sc + i, e);
     acc = _mm512_add_ps(acc, e);
@@ -91,11 +97,30 @@ float softmax_row(float* sc, int64_t n, float* shift) {
   return _mm512_reduce_add_ps(acc);
 }
 
+float softmax_row(float* sc, int64_t n, float* shift) {
+  *shift = row_shift(sc, n);
+  return exp_row(sc, n, *shift);
+}
+
+// softmax_row over a block of rows as two loops, every row's shift and then every row's exps,
+// inlined, so that one row's exps need not finish before the next row's start.
+void softmax_rows(float* p, int64_t ps, int64_t rows, const int64_t* n, float* shift, float* sum) {
+  for (int64_t r = 0; r < rows; ++r) shift[r] = row_shift(p + r * ps, n[r]);
+  for (int64_t r = 0; r < rows; ++r) sum[r] = exp_row(p + r * ps, n[r], shift[r]);
+}
+
 }  // namespace
 
 const Tiles& tiles_avx512() {
-  static const Tiles t{"avx512",           8, scores_tile<Avx512, 8>, scores_tile<Avx512, 1>,
-                       pv_tile<Avx512, 4>, pv_tile<Avx512, 1>, softmax_row};
+  static const Tiles t{"avx512",
+                       8,
+                       scores_tile<Avx512, 8>,
+                       scores_tile<Avx512, 1>,
+                       scores_dots<Avx512>,
+                       pv_tile<Avx512, 4>,
+                       pv_tile<Avx512, 1>,
+                       softmax_row,
+                       softmax_rows};
   return t;
 }
 
