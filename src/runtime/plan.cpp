@@ -335,7 +335,7 @@ void Plan::Builder::slots_and_steps() {
     }
     st.view_base = nviews;
     nviews += st.in_slots.size() + st.out_slots.size();
-    p->steps_.push_back(std::move(st));
+    p->steps_->push_back(std::move(st));
   }
   for (size_t k = 0; k < outs.size(); ++k) {
     if (direct[k]) continue;
@@ -346,7 +346,7 @@ void Plan::Builder::slots_and_steps() {
     st.out_slots = {p->output_slot_[k]};
     st.view_base = nviews;
     nviews += 2;
-    p->steps_.push_back(std::move(st));
+    p->steps_->push_back(std::move(st));
   }
   p->num_views_ = nviews;
   p->index_call_positions();
@@ -423,6 +423,7 @@ bool Plan::find_moving_parts(const Graph& g, std::string* why) {
   // Slots whose shapes move with a symbol: their types must give exactly this plan's shapes.
   sym_slots_.clear();
   sym_steps_.clear();
+  sym_views_.clear();
   std::vector<bool> sym_slot(slots_.size(), false);
   for (size_t s = 0; s < slots_.size(); ++s) {
     const Slot& sl = slots_[s];
@@ -442,8 +443,14 @@ bool Plan::find_moving_parts(const Graph& g, std::string* why) {
     sym_slot[s] = true;
     sym_slots_.push_back({static_cast<int>(s), &ty});
   }
-  for (size_t i = 0; i < steps_.size(); ++i) {
-    const Step& st = steps_[i];
+  for (size_t i = 0; i < steps_->size(); ++i) {
+    const Step& st = (*steps_)[i];
+    size_t v = st.view_base;  // make_state's order: in views, then out views
+    for (const std::vector<int>* slots : {&st.in_slots, &st.out_slots})
+      for (int sl : *slots) {
+        if (sym_slot[static_cast<size_t>(sl)]) sym_views_.push_back({v, sl});
+        ++v;
+      }
     if (st.kind != Step::Kind::Kernel) continue;
     bool moves = false;
     for (int sl : st.in_slots) moves = moves || sym_slot[static_cast<size_t>(sl)];
@@ -465,13 +472,13 @@ std::string Plan::range_refusal(const Graph& g, const CompileOptions& opts, cons
   }
   // Every kernel step, moving or not: a kernel on static shapes can still have bound a
   // symbolic attribute (a slice of a fixed table at a size-dependent offset).
-  for (const Step& st : steps_)
+  for (const Step& st : *steps_)
     if (st.kind == Step::Kind::Kernel && cache.symbolic_attrs[static_cast<size_t>(st.time)] &&
         st.kernel->reads_attrs())
       return node_label(*st.node) + " has attributes that depend on a size, and its kernel " + st.kernel->name() +
              " reads them";
   for (size_t i : sym_steps_) {
-    const Step& st = steps_[i];
+    const Step& st = (*steps_)[i];
     try {
       if (!st.kernel->runs_shapes_of(context_at(*st.node, lo, opts)) ||
           !st.kernel->runs_shapes_of(context_at(*st.node, hi, opts)))
@@ -482,6 +489,7 @@ std::string Plan::range_refusal(const Graph& g, const CompileOptions& opts, cons
   }
   sym_slots_.clear();  // only templates keep them
   sym_steps_.clear();
+  sym_views_.clear();
   return "";
 }
 
@@ -514,7 +522,8 @@ std::shared_ptr<Plan> Plan::instantiate(const std::vector<std::vector<int64_t>>&
   p->input_shapes_ = input_shapes;
   p->bindings_ = b;
   p->slots_ = slots_;
-  p->steps_ = steps_;
+  p->steps_ = steps_;  // shared, not copied
+  p->template_ = shared_from_this();
   p->input_slot_ = input_slot_;
   p->output_slot_ = output_slot_;
   p->packable_ = packable_;
@@ -538,7 +547,7 @@ std::shared_ptr<Plan> Plan::instantiate(const std::vector<std::vector<int64_t>>&
     sl.shape = std::move(shape);
   }
   for (size_t i : sym_steps_) {
-    const Step& st = p->steps_[i];
+    const Step& st = (*steps_)[i];
     KernelContext ctx = context_at(*st.node, b, opts);
     if (!st.kernel->runs_shapes_of(ctx) || st.kernel->scratch_bytes_for(ctx) > st.scratch_bytes) {
       *why = node_label(*st.node) + ": its kernel does not run these sizes in the template's scratch";
@@ -596,9 +605,9 @@ static void for_each_touch(const std::vector<Step>& steps, const std::vector<Slo
 
 void Plan::index_call_positions() {
   input_last_steps_.assign(input_slot_.size(), -1);
-  for_each_touch(steps_, slots_, SlotKind::Input, [&](int i, int k) { input_last_steps_[k] = i; });
+  for_each_touch(*steps_, slots_, SlotKind::Input, [&](int i, int k) { input_last_steps_[k] = i; });
   output_first_steps_.assign(output_slot_.size(), -1);
-  for_each_touch(steps_, slots_, SlotKind::Output, [&](int i, int k) {
+  for_each_touch(*steps_, slots_, SlotKind::Output, [&](int i, int k) {
     if (output_first_steps_[k] < 0) output_first_steps_[k] = i;
   });
   output_aliases_.assign(output_slot_.size(), {});
@@ -623,7 +632,7 @@ std::unique_ptr<CallState> Plan::make_state() const {
   st->arena = aligned_alloc_shared(memory_.arena_bytes);
   st->ptrs.assign(slots_.size(), nullptr);
   st->views.resize(num_views_);
-  for (const Step& s : steps_) {
+  for (const Step& s : *steps_) {
     size_t v = s.view_base;
     for (int slot : s.in_slots) {
       const Slot& sl = slots_[slot];
@@ -635,24 +644,45 @@ std::unique_ptr<CallState> Plan::make_state() const {
     }
   }
   st->inputs.resize(input_slot_.size());
+  st->shaped_for = uid_;
   return st;
 }
 
+uint64_t Plan::new_uid() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Plan::reshape(CallState& st) const {
+  const Plan& owner = template_ ? *template_ : *this;
+  for (const auto& [v, slot] : owner.sym_views_) {
+    const Slot& sl = slots_[static_cast<size_t>(slot)];
+    st.views[v] = contiguous_like(nullptr, sl.dtype, static_cast<int>(sl.shape.size()), sl.shape.data());
+  }
+  st.shaped_for = uid_;
+}
+
 std::unique_ptr<CallState> Plan::acquire() const {
+  const Plan& owner = template_ ? *template_ : *this;  // whose pool: an instance's template's
+  std::unique_ptr<CallState> st;
   {
-    std::lock_guard<std::mutex> lock(pool_mu_);
-    if (!pool_.empty()) {
-      auto st = std::move(pool_.back());
-      pool_.pop_back();
-      return st;
+    std::lock_guard<std::mutex> lock(owner.pool_mu_);
+    if (!owner.pool_.empty()) {
+      st = std::move(owner.pool_.back());
+      owner.pool_.pop_back();
     }
   }
-  return make_state();  // first use (or more concurrent callers than ever before)
+  if (!st) return make_state();  // first use (or more concurrent callers than ever before)
+  // The template's arena holds every instance's buffers (instantiate checked them), and the
+  // slots that do not move have the same views in every instance.
+  if (st->shaped_for != uid_) reshape(*st);
+  return st;
 }
 
 void Plan::release(std::unique_ptr<CallState> st) const {
-  std::lock_guard<std::mutex> lock(pool_mu_);
-  pool_.push_back(std::move(st));  // capacity only grows, so steady state does not allocate
+  const Plan& owner = template_ ? *template_ : *this;
+  std::lock_guard<std::mutex> lock(owner.pool_mu_);
+  owner.pool_.push_back(std::move(st));  // capacity only grows, so steady state does not allocate
 }
 
 namespace {
@@ -754,19 +784,19 @@ void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const s
   };
   const bool profiling = profiling_.load(std::memory_order_relaxed);
   if (!observer && !profiling) {
-    for (size_t i = 0; i < steps_.size(); ++i) {
+    for (size_t i = 0; i < steps_->size(); ++i) {
       supply(i);
-      run_step(steps_[i], bind_step(steps_[i]));
+      run_step((*steps_)[i], bind_step((*steps_)[i]));
     }
-    supply(steps_.size());  // a call of no steps
+    supply(steps_->size());  // a call of no steps
     return;
   }
   // Timed: one pair of clock reads per step feeds both the profiling counters and the observer.
   using clock = std::chrono::steady_clock;
   StepEvent ev;
   TensorView copy_views[2];  // an output copy's event views (the caller's view of a strided input)
-  for (size_t i = 0; i < steps_.size(); ++i) {
-    const Step& step = steps_[i];
+  for (size_t i = 0; i < steps_->size(); ++i) {
+    const Step& step = (*steps_)[i];
     supply(i);
     TensorView* v = bind_step(step);
     if (observer) {
@@ -799,16 +829,16 @@ void Plan::execute(CallState& st, const std::vector<TensorView>& inputs, const s
       observer->after(*this, ev);
     }
   }
-  supply(steps_.size());
+  supply(steps_->size());
 }
 
 
 void Plan::set_profiling(bool on) const {
   std::lock_guard<std::mutex> lock(pool_mu_);
   if (on && !step_ns_) {
-    step_ns_ = std::make_unique<std::atomic<int64_t>[]>(steps_.size());
-    step_calls_ = std::make_unique<std::atomic<int64_t>[]>(steps_.size());
-    for (size_t i = 0; i < steps_.size(); ++i) step_ns_[i] = step_calls_[i] = 0;
+    step_ns_ = std::make_unique<std::atomic<int64_t>[]>(steps_->size());
+    step_calls_ = std::make_unique<std::atomic<int64_t>[]>(steps_->size());
+    for (size_t i = 0; i < steps_->size(); ++i) step_ns_[i] = step_calls_[i] = 0;
   }
   profiling_.store(on, std::memory_order_release);
 }
@@ -816,8 +846,8 @@ void Plan::set_profiling(bool on) const {
 std::vector<StepTime> Plan::step_times() const {
   std::lock_guard<std::mutex> lock(pool_mu_);
   std::vector<StepTime> r;
-  for (size_t i = 0; i < steps_.size(); ++i) {
-    const Step& st = steps_[i];
+  for (size_t i = 0; i < steps_->size(); ++i) {
+    const Step& st = (*steps_)[i];
     StepTime t;
     t.step = static_cast<int>(i);
     t.op = st.kind == Step::Kind::Kernel ? st.node->op_name() : "copy-out";
@@ -854,8 +884,8 @@ std::string Plan::str() const {
     s += line;
   }
   s += "steps (t: the step in the memory plan's lifetimes; views run no kernel):\n";
-  for (size_t i = 0; i < steps_.size(); ++i) {
-    const Step& st = steps_[i];
+  for (size_t i = 0; i < steps_->size(); ++i) {
+    const Step& st = (*steps_)[i];
     std::string ins, outs;
     for (int x : st.in_slots) ins += (ins.empty() ? "#" : ", #") + std::to_string(x);
     for (int x : st.out_slots) outs += (outs.empty() ? "#" : ", #") + std::to_string(x);

@@ -124,6 +124,8 @@ class OutputSource {
 int64_t runtime_clock_ns();
 
 // Per-call mutable state, pooled per plan: the arena, slot pointers and the views kernels see.
+// A range template's instances share its pool (Plan::acquire): one arena for the bucket, and
+// only the views of moving slots reshaped when a state passes from one instance to another.
 struct CallState {
   std::shared_ptr<void> arena;
   std::vector<void*> ptrs;         // by slot
@@ -131,6 +133,7 @@ struct CallState {
   std::vector<TensorView> inputs;  // by input: what this call reads (the caller's view or its packed copy)
   std::shared_ptr<void> pack;      // packed copies of a call's strided inputs (grown on demand)
   size_t pack_bytes = 0;           // pack's size
+  uint64_t shaped_for = 0;         // the Plan::uid_ whose shapes the views hold
 };
 
 // One symbol's size bucket in a range plan: every value in [lo, hi] runs on the plan built at hi.
@@ -139,7 +142,7 @@ struct SizeRange {
   int64_t lo = 0, hi = 0;
 };
 
-class Plan {
+class Plan : public std::enable_shared_from_this<Plan> {
  public:
   // Binds symbols from the input shapes, infers concrete shapes, creates kernels, plans
   // memory. Throws Error("runtime", ...) on shapes the graph cannot take. With a CrossShapeCache
@@ -179,7 +182,7 @@ class Plan {
   const std::vector<std::vector<int64_t>>& output_shapes() const { return output_shapes_; }
   const SymBindings& bindings() const { return bindings_; }
   const MemoryPlan& memory() const { return memory_; }
-  const std::vector<Step>& steps() const { return steps_; }
+  const std::vector<Step>& steps() const { return *steps_; }
   const std::vector<Slot>& slots() const { return slots_; }
   int num_inplace() const { return num_inplace_; }
   // The graph inputs each call scans for NaN / inf before its steps (runtime/finite_inputs.h);
@@ -200,6 +203,10 @@ class Plan {
   bool matches(const std::vector<TensorView>& inputs) const;
 
   // Pool of CallStates: acquire pops one (or makes one on first use), release pushes it back.
+  // An instance of a range template uses the template's pool, reshaping the popped state's
+  // moving views when another instance left it: a decode step over a growing KV cache is a new
+  // instance per token, and a state of its own (arena and views) cost more than the step's
+  // plan lookup.
   std::unique_ptr<CallState> acquire() const;
   void release(std::unique_ptr<CallState> state) const;
   // Runs the schedule. Inputs/outputs must already be validated against this plan
@@ -222,6 +229,9 @@ class Plan {
   struct Builder;  // build()'s phases (plan.cpp)
   Plan() = default;
   std::unique_ptr<CallState> make_state() const;
+  // Gives `st` this plan's shapes in the views of the template's moving slots (sym_views_).
+  void reshape(CallState& st) const;
+  static uint64_t new_uid();
   // Fills input_last_steps_, output_first_steps_ and output_aliases_ from the schedule (once
   // per build; instances share the template's schedule, so they copy them).
   void index_call_positions();
@@ -234,7 +244,9 @@ class Plan {
   std::vector<std::vector<int64_t>> input_shapes_, output_shapes_;
   SymBindings bindings_;
   std::vector<Slot> slots_;
-  std::vector<Step> steps_;          // kernels in graph order, then output copies
+  // Kernels in graph order, then output copies. Read-only once built: a range template's
+  // instances share it (instantiate copies the pointer, not the steps).
+  std::shared_ptr<std::vector<Step>> steps_ = std::make_shared<std::vector<Step>>();
   std::vector<int> input_slot_;      // by input: its slot
   std::vector<int> output_slot_;     // by output: the slot of kind Output
   std::vector<bool> packable_;       // by input: read by some node, so packed when it comes strided
@@ -248,6 +260,9 @@ class Plan {
   std::vector<SizeRange> ranges_;
   std::vector<std::pair<int, const Shape*>> sym_slots_;
   std::vector<size_t> sym_steps_;
+  std::vector<std::pair<size_t, int>> sym_views_;  // (CallState::views index, slot) of moving slots
+  std::shared_ptr<const Plan> template_;           // an instance's template: whose pool it uses
+  const uint64_t uid_ = new_uid();                 // unique over the process (CallState::shaped_for)
   std::string instance_of_;
   int num_inplace_ = 0;
   int num_threads_ = 0;  // CompileOptions::num_threads, for the plan's own copies as for its kernels
