@@ -76,9 +76,10 @@ int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
 // kt = k^T [E, S16] from k's rows [S, E] (row stride ks, unit inner stride), zero from S to
 // the row stride S16 (a multiple of 16 from S up). In 8 x 8 blocks transposed in registers, the
-// edges element by element: at the short keys of a windowed attention (Swin: 49 keys of 32 features, packed once per head and window) the
-// element-by-element copy and the mask added element by element were a quarter of the
-// kernel's time (perf, docs/BENCHMARKS.md "Issue 19: attention without its head transposes").
+// edges element by element: at the short keys of a windowed attention (Swin: 49 keys of 32
+// features, packed once per head and window) the element-by-element copy and the mask added
+// element by element were a quarter of the kernel's time (perf, docs/BENCHMARKS.md "Issue 19:
+// attention without its head transposes").
 void pack_kt(const float* kb, int64_t ks, int64_t S, int64_t E, int64_t S16, float* kt) {
   int64_t j = 0;
   for (; j + 8 <= S; j += 8) {
