@@ -26,6 +26,13 @@ Tensor rnd(const std::vector<int64_t>& s, uint32_t seed) { return random_tensor(
 // of error; the softmax weights sum to 1, so errors stay relative to the values of v.
 constexpr double kAttnTol = 1e-4;
 
+// One row through Tiles::softmax_rows: its sum, with the shift in *shift.
+float softmax_row(const cpu::sdpa::Tiles& t, float* sc, int64_t n, float* shift) {
+  float sum = 0;
+  t.softmax_rows(sc, 0, 1, &n, shift, &sum);
+  return sum;
+}
+
 }  // namespace
 
 TEST(Attention, Shapes) {
@@ -290,7 +297,7 @@ TEST(Attention, Avx512SoftmaxRowMatchesAvx2) {
     if (n > 3) x[2] = -INFINITY;
     std::vector<float> y2 = x, y5 = x;
     float m2 = 0, m5 = 0;
-    const float s2 = a2.softmax_row(y2.data(), n, &m2), s5 = a5.softmax_row(y5.data(), n, &m5);
+    const float s2 = softmax_row(a2, y2.data(), n, &m2), s5 = softmax_row(a5, y5.data(), n, &m5);
     for (int64_t j = 0; j < n; ++j) EXPECT_EQ(y2[j], y5[j]) << "n=" << n << " j=" << j;
     EXPECT_NEAR(s5, s2, 1e-6 * s2) << "n=" << n;
     EXPECT_EQ(m5, m2) << "n=" << n;
@@ -302,13 +309,13 @@ TEST(Attention, Avx512SoftmaxRowMatchesAvx2) {
   std::vector<float> l2 = low, l5 = low;
   const int64_t nl = static_cast<int64_t>(low.size());
   float shift = 1;
-  a2.softmax_row(l2.data(), nl, &shift);
-  a5.softmax_row(l5.data(), nl, &shift);
+  softmax_row(a2, l2.data(), nl, &shift);
+  softmax_row(a5, l5.data(), nl, &shift);
   for (int64_t j = 0; j < nl; ++j) EXPECT_EQ(l2[j], l5[j]) << "x=" << low[j];
   std::vector<float> bad = {1.f, NAN, 2.f, 3.f, 4.f};
-  EXPECT_TRUE(std::isnan(a5.softmax_row(bad.data(), 5, &shift)));
+  EXPECT_TRUE(std::isnan(softmax_row(a5, bad.data(), 5, &shift)));
   EXPECT_TRUE(std::isnan(shift));
-  // softmax_rows over a block: each row's bits, shift and sum as softmax_row gives them, rows of
+  // softmax_rows over a block: each row's bits, shift and sum as a one-row call gives them, rows of
   // several lengths (causal rows), a NaN row and a fully masked one among them.
   for (const auto* t : {&a2, &a5}) {
     const int64_t ps = 64, rows = 7;
@@ -322,7 +329,7 @@ TEST(Attention, Avx512SoftmaxRowMatchesAvx2) {
     t->softmax_rows(block.data(), ps, rows, n, shifts, sums);
     for (int64_t i = 0; i < rows; ++i) {
       float sh = 0;
-      const float sum = t->softmax_row(one.data() + i * ps, n[i], &sh);
+      const float sum = softmax_row(*t, one.data() + i * ps, n[i], &sh);
       EXPECT_EQ(std::isnan(sum), std::isnan(sums[i])) << t->isa << " row " << i;
       if (!std::isnan(sum)) EXPECT_EQ(sums[i], sum) << t->isa << " row " << i;
       EXPECT_EQ(std::isnan(sh), std::isnan(shifts[i])) << t->isa << " row " << i;
@@ -340,7 +347,7 @@ TEST(Attention, Avx512SoftmaxRowMatchesAvx2) {
   for (const auto* t : {&a2, &a5}) {
     std::vector<float> masked(19, -INFINITY);
     shift = 1;
-    EXPECT_EQ(t->softmax_row(masked.data(), 19, &shift), 0.f) << t->isa;
+    EXPECT_EQ(softmax_row(*t, masked.data(), 19, &shift), 0.f) << t->isa;
     EXPECT_EQ(shift, 0.f) << t->isa;
     for (float w : masked) EXPECT_EQ(w, 0.f) << t->isa;
   }

@@ -176,8 +176,8 @@ class SdpaKernel final : public Kernel {
         const cpu::sdpa::Tiles& t = *tiles_;
         int64_t l = l0;
         for (; l + t.score_rows <= l1; l += t.score_rows)
-          t.scores_wide(qb + l * qs, qs, kt, kts, kts, E, scale_, p + (l - l0) * S16, S16);
-        for (; l < l1; ++l) t.scores_one(qb + l * qs, qs, kt, kts, kts, E, scale_, p + (l - l0) * S16, S16);
+          t.scores_wide(qb + l * qs, qs, kt, kts, E, scale_, p + (l - l0) * S16, S16);
+        for (; l < l1; ++l) t.scores_one(qb + l * qs, qs, kt, kts, E, scale_, p + (l - l0) * S16, S16);
         if (tiled < S) t.scores_dots(qb + l0 * qs, qs, l1 - l0, kb, ks, tiled, S, E, scale_, p, S16);
         int64_t n_max = 0;  // keys any row of the block uses
         for (l = l0; l < l1; ++l) {
@@ -188,7 +188,7 @@ class SdpaKernel final : public Kernel {
           n_max = std::max(n_max, n);
         }
         // NaN scores make the row NaN, as in torch. A row with every key masked has weights 0
-        // and sum 0 (softmax_row), and torch's CPU sdpa gives 0 for it (sum_j 0 * v_j), not
+        // and sum 0 (softmax_rows), and torch's CPU sdpa gives 0 for it (sum_j 0 * v_j), not
         // 0 / 0: a left-padded query row of a batched prompt.
         t.softmax_rows(p, S16, l1 - l0, keys, shifts, sums);
         for (l = l0; l < l1; ++l) {
@@ -319,7 +319,6 @@ const Tiles& tiles_avx2() {
                        scores_dots<Avx2>,
                        pv_tile<Avx2, 4>,
                        pv_tile<Avx2, 1>,
-                       softmax_row_avx2,
                        softmax_rows_avx2};
   return t;
 }

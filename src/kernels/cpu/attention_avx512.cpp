@@ -97,13 +97,8 @@ inline float exp_row(float* sc, int64_t n, float shift) {
   return _mm512_reduce_add_ps(acc);
 }
 
-float softmax_row(float* sc, int64_t n, float* shift) {
-  *shift = row_shift(sc, n);
-  return exp_row(sc, n, *shift);
-}
-
-// softmax_row over a block of rows as two loops, every row's shift and then every row's exps,
-// inlined, so that one row's exps need not finish before the next row's start.
+// Tiles::softmax_rows as two loops, every row's shift and then every row's exps, inlined, so
+// that one row's exps need not finish before the next row's start.
 void softmax_rows(float* p, int64_t ps, int64_t rows, const int64_t* n, float* shift, float* sum) {
   for (int64_t r = 0; r < rows; ++r) shift[r] = row_shift(p + r * ps, n[r]);
   for (int64_t r = 0; r < rows; ++r) sum[r] = exp_row(p + r * ps, n[r], shift[r]);
@@ -119,7 +114,6 @@ const Tiles& tiles_avx512() {
                        scores_dots<Avx512>,
                        pv_tile<Avx512, 4>,
                        pv_tile<Avx512, 1>,
-                       softmax_row,
                        softmax_rows};
   return t;
 }

@@ -6,7 +6,7 @@
 //              static reg zero(); static reg load(const float*); static void store(float*, reg);
 //              static reg set1(float); static reg fma(reg a, reg b, reg c); static reg mul(reg, reg);
 //              static float sum(reg); };
-//   scores_tile<V, R>(q, qs, kt, kts, cols, E, scale, p, ps);  // p[r][j] = scale * (q_r . k_j), j < cols
+//   scores_tile<V, R>(q, qs, kt, kts, E, scale, p, ps);        // p[r][j] = scale * (q_r . k_j), j < kts
 //   scores_dots<V>(q, qs, rows, k, ks, j0, j1, E, scale, p, ps); // the same for keys [j0, j1), from k's rows
 //   pv_tile<V, R>(p, S16, v, vs, n, Ev, y, ys, inv);             // y_r = inv_r * sum_{j<n} p[r][j] v_j
 //
@@ -23,12 +23,12 @@ namespace updraft::cpu::sdpa {
 struct Tiles {
   const char* isa;  // "avx2" or "avx512", part of the kernel's name
   int score_rows;
-  // Scores of keys [0, cols) (cols a multiple of 16) from kt = k^T with row stride kts, into p
-  // rows of stride ps.
-  void (*scores_wide)(const float* q, int64_t qs, const float* kt, int64_t kts, int64_t cols, int64_t E, float scale,
-                      float* p, int64_t ps);
-  void (*scores_one)(const float* q, int64_t qs, const float* kt, int64_t kts, int64_t cols, int64_t E, float scale,
-                     float* p, int64_t ps);
+  // Scores of keys [0, kts) from kt = k^T [E, kts] (kts a multiple of 16), into p rows of
+  // stride ps.
+  void (*scores_wide)(const float* q, int64_t qs, const float* kt, int64_t kts, int64_t E, float scale, float* p,
+                      int64_t ps);
+  void (*scores_one)(const float* q, int64_t qs, const float* kt, int64_t kts, int64_t E, float scale, float* p,
+                     int64_t ps);
   // Scores of keys [j0, j1) for `rows` rows as dot products of q's and k's rows: a few keys past
   // a multiple of 16 (Swin's 49 = 48 + 1), where a 16-key tile would compute 16.
   void (*scores_dots)(const float* q, int64_t qs, int64_t rows, const float* k, int64_t ks, int64_t j0, int64_t j1,
@@ -37,15 +37,13 @@ struct Tiles {
                   int64_t ys, const float* inv);
   void (*pv_one)(const float* p, int64_t S16, const float* v, int64_t vs, int64_t n, int64_t Ev, float* y,
                  int64_t ys, const float* inv);
-  // sc[j] = exp(sc[j] - max_j sc) for j < n in place; returns the sum (NaN-propagating max)
-  // and writes the max subtracted to *shift. A row of -inf (every key masked) becomes 0s with
-  // sum 0, shifted by 0.
-  float (*softmax_row)(float* sc, int64_t n, float* shift);
-  // softmax_row for each of `rows` rows of p (stride ps), row r over its first n[r] scores; the
-  // shifts and sums go to shift[r] and sum[r]. The same bits as softmax_row row by row, in one
-  // loop over the block's vectors, whose exps are independent: row by row, each row's last
-  // vector waited for its exp's chain of dependent instructions (a row of 49 scores took as long
-  // as one of 64).
+  // For each of `rows` rows of p (stride ps), in place over its first n[r] scores:
+  // sc[j] = exp(sc[j] - shift[r]), shift[r] the row's max (NaN-propagating), sum[r] their sum. A
+  // row of -inf (every key masked) becomes 0s with sum 0, shifted by 0. The AVX-512 form runs
+  // every row's shift, then every row's exps, in two inlined loops, whose exps do not wait on one
+  // another: row by row, each row's last vector waited for its exp's chain of dependent
+  // instructions (a row of 49 scores took as long as one of 64). Each value has the bits a
+  // one-row call gives it.
   void (*softmax_rows)(float* p, int64_t ps, int64_t rows, const int64_t* n, float* shift, float* sum);
 };
 const Tiles& tiles_avx2();    // attention.cpp
@@ -54,15 +52,15 @@ const Tiles& tiles_avx512();  // attention_avx512.cpp; call only where the CPU h
 namespace {
 
 // p[r][j] = scale * (q_r . k_j) for R query rows (row stride qs, p's row stride ps) and every
-// key j < cols, from kt = k^T [E, cols or more] (row stride kts; zero past S). Keys go 16 at a time (16 / lanes registers a row); each k^T
+// key j < kts, from kt = k^T [E, kts] (zero past S). Keys go 16 at a time (16 / lanes registers a row); each k^T
 // load feeds R rows of FMAs, and q is read as a broadcast from memory. The scale multiplies
 // the finished dot products (one multiply per score, not one per q element per key block).
 template <class V, int R>
-void scores_tile(const float* q, int64_t qs, const float* kt, int64_t kts, int64_t cols, int64_t E, float scale,
-                 float* p, int64_t ps) {
+void scores_tile(const float* q, int64_t qs, const float* kt, int64_t kts, int64_t E, float scale, float* p,
+                 int64_t ps) {
   constexpr int K = 16 / V::lanes;
   const typename V::reg vscale = V::set1(scale);
-  for (int64_t j = 0; j < cols; j += 16) {
+  for (int64_t j = 0; j < kts; j += 16) {
     typename V::reg acc[R][K];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < K; ++c) acc[r][c] = V::zero();
