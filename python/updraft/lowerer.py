@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import math
 import weakref
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from torch import fx
@@ -343,6 +343,20 @@ def result_dtype(*operands: Any) -> torch.dtype:
 # The lowerer: owns one engine graph and the map from FX nodes to engine values.
 
 
+def dense_order(sizes: Sequence[int], strides: Sequence[int]) -> Optional[tuple]:
+    """The dim order p (outermost first) in which a tensor of these sizes and strides fills its
+    memory without gaps or overlap, so that `t.permute(p)` is contiguous; None when it does not.
+    Dims of one element, whose stride says nothing, stay in their places among equal strides."""
+    order = tuple(sorted(range(len(sizes)), key=lambda d: (-strides[d], d)))
+    expected = 1
+    for d in reversed(order):
+        if sizes[d] != 1:
+            if strides[d] != expected:
+                return None
+            expected *= sizes[d]
+    return order
+
+
 def memory_order(t: Any) -> Optional[tuple]:
     """The dim order p in which tensor `t`'s memory is laid out (so that `t.permute(p)` is
     contiguous), when `t` is a dense but non-contiguous view with static sizes and strides: a
@@ -354,13 +368,9 @@ def memory_order(t: Any) -> Optional[tuple]:
     sizes, strides = tuple(t.shape), tuple(t.stride())
     if not all(type(v) is int for v in sizes + strides) or 0 in sizes:
         return None
-    order = tuple(sorted(range(len(sizes)), key=lambda d: (-strides[d], d)))
-    expected = 1
-    for d in reversed(order):
-        if sizes[d] != 1:
-            if strides[d] != expected:
-                return None
-            expected *= sizes[d]
+    order = dense_order(sizes, strides)
+    if order is None:
+        return None
     moved = [d for d in order if sizes[d] != 1]
     return order if moved != sorted(moved) else None
 

@@ -20,6 +20,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from . import partition_cost
 from .config import CompilerConfig
 from .engine_partition import EnginePartition
+from .lowerer import dense_order
 from .lowering import Unsupported, is_compute, is_shape_arithmetic, meta, op_name
 from .report import GraphReport, PartitionReport
 from .support import EngineSupport
@@ -301,16 +302,8 @@ def _hint(v: Any) -> int:
 
 
 def _dense_order(val: torch.Tensor) -> Optional[tuple]:
-    """The dimension order (outermost first) of a traced value whose elements fill its strides
-    without gaps, by the symbols' example values (no guard is added); None otherwise."""
-    sizes, strides = [_hint(v) for v in val.shape], [_hint(v) for v in val.stride()]
-    order = tuple(sorted(range(val.dim()), key=lambda d: (-strides[d], -sizes[d], d)))
-    step = 1
-    for d in reversed(order):
-        if sizes[d] != 1 and strides[d] != step:
-            return None
-        step *= sizes[d]
-    return order
+    """lowerer.dense_order of a traced value, by the symbols' example values (no guard is added)."""
+    return dense_order([_hint(v) for v in val.shape], [_hint(v) for v in val.stride()])
 
 
 def _in_traced_layout(x: torch.Tensor, stride: tuple, offset: int, storage: int) -> torch.Tensor:
