@@ -440,10 +440,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("-v", "--verbose", action="store_true", help="print every non-ENGINE sample")
     args = ap.parse_args(argv)
 
-    unknown = [d.strip() for d in args.dtypes.split(",") if d.strip() and d.strip() not in DTYPES]
+    names = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    unknown = [d for d in names if d not in DTYPES]
     if unknown:
         ap.error(f"--dtypes: unknown {', '.join(unknown)}; choose from {', '.join(DTYPES)}")
-    dtypes = [DTYPES[d.strip()] for d in args.dtypes.split(",") if d.strip()]
+    dtypes = [DTYPES[d] for d in names]
     ops = select_ops([o.strip() for o in args.ops.split(",") if o.strip()] or None)
     t0 = time.perf_counter()
     results: list[SampleResult] = []
