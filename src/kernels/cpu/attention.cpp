@@ -118,7 +118,7 @@ struct Avx2 {
   static reg set1(float x) { return _mm256_set1_ps(x); }
   static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
   static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
-  static float sum(reg v) { return simd::hsum(v); }
+  static float hsum(reg v) { return simd::hsum(v); }
 };
 
 // The tiles to use: AVX-512 where the CPU has it, unless options.cpu_isa caps the engine's own

@@ -23,7 +23,7 @@ struct Avx512 {
   static reg set1(float x) { return _mm512_set1_ps(x); }
   static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
   static reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }
-  static float sum(reg v) { return _mm512_reduce_add_ps(v); }
+  static float hsum(reg v) { return _mm512_reduce_add_ps(v); }
 };
 
 // e^x by exp256's range reduction (Cody-Waite, n = floor(x log2 e + 1/2)) and degree-6

@@ -5,7 +5,7 @@
 //   struct V { using reg = __m256; static constexpr int lanes = 8;
 //              static reg zero(); static reg load(const float*); static void store(float*, reg);
 //              static reg set1(float); static reg fma(reg a, reg b, reg c); static reg mul(reg, reg);
-//              static float sum(reg); };
+//              static float hsum(reg); };
 //   scores_tile<V, R>(q, qs, kt, kts, E, scale, p, ps);        // p[r][j] = scale * (q_r . k_j), j < kts
 //   scores_dots<V>(q, qs, rows, k, ks, j0, j1, E, scale, p, ps); // the same for keys [j0, j1), from k's rows
 //   pv_tile<V, R>(p, S16, v, vs, n, Ev, y, ys, inv);             // y_r = inv_r * sum_{j<n} p[r][j] v_j
@@ -91,7 +91,7 @@ void scores_dots(const float* q, int64_t qs, int64_t rows, const float* k, int64
       const float* qr = q + r * qs;
       typename V::reg acc = V::zero();
       for (int64_t e = 0; e < Ev; e += V::lanes) acc = V::fma(V::load(qr + e), V::load(kj + e), acc);
-      float d = V::sum(acc);
+      float d = V::hsum(acc);
       for (int64_t e = Ev; e < E; ++e) d += qr[e] * kj[e];
       p[r * ps + j] = d * scale;
     }
