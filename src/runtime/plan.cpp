@@ -654,8 +654,7 @@ uint64_t Plan::new_uid() {
 }
 
 void Plan::reshape(CallState& st) const {
-  const Plan& owner = template_ ? *template_ : *this;
-  for (const auto& [v, slot] : owner.sym_views_) {
+  for (const auto& [v, slot] : pool_owner().sym_views_) {
     const Slot& sl = slots_[static_cast<size_t>(slot)];
     st.views[v] = contiguous_like(nullptr, sl.dtype, static_cast<int>(sl.shape.size()), sl.shape.data());
   }
@@ -663,7 +662,7 @@ void Plan::reshape(CallState& st) const {
 }
 
 std::unique_ptr<CallState> Plan::acquire() const {
-  const Plan& owner = template_ ? *template_ : *this;  // whose pool: an instance's template's
+  const Plan& owner = pool_owner();
   std::unique_ptr<CallState> st;
   {
     std::lock_guard<std::mutex> lock(owner.pool_mu_);
@@ -680,7 +679,7 @@ std::unique_ptr<CallState> Plan::acquire() const {
 }
 
 void Plan::release(std::unique_ptr<CallState> st) const {
-  const Plan& owner = template_ ? *template_ : *this;
+  const Plan& owner = pool_owner();
   std::lock_guard<std::mutex> lock(owner.pool_mu_);
   owner.pool_.push_back(std::move(st));  // capacity only grows, so steady state does not allocate
 }

@@ -231,6 +231,8 @@ class Plan : public std::enable_shared_from_this<Plan> {
   std::unique_ptr<CallState> make_state() const;
   // Gives `st` this plan's shapes in the views of the template's moving slots (sym_views_).
   void reshape(CallState& st) const;
+  // Whose pool of call states this plan uses: an instance's template's, else its own.
+  const Plan& pool_owner() const { return template_ ? *template_ : *this; }
   static uint64_t new_uid();
   // Fills input_last_steps_, output_first_steps_ and output_aliases_ from the schedule (once
   // per build; instances share the template's schedule, so they copy them).
