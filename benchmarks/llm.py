@@ -88,7 +88,8 @@ MODELS = {
 GGUF_TYPES = ("f32", "f16", "q8_0")
 TORCH_BACKENDS = ["eager", "inductor", "updraft", "updraft_static"]
 # A row name ending in this runs that row with int8 activations (CompilerConfig.activation_dtype),
-# for rows over int8 weights: updraft_static_int8_act, updraft_quantized_int8_act.
+# for rows over int8 or int4 weights: updraft_static_int8_act, updraft_static_int4_act,
+# updraft_quantized_int8_act.
 ACT_SUFFIX = "_act"
 LLAMA_BACKENDS = [f"llamacpp_{t}" for t in GGUF_TYPES]
 N_SPECIAL = 3     # <unk> <s> </s>
@@ -283,6 +284,16 @@ def weight_dtypes() -> list[str]:
         except Exception:
             pass
     return [v for v in ok if v != default]
+
+
+def model_dtypes() -> list[str]:
+    """The dtypes `updraft.quantize_weights` stores a model's own weights in (int4 is the engine's
+    only: CompilerConfig.weight_dtype)."""
+    try:
+        from updraft.quantize import DTYPES
+    except ImportError:  # an updraft without quantize_weights' vocabulary: the weight_dtypes
+        return weight_dtypes()
+    return list(DTYPES)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -728,7 +739,7 @@ def main(argv=None) -> int:
         return 0
 
     backends = args.backends or (TORCH_BACKENDS + [f"updraft_static_{d}" for d in weight_dtypes()]
-                                 + [f"updraft_quantized_{d}" for d in weight_dtypes()]
+                                 + [f"updraft_quantized_{d}" for d in model_dtypes()]
                                  + (["updraft_quantized_int8" + ACT_SUFFIX] if has_int8_activations() else [])
                                  + LLAMA_BACKENDS)
     rows: list[dict] = []

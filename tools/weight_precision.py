@@ -21,10 +21,10 @@ import updraft
 from updraft import CompilerConfig
 from updraft.config import WEIGHT_DTYPES
 
-# Each variant's CompilerConfig options: every weight_dtype, and int8 weights with int8
-# activations ("int8_act").
+# Each variant's CompilerConfig options: every weight_dtype, and the integer ones with int8
+# activations too ("int8_act", "int4_act").
 VARIANTS = {**{wd: {"weight_dtype": wd} for wd in WEIGHT_DTYPES},
-            "int8_act": {"weight_dtype": "int8", "activation_dtype": "int8"}}
+            **{f"{wd}_act": {"weight_dtype": wd, "activation_dtype": "int8"} for wd in ("int8", "int4")}}
 
 
 def make_model():

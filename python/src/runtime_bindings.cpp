@@ -440,12 +440,13 @@ void bind_runtime(nb::module_& m) {
                if (n->op_name() != "linear_wq" || !n->input(1)->is_constant() || !seen.insert(n->input(1)).second)
                  continue;
                const Tensor& w = *n->input(1)->constant;
-               auto& [count, bytes, f32_bytes] = r[dtype_name(w.dtype())];
+               const bool int4 = w.dtype() == DType::u8;  // two values per byte (quantize_int4)
+               auto& [count, bytes, f32_bytes] = r[int4 ? "i4" : dtype_name(w.dtype())];
                count += 1;
                bytes += static_cast<int64_t>(w.nbytes());
                if (n->attr("has_weight_scale").b() && n->input(2)->is_constant())
                  bytes += static_cast<int64_t>(n->input(2)->constant->nbytes());
-               f32_bytes += w.numel() * 4;
+               f32_bytes += w.numel() * (int4 ? 8 : 4);
              }
              return r;
            },

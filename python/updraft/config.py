@@ -20,7 +20,7 @@ _WATCHDOG_ENV = "UPDRAFT_WATCHDOG_S"
 _CONV_LAYOUTS = {"auto": -1, "nchw": 0, "nchw8c": 8, "nchw16c": 16, "nhwc": -2}
 _CPU_ISAS = ("native", "avx2")  # the engine's CpuIsa names (src/kernels/kernel_options.h)
 # The engine's WeightDType names (src/passes/options.h): how large linear weights are stored.
-WEIGHT_DTYPES = ("f32", "bf16", "int8")
+WEIGHT_DTYPES = ("f32", "bf16", "int8", "int4")
 # The engine's ActivationDType names (src/passes/options.h): what linears over int8 weights
 # multiply x as.
 ACTIVATION_DTYPES = ("f32", "int8")
@@ -211,7 +211,9 @@ class CompilerConfig:
     weight_dtype: how the engine stores the weights of large linear layers (constant f32 weights
         of at least 64K elements, src/passes/quantize_weights.h; docs/quantization.md). "f32"
         (default): as given. "bf16": rounded to bf16 (half the bytes). "int8": symmetric int8 with
-        one f32 scale per output channel (a quarter of the bytes). Both are widened to f32 in
+        one f32 scale per output channel (a quarter of the bytes). "int4": symmetric int4, two per
+        byte, with one f32 scale per group of 32 values of a row (0.156 of the bytes; a weight
+        whose input size is not a multiple of 32 is stored int8). All are widened to f32 in
         registers and accumulate in f32; activations stay f32. Decode (a few rows per call)
         reads fewer bytes and runs faster; results differ from f32 by the rounding of the
         weights (measured error in docs/quantization.md). Such graphs run in the engine at
@@ -327,7 +329,7 @@ class CompilerConfig:
                              f"{sorted(_CONV_LAYOUTS)} (also checked when it comes from {_CONV_LAYOUT_ENV})")
         if not isinstance(self.weight_dtype, str) or self.weight_dtype not in WEIGHT_DTYPES:
             raise ValueError(f"[updraft.config] weight_dtype={self.weight_dtype!r} is not one of {list(WEIGHT_DTYPES)}; "
-                             "use \"bf16\" or \"int8\" for low-precision linear weights, \"f32\" to keep them")
+                             "use \"bf16\", \"int8\" or \"int4\" for low-precision linear weights, \"f32\" to keep them")
         if not isinstance(self.activation_dtype, str) or self.activation_dtype not in ACTIVATION_DTYPES:
             raise ValueError(f"[updraft.config] activation_dtype={self.activation_dtype!r} is not one of "
                              f"{list(ACTIVATION_DTYPES)}; \"int8\" quantises the rows of x of linears over int8 "

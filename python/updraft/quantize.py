@@ -27,7 +27,10 @@ import torch.nn.functional as F
 
 from .config import WEIGHT_DTYPES
 
-DTYPES = tuple(d for d in WEIGHT_DTYPES if d != "f32")  # the engine's compact forms: one vocabulary
+# The engine's compact forms a model can hold itself: one vocabulary. int4 is the engine's own
+# (CompilerConfig.weight_dtype="int4"): a model layer for it (an eager int4 matmul and its
+# lowering) is not built.
+DTYPES = tuple(d for d in WEIGHT_DTYPES if d not in ("f32", "int4"))
 # The engine's threshold for converting weights (src/passes/quantize_weights.h,
 # kMinQuantizedWeight): a smaller weight fits in a core's L2, so its f32 kernel is the faster one.
 MIN_ELEMENTS = 1 << 16
@@ -201,8 +204,9 @@ def quantize_weights(model: nn.Module, dtype: str = "int8", *, min_elements: int
     Returns a summary (print it). Not reversible: the model computes with the compact weights
     from now on, in eager PyTorch too."""
     if dtype not in DTYPES:
-        raise ValueError(f"[updraft.quantize] dtype {dtype!r} is not one of {list(DTYPES)}; "
-                         "for float32, leave the model as it is")
+        hint = ("int4 is stored by the engine only: compile with CompilerConfig(weight_dtype=\"int4\") "
+                "(the model keeps its f32 weights)" if dtype == "int4" else "for float32, leave the model as it is")
+        raise ValueError(f"[updraft.quantize] dtype {dtype!r} is not one of {list(DTYPES)}; {hint}")
     if not isinstance(model, nn.Module):
         raise TypeError(f"[updraft.quantize] expected an nn.Module, got {type(model).__name__}")
     if isinstance(skip, str):

@@ -14,6 +14,9 @@ from typing import Optional
 
 _warned: set = set()
 _warn_lock = threading.Lock()
+# The engine's names of stored integer weights (PartitionReport.low_precision_weights keys) and
+# what the report calls them: the weights int8 activations multiply (activation_dtype).
+_INTEGER_WEIGHTS = {"i8": "int8", "i4": "int4"}
 
 
 def warn_once(msg: str) -> None:
@@ -339,7 +342,9 @@ class Report:
                          "the rest f32 (docs/quantization.md)")
         q = sum(p.int8_activations for p in self.partitions)
         if q:
-            lines.append(f"  activations: int8 per row in {q} linear(s) over int8 weights (activation_dtype int8), "
+            kinds = sorted({_INTEGER_WEIGHTS[d] for p in self.partitions for d in p.low_precision_weights
+                            if d in _INTEGER_WEIGHTS}) or ["int8"]
+            lines.append(f"  activations: int8 per row in {q} linear(s) over {'/'.join(kinds)} weights (activation_dtype int8), "
                          "int32 sums; the rest f32 (error measured: docs/quantization.md, \"int8 activations\")")
         if any(p.cache for p in self.partitions):
             lines.append(f"  compile cache: {self.cache_hits} hit(s), {self.cache_misses} miss(es)   "

@@ -5,10 +5,14 @@
 //   float s = quantize_row_int8(row, K, q);   // q[k] = round(row[k] / s), s = max|row| / 127
 //   uint16_t b = f32_to_bf16(x);              // round to nearest even
 //   float sx = quantize_act_row_int8(x, K, q); // an activation row (linear_wq's quantize_x)
+//   quantize_block_int4(b, q, s);              // 64 values -> 32 bytes of nibbles, 2 scales
+//   int v = int4_at(row, k);                   // element k of a packed int4 row, in [-7, 7]
 #pragma once
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+
+#include "ir/ops/params.h"
 
 namespace updraft {
 
@@ -41,6 +45,48 @@ inline float quantize_act_row_int8(const float* row, int64_t K, int8_t* q) {
   for (int64_t k = 0; k < K; ++k)
     if (!std::isfinite(row[k])) return std::nanf("");
   return s;
+}
+
+// int4 weights: K is cut into groups of kInt4Group (ir/ops/params.h) consecutive values, each
+// with its own f32 scale: with 15 levels, one scale per row would set every step by the row's
+// largest value; per group, each step follows its own 32 values (llama.cpp's q4_0 groups the
+// same way). Two groups make a block of kInt4Block values in 32 bytes: byte i holds element i of
+// the block's first group in its low nibble and element i of its second group in its high
+// nibble, each stored as q + 8 with q in [-7, 7] (symmetric; 0 is never stored). So one 32-byte
+// load and a mask or a 4-bit shift give either group's 32 values in order
+// (linear_wq_tiles.h, linear_i8_tiles.h).
+
+// One value's nibble (q + 8) at scale s; not-finite values as quantize_row_int8 (+-inf
+// saturate, NaN gives 0).
+inline uint8_t int4_nibble(float v, float s) {
+  float r;
+  if (std::isnan(v) || s == 0.0f) r = 0.0f;
+  else if (std::isinf(v)) r = v > 0 ? 7.0f : -7.0f;
+  else r = std::nearbyint(v / s);  // to nearest, ties to even
+  return static_cast<uint8_t>(static_cast<int>(std::fmin(7.0f, std::fmax(-7.0f, r))) + 8);
+}
+
+// Symmetric int4 of one block of kInt4Block values: per group h, s[h] = max|g[k]| / 7 over its
+// finite values (0 for a group of zeros), q[k] = round_half_even(g[k] / s[h]) clamped to [-7, 7].
+// Writes 32 bytes and 2 scales.
+inline void quantize_block_int4(const float* b, uint8_t* q, float* s) {
+  for (int h = 0; h < 2; ++h) {
+    float amax = 0.0f;
+    for (int64_t k = 0; k < kInt4Group; ++k) {
+      const float v = b[h * kInt4Group + k];
+      if (std::isfinite(v)) amax = std::fmax(amax, std::fabs(v));
+    }
+    s[h] = amax / 7.0f;
+  }
+  for (int64_t i = 0; i < kInt4Group; ++i)
+    q[i] = static_cast<uint8_t>(int4_nibble(b[i], s[0]) | (int4_nibble(b[kInt4Group + i], s[1]) << 4));
+}
+
+// Element k of an int4 row (K / 2 bytes, blocks as above), as the signed q in [-7, 7].
+inline int int4_at(const uint8_t* row, int64_t k) {
+  const int64_t j = k % kInt4Block;
+  const uint8_t b = row[k / kInt4Block * kInt4Group + j % kInt4Group];
+  return static_cast<int>(j < kInt4Group ? b & 0xF : b >> 4) - 8;
 }
 
 // f32 -> bf16 bits, round to nearest even; NaN stays a (quiet) NaN.

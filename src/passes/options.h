@@ -15,16 +15,19 @@
 namespace updraft {
 
 // How large linear weights are stored (passes/quantize_weights.h, docs/quantization.md): f32 as
-// given; bf16; int8 with a per-output-channel scale. CompilerConfig.weight_dtype.
-enum class WeightDType : uint8_t { f32, bf16, int8 };
+// given; bf16; int8 with a per-output-channel scale; int4 with a scale per group of 32 values
+// of a row. CompilerConfig.weight_dtype.
+enum class WeightDType : uint8_t { f32, bf16, int8, int4 };
 
-// "f32" / "bf16" / "int8" -> WeightDType; anything else throws Error("options", ...) naming the
-// accepted values (CompilerConfig validated it already; this is the bindings' conversion).
+// "f32" / "bf16" / "int8" / "int4" -> WeightDType; anything else throws Error("options", ...)
+// naming the accepted values (CompilerConfig validated it already; this is the bindings'
+// conversion).
 inline WeightDType weight_dtype_from_name(const std::string& name) {
   if (name == "f32") return WeightDType::f32;
   if (name == "bf16") return WeightDType::bf16;
   if (name == "int8") return WeightDType::int8;
-  throw Error("options", "weight_dtype '" + name + "' is unknown; use f32, bf16 or int8");
+  if (name == "int4") return WeightDType::int4;
+  throw Error("options", "weight_dtype '" + name + "' is unknown; use f32, bf16, int8 or int4");
 }
 
 // What the linears over int8 weights multiply x as (passes/quantize_activations.h,

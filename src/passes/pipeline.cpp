@@ -82,7 +82,7 @@ const std::vector<Step>& steps() {
       {"fold_permute_sdpa", if_fuse, plain<fold_permute_sdpa>},  // sdpa reads/writes [.., S, H, E] in place
       {"fold_transpose_matmul", if_fuse, plain<fold_transpose_matmul>},  // matmul reads x^T in place
       {"fuse_epilogue", if_fuse, plain<fuse_epilogue>},  // bias / residual / activation into conv, linear, matmul
-      // large linear weights -> i8 + scale or bf16 (weight_dtype), after fusion gave them epilogues
+      // large linear weights -> i8 or int4 + scales, or bf16 (weight_dtype), after fusion gave them epilogues
       {"quantize_weights", if_low_weights,
        [](Graph& g, const CompileOptions& o) { return quantize_weights(g, o.weight_dtype); }},
       // linears over int8 weights multiply int8 rows of x (activation_dtype)

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "ir/op_table.h"
+#include "ir/ops/params.h"
 #include "passes/constant_fold.h"
 
 namespace updraft {
@@ -16,8 +17,21 @@ namespace {
 
 struct Converted {
   Value* w = nullptr;
-  Value* scale = nullptr;  // int8 only
+  Value* scale = nullptr;  // int8 and int4
 };
+
+// The folding op and the weight's name suffix for `dtype`; int4 needs K a multiple of its block
+// (quantize_int4: a multiple of 64), and a weight that is not is stored int8, the next smaller
+// form.
+struct Form {
+  const char* op;
+  const char* suffix;
+};
+Form form_for(const Value* w, WeightDType dtype) {
+  if (dtype == WeightDType::int4 && w->type.shape[1].value() % kInt4Block == 0) return {"quantize_int4", "_i4"};
+  if (dtype == WeightDType::bf16) return {"to_bf16", "_bf16"};
+  return {"quantize_rows", "_i8"};
+}
 
 bool wanted(const Node& n) {
   if (n.op_name() != "linear") return false;
@@ -29,8 +43,9 @@ bool wanted(const Node& n) {
 
 // The weight in `dtype`, as folded constants; nullopt-like (w null) when the fold could not run.
 Converted convert(Graph& g, Value* w, WeightDType dtype) {
-  const bool int8 = dtype == WeightDType::int8;
-  Node* n = g.add_node(int8 ? "quantize_rows" : "to_bf16", {w});
+  const Form f = form_for(w, dtype);
+  const bool scaled = dtype != WeightDType::bf16;
+  Node* n = g.add_node(f.op, {w});
   if (!fold_constant_node(g, n, /*always=*/true)) {
     g.remove_node(n);
     return {};
@@ -38,8 +53,8 @@ Converted convert(Graph& g, Value* w, WeightDType dtype) {
   const FoldRecord& rec = g.folds().back();
   Converted c;
   c.w = g.value(rec.outputs.at(0));
-  c.w->name = w->name.empty() ? "" : w->name + (int8 ? "_i8" : "_bf16");
-  if (int8) {
+  c.w->name = w->name.empty() ? "" : w->name + f.suffix;
+  if (scaled) {
     c.scale = g.value(rec.outputs.at(1));
     c.scale->name = w->name.empty() ? "" : w->name + "_scale";
   }

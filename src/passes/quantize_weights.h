@@ -1,8 +1,10 @@
 // Pass: quantize_weights (docs/quantization.md). Runs only when CompileOptions::weight_dtype is
 // not f32. Each `linear` (what nn.Linear and x @ W.T lower to) whose weight is a constant f32
 // [N, K] of at least kMinQuantizedWeight elements becomes `linear_wq` over the weight stored as
-// i8 with a per-row (output channel) scale (int8: quantize_rows, symmetric, max|w| / 127) or as
-// bf16 (to_bf16), keeping its epilogue (bias, residual, activation) and origins. The new
+// i8 with a per-row (output channel) scale (int8: quantize_rows, symmetric, max|w| / 127), as
+// int4 with a scale per group of 32 values of a row (int4: quantize_int4, symmetric, max|g| / 7;
+// a weight whose K is not a multiple of 64 is stored int8 instead) or as bf16 (to_bf16),
+// keeping its epilogue (bias, residual, activation) and origins. The new
 // weight is folded at once through those ops (Graph::record_fold), so the compile cache refits
 // it for another checkpoint; a weight that several linears share is converted once.
 //

@@ -319,6 +319,19 @@ inline std::pair<Tensor, Tensor> int8_weight(int64_t N, int64_t K, uint32_t seed
   return {q, s};
 }
 
+// The same as an int4 weight: q u8 [N, K / 2] and a scale per group of 32, [N, K / 32] (K a
+// multiple of 64).
+inline std::pair<Tensor, Tensor> int4_weight(int64_t N, int64_t K, uint32_t seed) {
+  Tensor w = random_tensor(DType::f32, {N, K}, seed);
+  const int64_t G = K / kInt4Group;
+  Tensor q(DType::u8, {N, K / 2}), s(DType::f32, {N, G});
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t b = 0; b < K / kInt4Block; ++b)
+      quantize_block_int4(w.ptr<float>() + n * K + b * kInt4Block, q.ptr<uint8_t>() + n * (K / 2) + b * kInt4Group,
+                          s.ptr<float>() + n * G + 2 * b);
+  return {q, s};
+}
+
 // A linear node's epilogue inputs for test level `epi`: 0 none, 1 a bias [N], 2 a bias, a
 // residual [M, N] and SiLU (appended to args, flagged in attrs).
 inline void add_linear_epilogue(std::vector<Arg>& args, Attrs& attrs, int epi, int64_t M, int64_t N) {

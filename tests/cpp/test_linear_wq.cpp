@@ -1,4 +1,5 @@
-// Low-precision weights (docs/quantization.md): the number formats (quantize_rows, to_bf16),
+// Low-precision weights (docs/quantization.md): the number formats (quantize_rows,
+// quantize_int4, to_bf16),
 // the fast linear_wq kernels against the reference one (rows of x for decode and prefill, K
 // and N with tails, epilogues, 1 and 2 threads, each instruction set this CPU has), the
 // quantize_weights pass (which linears it rewrites, which it leaves) and the text IR of the ops.
@@ -69,6 +70,58 @@ TEST(QuantizeRows, OpMatchesTheFormatOnEveryRow) {
   }
 }
 
+TEST(QuantizeInt4, SymmetricPerGroupScaleRoundingAndPacking) {
+  // Block 0, group 0: max 1.4 -> scale 0.2; 0.3 / 0.2 = 1.5 rounds to even (2), -0.5 -> -2.5 ->
+  // -2, 1.4 -> 7, -1.4 -> -7, the rest 0. Group 1: inf saturates to 7, NaN gives 0, the scale
+  // from the finite 0.7 (0.1). Block 1: zeros -> scales 0, every nibble 8 (q 0).
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  float b[2][kInt4Block] = {};
+  b[0][0] = 0.3f, b[0][1] = -0.5f, b[0][16] = 1.4f, b[0][31] = -1.4f;
+  b[0][32] = 0.7f, b[0][37] = inf, b[0][38] = -inf, b[0][52] = nan;
+  uint8_t q[kInt4Group];
+  float s[2];
+  quantize_block_int4(b[0], q, s);
+  EXPECT_FLOAT_EQ(s[0], 0.2f);
+  EXPECT_FLOAT_EQ(s[1], 0.1f);
+  EXPECT_EQ(int4_at(q, 0), 2);
+  EXPECT_EQ(int4_at(q, 1), -2);
+  EXPECT_EQ(int4_at(q, 16), 7);
+  EXPECT_EQ(int4_at(q, 31), -7);
+  EXPECT_EQ(int4_at(q, 2), 0);
+  EXPECT_EQ(int4_at(q, 32), 7);
+  EXPECT_EQ(int4_at(q, 37), 7);
+  EXPECT_EQ(int4_at(q, 38), -7);
+  EXPECT_EQ(int4_at(q, 52), 0);
+  // Byte 0 holds element 0 (low nibble: 2 + 8) and element 32 (high nibble: 7 + 8); byte 31
+  // element 31 (-7 -> 1) and element 63 (0 -> 8).
+  EXPECT_EQ(q[0], 0xFA);
+  EXPECT_EQ(q[31], (8 << 4) | 1);
+  quantize_block_int4(b[1], q, s);
+  EXPECT_EQ(s[0], 0.0f);
+  EXPECT_EQ(s[1], 0.0f);
+  for (int i = 0; i < kInt4Group; ++i) EXPECT_EQ(q[i], 0x88);
+}
+
+TEST(QuantizeInt4, OpMatchesTheFormatOnEveryBlock) {
+  Tensor w = random_tensor(DType::f32, {3, 5, 192}, 4);
+  OneNode n("quantize_int4", {input(w)});
+  auto outs = run_kernel_outputs(*make_kernel_for(n, Device::ref), n);
+  ASSERT_EQ(outs[0].shape(), (std::vector<int64_t>{3, 5, 96}));
+  ASSERT_EQ(outs[0].dtype(), DType::u8);
+  ASSERT_EQ(outs[1].shape(), (std::vector<int64_t>{3, 5, 6}));
+  for (int64_t r = 0; r < 15; ++r)
+    for (int64_t b = 0; b < 3; ++b) {
+      uint8_t q[kInt4Group];
+      float s[2];
+      quantize_block_int4(w.ptr<float>() + r * 192 + b * kInt4Block, q, s);
+      EXPECT_EQ(outs[1].ptr<float>()[r * 6 + 2 * b], s[0]);
+      EXPECT_EQ(outs[1].ptr<float>()[r * 6 + 2 * b + 1], s[1]);
+      for (int i = 0; i < kInt4Group; ++i) ASSERT_EQ(outs[0].ptr<uint8_t>()[r * 96 + b * 32 + i], q[i]) << r << "," << b;
+    }
+  // K not a multiple of the block (96: three groups): refused by the shape function.
+  EXPECT_TRUE(OpTable::get().check("quantize_int4", {{DType::f32, {Dim(4), Dim(96)}}}, {}).has_value());
+}
+
 TEST(ToBf16, RoundsToNearestEvenAndKeepsNan) {
   EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
   // 1 + 2^-8 is halfway between bf16 1.0 and 1.0078125: ties to even (1.0).
@@ -117,6 +170,35 @@ TEST(LinearWq, FastMatchesReference) {
             }
 }
 
+// The same for int4 weights, with f32 x and with int8 x (quantize_x): K a multiple of the block
+// (N = 203 for the chunked decode tiles, K = 1152: the broadcast tiles' second k slice), every
+// tile width of both ISAs (and VNNI's int4 tiles where the CPU has them).
+TEST(LinearWq, Int4FastMatchesReference) {
+  std::vector<CpuIsa> isas = {CpuIsa::avx2};
+  if (__builtin_cpu_supports("avx512f")) isas.push_back(CpuIsa::native);
+  for (CpuIsa isa : isas)
+    for (bool qx : {false, true})
+      for (int64_t M : {1, 2, 3, 4, 7, 17, 36})
+        for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{19, 64}, {40, 320}, {203, 128}, {21, 1152}})
+          for (int epi = 0; epi < 3; ++epi)
+            for (int threads : {1, 2}) {
+              SCOPED_TRACE(std::string(cpu_isa_name(isa)) + (qx ? " int8 x" : " f32 x") + " M=" + std::to_string(M) +
+                           " N=" + std::to_string(N) + " K=" + std::to_string(K) + " epi=" + std::to_string(epi) +
+                           " threads=" + std::to_string(threads));
+              auto [q, s] = int4_weight(N, K, 2);
+              std::vector<Arg> args = {input(random_tensor(DType::f32, {M, K}, 1)), constant(q), constant(s)};
+              Attrs attrs{{"has_weight_scale", Attr(true)}, {"quantize_x", Attr(qx)}};
+              add_linear_epilogue(args, attrs, epi, M, N);
+              OneNode n("linear_wq", std::move(args), attrs);
+              auto fast = make_kernel_for(n, Device::cpu, threads, isa_options(isa));
+              auto ref = make_kernel_for(n, Device::ref);
+              ASSERT_TRUE(fast && ref);
+              const std::string want = qx ? "i4i8_" : std::string("i4_") + (isa == CpuIsa::avx2 ? "avx2" : "avx512");
+              EXPECT_NE(fast->name().find(want), std::string::npos) << fast->name();
+              EXPECT_TRUE(all_close(run_kernel(*fast, n), run_kernel(*ref, n), kRtol, kAtol));
+            }
+}
+
 // One kernel serves every M of a compile (decode and prefill share it).
 TEST(LinearWq, OneKernelRunsEveryRowCount) {
   auto [q, s] = int8_weight(24, 64, 2);
@@ -144,6 +226,17 @@ TEST(LinearWq, ShapeFunctionRefusesMismatches) {
   EXPECT_TRUE(fails({x, {DType::bf16, {Dim(4), Dim(9)}}}, {}));                     // K differs
   EXPECT_TRUE(fails({x, wq, {DType::f32, {Dim(3)}}}, {{"has_weight_scale", Attr(true)}}));  // scale size
   EXPECT_FALSE(fails({x, {DType::bf16, {Dim(4), Dim(8)}}, s}, {{"has_bias", Attr(true)}}));
+  // int4: w u8 [N, K / 2], scale [N, K / 32].
+  const TensorType x64{DType::f32, {Dim(2), Dim(64)}}, w4{DType::u8, {Dim(4), Dim(32)}}, s4{DType::f32, {Dim(4), Dim(2)}};
+  const Attrs scaled{{"has_weight_scale", Attr(true)}};
+  EXPECT_FALSE(fails({x64, w4, s4}, scaled));
+  EXPECT_TRUE(fails({x64, w4}, {}));                                           // without its scales
+  EXPECT_TRUE(fails({x64, w4, s}, scaled));                                    // a per-row scale
+  EXPECT_TRUE(fails({x64, {DType::u8, {Dim(4), Dim(64)}}, s4}, scaled));       // K / 2 differs
+  EXPECT_TRUE(fails({{DType::f32, {Dim(2), Dim(96)}}, {DType::u8, {Dim(4), Dim(48)}}, {DType::f32, {Dim(4), Dim(3)}}},
+                    scaled));                                                  // K not a multiple of 64
+  EXPECT_FALSE(fails({x64, w4, s4}, {{"has_weight_scale", Attr(true)}, {"quantize_x", Attr(true)}}));
+  EXPECT_TRUE(fails({x, {DType::bf16, {Dim(4), Dim(8)}}}, {{"quantize_x", Attr(true)}}));  // int8 x needs integer w
 }
 
 // ---- the pass ------------------------------------------------------------------------------
@@ -152,6 +245,7 @@ namespace {
 
 bool quantize_int8(Graph& g) { return quantize_weights(g, WeightDType::int8); }
 bool quantize_bf16(Graph& g) { return quantize_weights(g, WeightDType::bf16); }
+bool quantize_int4(Graph& g) { return quantize_weights(g, WeightDType::int4); }
 
 // Linears over a 300 x 256 weight (76800 elements, above the 64K rule; one shared by two
 // linears), a 64 x 256 one (below it), a matmul with a constant right operand and a linear
@@ -204,6 +298,25 @@ TEST(PassQuantizeWeights, Bf16KeepsTheWeightWithoutScale) {
   EXPECT_FALSE(first->attr("has_weight_scale").b());
 }
 
+TEST(PassQuantizeWeights, Int4GroupsAndInt8WhereKIsNotAMultipleOf32) {
+  // int4 error: each weight moves by at most its group's scale/2 = max|g|/14 (~0.14 here), so
+  // the ~20-magnitude outputs of 256 products move by ~1 typically (random signs): 3 absolute.
+  auto g = check_pass(kGraph, quantize_int4, Changed::yes, {}, 0.2, 3.0);
+  Node* first = g->nodes().front();
+  ASSERT_EQ(first->op_name(), "linear_wq");
+  EXPECT_EQ(first->input(1)->type.str(), "u8[300, 128]");
+  EXPECT_EQ(first->input(2)->type.str(), "f32[300, 8]");
+  EXPECT_EQ(g->folds().back().op, "quantize_int4");
+  // K = 300 (not a multiple of 32): stored int8 instead.
+  auto odd = parse_graph(R"(graph(%x: f32[2, 300]) {
+  %w = constant f32[256, 300] random(seed=1)
+  %0 = linear(%x, %w)
+  return (%0)
+})");
+  ASSERT_TRUE(quantize_int4(*odd));
+  EXPECT_EQ(odd->nodes().back()->input(1)->type.str(), "i8[256, 300]");
+}
+
 TEST(PassQuantizeWeights, F32ChangesNothing) {
   auto g = parse_graph(kGraph);
   EXPECT_FALSE(quantize_weights(*g, WeightDType::f32));
@@ -221,7 +334,7 @@ TEST(PassQuantizeWeights, FastKernelsAgreeWithF32Graph) {
 // ---- text IR -------------------------------------------------------------------------------
 
 TEST(TextIrLinearWq, RoundTrips) {
-  const std::string text = R"(graph(%x: f32[s0, 4]) {
+  const std::string text = R"(graph(%x: f32[s0, 4], %y: f32[s0, 64]) {
   %q = constant i8[2, 4] [1, -2, 127, -127, 0, 5, -6, 7]
   %s = constant f32[2] [0.5, 0.25]
   %h = constant bf16[2, 4] bits[0x3f80, 0xc000, 0x3f00, 0x0000, 0x3f80, 0x3f80, 0xbf80, 0x4000]
@@ -230,7 +343,11 @@ TEST(TextIrLinearWq, RoundTrips) {
   %1 = linear_wq(%x, %h)
   %2, %3 = quantize_rows(%x)
   %4 = to_bf16(%x)
-  return (%0, %1, %2, %3, %4)
+  %q4 = constant u8[2, 32] random(seed=3)
+  %s4 = constant f32[2, 2] [0.5, 0.25, 1.0, 2.0]
+  %5 = linear_wq(%y, %q4, %s4) {has_weight_scale=true}
+  %6, %7 = quantize_int4(%y)
+  return (%0, %1, %2, %3, %4, %5, %6, %7)
 })";
   auto g = parse_graph(text);
   std::string once = print_graph(*g);
@@ -241,4 +358,7 @@ TEST(TextIrLinearWq, RoundTrips) {
   EXPECT_EQ(g2->outputs()[2]->type.str(), "i8[s0, 4]");
   EXPECT_EQ(g2->outputs()[3]->type.str(), "f32[s0]");
   EXPECT_EQ(g2->outputs()[4]->type.str(), "bf16[s0, 4]");
+  EXPECT_EQ(g2->outputs()[5]->type.str(), "f32[s0, 2]");
+  EXPECT_EQ(g2->outputs()[6]->type.str(), "u8[s0, 32]");
+  EXPECT_EQ(g2->outputs()[7]->type.str(), "f32[s0, 2]");
 }

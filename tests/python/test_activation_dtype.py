@@ -124,16 +124,35 @@ def test_option_is_validated_and_in_the_cache_key():
     torch.testing.assert_close(got[[0, 2]], want[[0, 2]], rtol=0.05, atol=0.05)
 
 
-def test_model_file_keeps_int8_activations(tmp_path):
-    """updraft.export with activation_dtype="int8" writes the marked linears into the model file,
-    and updraft.load (the Python-free runtime's graph) computes what the compiled model does."""
+def test_int4_weights_with_int8_activations():
+    """int4 weights take the int8 rows of x too (int4 x int8 tiles, per group of 32): against the
+    f32 engine within int4's own tolerance (test_weight_dtype.py: 35% max, 5% mean; rounding x
+    adds ~2% of its own, measured 20% / 3%), and not what int4 with f32 x computes."""
+    model = _llama()
+    ids = torch.randint(0, model.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(1))
+    ref = _logits(model, ids)
+    f32_x = _logits(model, ids, weight_dtype="int4")
+    got = _logits(model, ids, weight_dtype="int4", activation_dtype="int8")
+    max_err, mean_err = _rel_err(got, ref)
+    assert max_err < 0.35 and mean_err < 0.05, (max_err, mean_err)
+    assert not torch.equal(got, f32_x), "activation_dtype changed nothing over int4 weights"
+    report = updraft.last_report()
+    assert sum(p.int8_activations for p in report.partitions) == 11  # 9 int4 + down_proj x 2 (int8)
+    assert "over int4/int8 weights" in str(report), str(report)
+
+
+@pytest.mark.parametrize("weight_dtype", ["int8", "int4"])
+def test_model_file_keeps_int8_activations(tmp_path, weight_dtype):
+    """updraft.export with activation_dtype="int8" writes the marked linears (and their int8 or
+    int4 weights) into the model file, and updraft.load (the Python-free runtime's graph)
+    computes what the compiled model does."""
     from updraft.zoo import MainOutput
 
     model = MainOutput(_llama(1), use_cache=False).eval()
     ids = torch.randint(0, 32000, (1, 8), generator=torch.Generator().manual_seed(5))
-    cfg = CompilerConfig(weight_dtype="int8", activation_dtype="int8", inference="engine")
+    cfg = CompilerConfig(weight_dtype=weight_dtype, activation_dtype="int8", inference="engine")
     updraft.export(model, (ids,), tmp_path / "act.updraft", config=cfg)
-    updraft.export(model, (ids,), tmp_path / "w.updraft", config=CompilerConfig(weight_dtype="int8"))
+    updraft.export(model, (ids,), tmp_path / "w.updraft", config=CompilerConfig(weight_dtype=weight_dtype))
     got = updraft.load(str(tmp_path / "act.updraft"))(ids)
     weights_only = updraft.load(str(tmp_path / "w.updraft"))(ids)
     torch._dynamo.reset()

@@ -27,6 +27,12 @@ namespace updraft {
 // kernels' K * 255 * 127, their x offset by 128) stays below 2^31 up to this K.
 constexpr int64_t kQuantizeXMaxK = 65536;
 
+// An int4 weight (quantize_int4, linear_wq over a u8 w) has one scale per kInt4Group consecutive
+// values of a row, and its bytes hold two groups at a time: K is a multiple of kInt4Block. The
+// byte format is kernels/quantize.h's (quantize_block_int4).
+constexpr int64_t kInt4Group = 32;
+constexpr int64_t kInt4Block = 2 * kInt4Group;
+
 // normalize_dim that also accepts dim 0 / -1 on a 0-d tensor (torch treats it as rank 1).
 inline int wrap_dim(int64_t dim, int rank, const std::string& op) {
   return normalize_dim(dim, rank > 0 ? rank : 1, op);

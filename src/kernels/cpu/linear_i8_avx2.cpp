@@ -108,17 +108,24 @@ struct Avx2 {
   static constexpr int cols() { return MT <= 2 ? 4 : 2; }
   template <int MT>
   static constexpr int chunks() { return cols<MT>(); }
+  // int4 (linear_i8_tiles.h, u4_tile): nibbles (at most 15) by qx, pair sums at most 3810.
+  static __m256i group_dot(__m256i u, __m256i x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+  }
+  template <int MT>
+  static constexpr int row_chunks() { return MT <= 2 ? 4 : 0; }
 };
 
 }  // namespace
 
 const I8Tiles& i8_tiles_avx2() {
-  static const I8Tiles t{quantize_row, dot_i8<Avx2>, 0, "avx2"};
+  static const I8Tiles t{quantize_row, dot_i8<Avx2>, 0, "avx2", dot_u4<Avx2>};
   return t;
 }
 
 bool has_vnni(bool avx512) {
-  return avx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+  return avx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512vnni");
 }
 
 }  // namespace updraft::cpu::wq

@@ -1,6 +1,6 @@
 // The int8 x int8 tiles (linear_i8_tiles.h) on AVX-512 VNNI, in a unit of its own compiled with
-// -mavx512f -mavx512bw -mavx512vnni (CMakeLists.txt); linear_wq.cpp calls them only where the CPU
-// reports all three. vpdpbusd adds, per 32-bit lane, four products of unsigned bytes of x by
+// -mavx512f -mavx512bw -mavx512vl -mavx512vnni (CMakeLists.txt); linear_wq.cpp calls them only
+// where the CPU reports all four. vpdpbusd adds, per 32-bit lane, four products of unsigned bytes of x by
 // signed bytes of w: 64 multiply-adds per instruction, against 16 for an f32 FMA. x is stored
 // offset by 128 (unsigned); the driver takes 128 * sum_k w[n, k] back out.
 #include <immintrin.h>
@@ -127,12 +127,16 @@ struct Vnni {
   static constexpr int cols() { return MT == 1 ? 8 : 4; }
   template <int MT>
   static constexpr int chunks() { return 4; }
+  // int4 (linear_i8_tiles.h, u4_tile): one 256-bit vpdpbusd per group (AVX512-VL).
+  static __m256i group_dot(__m256i u, __m256i x) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x); }
+  template <int MT>
+  static constexpr int row_chunks() { return MT <= 2 ? 4 : 0; }
 };
 
 }  // namespace
 
 const I8Tiles& i8_tiles_vnni() {
-  static const I8Tiles t{quantize_row, dot_i8<Vnni>, 128, "avx512vnni"};
+  static const I8Tiles t{quantize_row, dot_i8<Vnni>, 128, "avx512vnni", dot_u4<Vnni>};
   return t;
 }
 

@@ -1,6 +1,7 @@
 // The fast linear_wq kernel (docs/quantization.md): y = act(x @ (w * scale)^T + bias + residual)
-// with an i8 or bf16 weight [N, K] read in place (no prepacked copy: the stored low-precision
-// weight is the only copy the engine holds), widened to f32 in registers, f32 accumulation.
+// with an i8 or bf16 weight [N, K] or an int4 one [N, K / 2] (per-group scales, applied in the
+// tiles) read in place (no prepacked copy: the stored low-precision weight is the only copy the
+// engine holds), widened to f32 in registers, f32 accumulation.
 // The same kernel with an f32 weight is the f32 linear that reads the user's weight in place
 // (linear_stream.h), for a decode step's few rows and for a prompt's many.
 //
@@ -62,17 +63,18 @@ class LinearWqKernel final : public Kernel {
       : ep_(Epilogue::of(ctx.node, weight_scaled(ctx) ? 3 : 2)),
         scaled_(weight_scaled(ctx)),
         wdtype_(ctx.in_dtype(1)),
+        int4_(wdtype_ == DType::u8),
         tiles_(cpu::wq::dot_tiles(use_avx512(ctx.options))),
         budget_(ctx.thread_budget()),
         max_threads_(ctx.num_threads > 0 ? ctx.num_threads : omp_get_max_threads()),
         kn_(ctx.node.op_name() == "matmul"),
-        K_(ctx.in_shapes[1][kn_ ? 0 : 1]),
+        K_(ctx.in_shapes[1][kn_ ? 0 : 1] * (int4_ ? 2 : 1)),
         N_(ctx.in_shapes[1][kn_ ? 1 : 0]),
         act_fn_(ep_.act ? cpu_ew::block_fn(*ep_.act, float{}) : nullptr),
         quantize_x_(ctx.node.op_name() == "linear_wq" && ctx.node.attr("quantize_x").b()),
         i8_(cpu::wq::i8_tiles(use_avx512(ctx.options))),
         M_(ctx.in_shapes[0].empty() || !K_ ? 0 : numel_of(ctx.in_shapes[0]) / K_) {
-    if (quantize_x_ && i8_.x_offset && ctx.const_inputs[1]) {
+    if (quantize_x_ && !int4_ && i8_.x_offset && ctx.const_inputs[1]) {
       wsum_.resize(static_cast<size_t>(N_));
       row_sums(static_cast<const int8_t*>(ctx.const_inputs[1]->data()), wsum_.data());
     }
@@ -84,7 +86,7 @@ class LinearWqKernel final : public Kernel {
     const int64_t N = w.sizes[kn_ ? 1 : 0], K = K_, M = K ? x.numel() / K : 0;
     if (y.numel() == 0) return;
     UPDRAFT_CHECK(x.is_contiguous() && w.is_contiguous(), "linear_wq", "x and w must be contiguous here; the plan packs strided inputs");
-    const double wbytes = static_cast<double>(N) * K * dtype_size(wdtype_);
+    const double wbytes = static_cast<double>(N) * row_bytes();
     int nt = cpu::threads_for_gemm(2.0 * M * N * K, wbytes, budget_);
     nt = std::max(1, std::min(nt, max_threads_));
     if (quantize_x_) {
@@ -113,8 +115,8 @@ class LinearWqKernel final : public Kernel {
   }
   std::string name() const override {
     if (wdtype_ == DType::f32) return std::string(kn_ ? "cpu_matmul_stream_f32_" : "cpu_linear_f32_") + tiles_.isa;
-    if (quantize_x_) return std::string("cpu_linear_wq_i8i8_") + i8_.isa;
-    return std::string("cpu_linear_wq_") + (wdtype_ == DType::i8 ? "i8" : "bf16") + "_" + tiles_.isa;
+    if (quantize_x_) return std::string(int4_ ? "cpu_linear_wq_i4i8_" : "cpu_linear_wq_i8i8_") + i8_.isa;
+    return std::string("cpu_linear_wq_") + (int4_ ? "i4" : wdtype_ == DType::i8 ? "i8" : "bf16") + "_" + tiles_.isa;
   }
   // Every size is read from the views at each call (M decides threads and the path there).
   bool runs_shapes_of(const KernelContext&) const override { return true; }
@@ -123,6 +125,9 @@ class LinearWqKernel final : public Kernel {
   // Scratch for a call with M rows of x. quantize_x: the quantised rows, their scales, and wsum
   // when the weight is not a constant (computed per call).
   size_t scratch_for(int64_t M) const {
+    if (quantize_x_ && int4_)  // the quantised rows, their scales and their group sums
+      return static_cast<size_t>(M) * cpu::wq::padded_k(K_) + static_cast<size_t>(M) * sizeof(float) +
+             static_cast<size_t>(M * (K_ / kInt4Group)) * sizeof(float);
     if (quantize_x_) {
       const size_t wsum = i8_.x_offset && wsum_.empty() ? static_cast<size_t>(N_) * sizeof(int32_t) : 0;
       return static_cast<size_t>(M) * cpu::wq::padded_k(K_) + static_cast<size_t>(M) * sizeof(float) + wsum;
@@ -133,6 +138,9 @@ class LinearWqKernel final : public Kernel {
     const size_t strips = wdtype_ == DType::f32 ? 0 : static_cast<size_t>(max_threads_) * cpu::wq::strip_floats(tiles_, K_);
     return (static_cast<size_t>(cpu::wq::xt_floats(tiles_, M, K_)) + strips) * sizeof(float);
   }
+
+  // Bytes per row of the [N, K] weight (an int4 row holds two values per byte).
+  int64_t row_bytes() const { return int4_ ? K_ / 2 : K_ * static_cast<int64_t>(dtype_size(wdtype_)); }
 
   // wsum[n] = sum_k w[n, k] over the N rows of an i8 weight [N, K].
   void row_sums(const int8_t* w, int32_t* wsum) const {
@@ -146,6 +154,10 @@ class LinearWqKernel final : public Kernel {
   // quantize_x: x's rows quantised into the scratch (xq: M rows of padded_k(K) bytes, then sx),
   // the int8 tiles per block of w rows into int32 sums in y, taken to f32 there, the epilogue.
   void run_i8(const TensorView* in, TensorView& y, int64_t M, int64_t N, int64_t K, int nt, uint8_t* scratch) const {
+    if (int4_) {
+      run_i8_u4(in, y, M, N, K, nt, scratch);
+      return;
+    }
     const int64_t Kp = cpu::wq::padded_k(K);
     const float* x = in[0].ptr<const float>();
     const int8_t* w = in[1].ptr<const int8_t>();
@@ -184,13 +196,44 @@ class LinearWqKernel final : public Kernel {
     });
   }
 
+  // quantize_x over an int4 weight: x's rows quantised signed (the AVX2 set's rows, on either
+  // set), their group sums, then the int4 tiles per block of w rows, straight to f32 in y, times
+  // sx and the epilogue while the block is in cache.
+  void run_i8_u4(const TensorView* in, TensorView& y, int64_t M, int64_t N, int64_t K, int nt, uint8_t* scratch) const {
+    const int64_t Kp = cpu::wq::padded_k(K), G = K / kInt4Group;
+    const float* x = in[0].ptr<const float>();
+    const uint8_t* w = in[1].ptr<const uint8_t>();
+    const float* scale = in[2].ptr<const float>();
+    uint8_t* xq = scratch;
+    float* sx = reinterpret_cast<float*>(scratch + M * Kp);
+    float* xsum = sx + M;
+    const cpu::wq::QuantizeRowFn quantize = cpu::wq::i8_tiles_avx2().quantize;
+    const int qt = static_cast<int>(std::min<int64_t>(M >= 16 ? nt : 1, M));
+    cpu::parallel_for(qt, qt, [&](int64_t t) {
+      for (int64_t m = M * t / qt; m < M * (t + 1) / qt; ++m) {
+        sx[m] = quantize(x + m * K, K, Kp, xq + m * Kp);
+        cpu::wq::u4_row_sums(xq + m * Kp, G, xsum + m * G);
+      }
+    });
+    const int bt = static_cast<int>(std::min<int64_t>(nt, (N + kBlockRows - 1) / kBlockRows));
+    cpu::parallel_for(bt, bt, [&](int64_t t) {
+      thread_rows(t, bt, N, kBlockRows, M <= cpu::kStreamMaxRows, [&](int64_t n0, int64_t n1) {
+        const int64_t nb = n1 - n0;
+        float* yb = y.ptr<float>() + n0;
+        i8_.dot_u4(xq, M, Kp, xsum, G, w + n0 * (K / 2), nb, K / 2, scale + n0 * G, G, K, yb, N);
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t j = 0; j < nb; ++j) yb[m * N + j] *= sx[m];
+        epilogue(in, yb, M, N, n0, nb);
+      });
+    });
+  }
+
   // Prefill from the weight's rows (linear_wq_tiles.h, bcast_dot): x transposed into xt once,
   // its columns split over the threads, then each thread's contiguous range of weight rows
   // (whole blocks of kBlockRows) against every row of x, and the epilogue over that range.
   void run_bcast(const TensorView* in, TensorView& y, int64_t M, int64_t N, int64_t K, int nt, float* scratch) const {
     const float* x = in[0].ptr<const float>();
     const char* w = static_cast<const char*>(in[1].data);
-    const size_t esize = dtype_size(wdtype_);
     float* xt = scratch;
     float* strips = xt + cpu::wq::xt_floats(tiles_, M, K);
     const cpu::wq::BcastDotFn dot = wdtype_ == DType::f32 ? tiles_.bcast_f32
@@ -206,15 +249,21 @@ class LinearWqKernel final : public Kernel {
       const int64_t blocks = (N + kBlockRows - 1) / kBlockRows;
       const int64_t n0 = blocks * t / T * kBlockRows, n1 = std::min(N, blocks * (t + 1) / T * kBlockRows);
       if (n0 < n1) {
-        dot(xt, x, K, M, K, w + static_cast<size_t>(n0) * K * esize, n1 - n0, K,
-            strips + t * cpu::wq::strip_floats(tiles_, K), y.ptr<float>() + n0, N);
+        float* strip = strips + t * cpu::wq::strip_floats(tiles_, K);
+        if (int4_) {
+          const int64_t G = K / kInt4Group;
+          tiles_.bcast_u4(xt, x, K, M, K, reinterpret_cast<const uint8_t*>(w) + n0 * (K / 2), n1 - n0, K / 2,
+                          in[2].ptr<const float>() + n0 * G, G, strip, y.ptr<float>() + n0, N);
+        } else {
+          dot(xt, x, K, M, K, w + static_cast<size_t>(n0) * row_bytes(), n1 - n0, K, strip, y.ptr<float>() + n0, N);
+        }
         epilogue(in, y.ptr<float>() + n0, M, N, n0, n1 - n0);
       }
     }
   }
 
   // More rows of x than this take run_bcast: an f32 weight past the streaming tiles' rows; an
-  // i8 or bf16 one past the dot tiles' measured crossover (kDotMaxRows).
+  // i8, bf16 or int4 one past the dot tiles' measured crossover (kDotMaxRows, measured on i8).
   int64_t bcast_above() const { return wdtype_ == DType::f32 ? cpu::kStreamMaxRows : kDotMaxRows; }
 
   // Thread t's share of the N rows of w (a contiguous range of blocks of `rows` rows) to
@@ -269,16 +318,22 @@ class LinearWqKernel final : public Kernel {
     const float* x = in[0].ptr<const float>();
     float* yb = y.ptr<float>() + n0;
     const int64_t nb = n1 - n0;
-    const size_t esize = dtype_size(wdtype_);
-    const void* w = static_cast<const char*>(in[1].data) + static_cast<size_t>(n0) * K * esize;
+    const void* w = static_cast<const char*>(in[1].data) + static_cast<size_t>(n0) * row_bytes();
+    if (int4_) {
+      const int64_t G = K / kInt4Group;
+      tiles_.u4(x, M, K, static_cast<const uint8_t*>(w), nb, K / 2, in[2].ptr<const float>() + n0 * G, G, K, yb, N);
+      epilogue(in, yb, M, N, n0, nb);
+      return;
+    }
     const cpu::wq::DotFn dot = wdtype_ == DType::f32 ? tiles_.f32 : wdtype_ == DType::i8 ? tiles_.i8 : tiles_.bf16;
     dot(x, M, K, w, nb, K, K, yb, N);
     epilogue(in, yb, M, N, n0, nb);
   }
 
-  // Scale, bias, residual and activation over the outputs [n0, n0 + nb) of every row of x.
+  // Scale, bias, residual and activation over the outputs [n0, n0 + nb) of every row of x (an
+  // int4 weight's scales are per group, applied by its tiles).
   void epilogue(const TensorView* in, float* yb, int64_t M, int64_t N, int64_t n0, int64_t nb) const {
-    const float* scale = scaled_ ? in[2].ptr<const float>() + n0 : nullptr;
+    const float* scale = scaled_ && !int4_ ? in[2].ptr<const float>() + n0 : nullptr;
     const float* bias = ep_.has_bias ? in[ep_.bias_input].ptr<const float>() + n0 : nullptr;
     const float* res = ep_.has_residual ? in[ep_.residual_input].ptr<const float>() + n0 : nullptr;
     if (!scale && !bias && !res && !ep_.act) return;
@@ -329,6 +384,7 @@ class LinearWqKernel final : public Kernel {
   Epilogue ep_;
   bool scaled_;
   DType wdtype_;
+  bool int4_;  // w is u8: int4, two values per byte, per-group scales (kernels/quantize.h)
   const cpu::wq::DotTiles& tiles_;
   cpu::ThreadBudget budget_;
   int max_threads_;
@@ -372,7 +428,8 @@ std::unique_ptr<Kernel> make_inplace_f32(const KernelContext& ctx) {
 void register_cpu_quantized_kernels(KernelRegistry& r) {
   r.add("linear_wq", Device::cpu, [](const KernelContext& ctx) -> std::unique_ptr<Kernel> {
     if (ctx.in_dtype(0) != DType::f32 || ctx.out_dtype(0) != DType::f32) return nullptr;
-    if (ctx.in_dtype(1) != DType::i8 && ctx.in_dtype(1) != DType::bf16) return nullptr;
+    const DType w = ctx.in_dtype(1);
+    if (w != DType::i8 && w != DType::bf16 && w != DType::u8) return nullptr;
     return std::make_unique<LinearWqKernel>(ctx);
   });
 }

@@ -1,5 +1,6 @@
 // The low-precision-weight dot tiles (linear_wq_tiles.h) on AVX2 + FMA, the engine's baseline:
-// 8 lanes; i8 weights widen with vpmovsxbd + vcvtdq2ps, bf16 with vpmovzxwd + a 16-bit shift.
+// 8 lanes; i8 weights widen with vpmovsxbd + vcvtdq2ps, bf16 with vpmovzxwd + a 16-bit shift,
+// int4 with vpmovzxbd and a mask or a 4-bit shift per nibble.
 #include <immintrin.h>
 
 #include "kernels/cpu/linear_wq_tiles.h"
@@ -18,6 +19,20 @@ struct Avx2 {
   static reg widen(const float* p) { return _mm256_loadu_ps(p); }
   static reg widen(const int8_t* p) { return widen8<Avx2>(p); }
   static reg widen(const uint16_t* p) { return widen8<Avx2>(p); }
+  // An int4 block's 32 bytes (kernels/quantize.h: byte i holds element i of each of the two
+  // groups) times the groups' scales: each nibble widened to f32, then u * s - 8 s (8 lanes
+  // cannot hold the 16 levels AVX-512's dequant_u4 picks from).
+  static void dequant_u4(const uint8_t* p, float s0, float s1, reg* w) {
+    const __m256i nib = _mm256_set1_epi32(0xF);
+    const reg sb[2] = {_mm256_set1_ps(s0), _mm256_set1_ps(s1)};
+    const reg ob[2] = {_mm256_set1_ps(-8.0f * s0), _mm256_set1_ps(-8.0f * s1)};
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      const __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * i)));
+      w[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(u, nib)), sb[0], ob[0]);
+      w[4 + i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(u, 4)), sb[1], ob[1]);
+    }
+  }
   static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
   static void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
   static float hsum(reg v) {

@@ -1,6 +1,6 @@
 // The inner loops of the low-precision-weight linear (linear_wq.cpp, docs/quantization.md):
-// raw dot products of f32 rows with rows of i8, bf16 or f32 weights, widened in registers and
-// accumulated in f32. Nothing here knows about scales, bias or threads, so a later int8 path
+// raw dot products of f32 rows with rows of i8, bf16, f32 or int4 weights, widened in registers
+// and accumulated in f32 (an int4 weight's per-group scales are the one scale applied here). Nothing here knows about scales, bias or threads, so a later int8 path
 // (quantised activations too) can call the same tiles.
 //
 //   const DotTiles& t = dot_tiles(use_avx512(options));
@@ -27,6 +27,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "ir/ops/params.h"
 #include "kernels/cpu/row_tiles.h"
 #include "kernels/cpu/transpose8.h"
 
@@ -45,8 +46,18 @@ using PackXtFn = void (*)(const float* x, int64_t M, int64_t ldx, int64_t K, int
 using BcastDotFn = void (*)(const float* xt, const float* x, int64_t ldx, int64_t M, int64_t K, const void* w,
                             int64_t nb, int64_t ldw, float* strip, float* out, int64_t ldo);
 
+// An int4 weight (kernels/quantize.h's format: rows of ldw bytes, K / 2 used) with its per-group
+// scales (rows of lds floats): out[m*ldo + n] = sum_k x[m*ldx+k] * (q[n, k] * scale[n, k / 32]).
+using DotU4Fn = void (*)(const float* x, int64_t M, int64_t ldx, const uint8_t* w, int64_t N, int64_t ldw,
+                         const float* scale, int64_t lds, int64_t K, float* out, int64_t ldo);
+using BcastU4Fn = void (*)(const float* xt, const float* x, int64_t ldx, int64_t M, int64_t K, const uint8_t* w,
+                           int64_t nb, int64_t ldw, const float* scale, int64_t lds, float* strip, float* out,
+                           int64_t ldo);
+
 struct DotTiles {
   DotFn i8 = nullptr, bf16 = nullptr, f32 = nullptr;
+  DotU4Fn u4 = nullptr;
+  BcastU4Fn bcast_u4 = nullptr;
   DotKnFn f32_kn = nullptr;
   PackXtFn pack_xt = nullptr;
   BcastDotFn bcast_f32 = nullptr, bcast_i8 = nullptr, bcast_bf16 = nullptr;
@@ -236,6 +247,74 @@ void dot_kn(const float* x, int64_t M, int64_t ldx, const float* w, int64_t N, i
       case 2: kn_rows<V, 2>(xm, ldx, w, N, ldw, K, om, ldo); break;
       case 3: kn_rows<V, 3>(xm, ldx, w, N, ldw, K, om, ldo); break;
       default: kn_rows<V, 4>(xm, ldx, w, N, ldw, K, om, ldo); break;
+    }
+  }
+}
+
+// ---- int4 weights (kernels/quantize.h): blocks of 64 values (two groups of 32, a scale each) ----
+// V::dequant_u4(p, s0, s1, w) turns a block's 32 bytes into 64 / lanes vectors of its weights
+// (q * s, in k order), which are multiplied into the accumulators as tile() does. Dequantising
+// before the product keeps every row of x on the same weight vector (the M <= 4 rows of a decode
+// tile share it) and the sum in tile()'s order within a block.
+template <class V>
+constexpr int kU4Vecs = static_cast<int>(kInt4Block) / V::lanes;
+
+// Rows [0, MT) of x against NT rows of w (os: the outputs' stride, as tile()).
+template <class V, int MT, int NT>
+inline void tile_u4(const float* x, int64_t ldx, const uint8_t* w, int64_t ldw, const float* sc, int64_t lds,
+                    int64_t K, float* out, int64_t ldo, int64_t os) {
+  using reg = typename V::reg;
+  constexpr int J = kU4Vecs<V>;
+  reg acc[MT][NT];
+#pragma GCC unroll 4
+  for (int m = 0; m < MT; ++m)
+#pragma GCC unroll 8
+    for (int n = 0; n < NT; ++n) acc[m][n] = V::zero();
+  for (int64_t b = 0; b < K / kInt4Block; ++b) {
+    const float* xb = x + b * kInt4Block;
+#pragma GCC unroll 8
+    for (int n = 0; n < NT; ++n) {
+      reg wd[J];
+      const float* s = sc + n * lds + 2 * b;
+      V::dequant_u4(w + n * ldw + b * kInt4Group, s[0], s[1], wd);
+#pragma GCC unroll 8
+      for (int j = 0; j < J; ++j)
+#pragma GCC unroll 4
+        for (int m = 0; m < MT; ++m) acc[m][n] = V::fma(V::loadx(xb + m * ldx + j * V::lanes), wd[j], acc[m][n]);
+    }
+  }
+  for (int m = 0; m < MT; ++m)
+    for (int n = 0; n < NT; ++n) out[m * ldo + n * os] = V::hsum(acc[m][n]);
+}
+
+// Rows [0, MT) of x against rows [0, N) of w in row_tiles.h's order: one row from each of C
+// chunks per tile where there are enough rows (C as the i8 tiles'), NT consecutive rows else.
+// NT: 8 accumulators on AVX-512's 32 registers, 4 on AVX2's 16 (its block is 8 vectors).
+template <class V, int MT>
+inline void rows_u4(const float* x, int64_t ldx, const uint8_t* w, int64_t N, int64_t ldw, const float* sc,
+                    int64_t lds, int64_t K, float* out, int64_t ldo) {
+  constexpr int C = row_chunks<V, int8_t, MT>();
+  constexpr int NT = std::max(1, (V::lanes == 16 ? 8 : 4) / MT);
+  for_row_tiles<C, NT>(
+      N,
+      [&](int64_t n, int64_t S) {
+        tile_u4<V, MT, C>(x, ldx, w + n * ldw, S * ldw, sc + n * lds, S * lds, K, out + n, ldo, S);
+      },
+      [&](int64_t n) { tile_u4<V, MT, NT>(x, ldx, w + n * ldw, ldw, sc + n * lds, lds, K, out + n, ldo, 1); },
+      [&](int64_t n) { tile_u4<V, MT, 1>(x, ldx, w + n * ldw, ldw, sc + n * lds, lds, K, out + n, ldo, 1); });
+}
+
+template <class V>
+void dot_u4(const float* x, int64_t M, int64_t ldx, const uint8_t* w, int64_t N, int64_t ldw, const float* sc,
+            int64_t lds, int64_t K, float* out, int64_t ldo) {
+  for (int64_t m = 0; m < M; m += 4) {
+    const float* xm = x + m * ldx;
+    float* om = out + m * ldo;
+    switch (M - m >= 4 ? 4 : M - m) {
+      case 1: rows_u4<V, 1>(xm, ldx, w, N, ldw, sc, lds, K, om, ldo); break;
+      case 2: rows_u4<V, 2>(xm, ldx, w, N, ldw, sc, lds, K, om, ldo); break;
+      case 3: rows_u4<V, 3>(xm, ldx, w, N, ldw, sc, lds, K, om, ldo); break;
+      default: rows_u4<V, 4>(xm, ldx, w, N, ldw, sc, lds, K, om, ldo); break;
     }
   }
 }
@@ -472,6 +551,33 @@ void bcast_dot(const float* xt, const float* x, int64_t ldx, int64_t M, int64_t 
   }
 }
 
+// bcast_dot over an int4 weight: each group of NR rows dequantised whole into the strip (q * s,
+// as tile_u4 computes it), then the same slices as an i8 weight's.
+template <class V>
+void bcast_u4(const float* xt, const float* x, int64_t ldx, int64_t M, int64_t K, const uint8_t* w, int64_t nb,
+              int64_t ldw, const float* sc, int64_t lds, float* strip, float* out, int64_t ldo) {
+  using reg = typename V::reg;
+  constexpr int NR = kBcastRows<V>;
+  constexpr int J = kU4Vecs<V>;
+  const int64_t ld = strip_ld(K);
+  for (int64_t g = 0; g < nb; g += NR) {
+    const int nr = static_cast<int>(std::min<int64_t>(NR, nb - g));
+    for (int r = 0; r < nr; ++r) {
+      const uint8_t* row = w + (g + r) * ldw;
+      const float* s = sc + (g + r) * lds;
+      float* dst = strip + r * ld;
+      for (int64_t b = 0; b < K / 2; b += 64) __builtin_prefetch(row + NR * ldw + b, 0, 3);
+      for (int64_t q = 0; q < K / kInt4Block; ++q) {
+        reg wd[J];
+        V::dequant_u4(row + q * kInt4Group, s[2 * q], s[2 * q + 1], wd);
+        for (int j = 0; j < J; ++j) V::store(dst + q * kInt4Block + j * V::lanes, wd[j]);
+      }
+    }
+    for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kPrefillDepth)
+      bcast_slice<V>(xt, x, ldx, M, K, k0, std::min(kPrefillDepth, K - k0), strip + k0, ld, nr, out + g, ldo);
+  }
+}
+
 template <class V>
 DotTiles make_dot_tiles(const char* isa) {
   DotTiles t;
@@ -484,6 +590,8 @@ DotTiles make_dot_tiles(const char* isa) {
   t.bcast_f32 = bcast_dot<V, float>;
   t.bcast_i8 = bcast_dot<V, int8_t>;
   t.bcast_bf16 = bcast_dot<V, uint16_t>;
+  t.u4 = dot_u4<V>;
+  t.bcast_u4 = bcast_u4<V>;
   t.group_rows = kBcastRows<V>;
   t.isa = isa;
   return t;

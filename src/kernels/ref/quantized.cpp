@@ -1,5 +1,5 @@
 // Reference kernels for the low-precision-weight ops (src/ir/ops/quantized.cpp): they define
-// what quantize_rows and to_bf16 compute (constant folding runs them: the pass quantize_weights
+// what quantize_rows, quantize_int4 and to_bf16 compute (constant folding runs them: the pass quantize_weights
 // folds a weight through them once per compile or refit) and are the oracle the fast linear_wq
 // kernels are tested against (tests/cpp/test_linear_wq.cpp). Plain loops, any input strides,
 // double accumulation in linear_wq.
@@ -46,6 +46,20 @@ void ref_quantize_rows(const TensorView* in, TensorView* out) {
   }
 }
 
+void ref_quantize_int4(const TensorView* in, TensorView* out) {
+  const TensorView& x = in[0];
+  const int64_t K = x.sizes[x.ndim - 1], R = num_rows(x), sk = x.strides[x.ndim - 1];
+  std::vector<float> block(static_cast<size_t>(kInt4Block));
+  for (int64_t r = 0; r < R; ++r) {
+    const float* src = x.ptr<const float>() + row_offset(x, r);
+    for (int64_t b = 0; b < K / kInt4Block; ++b) {
+      for (int64_t k = 0; k < kInt4Block; ++k) block[k] = src[(b * kInt4Block + k) * sk];
+      quantize_block_int4(block.data(), out[0].ptr<uint8_t>() + r * (K / 2) + b * kInt4Group,
+                          out[1].ptr<float>() + r * (K / kInt4Group) + 2 * b);
+    }
+  }
+}
+
 void ref_to_bf16(const TensorView* in, TensorView* out) {
   const TensorView& x = in[0];
   const int64_t K = x.ndim ? x.sizes[x.ndim - 1] : 1, R = x.ndim ? num_rows(x) : 1;
@@ -57,7 +71,10 @@ void ref_to_bf16(const TensorView* in, TensorView* out) {
   }
 }
 
+// w[n, k] as stored: i8 and int4 without their scale, bf16 widened. An int4 w is read as the
+// contiguous rows quantize_int4 writes (K / 2 bytes each).
 double weight_at(const TensorView& w, int64_t n, int64_t k) {
+  if (w.dtype == DType::u8) return int4_at(w.ptr<const uint8_t>() + n * w.sizes[1], k);
   int64_t off = n * w.strides[0] + k * w.strides[1];
   if (w.dtype == DType::i8) return w.ptr<const int8_t>()[off];
   return bf16_to_f32(w.ptr<const uint16_t>()[off]);
@@ -70,7 +87,9 @@ double weight_at(const TensorView& w, int64_t n, int64_t k) {
 void ref_linear_wq(const TensorView* in, TensorView* out, const Epilogue& ep, bool scaled, bool quantize_x) {
   const TensorView &x = in[0], &w = in[1];
   const TensorView& y = out[0];
-  const int64_t K = w.sizes[1], N = w.sizes[0], R = num_rows(x), sk = x.strides[x.ndim - 1];
+  const bool int4 = w.dtype == DType::u8;
+  UPDRAFT_CHECK(!int4 || w.is_contiguous(), "linear_wq", "an int4 w must be contiguous (quantize_int4's rows)");
+  const int64_t K = int4 ? 2 * w.sizes[1] : w.sizes[1], N = w.sizes[0], R = num_rows(x), sk = x.strides[x.ndim - 1];
   std::vector<float> row(quantize_x ? static_cast<size_t>(K) : 0);
   std::vector<int8_t> qx(row.size());
   for (int64_t r = 0; r < R; ++r) {
@@ -82,10 +101,27 @@ void ref_linear_wq(const TensorView* in, TensorView* out, const Epilogue& ep, bo
     }
     for (int64_t n = 0; n < N; ++n) {
       double acc = 0;
-      if (quantize_x) {
+      if (quantize_x && int4) {  // per group: the exact sum times the group's scale, then sx
+        const TensorView& s = in[2];
+        for (int64_t g = 0; g < K / kInt4Group; ++g) {
+          int64_t sum = 0;
+          for (int64_t k = g * kInt4Group; k < (g + 1) * kInt4Group; ++k)
+            sum += qx[k] * static_cast<int64_t>(weight_at(w, n, k));
+          acc += static_cast<double>(sum) * s.ptr<const float>()[n * s.strides[0] + g * s.strides[1]];
+        }
+        acc *= sx;
+      } else if (quantize_x) {
         int64_t sum = 0;
         for (int64_t k = 0; k < K; ++k) sum += qx[k] * static_cast<int64_t>(weight_at(w, n, k));
         acc = (static_cast<float>(sum) * sx) * in[2].ptr<const float>()[n * in[2].strides[0]];
+      } else if (int4) {  // each group's sum times the group's scale
+        const TensorView& s = in[2];
+        for (int64_t g = 0; g < K / kInt4Group; ++g) {
+          double part = 0;
+          for (int64_t k = g * kInt4Group; k < (g + 1) * kInt4Group; ++k)
+            part += static_cast<double>(xr[k * sk]) * weight_at(w, n, k);
+          acc += part * s.ptr<const float>()[n * s.strides[0] + g * s.strides[1]];
+        }
       } else {
         for (int64_t k = 0; k < K; ++k) acc += static_cast<double>(xr[k * sk]) * weight_at(w, n, k);
         if (scaled) acc *= in[2].ptr<const float>()[n * in[2].strides[0]];
@@ -106,6 +142,8 @@ void ref_linear_wq(const TensorView* in, TensorView* out, const Epilogue& ep, bo
 void register_ref_quantized_kernels(KernelRegistry& r) {
   r.add("quantize_rows", Device::ref,
         [](const KernelContext&) { return make_kernel("ref_quantize_rows", ref_quantize_rows); });
+  r.add("quantize_int4", Device::ref,
+        [](const KernelContext&) { return make_kernel("ref_quantize_int4", ref_quantize_int4); });
   r.add("to_bf16", Device::ref, [](const KernelContext&) { return make_kernel("ref_to_bf16", ref_to_bf16); });
   r.add("linear_wq", Device::ref, [](const KernelContext& ctx) {
     const bool scaled = ctx.node.attr("has_weight_scale").b(), qx = ctx.node.attr("quantize_x").b();
