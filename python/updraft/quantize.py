@@ -1,6 +1,6 @@
 """Store a model's linear weights compactly, in the model itself (docs/quantization.md).
 
-`CompilerConfig(weight_dtype=...)` makes the *engine* hold int8 or bf16 copies; the user's f32
+`CompilerConfig(weight_dtype=...)` makes the *engine* hold int8, int4 or bf16 copies; the user's f32
 parameters stay, because PyTorch still needs them (fallback, recompiles, state_dict). This is the
 other form: `quantize_weights(model, "int8")` replaces the model's large linear layers and
 embeddings by `QuantizedLinear` / `QuantizedEmbedding` modules that keep only the compact weight.
