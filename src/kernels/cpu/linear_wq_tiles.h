@@ -1,7 +1,8 @@
 // The inner loops of the low-precision-weight linear (linear_wq.cpp, docs/quantization.md):
 // raw dot products of f32 rows with rows of i8, bf16, f32 or int4 weights, widened in registers
-// and accumulated in f32 (an int4 weight's per-group scales are the one scale applied here). Nothing here knows about scales, bias or threads, so a later int8 path
-// (quantised activations too) can call the same tiles.
+// and accumulated in f32. Nothing here knows about bias or threads, nor about scales but an int4
+// weight's per-group ones (they change inside a row's dot product, so they cannot wait for the
+// epilogue), so a later int8 path (quantised activations too) can call the same tiles.
 //
 //   const DotTiles& t = dot_tiles(use_avx512(options));
 //   t.i8(x, M, ldx, w, N, ldw, K, out, ldo);   // out[m*ldo + n] = sum_k x[m*ldx+k] * w[n*ldw+k]
