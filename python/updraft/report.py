@@ -329,13 +329,20 @@ class Report:
         low = [p for p in self.partitions if p.weight_dtype != "f32" or p.low_precision_weights]
         if low:
             count = stored = as_f32 = 0
+            stored_as: collections.Counter = collections.Counter()  # engine dtype name -> weights
             for p in low:
-                for c, b, f in p.low_precision_weights.values():
+                for d, (c, b, f) in p.low_precision_weights.items():
                     count, stored, as_f32 = count + c, stored + b, as_f32 + f
+                    stored_as[d] += c
             dtypes = sorted({p.weight_dtype for p in low if p.weight_dtype != "f32"})
             # weight_dtype quantised f32 weights in the engine; otherwise the model stores them so
-            # itself (updraft.quantize_weights) and the engine reads them in place.
-            origin = (f"weight_dtype {', '.join(dtypes)}: {count} linear weight(s) stored low-precision" if dtypes else
+            # itself (updraft.quantize_weights) and the engine reads them in place. int4 stores a
+            # weight whose input size is not a multiple of 64 as int8: the split says so.
+            split = ""
+            if len(stored_as) > 1:
+                why = "; int4 needs an input size that is a multiple of 64" if "int4" in dtypes and "i8" in stored_as else ""
+                split = f" ({', '.join(f'{n} {_INTEGER_WEIGHTS.get(d, d)}' for d, n in sorted(stored_as.items()))}{why})"
+            origin = (f"weight_dtype {', '.join(dtypes)}: {count} linear weight(s) stored low-precision{split}" if dtypes else
                       f"the model's own {', '.join(sorted({d for p in low for d in p.low_precision_weights}))} "
                       f"weights: {count} linear weight(s) read low-precision in place")
             lines.append(f"  weights: {origin}, {stored / 1e6:.1f} MB with scales ({as_f32 / 1e6:.1f} MB as f32); "

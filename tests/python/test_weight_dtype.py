@@ -106,6 +106,8 @@ def test_explain_counts_low_precision_weights(weight_dtype):
     assert low == want, low
     text = str(report)
     assert f"weight_dtype {weight_dtype}: 11 linear weight(s) stored low-precision" in text, text
+    if weight_dtype == "int4":  # the two int8 ones, and why
+        assert "(9 int4, 2 int8; int4 needs an input size that is a multiple of 64)" in text, text
 
 
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
