@@ -112,8 +112,6 @@ struct Avx2 {
   static __m256i group_dot(__m256i u, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
   }
-  template <int MT>
-  static constexpr int row_chunks() { return MT <= 2 ? 4 : 0; }
 };
 
 }  // namespace

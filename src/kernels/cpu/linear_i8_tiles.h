@@ -115,7 +115,7 @@ static inline void u4_row_sums(const uint8_t* xq, int64_t G, float* xsum) {
 
 // The int4 tiles, shared by both units: `Isa` provides
 //   static __m256i group_dot(__m256i u, __m256i x)   // 8 int32 lanes summing u[k] * x[k], k < 32
-// (u unsigned bytes, x signed), and row_chunks<MT>(), the chunks of row_tiles.h.
+// (u unsigned bytes, x signed).
 // static: each unit keeps its own copy of these, compiled with its flags (the VNNI unit's may use
 // AVX-512 encodings), never the other unit's.
 // A block's 32 bytes as its two groups' 32 nibbles each, in k order.
@@ -174,10 +174,15 @@ inline void u4_tile(const uint8_t* xq, int64_t ldx, const float* xsum, int64_t l
     }
 }
 
+// Chunks of row_tiles.h for MT rows of x (both sets): 4 up to 2 rows, none from 3 (their tiles
+// take 2 rows of w at a time).
+template <int MT>
+constexpr int kU4Chunks = MT <= 2 ? 4 : 0;
+
 template <class Isa, int MT>
 inline void u4_rows(const uint8_t* xq, int64_t ldx, const float* xsum, int64_t ldsum, const uint8_t* w, int64_t N,
                     int64_t ldw, const float* sc, int64_t lds, int64_t K, float* out, int64_t ldo) {
-  constexpr int C = Isa::template row_chunks<MT>(), NT = MT == 1 ? 4 : 2;
+  constexpr int C = kU4Chunks<MT>, NT = MT == 1 ? 4 : 2;
   for_row_tiles<C, NT>(
       N,
       [&](int64_t n, int64_t S) {

@@ -129,8 +129,6 @@ struct Vnni {
   static constexpr int chunks() { return 4; }
   // int4 (linear_i8_tiles.h, u4_tile): one 256-bit vpdpbusd per group (AVX512-VL).
   static __m256i group_dot(__m256i u, __m256i x) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x); }
-  template <int MT>
-  static constexpr int row_chunks() { return MT <= 2 ? 4 : 0; }
 };
 
 }  // namespace

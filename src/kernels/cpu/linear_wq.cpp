@@ -151,6 +151,16 @@ class LinearWqKernel final : public Kernel {
     }
   }
 
+  // row(m) for each of x's M rows (quantize_x's per-call pass over x), split over the threads by
+  // rows: a second thread pays off only for many rows.
+  template <class Row>
+  static void quantize_rows_of_x(int64_t M, int nt, Row&& row) {
+    const int qt = static_cast<int>(std::min<int64_t>(M >= 16 ? nt : 1, M));
+    cpu::parallel_for(qt, qt, [&](int64_t t) {
+      for (int64_t m = M * t / qt; m < M * (t + 1) / qt; ++m) row(m);
+    });
+  }
+
   // quantize_x: x's rows quantised into the scratch (xq: M rows of padded_k(K) bytes, then sx),
   // the int8 tiles per block of w rows into int32 sums in y, taken to f32 there, the epilogue.
   void run_i8(const TensorView* in, TensorView& y, int64_t M, int64_t N, int64_t K, int nt, uint8_t* scratch) const {
@@ -169,11 +179,7 @@ class LinearWqKernel final : public Kernel {
       row_sums(w, ws);
       wsum = ws;
     }
-    // Quantising is a pass over x; a second thread pays off only for many rows.
-    const int qt = static_cast<int>(std::min<int64_t>(M >= 16 ? nt : 1, M));
-    cpu::parallel_for(qt, qt, [&](int64_t t) {
-      for (int64_t m = M * t / qt; m < M * (t + 1) / qt; ++m) sx[m] = i8_.quantize(x + m * K, K, Kp, xq + m * Kp);
-    });
+    quantize_rows_of_x(M, nt, [&](int64_t m) { sx[m] = i8_.quantize(x + m * K, K, Kp, xq + m * Kp); });
     const int bt = static_cast<int>(std::min<int64_t>(nt, (N + kBlockRows - 1) / kBlockRows));
     cpu::parallel_for(bt, bt, [&](int64_t t) {
       thread_rows(t, bt, N, kBlockRows, M <= cpu::kStreamMaxRows, [&](int64_t n0, int64_t n1) {
@@ -208,12 +214,9 @@ class LinearWqKernel final : public Kernel {
     float* sx = reinterpret_cast<float*>(scratch + M * Kp);
     float* xsum = sx + M;
     const cpu::wq::QuantizeRowFn quantize = cpu::wq::i8_tiles_avx2().quantize;
-    const int qt = static_cast<int>(std::min<int64_t>(M >= 16 ? nt : 1, M));
-    cpu::parallel_for(qt, qt, [&](int64_t t) {
-      for (int64_t m = M * t / qt; m < M * (t + 1) / qt; ++m) {
-        sx[m] = quantize(x + m * K, K, Kp, xq + m * Kp);
-        cpu::wq::u4_row_sums(xq + m * Kp, G, xsum + m * G);
-      }
+    quantize_rows_of_x(M, nt, [&](int64_t m) {
+      sx[m] = quantize(x + m * K, K, Kp, xq + m * Kp);
+      cpu::wq::u4_row_sums(xq + m * Kp, G, xsum + m * G);
     });
     const int bt = static_cast<int>(std::min<int64_t>(nt, (N + kBlockRows - 1) / kBlockRows));
     cpu::parallel_for(bt, bt, [&](int64_t t) {
@@ -236,8 +239,10 @@ class LinearWqKernel final : public Kernel {
     const char* w = static_cast<const char*>(in[1].data);
     float* xt = scratch;
     float* strips = xt + cpu::wq::xt_floats(tiles_, M, K);
+    // An int4 weight takes bcast_u4 (its scales go with it); this one serves the others.
     const cpu::wq::BcastDotFn dot = wdtype_ == DType::f32 ? tiles_.bcast_f32
                                     : wdtype_ == DType::i8 ? tiles_.bcast_i8
+                                    : int4_                ? nullptr
                                                            : tiles_.bcast_bf16;
     nt = static_cast<int>(std::min<int64_t>(nt, (N + kBlockRows - 1) / kBlockRows));
 #pragma omp parallel num_threads(nt)
