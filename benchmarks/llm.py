@@ -13,16 +13,17 @@ heads, vocab 32000); "1b" has TinyLlama-1.1B's shape (hidden 2048, intermediate 
 random token ids (seeded), and the vocabulary that the GGUF file needs is written from code
 (`write_vocab`: a byte-fallback BPE tokenizer.json whose 32000 entries are the three specials,
 the 256 byte tokens and placeholder pieces), which the converter reads as a Llama HF vocab.
-GGUF files (f32, f16, q8_0) come from `convert_hf_to_gguf.py` of the llama-cpp-python sdist.
+GGUF files (f32, f16, q8_0) come from `convert_hf_to_gguf.py` of the llama-cpp-python sdist, and
+q4_0 from llama.cpp's quantizer run on the f32 file.
 
 Backends: eager `generate`; Inductor (`model.forward = torch.compile(model.forward)` with the
 static cache, as transformers documents it); updraft with the dynamic cache (`updraft`) and the
 static cache (`updraft_static`, plus `updraft_static_<dtype>` for every `weight_dtype` that
 `updraft.CompilerConfig` accepts, when that field exists); updraft on the model quantised in place
-by `updraft.quantize_weights` (`updraft_quantized_int8`, `_bf16`: the f32 weights released,
-dynamic cache; `updraft_quantized_int8_act` adds `activation_dtype="int8"`, int8 x int8 products as
-llama.cpp's q8_0 computes them); llama.cpp through llama-cpp-python
-in its own venv (build/peers/llama) at f32, f16 and q8_0. Greedy decoding, end-of-sequence
+by `updraft.quantize_weights` (`updraft_quantized_int8`, `_int4`, `_bf16`: the f32 weights released,
+dynamic cache; `updraft_quantized_int8_act` and `_int4_act` add `activation_dtype="int8"`, int8 x
+int8 products as llama.cpp's q8_0 and q4_0 compute them); llama.cpp through llama-cpp-python
+in its own venv (build/peers/llama) at f32, f16, q8_0 and q4_0. Greedy decoding, end-of-sequence
 disabled so that every run produces `--new-tokens` tokens.
 
 Timing: prompt processing = from the `generate` call to the first logits (a LogitsProcessor
@@ -37,7 +38,7 @@ over once the model is loaded (and quantised), so it leaves out the f32 weights 
 row held only while loading (llama.cpp rows: the same as the peak). The torch rows import
 updraft only when they run it, so eager and Inductor run with libgomp's own wait policy, as a
 user's process would (`--spin` forces one setting on every row). "= eager" counts the generated
-tokens equal to eager's greedy tokens (llama.cpp: its own f32/f16/q8_0 arithmetic; random
+tokens equal to eager's greedy tokens (llama.cpp: its own f32/f16/q8_0/q4_0 arithmetic; random
 weights give near-tied logits, so f16 and q8_0 drift is expected).
 
 `--wait-policy` measures the OpenMP wait policy instead: decode ms/token of updraft on the
@@ -85,13 +86,17 @@ MODELS = {
     "1b": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
                num_key_value_heads=4, vocab_size=32000),
 }
-GGUF_TYPES = ("f32", "f16", "q8_0")
+GGUF_TYPES = ("f32", "f16", "q8_0")  # written by convert_hf_to_gguf.py
+# Written by llama.cpp's own quantizer (llama_model_quantize, as the llama-quantize tool) from the
+# f32 file: the converter has no 4-bit outtype. q4_0 is llama.cpp's int4 (groups of 32, one f16
+# scale each) beside updraft's int4 rows; its defaults keep the output projection at q6_K.
+QUANTIZED_GGUF = {"q4_0": 2}  # type -> llama_ftype (LLAMA_FTYPE_MOSTLY_Q4_0)
 TORCH_BACKENDS = ["eager", "inductor", "updraft", "updraft_static"]
 # A row name ending in this runs that row with int8 activations (CompilerConfig.activation_dtype),
 # for rows over int8 or int4 weights: updraft_static_int8_act, updraft_static_int4_act,
 # updraft_quantized_int8_act.
 ACT_SUFFIX = "_act"
-LLAMA_BACKENDS = [f"llamacpp_{t}" for t in GGUF_TYPES]
+LLAMA_BACKENDS = [f"llamacpp_{t}" for t in (*GGUF_TYPES, *QUANTIZED_GGUF)]
 N_SPECIAL = 3     # <unk> <s> </s>
 FIRST_ID = 3 + 256  # prompts avoid the specials and the byte tokens
 SPINS = ["passive", "1000", "10000", "100000", "300000"]
@@ -240,7 +245,31 @@ def prepare(model: str) -> tuple[Path, dict[str, str]]:
                 ggufs[t] = str(out)
             except subprocess.CalledProcessError as e:
                 ggufs[t] = f"missing: convert_hf_to_gguf.py --outtype {t} failed (exit {e.returncode})"
+    for t, ftype in QUANTIZED_GGUF.items():
+        out = root / f"model-{t}.gguf"
+        if out.exists():
+            ggufs[t] = str(out)
+        elif ggufs["f32"].startswith("missing: "):
+            ggufs[t] = ggufs["f32"]
+        else:
+            ggufs[t] = quantize_gguf(Path(ggufs["f32"]), out, ftype)
     return hf, ggufs
+
+
+def quantize_gguf(src: Path, out: Path, ftype: int) -> str:
+    """`out` quantised from `src` by llama.cpp (llama_model_quantize in the peer venv); its path,
+    or "missing: reason"."""
+    tmp = out.with_suffix(".tmp")
+    code = ("import sys, llama_cpp\n"
+            "p = llama_cpp.llama_model_quantize_default_params()\n"
+            f"p.ftype = {ftype}\n"
+            "sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p))")
+    try:
+        _run_logged([str(PEER_PY), "-c", code, str(src), str(tmp)], stdout=subprocess.DEVNULL)
+    except subprocess.CalledProcessError as e:
+        return f"missing: llama_model_quantize to {out.stem} failed (exit {e.returncode})"
+    tmp.rename(out)
+    return str(out)
 
 
 def prompt_ids(length: int, vocab: int, seed: int = 0) -> list[int]:
@@ -287,8 +316,8 @@ def weight_dtypes() -> list[str]:
 
 
 def model_dtypes() -> list[str]:
-    """The dtypes `updraft.quantize_weights` stores a model's own weights in (int4 is the engine's
-    only: CompilerConfig.weight_dtype)."""
+    """The dtypes `updraft.quantize_weights` stores a model's own weights in (an older tree's
+    vocabulary may lack int4)."""
     try:
         from updraft.quantize import DTYPES
     except ImportError:  # an updraft without quantize_weights' vocabulary: the weight_dtypes
@@ -740,7 +769,8 @@ def main(argv=None) -> int:
 
     backends = args.backends or (TORCH_BACKENDS + [f"updraft_static_{d}" for d in weight_dtypes()]
                                  + [f"updraft_quantized_{d}" for d in model_dtypes()]
-                                 + (["updraft_quantized_int8" + ACT_SUFFIX] if has_int8_activations() else [])
+                                 + ([f"updraft_quantized_{d}{ACT_SUFFIX}" for d in ("int8", "int4") if d in model_dtypes()]
+                                    if has_int8_activations() else [])
                                  + LLAMA_BACKENDS)
     rows: list[dict] = []
     meta = {"machine": machine, "priority": priority, "load_start": load[0],

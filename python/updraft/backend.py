@@ -935,7 +935,7 @@ def _low_precision_untimed(compiled: Callable, report: GraphReport, config: Comp
 
 
 def _compact_weights_untimed(compiled: Callable, report: GraphReport, config: CompilerConfig) -> Callable:
-    """A graph over the model's own int8/bf16 weights (updraft.quantize_weights, or a module
+    """A graph over the model's own int8/int4/bf16 weights (updraft.quantize_weights, or a module
     that dequantises its own weights) runs in the engine at every call, untimed. Eager computes
     the same values (unless activation_dtype="int8" quantises x as well), but its trials would
     cost the first requests far more than they could find: on the 156M Llama's int8 model,
@@ -945,7 +945,7 @@ def _compact_weights_untimed(compiled: Callable, report: GraphReport, config: Co
     weights")."""
     n = sum(p.compact_weights for p in report.partitions)
     report.compiles.append((INFERENCE_CHOICE, f"not timed against eager PyTorch: the engine reads {n} of the "
-                                              "model's own int8/bf16 weights in place, where eager's int8 matmul "
+                                              "model's own int8/int4/bf16 weights in place, where eager's int8 or int4 matmul "
                                               "or f32 widening is many times slower"
                                               + (f", and activation_dtype={config.activation_dtype!r} computes with "
                                                  "other numbers than eager" if config.activation_dtype != "f32" else "")

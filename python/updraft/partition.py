@@ -22,6 +22,7 @@ from .config import CompilerConfig
 from .engine_partition import EnginePartition
 from .lowerer import dense_order
 from .lowering import Unsupported, is_compute, is_shape_arithmetic, meta, op_name
+from . import quantize  # noqa: F401  (defines torch.ops.updraft.linear_int4)
 from .report import GraphReport, PartitionReport
 from .support import EngineSupport
 
@@ -89,17 +90,22 @@ def partition_graph(gm: fx.GraphModule, config: CompilerConfig, report: GraphRep
 _CASTS = (torch.ops.aten._to_copy.default, torch.ops.prims.convert_element_type.default)
 
 
+# The matmuls that read a compact weight as it is stored.
+_COMPACT_MATMULS = (torch.ops.aten._weight_int8pack_mm.default, torch.ops.updraft.linear_int4.default)
+
+
 def _compact_weights(sub: fx.GraphModule, const_kinds: list) -> int:
-    """How many of the partition's frozen parameters are int8 or bf16 weights that it widens to
-    float32 or multiplies through `aten._weight_int8pack_mm`: the model stores them compactly
-    itself (updraft.quantize_weights), and the engine reads them in place (linear_wq)."""
+    """How many of the partition's frozen parameters are int8, int4 or bf16 weights that it widens
+    to float32 or multiplies through `aten._weight_int8pack_mm` or `updraft::linear_int4`: the
+    model stores them compactly itself (updraft.quantize_weights), and the engine reads them in
+    place (linear_wq)."""
     n = 0
     phs = [p for p in sub.graph.nodes if p.op == "placeholder"]
     for ph, kind in zip(phs, const_kinds):
         val = ph.meta.get("val")
-        if kind != "param" or not isinstance(val, torch.Tensor) or val.dtype not in (torch.int8, torch.bfloat16):
+        if kind != "param" or not isinstance(val, torch.Tensor) or val.dtype not in (torch.int8, torch.uint8, torch.bfloat16):
             continue
-        if any(u.op == "call_function" and (u.target is torch.ops.aten._weight_int8pack_mm.default or (
+        if any(u.op == "call_function" and (u.target in _COMPACT_MATMULS or (
                 u.target in _CASTS and isinstance(u.meta.get("val"), torch.Tensor)
                 and u.meta["val"].dtype == torch.float32)) for u in ph.users):
             n += 1

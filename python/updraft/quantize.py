@@ -10,6 +10,12 @@ runs those linears on the engine's int8 / bf16 kernels, reading the module's buf
 (linear_wq: int8pack is lowered to it, a bf16 widening folded into it by `fold_dequant_linear`).
 One copy of each weight, at 1/4 (int8) or 1/2 (bf16) of its f32 size.
 
+"int4" stores the engine's int4 format (`CompilerConfig(weight_dtype="int4")`, src/kernels/quantize.h)
+in the module, at about 1/7 of the f32 size: eager PyTorch has no matmul for it, so the layer calls
+the custom op `torch.ops.updraft.linear_int4`, which the engine lowers to linear_wq and eager
+PyTorch runs by widening the weight a block of rows at a time (correct, and several times slower
+than f32 eager: an int4 model is meant to run compiled).
+
 The trade-off: the f32 weights are gone for good (save a state_dict first to keep them); the
 model then *is* the quantised model, in eager too, and every consumer of its state_dict sees
 `qweight` / `scale` instead of `weight`. The int8 format is the engine's: per output channel,
@@ -27,10 +33,13 @@ import torch.nn.functional as F
 
 from .config import WEIGHT_DTYPES
 
-# The engine's compact forms a model can hold itself: one vocabulary. int4 is the engine's own
-# (CompilerConfig.weight_dtype="int4"): a model layer for it (an eager int4 matmul and its
-# lowering) is not built.
-DTYPES = tuple(d for d in WEIGHT_DTYPES if d not in ("f32", "int4"))
+# The engine's compact forms a model can hold itself: one vocabulary with CompilerConfig.weight_dtype.
+DTYPES = tuple(d for d in WEIGHT_DTYPES if d != "f32")
+# The engine's int4 layout (src/ir/ops/params.h: kInt4Group, kInt4Block): one scale per group of
+# 32 consecutive values of a row, two groups per 32 bytes. A row whose length is not a multiple
+# of the block is stored int8, as the engine's weight_dtype="int4" does.
+INT4_GROUP = 32
+INT4_BLOCK = 2 * INT4_GROUP
 # The engine's threshold for converting weights (src/passes/quantize_weights.h,
 # kMinQuantizedWeight): a smaller weight fits in a core's L2, so its f32 kernel is the faster one.
 MIN_ELEMENTS = 1 << 16
@@ -58,9 +67,71 @@ def quantize_rows_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scale
 
 
+def quantize_rows_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group-wise symmetric int4 of a 2-d f32 tensor [N, K] (K a multiple of 64), bit for bit the
+    engine's `quantize_block_int4` (src/kernels/quantize.h): returns (q uint8 [N, K/2], scale f32
+    [N, K/32]). Per group of 32 values scale = max|g| / 7 over its finite values, q =
+    round-half-even(g / scale) in [-7, 7] stored as q + 8; byte i of a 32-byte block holds
+    element i of its first group (low nibble) and of its second (high nibble). NaN and a group of
+    zeros give q = 0, +-inf +-7. Works in blocks of about 1M elements, as quantize_rows_int8."""
+    w = w.detach()
+    n, k = w.shape
+    if k % INT4_BLOCK:
+        raise ValueError(f"[updraft.quantize] int4 needs rows whose length is a multiple of {INT4_BLOCK}, got {k}")
+    q = torch.empty((n, k // 2), dtype=torch.uint8, device=w.device)
+    scale = torch.empty((n, k // INT4_GROUP), dtype=torch.float32, device=w.device)
+    step = max(1, (1 << 20) // k)
+    zero = torch.zeros((), dtype=torch.float32, device=w.device)
+    for r0 in range(0, n, step):
+        g = w[r0:r0 + step].to(torch.float32).reshape(-1, k // INT4_GROUP, INT4_GROUP)
+        s = torch.where(torch.isfinite(g), g.abs(), zero).amax(dim=2) / 7.0
+        r = torch.round(g / torch.where(s == 0, torch.ones_like(s), s)[..., None])
+        r = torch.where(torch.isinf(g), torch.sign(g) * 7.0, r)
+        r = torch.where(torch.isnan(g) | (s == 0)[..., None], zero, r)
+        nib = (r.clamp_(-7, 7) + 8).to(torch.uint8).reshape(-1, k // INT4_BLOCK, 2, INT4_GROUP)
+        q[r0:r0 + step] = (nib[:, :, 0] | (nib[:, :, 1] << 4)).reshape(-1, k // 2)
+        scale[r0:r0 + step] = s
+    return q, scale
+
+
+def dequantize_int4(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The f32 values [n, K] of int4 rows q [n, K/2] with their scales [n, K/32] (any leading
+    dims: an embedding's gathered rows)."""
+    lead, half = q.shape[:-1], q.shape[-1]
+    # Written with ops the engine runs (int32 and, f32 arithmetic; no uint8 bitwise ops or shifts):
+    # a compiled QuantizedEmbedding("int4") widens its gathered rows in the engine. Exact in f32.
+    b = q.reshape(*lead, half // INT4_GROUP, 1, INT4_GROUP).to(torch.int32)
+    lo = (b & 0xF).to(torch.float32)
+    nib = torch.cat((lo, (b.to(torch.float32) - lo) * (1.0 / 16)), dim=-2) - 8.0  # [.., blocks, 2 groups, 32]
+    return (nib.reshape(*lead, 2 * half // INT4_GROUP, INT4_GROUP) * scale[..., None]).reshape(*lead, 2 * half)
+
+
+# Rows of an int4 weight widened at a time by eager PyTorch's linear_int4: 4 MB of f32.
+_INT4_EAGER_ELEMENTS = 1 << 20
+
+
+@torch.library.custom_op("updraft::linear_int4", mutates_args=())
+def linear_int4(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x [M, K] f32 @ W^T for an int4 weight W (qweight uint8 [N, K/2], scale f32 [N, K/32], the
+    engine's layout): the matmul of QuantizedLinear("int4"). The engine runs it as linear_wq over
+    the stored bytes; here eager PyTorch widens a block of rows at a time (no f32 copy of the whole
+    weight), which costs a pass over the weight's f32 values per call."""
+    n = qweight.shape[0]
+    step = max(1, _INT4_EAGER_ELEMENTS // max(2 * qweight.shape[1], 1))
+    if step >= n:
+        return F.linear(x, dequantize_int4(qweight, scale).to(x.dtype))
+    return torch.cat([F.linear(x, dequantize_int4(qweight[r0:r0 + step], scale[r0:r0 + step]).to(x.dtype))
+                      for r0 in range(0, n, step)], dim=-1)
+
+
+@linear_int4.register_fake
+def _linear_int4_shape(x, qweight, scale):
+    return x.new_empty((x.shape[0], qweight.shape[0]))
+
+
 class _Compact(nn.Module):
-    """The stored form of one weight [rows, cols]: `qweight` (int8 with a per-row `scale`, or
-    bf16) and how to widen it. A weight that two modules share (an embedding tied to the output
+    """The stored form of one weight [rows, cols]: `qweight` (int8 with a per-row `scale`, int4
+    as uint8 [rows, cols / 2] with a `scale` per group of 32, or bf16) and how to widen it. A weight that two modules share (an embedding tied to the output
     projection: its rows are the vocabulary for both) is quantised once and its buffers shared."""
 
     def __init__(self, qweight: torch.Tensor, scale: torch.Tensor | None, dtype: str):
@@ -73,13 +144,22 @@ class _Compact(nn.Module):
             self.scale = None
 
     @staticmethod
+    def stored_dtype(weight: torch.Tensor, dtype: str) -> str:
+        """The form `dtype` stores this weight in: int4 rows must fill whole blocks, else int8."""
+        return "int8" if dtype == "int4" and weight.shape[1] % INT4_BLOCK else dtype
+
+    @staticmethod
     def quantize(weight: torch.Tensor, dtype: str) -> tuple[torch.Tensor, torch.Tensor | None]:
         if dtype == "int8":
             return quantize_rows_int8(weight)
+        if dtype == "int4":
+            return quantize_rows_int4(weight)
         return weight.detach().to(torch.bfloat16).contiguous(), None
 
     def dequantized(self) -> torch.Tensor:
         """The f32 weight this layer computes with."""
+        if self.dtype == "int4":
+            return dequantize_int4(self.qweight, self.scale)
         w = self.qweight.to(torch.float32)
         return w * self.scale[:, None] if self.scale is not None else w
 
@@ -89,13 +169,15 @@ class _Compact(nn.Module):
 
 class QuantizedLinear(_Compact):
     """A linear layer whose weight is stored as int8 with a per-output-channel scale
-    (`qweight` [out, in], `scale` [out]) or as bf16 (`qweight` only). `forward` runs int8 through
-    `aten._weight_int8pack_mm` and widens bf16 for F.linear; the engine reads `qweight` as it is
-    (linear_wq) in both cases."""
+    (`qweight` [out, in], `scale` [out]), as int4 (`qweight` uint8 [out, in / 2], `scale` [out,
+    in / 32]) or as bf16 (`qweight` only). `forward` runs int8 through
+    `aten._weight_int8pack_mm`, int4 through `updraft::linear_int4` and widens bf16 for F.linear;
+    the engine reads `qweight` as it is (linear_wq) in all three cases."""
 
     def __init__(self, qweight, scale, bias: nn.Parameter | None, dtype: str):
         super().__init__(qweight, scale, dtype)
-        self.out_features, self.in_features = qweight.shape
+        self.out_features = qweight.shape[0]
+        self.in_features = qweight.shape[1] * (2 if dtype == "int4" else 1)
         self.bias = bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -105,9 +187,13 @@ class QuantizedLinear(_Compact):
             # _weight_int8pack_mm has no derivative: widened, so the gradient reaches x (training
             # the layers before this one, or adapters beside it); the weight itself stays frozen.
             return F.linear(x, self.dequantized().to(x.dtype), self.bias)
-        # int8: PyTorch's weight-only int8 matmul reads the int8 weight as it is (no f32 copy per
-        # call, ~4x faster in eager than widening it); the engine lowers it to linear_wq.
-        y = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, self.in_features), self.qweight, self.scale.to(x.dtype))
+        if self.dtype == "int4":  # the engine lowers it to linear_wq over the stored bytes
+            y = torch.ops.updraft.linear_int4(x.reshape(-1, self.in_features), self.qweight, self.scale)
+        else:
+            # int8: PyTorch's weight-only int8 matmul reads the int8 weight as it is (no f32 copy
+            # per call, ~4x faster in eager than widening it); the engine lowers it to linear_wq.
+            y = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, self.in_features), self.qweight,
+                                                   self.scale.to(x.dtype))
         y = y.reshape(*x.shape[:-1], self.out_features)
         return y + self.bias if self.bias is not None else y
 
@@ -117,16 +203,19 @@ class QuantizedLinear(_Compact):
 
 
 class QuantizedEmbedding(_Compact):
-    """An embedding whose table is stored as int8 with a per-row scale, or as bf16: `forward`
-    gathers the compact rows (and their scales) and widens only those, so the f32 table never
-    exists."""
+    """An embedding whose table is stored as int8 with a per-row scale, as int4 (scales per group
+    of 32) or as bf16: `forward` gathers the compact rows (and their scales) and widens only
+    those, so the f32 table never exists."""
 
     def __init__(self, qweight, scale, dtype: str):
         # No padding_idx: it only masks the gradient of a table, and this one is frozen.
         super().__init__(qweight, scale, dtype)
-        self.num_embeddings, self.embedding_dim = qweight.shape
+        self.num_embeddings = qweight.shape[0]
+        self.embedding_dim = qweight.shape[1] * (2 if dtype == "int4" else 1)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.dtype == "int4":
+            return dequantize_int4(F.embedding(ids, self.qweight), F.embedding(ids, self.scale))
         rows = F.embedding(ids, self.qweight).to(torch.float32)
         return rows * F.embedding(ids, self.scale[:, None]) if self.scale is not None else rows
 
@@ -144,11 +233,16 @@ class QuantizeSummary:
     f32_bytes: int = 0       # the converted weights as they were
     stored_bytes: int = 0    # the same weights now (with their scales)
     copied_from_files: int = 0  # tensors left as they are, copied out of a mapped file so it can close
+    as_int8: list[str] = field(default_factory=list)  # int4 asked, int8 stored: rows not whole int4 blocks
 
     def __str__(self) -> str:
         mb = 1 << 20
         lines = [f"updraft.quantize_weights({self.dtype}): {len(self.converted)} layer(s), "
                  f"{self.f32_bytes / mb:.1f} MB of weights as f32 -> {self.stored_bytes / mb:.1f} MB"]
+        if self.as_int8:
+            shown = ", ".join(self.as_int8[:4]) + (f" and {len(self.as_int8) - 4} more" if len(self.as_int8) > 4 else "")
+            lines.append(f"  stored as int8, not int4 (int4 needs an input size that is a multiple of {INT4_BLOCK}): "
+                         f"{shown}")
         if self.copied_from_files:
             lines.append(f"  {self.copied_from_files} tensor(s) left as they are copied out of the mapped checkpoint "
                          "file, so that its pages are released")
@@ -196,7 +290,8 @@ def quantize_weights(model: nn.Module, dtype: str = "int8", *, min_elements: int
                      skip: tuple[str, ...] | list[str] = (), embeddings: bool = True) -> QuantizeSummary:
     """Replaces the large linear layers and embeddings of `model` (in place) by `QuantizedLinear`
     / `QuantizedEmbedding` layers that store their weights as `dtype` ("int8": per row, symmetric;
-    "bf16"), releasing the f32 weights. Converted: nn.Linear, transformers' Conv1D and (unless
+    "int4": per group of 32, symmetric, int8 for a weight whose rows are not a multiple of 64
+    long; "bf16"), releasing the f32 weights. Converted: nn.Linear, transformers' Conv1D and (unless
     embeddings=False) nn.Embedding with an f32 weight of at least `min_elements` elements. A
     weight several layers share (an embedding tied to the output projection) is stored once for
     all of them when each is such a layer with the same orientation; else all keep it. Left as
@@ -204,9 +299,8 @@ def quantize_weights(model: nn.Module, dtype: str = "int8", *, min_elements: int
     Returns a summary (print it). Not reversible: the model computes with the compact weights
     from now on, in eager PyTorch too."""
     if dtype not in DTYPES:
-        hint = ("int4 is stored by the engine only: compile with CompilerConfig(weight_dtype=\"int4\") "
-                "(the model keeps its f32 weights)" if dtype == "int4" else "for float32, leave the model as it is")
-        raise ValueError(f"[updraft.quantize] dtype {dtype!r} is not one of {list(DTYPES)}; {hint}")
+        raise ValueError(f"[updraft.quantize] dtype {dtype!r} is not one of {list(DTYPES)}; "
+                         "for float32, leave the model as it is")
     if not isinstance(model, nn.Module):
         raise TypeError(f"[updraft.quantize] expected an nn.Module, got {type(model).__name__}")
     if isinstance(skip, str):
@@ -244,11 +338,14 @@ def quantize_weights(model: nn.Module, dtype: str = "int8", *, min_elements: int
     del owners, seen
     while groups:  # one weight at a time, so each f32 weight goes before the next is converted
         group = groups.pop(0)
-        q, s = _Compact.quantize(group[0][3], dtype)
+        stored = _Compact.stored_dtype(group[0][3], dtype)
+        q, s = _Compact.quantize(group[0][3], stored)
         summary.f32_bytes += group[0][3].numel() * 4
         for name, mod, kind, _ in group:
-            new = (QuantizedLinear(q, s, mod.bias, dtype) if kind == "linear"
-                   else QuantizedEmbedding(q, s, dtype))
+            new = (QuantizedLinear(q, s, mod.bias, stored) if kind == "linear"
+                   else QuantizedEmbedding(q, s, stored))
+            if stored != dtype:
+                summary.as_int8.append(name)
             parent_name, _, attr = name.rpartition(".")
             setattr(model.get_submodule(parent_name) if parent_name else model, attr, new)
             summary.converted.append(name)

@@ -27,8 +27,8 @@ four families): without padding, the mask comes from positions and cache length 
 sampling and `model.compile()` on two families with different attention and position code
 (Llama: rotary, grouped-query; GPT-2: learned positions, Conv1D), one cache kind each, since
 what they add (logits processors and the random draw outside the graph; the module-level
-compile) does not depend on the family; every family with its weights quantised to int8 in the
-model (updraft.quantize_weights), bf16 on Llama and GPT-2.
+compile) does not depend on the family; every family with its weights quantised to int8 and to
+int4 in the model (updraft.quantize_weights), bf16 on Llama and GPT-2.
 Engine compile and plan counts are read from the report (`updraft.last_report()`); this file
 makes no assertion on them.
 """
@@ -155,7 +155,7 @@ def _check_sampled(got, want, what):
 
 def run_case(name, *, batch=1, cache=None, sample=False, lengths=(7,), mode="forward", quantize=None):
     """Eager vs compiled generate for each prompt length, on one compiled model; returns the
-    report over every graph compiled on the way. quantize="int8"/"bf16": the model's weights
+    report over every graph compiled on the way. quantize="int8"/"int4"/"bf16": the model's weights
     stored so first (updraft.quantize_weights, every linear and embedding of the tiny model),
     eager and compiled both run that model."""
     model = build(name)
@@ -269,12 +269,14 @@ def test_generate_compiled_module(name, cache):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["int8", "int4"])
 @pytest.mark.parametrize("name", sorted(FAMILIES))
-def test_generate_quantized_int8(name):
-    """A model quantised in place (updraft.quantize_weights): the engine reads its int8 weights
-    (linear_wq, fold_dequant_linear) and must give eager's tokens on that model. Batch 2
-    left-padded, dynamic cache (the static cache: test_quantize_weights.py)."""
-    run_case(name, batch=2, quantize="int8")
+def test_generate_quantized(name, dtype):
+    """A model quantised in place (updraft.quantize_weights): the engine reads its int8 or int4
+    weights (linear_wq over `_weight_int8pack_mm` or `updraft.linear_int4`) and must give eager's
+    tokens on that model. Batch 2 left-padded, dynamic cache (the static cache:
+    test_quantize_weights.py)."""
+    run_case(name, batch=2, quantize=dtype)
 
 
 @pytest.mark.slow

@@ -146,9 +146,9 @@ def test_option_is_validated_and_reaches_torch_compile():
         CompilerConfig(weight_dtype=8)
     assert CompilerConfig.from_options({"weight_dtype": "int8"}).weight_dtype == "int8"
     assert CompilerConfig(weight_dtype="int4").cache_options()["weight_dtype"] == "int4"
-    # int4 is the engine's own form: the model cannot hold it (no eager int4 layer).
-    with pytest.raises(ValueError, match=r"int4 is stored by the engine only.*weight_dtype=\"int4\""):
-        updraft.quantize_weights(torch.nn.Linear(512, 256), "int4")
+    # The model's own weights take every low-precision form the engine has, and nothing else.
+    with pytest.raises(ValueError, match=r"\[updraft.quantize\] dtype 'fp8' is not one of \['bf16', 'int8', 'int4'\]"):
+        updraft.quantize_weights(torch.nn.Sequential(torch.nn.Linear(512, 256)), "fp8")
     # In the compile-cache key only when not f32, so existing keys are unchanged.
     assert "weight_dtype" not in CompilerConfig().cache_options()
     assert CompilerConfig(weight_dtype="bf16").cache_options()["weight_dtype"] == "bf16"
