@@ -212,8 +212,8 @@ class CompilerConfig:
         of at least 64K elements, src/passes/quantize_weights.h; docs/quantization.md). "f32"
         (default): as given. "bf16": rounded to bf16 (half the bytes). "int8": symmetric int8 with
         one f32 scale per output channel (a quarter of the bytes). "int4": symmetric int4, two per
-        byte, with one f32 scale per group of 32 values of a row (0.156 of the bytes; a weight
-        whose input size is not a multiple of 32 is stored int8). All are widened to f32 in
+        byte, with one bf16 scale per group of 32 values of a row (0.141 of the bytes; a weight
+        whose input size is not a multiple of 64 is stored int8). All are widened to f32 in
         registers and accumulate in f32; activations stay f32. Decode (a few rows per call)
         reads fewer bytes and runs faster; results differ from f32 by the rounding of the
         weights (measured error in docs/quantization.md). Such graphs run in the engine at

@@ -441,11 +441,11 @@ def _weight_int8pack_mm(lw, node, a):
 @register(torch.ops.updraft.linear_int4.default)
 def _linear_int4(lw, node, a):
     # x [M, K] @ W^T for the engine's int4 layout (updraft.quantize.QuantizedLinear("int4")):
-    # linear_wq over the uint8 [N, K/2] weight with its [N, K/32] group scales, read as stored.
+    # linear_wq over the uint8 [N, K/2] weight with its bf16 [N, K/32] group scales, read as stored.
     x, w, s = a["x"], a["qweight"], a["scale"]
-    if meta(x).dtype != torch.float32 or meta(s).dtype != torch.float32 or meta(w).dtype != torch.uint8:
+    if meta(x).dtype != torch.float32 or meta(s).dtype != torch.bfloat16 or meta(w).dtype != torch.uint8:
         raise Unsupported(f"updraft.linear_int4 of {meta(x).dtype} x, {meta(w).dtype} w, {meta(s).dtype} scales: "
-                          "the engine's is float32 x and scales over a uint8 w")
+                          "the engine's is float32 x over a uint8 w with bfloat16 scales")
     return lw.emit1("linear_wq", [lw.value(x), lw.value(w), lw.value(s)], has_weight_scale=True)
 
 

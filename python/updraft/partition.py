@@ -105,7 +105,8 @@ def _compact_weights(sub: fx.GraphModule, const_kinds: list) -> int:
         val = ph.meta.get("val")
         if kind != "param" or not isinstance(val, torch.Tensor) or val.dtype not in (torch.int8, torch.uint8, torch.bfloat16):
             continue
-        if any(u.op == "call_function" and (u.target in _COMPACT_MATMULS or (
+        # The matmuls' weight (argument 1), not an int4 weight's bf16 scales (argument 2).
+        if any(u.op == "call_function" and ((u.target in _COMPACT_MATMULS and u.args[1] is ph) or (
                 u.target in _CASTS and isinstance(u.meta.get("val"), torch.Tensor)
                 and u.meta["val"].dtype == torch.float32)) for u in ph.users):
             n += 1

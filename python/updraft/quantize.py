@@ -69,9 +69,9 @@ def quantize_rows_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def quantize_rows_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Group-wise symmetric int4 of a 2-d f32 tensor [N, K] (K a multiple of 64), bit for bit the
-    engine's `quantize_block_int4` (src/kernels/quantize.h): returns (q uint8 [N, K/2], scale f32
-    [N, K/32]). Per group of 32 values scale = max|g| / 7 over its finite values, q =
-    round-half-even(g / scale) in [-7, 7] stored as q + 8; byte i of a 32-byte block holds
+    engine's `quantize_block_int4` (src/kernels/quantize.h): returns (q uint8 [N, K/2], scale
+    bfloat16 [N, K/32]). Per group of 32 values scale = bf16(max|g| / 7) over its finite values, q =
+    round-half-even(g / scale) in [-7, 7] (by the rounded scale) stored as q + 8; byte i of a 32-byte block holds
     element i of its first group (low nibble) and of its second (high nibble). NaN and a group of
     zeros give q = 0, +-inf +-7. Works in blocks of about 1M elements, as quantize_rows_int8."""
     w = w.detach()
@@ -79,23 +79,23 @@ def quantize_rows_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if k % INT4_BLOCK:
         raise ValueError(f"[updraft.quantize] int4 needs rows whose length is a multiple of {INT4_BLOCK}, got {k}")
     q = torch.empty((n, k // 2), dtype=torch.uint8, device=w.device)
-    scale = torch.empty((n, k // INT4_GROUP), dtype=torch.float32, device=w.device)
+    scale = torch.empty((n, k // INT4_GROUP), dtype=torch.bfloat16, device=w.device)
     step = max(1, (1 << 20) // k)
     zero = torch.zeros((), dtype=torch.float32, device=w.device)
     for r0 in range(0, n, step):
         g = w[r0:r0 + step].to(torch.float32).reshape(-1, k // INT4_GROUP, INT4_GROUP)
-        s = torch.where(torch.isfinite(g), g.abs(), zero).amax(dim=2) / 7.0
+        s = (torch.where(torch.isfinite(g), g.abs(), zero).amax(dim=2) / 7.0).to(torch.bfloat16).to(torch.float32)
         r = torch.round(g / torch.where(s == 0, torch.ones_like(s), s)[..., None])
         r = torch.where(torch.isinf(g), torch.sign(g) * 7.0, r)
         r = torch.where(torch.isnan(g) | (s == 0)[..., None], zero, r)
         nib = (r.clamp_(-7, 7) + 8).to(torch.uint8).reshape(-1, k // INT4_BLOCK, 2, INT4_GROUP)
         q[r0:r0 + step] = (nib[:, :, 0] | (nib[:, :, 1] << 4)).reshape(-1, k // 2)
-        scale[r0:r0 + step] = s
+        scale[r0:r0 + step] = s.to(torch.bfloat16)
     return q, scale
 
 
 def dequantize_int4(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """The f32 values [n, K] of int4 rows q [n, K/2] with their scales [n, K/32] (any leading
+    """The f32 values [n, K] of int4 rows q [n, K/2] with their bf16 scales [n, K/32] (any leading
     dims: an embedding's gathered rows)."""
     lead, half = q.shape[:-1], q.shape[-1]
     # Written with ops the engine runs (int32 and, f32 arithmetic; no uint8 bitwise ops or shifts):
@@ -103,7 +103,8 @@ def dequantize_int4(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     b = q.reshape(*lead, half // INT4_GROUP, 1, INT4_GROUP).to(torch.int32)
     lo = (b & 0xF).to(torch.float32)
     nib = torch.cat((lo, (b.to(torch.float32) - lo) * (1.0 / 16)), dim=-2) - 8.0  # [.., blocks, 2 groups, 32]
-    return (nib.reshape(*lead, 2 * half // INT4_GROUP, INT4_GROUP) * scale[..., None]).reshape(*lead, 2 * half)
+    s = scale.to(torch.float32)[..., None]
+    return (nib.reshape(*lead, 2 * half // INT4_GROUP, INT4_GROUP) * s).reshape(*lead, 2 * half)
 
 
 # Rows of an int4 weight widened at a time by eager PyTorch's linear_int4: 4 MB of f32.
@@ -112,8 +113,8 @@ _INT4_EAGER_ELEMENTS = 1 << 20
 
 @torch.library.custom_op("updraft::linear_int4", mutates_args=())
 def linear_int4(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """x [M, K] f32 @ W^T for an int4 weight W (qweight uint8 [N, K/2], scale f32 [N, K/32], the
-    engine's layout): the matmul of QuantizedLinear("int4"). The engine runs it as linear_wq over
+    """x [M, K] f32 @ W^T for an int4 weight W (qweight uint8 [N, K/2], scale bfloat16 [N, K/32],
+    the engine's layout): the matmul of QuantizedLinear("int4"). The engine runs it as linear_wq over
     the stored bytes; here eager PyTorch widens a block of rows at a time (no f32 copy of the whole
     weight), which costs a pass over the weight's f32 values per call."""
     n = qweight.shape[0]
@@ -131,7 +132,7 @@ def _linear_int4_shape(x, qweight, scale):
 
 class _Compact(nn.Module):
     """The stored form of one weight [rows, cols]: `qweight` (int8 with a per-row `scale`, int4
-    as uint8 [rows, cols / 2] with a `scale` per group of 32, or bf16) and how to widen it. A weight that two modules share (an embedding tied to the output
+    as uint8 [rows, cols / 2] with a bf16 `scale` per group of 32, or bf16) and how to widen it. A weight that two modules share (an embedding tied to the output
     projection: its rows are the vocabulary for both) is quantised once and its buffers shared."""
 
     def __init__(self, qweight: torch.Tensor, scale: torch.Tensor | None, dtype: str):
@@ -169,8 +170,8 @@ class _Compact(nn.Module):
 
 class QuantizedLinear(_Compact):
     """A linear layer whose weight is stored as int8 with a per-output-channel scale
-    (`qweight` [out, in], `scale` [out]), as int4 (`qweight` uint8 [out, in / 2], `scale` [out,
-    in / 32]) or as bf16 (`qweight` only). `forward` runs int8 through
+    (`qweight` [out, in], `scale` [out]), as int4 (`qweight` uint8 [out, in / 2], `scale` bf16
+    [out, in / 32]) or as bf16 (`qweight` only). `forward` runs int8 through
     `aten._weight_int8pack_mm`, int4 through `updraft::linear_int4` and widens bf16 for F.linear;
     the engine reads `qweight` as it is (linear_wq) in all three cases."""
 

@@ -342,7 +342,10 @@ class Report:
             if len(stored_as) > 1:
                 why = "; int4 needs an input size that is a multiple of 64" if "int4" in dtypes and "i8" in stored_as else ""
                 split = f" ({', '.join(f'{n} {_INTEGER_WEIGHTS.get(d, d)}' for d, n in sorted(stored_as.items()))}{why})"
-            origin = (f"weight_dtype {', '.join(dtypes)}: {count} linear weight(s) stored low-precision{split}" if dtypes else
+            # Both at once: weight_dtype over a model that holds some compact weights itself.
+            own = sum(p.compact_weights for p in low)
+            own = f", {own} of them the model's own (updraft.quantize_weights)" if dtypes and own else ""
+            origin = (f"weight_dtype {', '.join(dtypes)}: {count} linear weight(s) stored low-precision{split}{own}" if dtypes else
                       f"the model's own {', '.join(sorted({_INTEGER_WEIGHTS.get(d, d) for p in low for d in p.low_precision_weights}))} "
                       f"weights: {count} linear weight(s) read low-precision in place")
             lines.append(f"  weights: {origin}, {stored / 1e6:.1f} MB with scales ({as_f32 / 1e6:.1f} MB as f32); "

@@ -319,16 +319,16 @@ inline std::pair<Tensor, Tensor> int8_weight(int64_t N, int64_t K, uint32_t seed
   return {q, s};
 }
 
-// The same as an int4 weight: q u8 [N, K / 2] and a scale per group of 32, [N, K / 32] (K a
+// The same as an int4 weight: q u8 [N, K / 2] and a bf16 scale per group of 32, [N, K / 32] (K a
 // multiple of 64).
 inline std::pair<Tensor, Tensor> int4_weight(int64_t N, int64_t K, uint32_t seed) {
   Tensor w = random_tensor(DType::f32, {N, K}, seed);
   const int64_t G = K / kInt4Group;
-  Tensor q(DType::u8, {N, K / 2}), s(DType::f32, {N, G});
+  Tensor q(DType::u8, {N, K / 2}), s(DType::bf16, {N, G});
   for (int64_t n = 0; n < N; ++n)
     for (int64_t b = 0; b < K / kInt4Block; ++b)
       quantize_block_int4(w.ptr<float>() + n * K + b * kInt4Block, q.ptr<uint8_t>() + n * (K / 2) + b * kInt4Group,
-                          s.ptr<float>() + n * G + 2 * b);
+                          s.ptr<uint16_t>() + n * G + 2 * b);
   return {q, s};
 }
 

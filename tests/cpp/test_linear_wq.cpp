@@ -71,18 +71,19 @@ TEST(QuantizeRows, OpMatchesTheFormatOnEveryRow) {
 }
 
 TEST(QuantizeInt4, SymmetricPerGroupScaleRoundingAndPacking) {
-  // Block 0, group 0: max 1.4 -> scale 0.2; 0.3 / 0.2 = 1.5 rounds to even (2), -0.5 -> -2.5 ->
-  // -2, 1.4 -> 7, -1.4 -> -7, the rest 0. Group 1: inf saturates to 7, NaN gives 0, the scale
-  // from the finite 0.7 (0.1). Block 1: zeros -> scales 0, every nibble 8 (q 0).
+  // Block 0, group 0: max 1.75 -> scale 0.25 (exact in bf16); 0.375 / 0.25 = 1.5 rounds to even
+  // (2), -0.625 -> -2.5 -> -2, 1.75 -> 7, -1.75 -> -7, the rest 0. Group 1: inf saturates to 7,
+  // NaN gives 0, the scale from the finite 0.875 (0.125). Block 1: zeros -> scales 0, every
+  // nibble 8 (q 0). Block 2: max 0.7 -> scale bf16(0.1), and q divides by that rounded scale.
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  float b[2][kInt4Block] = {};
-  b[0][0] = 0.3f, b[0][1] = -0.5f, b[0][16] = 1.4f, b[0][31] = -1.4f;
-  b[0][32] = 0.7f, b[0][37] = inf, b[0][38] = -inf, b[0][52] = nan;
+  float b[3][kInt4Block] = {};
+  b[0][0] = 0.375f, b[0][1] = -0.625f, b[0][16] = 1.75f, b[0][31] = -1.75f;
+  b[0][32] = 0.875f, b[0][37] = inf, b[0][38] = -inf, b[0][52] = nan;
   uint8_t q[kInt4Group];
-  float s[2];
+  uint16_t s[2];
   quantize_block_int4(b[0], q, s);
-  EXPECT_FLOAT_EQ(s[0], 0.2f);
-  EXPECT_FLOAT_EQ(s[1], 0.1f);
+  EXPECT_EQ(bf16_to_f32(s[0]), 0.25f);
+  EXPECT_EQ(bf16_to_f32(s[1]), 0.125f);
   EXPECT_EQ(int4_at(q, 0), 2);
   EXPECT_EQ(int4_at(q, 1), -2);
   EXPECT_EQ(int4_at(q, 16), 7);
@@ -97,9 +98,16 @@ TEST(QuantizeInt4, SymmetricPerGroupScaleRoundingAndPacking) {
   EXPECT_EQ(q[0], 0xFA);
   EXPECT_EQ(q[31], (8 << 4) | 1);
   quantize_block_int4(b[1], q, s);
-  EXPECT_EQ(s[0], 0.0f);
-  EXPECT_EQ(s[1], 0.0f);
+  EXPECT_EQ(s[0], 0);
+  EXPECT_EQ(s[1], 0);
   for (int i = 0; i < kInt4Group; ++i) EXPECT_EQ(q[i], 0x88);
+  // bf16(0.1) = 0.10009765625: 0.6505 / it = 6.4987 -> 6, where the f32 scale 0.1 would give
+  // 6.505 -> 7.
+  b[2][0] = 0.7f, b[2][1] = 0.6505f;
+  quantize_block_int4(b[2], q, s);
+  EXPECT_EQ(s[0], f32_to_bf16(0.7f / 7.0f));
+  EXPECT_EQ(int4_at(q, 0), 7);
+  EXPECT_EQ(int4_at(q, 1), 6);
 }
 
 TEST(QuantizeInt4, OpMatchesTheFormatOnEveryBlock) {
@@ -109,13 +117,14 @@ TEST(QuantizeInt4, OpMatchesTheFormatOnEveryBlock) {
   ASSERT_EQ(outs[0].shape(), (std::vector<int64_t>{3, 5, 96}));
   ASSERT_EQ(outs[0].dtype(), DType::u8);
   ASSERT_EQ(outs[1].shape(), (std::vector<int64_t>{3, 5, 6}));
+  ASSERT_EQ(outs[1].dtype(), DType::bf16);
   for (int64_t r = 0; r < 15; ++r)
     for (int64_t b = 0; b < 3; ++b) {
       uint8_t q[kInt4Group];
-      float s[2];
+      uint16_t s[2];
       quantize_block_int4(w.ptr<float>() + r * 192 + b * kInt4Block, q, s);
-      EXPECT_EQ(outs[1].ptr<float>()[r * 6 + 2 * b], s[0]);
-      EXPECT_EQ(outs[1].ptr<float>()[r * 6 + 2 * b + 1], s[1]);
+      EXPECT_EQ(outs[1].ptr<uint16_t>()[r * 6 + 2 * b], s[0]);
+      EXPECT_EQ(outs[1].ptr<uint16_t>()[r * 6 + 2 * b + 1], s[1]);
       for (int i = 0; i < kInt4Group; ++i) ASSERT_EQ(outs[0].ptr<uint8_t>()[r * 96 + b * 32 + i], q[i]) << r << "," << b;
     }
   // K not a multiple of the block (96: three groups): refused by the shape function.
@@ -226,14 +235,15 @@ TEST(LinearWq, ShapeFunctionRefusesMismatches) {
   EXPECT_TRUE(fails({x, {DType::bf16, {Dim(4), Dim(9)}}}, {}));                     // K differs
   EXPECT_TRUE(fails({x, wq, {DType::f32, {Dim(3)}}}, {{"has_weight_scale", Attr(true)}}));  // scale size
   EXPECT_FALSE(fails({x, {DType::bf16, {Dim(4), Dim(8)}}, s}, {{"has_bias", Attr(true)}}));
-  // int4: w u8 [N, K / 2], scale [N, K / 32].
-  const TensorType x64{DType::f32, {Dim(2), Dim(64)}}, w4{DType::u8, {Dim(4), Dim(32)}}, s4{DType::f32, {Dim(4), Dim(2)}};
+  // int4: w u8 [N, K / 2], scale bf16 [N, K / 32].
+  const TensorType x64{DType::f32, {Dim(2), Dim(64)}}, w4{DType::u8, {Dim(4), Dim(32)}}, s4{DType::bf16, {Dim(4), Dim(2)}};
   const Attrs scaled{{"has_weight_scale", Attr(true)}};
   EXPECT_FALSE(fails({x64, w4, s4}, scaled));
   EXPECT_TRUE(fails({x64, w4}, {}));                                           // without its scales
   EXPECT_TRUE(fails({x64, w4, s}, scaled));                                    // a per-row scale
+  EXPECT_TRUE(fails({x64, w4, {DType::f32, {Dim(4), Dim(2)}}}, scaled));       // f32 group scales
   EXPECT_TRUE(fails({x64, {DType::u8, {Dim(4), Dim(64)}}, s4}, scaled));       // K / 2 differs
-  EXPECT_TRUE(fails({{DType::f32, {Dim(2), Dim(96)}}, {DType::u8, {Dim(4), Dim(48)}}, {DType::f32, {Dim(4), Dim(3)}}},
+  EXPECT_TRUE(fails({{DType::f32, {Dim(2), Dim(96)}}, {DType::u8, {Dim(4), Dim(48)}}, {DType::bf16, {Dim(4), Dim(3)}}},
                     scaled));                                                  // K not a multiple of 64
   EXPECT_FALSE(fails({x64, w4, s4}, {{"has_weight_scale", Attr(true)}, {"quantize_x", Attr(true)}}));
   EXPECT_TRUE(fails({x, {DType::bf16, {Dim(4), Dim(8)}}}, {{"quantize_x", Attr(true)}}));  // int8 x needs integer w
@@ -298,16 +308,16 @@ TEST(PassQuantizeWeights, Bf16KeepsTheWeightWithoutScale) {
   EXPECT_FALSE(first->attr("has_weight_scale").b());
 }
 
-TEST(PassQuantizeWeights, Int4GroupsAndInt8WhereKIsNotAMultipleOf32) {
+TEST(PassQuantizeWeights, Int4GroupsAndInt8WhereKIsNotAMultipleOf64) {
   // int4 error: each weight moves by at most its group's scale/2 = max|g|/14 (~0.14 here), so
   // the ~20-magnitude outputs of 256 products move by ~1 typically (random signs): 3 absolute.
   auto g = check_pass(kGraph, quantize_int4, Changed::yes, {}, 0.2, 3.0);
   Node* first = g->nodes().front();
   ASSERT_EQ(first->op_name(), "linear_wq");
   EXPECT_EQ(first->input(1)->type.str(), "u8[300, 128]");
-  EXPECT_EQ(first->input(2)->type.str(), "f32[300, 8]");
+  EXPECT_EQ(first->input(2)->type.str(), "bf16[300, 8]");
   EXPECT_EQ(g->folds().back().op, "quantize_int4");
-  // K = 300 (not a multiple of 32): stored int8 instead.
+  // K = 300 (not a multiple of 64, the int4 block): stored int8 instead.
   auto odd = parse_graph(R"(graph(%x: f32[2, 300]) {
   %w = constant f32[256, 300] random(seed=1)
   %0 = linear(%x, %w)
@@ -344,7 +354,7 @@ TEST(TextIrLinearWq, RoundTrips) {
   %2, %3 = quantize_rows(%x)
   %4 = to_bf16(%x)
   %q4 = constant u8[2, 32] random(seed=3)
-  %s4 = constant f32[2, 2] [0.5, 0.25, 1.0, 2.0]
+  %s4 = constant bf16[2, 2] bits[0x3f00, 0x3e80, 0x3f80, 0x4000]
   %5 = linear_wq(%y, %q4, %s4) {has_weight_scale=true}
   %6, %7 = quantize_int4(%y)
   return (%0, %1, %2, %3, %4, %5, %6, %7)
@@ -360,5 +370,5 @@ TEST(TextIrLinearWq, RoundTrips) {
   EXPECT_EQ(g2->outputs()[4]->type.str(), "bf16[s0, 4]");
   EXPECT_EQ(g2->outputs()[5]->type.str(), "f32[s0, 2]");
   EXPECT_EQ(g2->outputs()[6]->type.str(), "u8[s0, 32]");
-  EXPECT_EQ(g2->outputs()[7]->type.str(), "f32[s0, 2]");
+  EXPECT_EQ(g2->outputs()[7]->type.str(), "bf16[s0, 2]");
 }

@@ -6,11 +6,11 @@
 //       per row, symmetric: scale = max|x| / 127, q = round_half_even(x / scale) in [-127, 127]
 //       (a row of zeros: scale 0, q 0). Made for weights (a row is an output channel), written
 //       so that a later path quantising activation rows can use the same op.
-//   quantize_int4(x f32 [..., K]) -> (q u8 [..., K / 2], scale f32 [..., K / 32])
-//       per group of 32 values along K, symmetric: scale = max|x| / 7, two values per byte
+//   quantize_int4(x f32 [..., K]) -> (q u8 [..., K / 2], scale bf16 [..., K / 32])
+//       per group of 32 values along K, symmetric: scale = bf16(max|x| / 7), two values per byte
 //       (the format: kernels/quantize.h, quantize_block_int4). K must be a multiple of 64.
 //   to_bf16(x f32) -> bf16: round to nearest even (NaN stays NaN).
-//   linear_wq(x f32 [..., K], w i8|bf16|u8 [N, K or K / 2], [scale f32 [N] or [N, K / 32]],
+//   linear_wq(x f32 [..., K], w i8|bf16|u8 [N, K or K / 2], [scale f32 [N] or bf16 [N, K / 32]],
 //             [bias f32 [N]], [residual])
 //       y = act(x @ (w * scale)^T + bias + residual): linear's epilogue, with w widened to f32
 //       (times its scale when has_weight_scale) and f32 accumulation. An i8 w needs its per-row
@@ -49,7 +49,7 @@ void infer_quantize_int4(InferCtx& c) {
   q.push_back(Dim(K.value() / 2));
   s.push_back(Dim(K.value() / kInt4Group));
   c.set_output(0, {DType::u8, q});
-  c.set_output(1, {DType::f32, s});
+  c.set_output(1, {DType::bf16, s});
 }
 
 void infer_to_bf16(InferCtx& c) { c.set_output(0, {DType::bf16, c.in(0).shape}); }
@@ -85,8 +85,8 @@ void infer_linear_wq(InferCtx& c) {
     const TensorType& s = c.in(k++);
     if (int4) {
       const int64_t groups = 2 * w.shape[1].value() / kInt4Group;
-      if (s.dtype != DType::f32 || s.shape != Shape{w.shape[0], Dim(groups)})
-        c.fail("scale is " + s.str() + ", expected f32[" + w.shape[0].str() + ", " + std::to_string(groups) +
+      if (s.dtype != DType::bf16 || s.shape != Shape{w.shape[0], Dim(groups)})
+        c.fail("scale is " + s.str() + ", expected bf16[" + w.shape[0].str() + ", " + std::to_string(groups) +
                "] (one per group of " + std::to_string(kInt4Group) + " of each row of w)");
     } else if (s.dtype != DType::f32 || s.shape.size() != 1 || s.shape[0] != w.shape[0]) {
       c.fail("scale is " + s.str() + ", expected f32[" + w.shape[0].str() + "] (one per row of w)");
@@ -136,8 +136,8 @@ void register_quantized_ops(OpTable& t) {
   t.add(op("quantize_rows", 1, 1, 2, {}, infer_quantize_rows,
            "per row of x: scale = max|x| / 127, q = round(x / scale) as i8 (symmetric; outputs q, scale)"));
   t.add(op("quantize_int4", 1, 1, 2, {}, infer_quantize_int4,
-           "per group of 32 values of x's rows: scale = max|x| / 7, q = round(x / scale) as int4, two per byte "
-           "(symmetric; outputs q u8, scale)"));
+           "per group of 32 values of x's rows: scale = bf16(max|x| / 7), q = round(x / scale) as int4, two per "
+           "byte (symmetric; outputs q u8, scale bf16)"));
   t.add(op("to_bf16", 1, 1, 1, {}, infer_to_bf16, "x rounded to bf16 (nearest even)"));
   t.add(op("linear_wq", 2, 5, 1,
            {{"has_weight_scale", K::Bool, Attr(false)},

@@ -34,6 +34,7 @@
 
 #include "ir/ops/params.h"
 #include "kernels/cpu/row_tiles.h"
+#include "kernels/quantize.h"
 
 namespace updraft::cpu::wq {
 
@@ -45,9 +46,9 @@ using I8DotFn = void (*)(const uint8_t* xq, int64_t M, int64_t ldx, const int8_t
                          int64_t K, int32_t* sums, int64_t ldo);
 
 // out[m * ldo + n] = sum_g scale[n * lds + g] * sum_{k in g} qx[m, k] * q[n, k] for an int4 w (rows
-// of ldw bytes) and signed rows of x (xq, ldx apart; xsum: each row's group sums, ldsum apart).
+// of ldw bytes, bf16 scales) and signed rows of x (xq, ldx apart; xsum: each row's group sums, ldsum apart).
 using U4DotFn = void (*)(const uint8_t* xq, int64_t M, int64_t ldx, const float* xsum, int64_t ldsum,
-                         const uint8_t* w, int64_t N, int64_t ldw, const float* scale, int64_t lds, int64_t K,
+                         const uint8_t* w, int64_t N, int64_t ldw, const uint16_t* scale, int64_t lds, int64_t K,
                          float* out, int64_t ldo);
 
 struct I8Tiles {
@@ -125,6 +126,20 @@ static inline void u4_block(const uint8_t* p, __m256i* u) {
   u[1] = _mm256_and_si256(_mm256_srli_epi16(b, 4), nib);
 }
 
+// A block's two bf16 scales as two f32 broadcasts (quantize.h, int4_scale_pair).
+static inline void u4_scales(const uint16_t* s, __m256* s0, __m256* s1) {
+  const __m256i v = _mm256_set1_epi32(static_cast<int>(int4_scale_pair(s)));
+  *s0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  *s1 = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+// 8 bf16 scales as 8 f32 lanes (written through a pointer: this header is also read by units
+// without AVX, where returning a vector would change the ABI).
+static inline void bf16x8(const uint16_t* s, __m256* f) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+  *f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
 static inline float hsum_ps(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -133,7 +148,7 @@ static inline float hsum_ps(__m256 v) {
 
 template <class Isa, int MT, int NT>
 inline void u4_tile(const uint8_t* xq, int64_t ldx, const float* xsum, int64_t ldsum, const uint8_t* w, int64_t ldw,
-                    const float* sc, int64_t lds, int64_t K, float* out, int64_t ldo, int64_t os) {
+                    const uint16_t* sc, int64_t lds, int64_t K, float* out, int64_t ldo, int64_t os) {
   const int8_t* x = reinterpret_cast<const int8_t*>(xq);
   __m256 acc[MT][NT];
 #pragma GCC unroll 4
@@ -145,11 +160,13 @@ inline void u4_tile(const uint8_t* xq, int64_t ldx, const float* xsum, int64_t l
 #pragma GCC unroll 8
     for (int n = 0; n < NT; ++n) {
       __m256i u[2];
+      __m256 s2[2];
       u4_block(w + n * ldw + b * kInt4Group, u);
+      u4_scales(sc + n * lds + 2 * b, &s2[0], &s2[1]);
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         const int64_t g = 2 * b + h;
-        const __m256 s = _mm256_broadcast_ss(sc + n * lds + g);
+        const __m256 s = s2[h];
 #pragma GCC unroll 4
         for (int m = 0; m < MT; ++m) {
           const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + m * ldx + g * kInt4Group));
@@ -163,13 +180,17 @@ inline void u4_tile(const uint8_t* xq, int64_t ldx, const float* xsum, int64_t l
   for (int m = 0; m < MT; ++m)
 #pragma GCC unroll 8
     for (int n = 0; n < NT; ++n) {
-      const float* sn = sc + n * lds;
+      const uint16_t* sn = sc + n * lds;
       const float* xs = xsum + m * ldsum;
       __m256 o = _mm256_setzero_ps();
       int64_t g = 0;
-      for (; g + 8 <= G; g += 8) o = _mm256_fmadd_ps(_mm256_loadu_ps(sn + g), _mm256_loadu_ps(xs + g), o);
+      for (; g + 8 <= G; g += 8) {
+        __m256 s8;
+        bf16x8(sn + g, &s8);
+        o = _mm256_fmadd_ps(s8, _mm256_loadu_ps(xs + g), o);
+      }
       float off = hsum_ps(o);
-      for (; g < G; ++g) off += sn[g] * xs[g];
+      for (; g < G; ++g) off += bf16_to_f32(sn[g]) * xs[g];
       out[m * ldo + n * os] = hsum_ps(acc[m][n]) - 8.0f * off;
     }
 }
@@ -181,7 +202,7 @@ constexpr int kU4Chunks = MT <= 2 ? 4 : 0;
 
 template <class Isa, int MT>
 inline void u4_rows(const uint8_t* xq, int64_t ldx, const float* xsum, int64_t ldsum, const uint8_t* w, int64_t N,
-                    int64_t ldw, const float* sc, int64_t lds, int64_t K, float* out, int64_t ldo) {
+                    int64_t ldw, const uint16_t* sc, int64_t lds, int64_t K, float* out, int64_t ldo) {
   constexpr int C = kU4Chunks<MT>, NT = MT == 1 ? 4 : 2;
   for_row_tiles<C, NT>(
       N,
@@ -198,7 +219,7 @@ inline void u4_rows(const uint8_t* xq, int64_t ldx, const float* xsum, int64_t l
 
 template <class Isa>
 void dot_u4(const uint8_t* xq, int64_t M, int64_t ldx, const float* xsum, int64_t ldsum, const uint8_t* w, int64_t N,
-            int64_t ldw, const float* sc, int64_t lds, int64_t K, float* out, int64_t ldo) {
+            int64_t ldw, const uint16_t* sc, int64_t lds, int64_t K, float* out, int64_t ldo) {
   for (int64_t m = 0; m < M; m += 4) {
     const uint8_t* xm = xq + m * ldx;
     const float* sm = xsum + m * ldsum;

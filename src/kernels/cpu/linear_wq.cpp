@@ -209,7 +209,7 @@ class LinearWqKernel final : public Kernel {
     const int64_t Kp = cpu::wq::padded_k(K), G = K / kInt4Group;
     const float* x = in[0].ptr<const float>();
     const uint8_t* w = in[1].ptr<const uint8_t>();
-    const float* scale = in[2].ptr<const float>();
+    const uint16_t* scale = in[2].ptr<const uint16_t>();  // bf16
     uint8_t* xq = scratch;
     float* sx = reinterpret_cast<float*>(scratch + M * Kp);
     float* xsum = sx + M;
@@ -258,7 +258,7 @@ class LinearWqKernel final : public Kernel {
         if (int4_) {
           const int64_t G = K / kInt4Group;
           tiles_.bcast_u4(xt, x, K, M, K, reinterpret_cast<const uint8_t*>(w) + n0 * (K / 2), n1 - n0, K / 2,
-                          in[2].ptr<const float>() + n0 * G, G, strip, y.ptr<float>() + n0, N);
+                          in[2].ptr<const uint16_t>() + n0 * G, G, strip, y.ptr<float>() + n0, N);
         } else {
           dot(xt, x, K, M, K, w + static_cast<size_t>(n0) * row_bytes(), n1 - n0, K, strip, y.ptr<float>() + n0, N);
         }
@@ -326,7 +326,8 @@ class LinearWqKernel final : public Kernel {
     const void* w = static_cast<const char*>(in[1].data) + static_cast<size_t>(n0) * row_bytes();
     if (int4_) {
       const int64_t G = K / kInt4Group;
-      tiles_.u4(x, M, K, static_cast<const uint8_t*>(w), nb, K / 2, in[2].ptr<const float>() + n0 * G, G, K, yb, N);
+      tiles_.u4(x, M, K, static_cast<const uint8_t*>(w), nb, K / 2, in[2].ptr<const uint16_t>() + n0 * G, G, K, yb,
+                N);
       epilogue(in, yb, M, N, n0, nb);
       return;
     }

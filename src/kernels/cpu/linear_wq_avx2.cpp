@@ -22,10 +22,12 @@ struct Avx2 {
   // An int4 block's 32 bytes (kernels/quantize.h: byte i holds element i of each of the two
   // groups) times the groups' scales: each nibble widened to f32, then u * s - 8 s (8 lanes
   // cannot hold the 16 levels AVX-512's dequant_u4 picks from).
-  static void dequant_u4(const uint8_t* p, float s0, float s1, reg* w) {
+  static void dequant_u4(const uint8_t* p, const uint16_t* s, reg* w) {
     const __m256i nib = _mm256_set1_epi32(0xF);
-    const reg sb[2] = {_mm256_set1_ps(s0), _mm256_set1_ps(s1)};
-    const reg ob[2] = {_mm256_set1_ps(-8.0f * s0), _mm256_set1_ps(-8.0f * s1)};
+    const __m256i pair = _mm256_set1_epi32(static_cast<int>(int4_scale_pair(s)));
+    const reg sb[2] = {_mm256_castsi256_ps(_mm256_slli_epi32(pair, 16)),
+                       _mm256_castsi256_ps(_mm256_and_si256(pair, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))))};
+    const reg ob[2] = {_mm256_mul_ps(sb[0], _mm256_set1_ps(-8.0f)), _mm256_mul_ps(sb[1], _mm256_set1_ps(-8.0f))};
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) {
       const __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * i)));

@@ -41,9 +41,12 @@ struct Avx512 {
   // groups) times the groups' scales: the 16 possible weights (q - 8) * s of a group are one
   // vector, and each nibble picks its lane of it (vpermps): one multiply per group where widening
   // each nibble to f32 and scaling it took two instructions per vector.
-  static void dequant_u4(const uint8_t* p, float s0, float s1, reg* w) {
+  static void dequant_u4(const uint8_t* p, const uint16_t* s, reg* w) {
     const __m512 q = _mm512_set_ps(7, 6, 5, 4, 3, 2, 1, 0, -1, -2, -3, -4, -5, -6, -7, -8);
-    const __m512 l0 = _mm512_mul_ps(q, _mm512_set1_ps(s0)), l1 = _mm512_mul_ps(q, _mm512_set1_ps(s1));
+    const __m512i pair = _mm512_set1_epi32(static_cast<int>(int4_scale_pair(s)));
+    const __m512 s0 = _mm512_castsi512_ps(_mm512_slli_epi32(pair, 16));
+    const __m512 s1 = _mm512_castsi512_ps(_mm512_and_si512(pair, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+    const __m512 l0 = _mm512_mul_ps(q, s0), l1 = _mm512_mul_ps(q, s1);
     const __m512i a = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
     const __m512i nib = _mm512_set1_epi32(0xF);

@@ -31,6 +31,7 @@
 #include "ir/ops/params.h"
 #include "kernels/cpu/row_tiles.h"
 #include "kernels/cpu/transpose8.h"
+#include "kernels/quantize.h"
 
 namespace updraft::cpu::wq {
 
@@ -48,11 +49,11 @@ using BcastDotFn = void (*)(const float* xt, const float* x, int64_t ldx, int64_
                             int64_t nb, int64_t ldw, float* strip, float* out, int64_t ldo);
 
 // An int4 weight (kernels/quantize.h's format: rows of ldw bytes, K / 2 used) with its per-group
-// scales (rows of lds floats): out[m*ldo + n] = sum_k x[m*ldx+k] * (q[n, k] * scale[n, k / 32]).
+// scales (rows of lds bf16 values): out[m*ldo + n] = sum_k x[m*ldx+k] * (q[n, k] * scale[n, k / 32]).
 using DotU4Fn = void (*)(const float* x, int64_t M, int64_t ldx, const uint8_t* w, int64_t N, int64_t ldw,
-                         const float* scale, int64_t lds, int64_t K, float* out, int64_t ldo);
+                         const uint16_t* scale, int64_t lds, int64_t K, float* out, int64_t ldo);
 using BcastU4Fn = void (*)(const float* xt, const float* x, int64_t ldx, int64_t M, int64_t K, const uint8_t* w,
-                           int64_t nb, int64_t ldw, const float* scale, int64_t lds, float* strip, float* out,
+                           int64_t nb, int64_t ldw, const uint16_t* scale, int64_t lds, float* strip, float* out,
                            int64_t ldo);
 
 struct DotTiles {
@@ -253,8 +254,8 @@ void dot_kn(const float* x, int64_t M, int64_t ldx, const float* w, int64_t N, i
 }
 
 // ---- int4 weights (kernels/quantize.h): blocks of 64 values (two groups of 32, a scale each) ----
-// V::dequant_u4(p, s0, s1, w) turns a block's 32 bytes into 64 / lanes vectors of its weights
-// (q * s, in k order), which are multiplied into the accumulators as tile() does. Dequantising
+// V::dequant_u4(p, s, w) turns a block's 32 bytes and its two bf16 scales s[0], s[1] into
+// 64 / lanes vectors of its weights (q * s, in k order; the scales widened from int4_scale_pair's broadcast: quantize.h), which are multiplied into the accumulators as tile() does. Dequantising
 // before the product keeps every row of x on the same weight vector (the M <= 4 rows of a decode
 // tile share it) and the sum in tile()'s order within a block.
 template <class V>
@@ -262,7 +263,7 @@ constexpr int kU4Vecs = static_cast<int>(kInt4Block) / V::lanes;
 
 // Rows [0, MT) of x against NT rows of w (os: the outputs' stride, as tile()).
 template <class V, int MT, int NT>
-inline void tile_u4(const float* x, int64_t ldx, const uint8_t* w, int64_t ldw, const float* sc, int64_t lds,
+inline void tile_u4(const float* x, int64_t ldx, const uint8_t* w, int64_t ldw, const uint16_t* sc, int64_t lds,
                     int64_t K, float* out, int64_t ldo, int64_t os) {
   using reg = typename V::reg;
   constexpr int J = kU4Vecs<V>;
@@ -276,8 +277,7 @@ inline void tile_u4(const float* x, int64_t ldx, const uint8_t* w, int64_t ldw, 
 #pragma GCC unroll 8
     for (int n = 0; n < NT; ++n) {
       reg wd[J];
-      const float* s = sc + n * lds + 2 * b;
-      V::dequant_u4(w + n * ldw + b * kInt4Group, s[0], s[1], wd);
+      V::dequant_u4(w + n * ldw + b * kInt4Group, sc + n * lds + 2 * b, wd);
 #pragma GCC unroll 8
       for (int j = 0; j < J; ++j)
 #pragma GCC unroll 4
@@ -292,7 +292,7 @@ inline void tile_u4(const float* x, int64_t ldx, const uint8_t* w, int64_t ldw, 
 // chunks per tile where there are enough rows (C as the i8 tiles'), NT consecutive rows else.
 // NT: 8 accumulators on AVX-512's 32 registers, 4 on AVX2's 16 (its block is 8 vectors).
 template <class V, int MT>
-inline void rows_u4(const float* x, int64_t ldx, const uint8_t* w, int64_t N, int64_t ldw, const float* sc,
+inline void rows_u4(const float* x, int64_t ldx, const uint8_t* w, int64_t N, int64_t ldw, const uint16_t* sc,
                     int64_t lds, int64_t K, float* out, int64_t ldo) {
   constexpr int C = row_chunks<V, int8_t, MT>();
   constexpr int NT = std::max(1, (V::lanes == 16 ? 8 : 4) / MT);
@@ -306,7 +306,7 @@ inline void rows_u4(const float* x, int64_t ldx, const uint8_t* w, int64_t N, in
 }
 
 template <class V>
-void dot_u4(const float* x, int64_t M, int64_t ldx, const uint8_t* w, int64_t N, int64_t ldw, const float* sc,
+void dot_u4(const float* x, int64_t M, int64_t ldx, const uint8_t* w, int64_t N, int64_t ldw, const uint16_t* sc,
             int64_t lds, int64_t K, float* out, int64_t ldo) {
   for (int64_t m = 0; m < M; m += 4) {
     const float* xm = x + m * ldx;
@@ -556,7 +556,7 @@ void bcast_dot(const float* xt, const float* x, int64_t ldx, int64_t M, int64_t 
 // as tile_u4 computes it), then the same slices as an i8 weight's.
 template <class V>
 void bcast_u4(const float* xt, const float* x, int64_t ldx, int64_t M, int64_t K, const uint8_t* w, int64_t nb,
-              int64_t ldw, const float* sc, int64_t lds, float* strip, float* out, int64_t ldo) {
+              int64_t ldw, const uint16_t* sc, int64_t lds, float* strip, float* out, int64_t ldo) {
   using reg = typename V::reg;
   constexpr int NR = kBcastRows<V>;
   constexpr int J = kU4Vecs<V>;
@@ -565,12 +565,12 @@ void bcast_u4(const float* xt, const float* x, int64_t ldx, int64_t M, int64_t K
     const int nr = static_cast<int>(std::min<int64_t>(NR, nb - g));
     for (int r = 0; r < nr; ++r) {
       const uint8_t* row = w + (g + r) * ldw;
-      const float* s = sc + (g + r) * lds;
+      const uint16_t* s = sc + (g + r) * lds;
       float* dst = strip + r * ld;
       for (int64_t b = 0; b < K / 2; b += 64) __builtin_prefetch(row + NR * ldw + b, 0, 3);
       for (int64_t q = 0; q < K / kInt4Block; ++q) {
         reg wd[J];
-        V::dequant_u4(row + q * kInt4Group, s[2 * q], s[2 * q + 1], wd);
+        V::dequant_u4(row + q * kInt4Group, s + 2 * q, wd);
         for (int j = 0; j < J; ++j) V::store(dst + q * kInt4Block + j * V::lanes, wd[j]);
       }
     }

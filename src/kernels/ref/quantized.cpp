@@ -55,7 +55,7 @@ void ref_quantize_int4(const TensorView* in, TensorView* out) {
     for (int64_t b = 0; b < K / kInt4Block; ++b) {
       for (int64_t k = 0; k < kInt4Block; ++k) block[k] = src[(b * kInt4Block + k) * sk];
       quantize_block_int4(block.data(), out[0].ptr<uint8_t>() + r * (K / 2) + b * kInt4Group,
-                          out[1].ptr<float>() + r * (K / kInt4Group) + 2 * b);
+                          out[1].ptr<uint16_t>() + r * (K / kInt4Group) + 2 * b);
     }
   }
 }
@@ -78,6 +78,11 @@ double weight_at(const TensorView& w, int64_t n, int64_t k) {
   int64_t off = n * w.strides[0] + k * w.strides[1];
   if (w.dtype == DType::i8) return w.ptr<const int8_t>()[off];
   return bf16_to_f32(w.ptr<const uint16_t>()[off]);
+}
+
+// The scale of group g of row n of an int4 w (bf16, as quantize_int4 writes them).
+float int4_scale(const TensorView& s, int64_t n, int64_t g) {
+  return bf16_to_f32(s.ptr<const uint16_t>()[n * s.strides[0] + g * s.strides[1]]);
 }
 
 // y[r, n] = act(sum_k x[r, k] * w[n, k] * scale[n] + bias[n] + residual[r, n]), in double.
@@ -107,7 +112,7 @@ void ref_linear_wq(const TensorView* in, TensorView* out, const Epilogue& ep, bo
           int64_t sum = 0;
           for (int64_t k = g * kInt4Group; k < (g + 1) * kInt4Group; ++k)
             sum += qx[k] * static_cast<int64_t>(weight_at(w, n, k));
-          acc += static_cast<double>(sum) * s.ptr<const float>()[n * s.strides[0] + g * s.strides[1]];
+          acc += static_cast<double>(sum) * int4_scale(s, n, g);
         }
         acc *= sx;
       } else if (quantize_x) {
@@ -120,7 +125,7 @@ void ref_linear_wq(const TensorView* in, TensorView* out, const Epilogue& ep, bo
           double part = 0;
           for (int64_t k = g * kInt4Group; k < (g + 1) * kInt4Group; ++k)
             part += static_cast<double>(xr[k * sk]) * weight_at(w, n, k);
-          acc += part * s.ptr<const float>()[n * s.strides[0] + g * s.strides[1]];
+          acc += part * int4_scale(s, n, g);
         }
       } else {
         for (int64_t k = 0; k < K; ++k) acc += static_cast<double>(xr[k * sk]) * weight_at(w, n, k);
