@@ -2,7 +2,8 @@
 
 What it does: for each partition the partitioner proposes, estimates per call the time the
 engine saves over PyTorch running the same nodes (PyTorch's per-op dispatch, the memory
-passes that fusion removes, the per-call weight reorder of a PyTorch convolution) and the
+passes that fusion removes, the per-call weight reorder of a PyTorch convolution and widening of
+an int4 weight) and the
 time the partition's boundary costs (one call into the engine, an output tensor per result,
 a copy of every input PyTorch hands over non-contiguous). A partition whose estimate does not
 pay stays in PyTorch, and `explain` shows both figures; so cutting a graph into engine pieces
@@ -35,6 +36,10 @@ OUTPUT_US = 0.8        # per partition output: torch.empty and its pointer
 BYTES_PER_US = 5400.0  # one core's copy bandwidth: copies, fused intermediates, reorders
 
 _CONVOLUTIONS = {aten.convolution.default, aten._convolution.default}
+# updraft.quantize's int4 matmul: PyTorch has none for the engine's layout, so its eager form
+# widens the weight to f32 on every call (written, then read by the matmul); the engine reads the
+# stored bytes. Looked up lazily: the op exists once updraft.quantize is imported.
+_INT4_MATMUL = "updraft::linear_int4"
 
 
 @dataclasses.dataclass
@@ -88,6 +93,8 @@ def estimate(nodes: Iterable[fx.Node], frozen: set) -> Estimate:
             w = n.args[1]
             if isinstance(w, fx.Node) and (w.op == "get_attr" or w.name in frozen):
                 saves += _bytes(meta(w)) / BYTES_PER_US
+        if isinstance(n.target, torch._ops.OpOverload) and n.target.name() == _INT4_MATMUL and len(n.args) > 1:
+            saves += 2 * 4 * 2 * _bytes(meta(n.args[1])) / BYTES_PER_US  # two f32 values per byte
     costs = CALL_US
     inputs = {i for n in part for i in n.all_input_nodes if i not in part}
     for i in inputs:

@@ -415,3 +415,22 @@ def test_compile_cache_hit_and_refit_with_other_int8_weights(tmp_path):
     with torch.no_grad():
         want = b(ids, use_cache=False).logits
     torch.testing.assert_close(other, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+
+
+def test_a_lone_int4_matmul_runs_in_the_engine():
+    """A partition of one updraft.linear_int4 pays for its boundary: eager PyTorch would widen the
+    whole weight to f32 at every call (the cost rule counts that), where the engine reads it as
+    stored. Without the term the rule left it to PyTorch (one op: 6.5 us saved, 7.3 us of boundary)."""
+    q, s = quantize_rows_int4(torch.randn(96, 64))
+
+    class M(torch.nn.Module):
+        def forward(self, x, i):  # the shift runs in PyTorch (no engine lowering): two partitions
+            return torch.ops.updraft.linear_int4(x, q, s), i >> 1
+
+    x, i = torch.randn(3, 64), torch.arange(6)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(M(), backend="updraft")(x, i)
+    torch.testing.assert_close(got, M()(x, i), rtol=1e-5, atol=1e-5)
+    rep = updraft.last_report()
+    assert any("linear_int4" in op for g in rep.graphs for op in g.engine_ops), str(rep)
