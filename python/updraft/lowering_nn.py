@@ -426,27 +426,28 @@ def _mm_bmm(lw, node, a):
     return _mm(lw, node, a["self"], a["mat2"])
 
 
+def _compact_matmul(lw: Lowerer, op: str, x: Any, w: Any, s: Any, w_dtype: torch.dtype, s_dtype: torch.dtype) -> int:
+    """linear_wq over a compact weight as the model stores it (x float32 [M, K], w and its scales
+    read in place), or Unsupported naming the dtypes the engine takes."""
+    if meta(x).dtype != torch.float32 or meta(w).dtype != w_dtype or meta(s).dtype != s_dtype:
+        raise Unsupported(f"{op} of {meta(x).dtype} x, {meta(w).dtype} w, {meta(s).dtype} scales: the engine's is "
+                          f"float32 x, {str(w_dtype).removeprefix('torch.')} w and "
+                          f"{str(s_dtype).removeprefix('torch.')} scales")
+    return lw.emit1("linear_wq", [lw.value(x), lw.value(w), lw.value(s)], has_weight_scale=True)
+
+
 @register(aten._weight_int8pack_mm.default)
 def _weight_int8pack_mm(lw, node, a):
     # x [M, K] @ (w int8 [N, K] * scales[:, None])^T: PyTorch's int8 weight-only matmul, what
-    # updraft.quantize.QuantizedLinear calls. It is linear_wq with a per-row scale, the weight
-    # read as it is stored.
-    x, w, s = a["self"], a["mat2"], a["scales"]
-    if meta(x).dtype != torch.float32 or meta(s).dtype != torch.float32 or meta(w).dtype != torch.int8:
-        raise Unsupported(f"_weight_int8pack_mm of {meta(x).dtype} x, {meta(w).dtype} w, {meta(s).dtype} scales: "
-                          "the engine's is float32 x and scales over an int8 w")
-    return lw.emit1("linear_wq", [lw.value(x), lw.value(w), lw.value(s)], has_weight_scale=True)
+    # updraft.quantize.QuantizedLinear calls. It is linear_wq with a per-row scale.
+    return _compact_matmul(lw, "_weight_int8pack_mm", a["self"], a["mat2"], a["scales"], torch.int8, torch.float32)
 
 
 @register(torch.ops.updraft.linear_int4.default)
 def _linear_int4(lw, node, a):
-    # x [M, K] @ W^T for the engine's int4 layout (updraft.quantize.QuantizedLinear("int4")):
-    # linear_wq over the uint8 [N, K/2] weight with its bf16 [N, K/32] group scales, read as stored.
-    x, w, s = a["x"], a["qweight"], a["scale"]
-    if meta(x).dtype != torch.float32 or meta(s).dtype != torch.bfloat16 or meta(w).dtype != torch.uint8:
-        raise Unsupported(f"updraft.linear_int4 of {meta(x).dtype} x, {meta(w).dtype} w, {meta(s).dtype} scales: "
-                          "the engine's is float32 x over a uint8 w with bfloat16 scales")
-    return lw.emit1("linear_wq", [lw.value(x), lw.value(w), lw.value(s)], has_weight_scale=True)
+    # x [M, K] @ W^T for the engine's int4 layout (updraft.quantize.QuantizedLinear("int4")): the
+    # uint8 [N, K/2] weight with its bf16 [N, K/32] group scales.
+    return _compact_matmul(lw, "updraft.linear_int4", a["x"], a["qweight"], a["scale"], torch.uint8, torch.bfloat16)
 
 
 @register(aten.matmul.default)

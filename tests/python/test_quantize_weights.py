@@ -349,8 +349,8 @@ def test_int8pack_mm_outside_the_engines_dtypes_falls_back():
             return torch.ops.updraft.linear_int4(x, q4, s4) * 2
 
     x = torch.randn(5, 64, dtype=torch.bfloat16)
-    for m, op, why in ((M(), "_weight_int8pack_mm", "float32 x and scales over an int8 w"),
-                       (M4(), "updraft.linear_int4", "float32 x over a uint8 w with bfloat16 scales")):
+    for m, op, why in ((M(), "_weight_int8pack_mm", "float32 x, int8 w and float32 scales"),
+                       (M4(), "updraft.linear_int4", "float32 x, uint8 w and bfloat16 scales")):
         torch._dynamo.reset()
         got = torch.compile(m, backend="updraft")(x)
         torch.testing.assert_close(got, m(x), rtol=0, atol=0)
