@@ -6,7 +6,7 @@ a fresh process; and where an updraft run's memory sits (weights the engine hold
     python tools/weight_rss.py --modes updraft --options '{"prepack_weights": false}'
     python tools/weight_rss.py --modes eager,updraft --rounds 1 --prompt-lens 32,48,80   # several prompt lengths
     python tools/weight_rss.py --modes eager,eager_backend,aot_eager,updraft   # torch.compile's own share
-    python tools/weight_rss.py --modes updraft,updraft_int8_model,eager_int8_model   # updraft.quantize_weights first
+    python tools/weight_rss.py --modes updraft,updraft_int8_model,updraft_int4_model   # updraft.quantize_weights first
 
 Each run: LlamaConfig(hidden 1024, intermediate 2816, 8 layers, 16 query / 4 key-value heads,
 vocab 32000), torch.manual_seed(0), 2 threads, batch 1, a 32-token prompt, 64 new tokens,
