@@ -434,3 +434,17 @@ def test_a_lone_int4_matmul_runs_in_the_engine():
     torch.testing.assert_close(got, M()(x, i), rtol=1e-5, atol=1e-5)
     rep = updraft.last_report()
     assert any("linear_int4" in op for g in rep.graphs for op in g.engine_ops), str(rep)
+
+
+def test_weight_dtype_over_the_models_own_weights_says_which_are_whose():
+    """A model holding int4 weights itself, lm_head left f32 (skip), compiled with
+    weight_dtype="int8": the engine converts lm_head only, and `explain` counts both forms and
+    says how many of the weights are the model's own."""
+    model = _llama(1)
+    updraft.quantize_weights(model, "int4", skip=["lm_head"])
+    ids = torch.randint(0, 32000, (1, 8))
+    torch._dynamo.reset()
+    text = str(updraft.explain(model, ids, config=CompilerConfig(weight_dtype="int8"), use_cache=False))
+    # q, o, gate, up (int4) and down (K = 688: int8) are the model's; lm_head is weight_dtype's.
+    assert "weight_dtype int8: 6 linear weight(s) stored low-precision (4 int4, 2 int8), " \
+           "5 of them the model's own (updraft.quantize_weights)" in text, text
