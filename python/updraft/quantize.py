@@ -70,10 +70,10 @@ def quantize_rows_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def quantize_rows_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Group-wise symmetric int4 of a 2-d f32 tensor [N, K] (K a multiple of 64), bit for bit the
     engine's `quantize_block_int4` (src/kernels/quantize.h): returns (q uint8 [N, K/2], scale
-    bfloat16 [N, K/32]). Per group of 32 values scale = bf16(max|g| / 7) over its finite values, q =
-    round-half-even(g / scale) in [-7, 7] (by the rounded scale) stored as q + 8; byte i of a 32-byte block holds
-    element i of its first group (low nibble) and of its second (high nibble). NaN and a group of
-    zeros give q = 0, +-inf +-7. Works in blocks of about 1M elements, as quantize_rows_int8."""
+    bfloat16 [N, K/32]). Per group of 32 values scale = bf16(max|g| / 7) over its finite values,
+    q = round-half-even(g / scale) in [-7, 7] (by the rounded scale) stored as q + 8; byte i of a
+    32-byte block holds element i of its first group (low nibble) and of its second (high
+    nibble). NaN and a group of zeros give q = 0, +-inf +-7. Works in blocks of about 1M elements, as quantize_rows_int8."""
     w = w.detach()
     n, k = w.shape
     if k % INT4_BLOCK:
@@ -142,8 +142,9 @@ def _linear_int4_shape(x, qweight, scale):
 
 class _Compact(nn.Module):
     """The stored form of one weight [rows, cols]: `qweight` (int8 with a per-row `scale`, int4
-    as uint8 [rows, cols / 2] with a bf16 `scale` per group of 32, or bf16) and how to widen it. A weight that two modules share (an embedding tied to the output
-    projection: its rows are the vocabulary for both) is quantised once and its buffers shared."""
+    as uint8 [rows, cols / 2] with a bf16 `scale` per group of 32, or bf16) and how to widen it.
+    A weight that two modules share (an embedding tied to the output projection: its rows are the
+    vocabulary for both) is quantised once and its buffers shared."""
 
     def __init__(self, qweight: torch.Tensor, scale: torch.Tensor | None, dtype: str):
         super().__init__()
@@ -251,9 +252,8 @@ class QuantizeSummary:
         lines = [f"updraft.quantize_weights({self.dtype}): {len(self.converted)} layer(s), "
                  f"{self.f32_bytes / mb:.1f} MB of weights as f32 -> {self.stored_bytes / mb:.1f} MB"]
         if self.as_int8:
-            shown = ", ".join(self.as_int8[:4]) + (f" and {len(self.as_int8) - 4} more" if len(self.as_int8) > 4 else "")
             lines.append(f"  stored as int8, not int4 (int4 needs an input size that is a multiple of {INT4_BLOCK}): "
-                         f"{shown}")
+                         f"{_first_names(self.as_int8)}")
         if self.copied_from_files:
             lines.append(f"  {self.copied_from_files} tensor(s) left as they are copied out of the mapped checkpoint "
                          "file, so that its pages are released")
@@ -261,9 +261,13 @@ class QuantizeSummary:
         for name, why in self.skipped.items():
             reasons.setdefault(why, []).append(name)
         for why, names in reasons.items():
-            shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-            lines.append(f"  left as they are ({why}): {shown}")
+            lines.append(f"  left as they are ({why}): {_first_names(names)}")
         return "\n".join(lines)
+
+
+def _first_names(names: list[str]) -> str:
+    """The first four names, and how many more."""
+    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
 
 
 def _layer(module: nn.Module, embeddings: bool):
