@@ -41,6 +41,10 @@ user's process would (`--spin` forces one setting on every row). "= eager" count
 tokens equal to eager's greedy tokens (llama.cpp: its own f32/f16/q8_0/q4_0 arithmetic; random
 weights give near-tied logits, so f16 and q8_0 drift is expected).
 
+The workers import the updraft package this process imports (the installed one, or a built
+tree's python/ on PYTHONPATH); if a file of it changes while a row runs (a rebuild, an edit), that
+row is discarded and the run stops, since later rows would measure another build.
+
 `--wait-policy` measures the OpenMP wait policy instead: decode ms/token of updraft on the
 model and the zoo MLP (batch 1 and 64), for each GOMP_SPINCOUNT in `--spins` (passive =
 OMP_WAIT_POLICY=passive), with 0 and 1 busy-looping neighbour processes (`--loads`).
@@ -79,6 +83,9 @@ CACHE = ROOT / "build" / "llm"
 PEER = ROOT / "build" / "peers" / "llama"            # llama-cpp-python's venv
 CONVERTER = ROOT / "build" / "peers" / "llama-convert"  # convert_hf_to_gguf.py + conversion/ + gguf-py/
 PEER_PY = PEER / "bin" / "python"
+# The folder the workers import updraft from: the one holding the package this process imports
+# (package_dir; python/ first would shadow an installed package in a fresh set-up).
+PACKAGE = ROOT / "python"
 
 MODELS = {
     "156m": dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16,
@@ -518,11 +525,37 @@ def worker(spec: dict, result_path: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Driver
 
+def package_dir() -> Path:
+    """The updraft package this process imports (the installed one after scripts/setup.sh; a
+    built tree's python/updraft when PYTHONPATH names it). Exits with the fix when it has no
+    built extension."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("updraft")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("[llm] updraft is not importable: run scripts/setup.sh")
+    pkg = Path(list(spec.submodule_search_locations)[0])
+    if not list(pkg.glob("_C*")):
+        raise SystemExit(f"[llm] {pkg} has no built extension (_C*): run scripts/setup.sh, or put a built "
+                         "tree's python/ on PYTHONPATH")
+    return pkg
+
+
+def package_stamp(pkg: Path) -> dict[str, tuple[int, int]]:
+    """Size and modification time of every file of the package: a row whose workers may have
+    imported a changed package (in session 50 one started while python/updraft was half edited,
+    its Python newer than its engine, and ran every int4 matmul in eager, 20x slower) is
+    discarded, and the run stops."""
+    return {str(f.relative_to(pkg)): (f.stat().st_size, f.stat().st_mtime_ns)
+            for f in sorted(pkg.rglob("*")) if f.is_file() and "__pycache__" not in f.parts}
+
+
 def child_env(threads: int, spin: str | None) -> dict:
     """The user's environment as it was before updraft was imported here, with the thread count
-    and, when given, one OpenMP wait setting (passive, or a GOMP_SPINCOUNT)."""
+    and, when given, one OpenMP wait setting (passive, or a GOMP_SPINCOUNT); updraft from
+    PACKAGE."""
     env = dict(USER_ENV, OMP_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false",
-               PYTHONPATH=os.pathsep.join(p for p in [str(ROOT / "python"), USER_ENV.get("PYTHONPATH")] if p))
+               PYTHONPATH=os.pathsep.join(p for p in [str(PACKAGE), USER_ENV.get("PYTHONPATH")] if p))
     if spin is not None:
         env.pop("OMP_WAIT_POLICY", None)
         env.pop("GOMP_SPINCOUNT", None)
@@ -754,6 +787,11 @@ def main(argv=None) -> int:
 
     cmdline = "python benchmarks/llm.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     logs = Path(tempfile.mkdtemp(prefix="updraft-llm-"))
+    global PACKAGE
+    if not args.from_json:  # a redraw runs no worker
+        pkg = package_dir()
+        PACKAGE = pkg.parent
+        stamp = package_stamp(pkg)
     machine = suite._machine()
     priority = suite.boost_priority() if args.boost else "normal"
     load = os.getloadavg()
@@ -788,12 +826,15 @@ def main(argv=None) -> int:
         backends = list(dict.fromkeys(r["backend"] for r in rows))
         args.runs = max(r["run"] for r in rows) + 1
         args.new_tokens = len(next(x["tokens"] for r in rows if r["status"] == "ok" for x in r["runs"]))
+    stopped = ""
     for model in ([] if args.from_json else args.models):
         hf, ggufs = prepare(model)
         vocab = MODELS[model]["vocab_size"]
         for threads in args.threads:
             for run in range(args.runs):
                 for b in backends:  # round-robin: one process per backend, then the next run
+                    if stopped:
+                        continue
                     spec = dict(backend=b, model=model, threads=threads, vocab=vocab, boost=args.boost,
                                 min_free_mb=args.min_free_mb,
                                 prompt_lens=args.prompt_lens, new_tokens=args.new_tokens)
@@ -808,6 +849,13 @@ def main(argv=None) -> int:
                         row = run_row(dict(spec, kind="torch", hf=str(hf)), child_env(threads, args.spin), logs,
                                       args.timeout)
                     row.update(model=model, backend=b, threads=threads, run=run)
+                    changed = [f for f, st in package_stamp(pkg).items() if stamp.get(f) != st]
+                    changed += [f for f in stamp if not (pkg / f).exists()]
+                    if changed and not stopped:
+                        stopped = f"updraft ({pkg}) changed during the run: {', '.join(changed[:3])}"
+                        log(f"{stopped}; this row is discarded and no further row runs")
+                    if stopped:
+                        row = dict(row, status="discarded: " + stopped, runs=[])
                     rows.append(row)
                     brief = (", ".join(f"p{x['plen']}: {x['decode_ms']:.1f} ms/token, {x['plen'] / x['prompt_s']:.0f} "
                                        f"prompt tok/s" for x in row["runs"]) if row["status"] == "ok" else row["status"])

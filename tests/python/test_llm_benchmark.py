@@ -53,6 +53,27 @@ def test_child_env_wait_setting(llm, monkeypatch):
     assert env["GOMP_SPINCOUNT"] == "300000" and "OMP_WAIT_POLICY" not in env
 
 
+def test_workers_import_this_process_package_and_a_change_is_seen(llm, monkeypatch, tmp_path):
+    """The workers import the updraft this process imports (with its extension: in a fresh set-up
+    the installed one, not the source tree's python/, which has none), and a file of it changed
+    during a run shows in its stamp (the run then discards that row and stops)."""
+    import updraft
+
+    pkg = llm.package_dir()
+    assert pkg == Path(updraft.__file__).parent and list(pkg.glob("_C*"))
+    monkeypatch.setattr(llm, "PACKAGE", pkg.parent)
+    monkeypatch.setattr(llm, "USER_ENV", {"PYTHONPATH": "/elsewhere"})
+    assert llm.child_env(1, None)["PYTHONPATH"].split(":") == [str(pkg.parent), "/elsewhere"]
+    fake = tmp_path / "updraft"
+    (fake / "__pycache__").mkdir(parents=True)
+    (fake / "quantize.py").write_text("a = 1\n")
+    (fake / "__pycache__" / "quantize.pyc").write_text("x")
+    stamp = llm.package_stamp(fake)
+    assert list(stamp) == ["quantize.py"]
+    (fake / "quantize.py").write_text("a = 22\n")
+    assert llm.package_stamp(fake) != stamp
+
+
 def test_table_counts_tokens_equal_to_eager_and_keeps_failed_rows(llm):
     def row(backend, run, toks, decode):
         return {"model": "m", "threads": 2, "backend": backend, "run": run, "status": "ok", "peak_rss_mb": 1000.0,
