@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "ir/ops/params.h"
+#include "kernels/cpu/int4_scales_avx2.h"
 #include "kernels/cpu/row_tiles.h"
 #include "kernels/quantize.h"
 
@@ -124,20 +125,6 @@ static inline void u4_block(const uint8_t* p, __m256i* u) {
   const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), nib = _mm256_set1_epi8(0xF);
   u[0] = _mm256_and_si256(b, nib);
   u[1] = _mm256_and_si256(_mm256_srli_epi16(b, 4), nib);
-}
-
-// A block's two bf16 scales as two f32 broadcasts (quantize.h, int4_scale_pair).
-static inline void u4_scales(const uint16_t* s, __m256* s0, __m256* s1) {
-  const __m256i v = _mm256_set1_epi32(static_cast<int>(int4_scale_pair(s)));
-  *s0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-  *s1 = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
-}
-
-// 8 bf16 scales as 8 f32 lanes (written through a pointer: this header is also read by units
-// without AVX, where returning a vector would change the ABI).
-static inline void bf16x8(const uint16_t* s, __m256* f) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-  *f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
 static inline float hsum_ps(__m256 v) {

@@ -3,6 +3,7 @@
 // int4 with vpmovzxbd and a mask or a 4-bit shift per nibble.
 #include <immintrin.h>
 
+#include "kernels/cpu/int4_scales_avx2.h"
 #include "kernels/cpu/linear_wq_tiles.h"
 
 namespace updraft::cpu::wq {
@@ -24,9 +25,8 @@ struct Avx2 {
   // cannot hold the 16 levels AVX-512's dequant_u4 picks from).
   static void dequant_u4(const uint8_t* p, const uint16_t* s, reg* w) {
     const __m256i nib = _mm256_set1_epi32(0xF);
-    const __m256i pair = _mm256_set1_epi32(static_cast<int>(int4_scale_pair(s)));
-    const reg sb[2] = {_mm256_castsi256_ps(_mm256_slli_epi32(pair, 16)),
-                       _mm256_castsi256_ps(_mm256_and_si256(pair, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))))};
+    reg sb[2];
+    u4_scales(s, &sb[0], &sb[1]);
     const reg ob[2] = {_mm256_mul_ps(sb[0], _mm256_set1_ps(-8.0f)), _mm256_mul_ps(sb[1], _mm256_set1_ps(-8.0f))};
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) {

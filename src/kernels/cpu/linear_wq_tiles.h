@@ -255,7 +255,8 @@ void dot_kn(const float* x, int64_t M, int64_t ldx, const float* w, int64_t N, i
 
 // ---- int4 weights (kernels/quantize.h): blocks of 64 values (two groups of 32, a scale each) ----
 // V::dequant_u4(p, s, w) turns a block's 32 bytes and its two bf16 scales s[0], s[1] into
-// 64 / lanes vectors of its weights (q * s, in k order; the scales widened from int4_scale_pair's broadcast: quantize.h), which are multiplied into the accumulators as tile() does. Dequantising
+// 64 / lanes vectors of its weights (q * s, in k order; the scales widened from one broadcast of
+// int4_scale_pair, quantize.h), which are multiplied into the accumulators as tile() does. Dequantising
 // before the product keeps every row of x on the same weight vector (the M <= 4 rows of a decode
 // tile share it) and the sum in tile()'s order within a block.
 template <class V>
