@@ -828,6 +828,8 @@ def main(argv=None) -> int:
         args.new_tokens = len(next(x["tokens"] for r in rows if r["status"] == "ok" for x in r["runs"]))
     stopped = ""
     for model in ([] if args.from_json else args.models):
+        if stopped:  # not even the next model's checkpoint and GGUF files
+            break
         hf, ggufs = prepare(model)
         vocab = MODELS[model]["vocab_size"]
         for threads in args.threads:
@@ -849,8 +851,8 @@ def main(argv=None) -> int:
                         row = run_row(dict(spec, kind="torch", hf=str(hf)), child_env(threads, args.spin), logs,
                                       args.timeout)
                     row.update(model=model, backend=b, threads=threads, run=run)
-                    changed = [f for f, st in package_stamp(pkg).items() if stamp.get(f) != st]
-                    changed += [f for f in stamp if not (pkg / f).exists()]
+                    now = package_stamp(pkg)
+                    changed = [f for f in sorted(now.keys() | stamp.keys()) if now.get(f) != stamp.get(f)]
                     if changed and not stopped:
                         stopped = f"updraft ({pkg}) changed during the run: {', '.join(changed[:3])}"
                         log(f"{stopped}; this row is discarded and no further row runs")

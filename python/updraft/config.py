@@ -21,6 +21,12 @@ _CONV_LAYOUTS = {"auto": -1, "nchw": 0, "nchw8c": 8, "nchw16c": 16, "nhwc": -2}
 _CPU_ISAS = ("native", "avx2")  # the engine's CpuIsa names (src/kernels/kernel_options.h)
 # The engine's WeightDType names (src/passes/options.h): how large linear weights are stored.
 WEIGHT_DTYPES = ("f32", "bf16", "int8", "int4")
+# int4's layout (src/ir/ops/params.h: kInt4Group, kInt4Block): a scale per group of 32 values of
+# a row, two groups per 32 bytes; a weight whose rows do not fill whole blocks is stored int8,
+# which the summary of quantize_weights and explain both say in these words.
+INT4_GROUP = 32
+INT4_BLOCK = 2 * INT4_GROUP
+INT4_ROWS_RULE = f"int4 needs an input size that is a multiple of {INT4_BLOCK}"
 # The engine's ActivationDType names (src/passes/options.h): what linears over int8 weights
 # multiply x as.
 ACTIVATION_DTYPES = ("f32", "int8")

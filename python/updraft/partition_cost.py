@@ -23,6 +23,7 @@ from typing import Iterable
 import torch
 from torch import fx
 
+from . import quantize  # noqa: F401  (defines torch.ops.updraft.linear_int4)
 from .lowerer import numel_hint
 from .lowering import is_compute, meta
 
@@ -37,9 +38,10 @@ BYTES_PER_US = 5400.0  # one core's copy bandwidth: copies, fused intermediates,
 
 _CONVOLUTIONS = {aten.convolution.default, aten._convolution.default}
 # updraft.quantize's int4 matmul: PyTorch has none for the engine's layout, so its eager form
-# widens the weight to f32 on every call (written, then read by the matmul); the engine reads the
-# stored bytes. Looked up lazily: the op exists once updraft.quantize is imported.
-_INT4_MATMUL = "updraft::linear_int4"
+# widens the weight on every call, two f32 values per stored byte, written and then read by the
+# matmul; the engine reads the stored bytes.
+_INT4_MATMUL = torch.ops.updraft.linear_int4.default
+_INT4_WIDENED_BYTES_PER_BYTE = 2 * 2 * 4
 
 
 @dataclasses.dataclass
@@ -93,8 +95,8 @@ def estimate(nodes: Iterable[fx.Node], frozen: set) -> Estimate:
             w = n.args[1]
             if isinstance(w, fx.Node) and (w.op == "get_attr" or w.name in frozen):
                 saves += _bytes(meta(w)) / BYTES_PER_US
-        if isinstance(n.target, torch._ops.OpOverload) and n.target.name() == _INT4_MATMUL and len(n.args) > 1:
-            saves += 2 * 4 * 2 * _bytes(meta(n.args[1])) / BYTES_PER_US  # two f32 values per byte
+        if n.target is _INT4_MATMUL:
+            saves += _INT4_WIDENED_BYTES_PER_BYTE * _bytes(meta(n.args[1])) / BYTES_PER_US
     costs = CALL_US
     inputs = {i for n in part for i in n.all_input_nodes if i not in part}
     for i in inputs:

@@ -31,15 +31,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .config import WEIGHT_DTYPES
+from .config import INT4_BLOCK, INT4_GROUP, INT4_ROWS_RULE, WEIGHT_DTYPES
 
 # The engine's compact forms a model can hold itself: one vocabulary with CompilerConfig.weight_dtype.
 DTYPES = tuple(d for d in WEIGHT_DTYPES if d != "f32")
-# The engine's int4 layout (src/ir/ops/params.h: kInt4Group, kInt4Block): one scale per group of
-# 32 consecutive values of a row, two groups per 32 bytes. A row whose length is not a multiple
-# of the block is stored int8, as the engine's weight_dtype="int4" does.
-INT4_GROUP = 32
-INT4_BLOCK = 2 * INT4_GROUP
 # The engine's threshold for converting weights (src/passes/quantize_weights.h,
 # kMinQuantizedWeight): a smaller weight fits in a core's L2, so its f32 kernel is the faster one.
 MIN_ELEMENTS = 1 << 16
@@ -252,8 +247,7 @@ class QuantizeSummary:
         lines = [f"updraft.quantize_weights({self.dtype}): {len(self.converted)} layer(s), "
                  f"{self.f32_bytes / mb:.1f} MB of weights as f32 -> {self.stored_bytes / mb:.1f} MB"]
         if self.as_int8:
-            lines.append(f"  stored as int8, not int4 (int4 needs an input size that is a multiple of {INT4_BLOCK}): "
-                         f"{_first_names(self.as_int8)}")
+            lines.append(f"  stored as int8, not int4 ({INT4_ROWS_RULE}): {_first_names(self.as_int8)}")
         if self.copied_from_files:
             lines.append(f"  {self.copied_from_files} tensor(s) left as they are copied out of the mapped checkpoint "
                          "file, so that its pages are released")

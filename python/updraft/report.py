@@ -12,6 +12,8 @@ import threading
 import warnings
 from typing import Optional
 
+from .config import INT4_ROWS_RULE
+
 _warned: set = set()
 _warn_lock = threading.Lock()
 # The engine's names of stored integer weights (PartitionReport.low_precision_weights keys) and
@@ -337,14 +339,14 @@ class Report:
             dtypes = sorted({p.weight_dtype for p in low if p.weight_dtype != "f32"})
             # weight_dtype quantised f32 weights in the engine; otherwise the model stores them so
             # itself (updraft.quantize_weights) and the engine reads them in place. int4 stores a
-            # weight whose input size is not a multiple of 64 as int8: the split says so.
+            # weight whose rows do not fill whole blocks as int8: the split says so.
             split = ""
             if len(stored_as) > 1:
-                why = "; int4 needs an input size that is a multiple of 64" if "int4" in dtypes and "i8" in stored_as else ""
+                why = f"; {INT4_ROWS_RULE}" if "int4" in dtypes and "i8" in stored_as else ""
                 split = f" ({', '.join(f'{n} {_INTEGER_WEIGHTS.get(d, d)}' for d, n in sorted(stored_as.items()))}{why})"
             # Both at once: weight_dtype over a model that holds some compact weights itself.
-            own = sum(p.compact_weights for p in low)
-            own = f", {own} of them the model's own (updraft.quantize_weights)" if dtypes and own else ""
+            own_count = sum(p.compact_weights for p in low)
+            own = f", {own_count} of them the model's own (updraft.quantize_weights)" if dtypes and own_count else ""
             origin = (f"weight_dtype {', '.join(dtypes)}: {count} linear weight(s) stored low-precision{split}{own}" if dtypes else
                       f"the model's own {', '.join(sorted({_INTEGER_WEIGHTS.get(d, d) for p in low for d in p.low_precision_weights}))} "
                       f"weights: {count} linear weight(s) read low-precision in place")
