@@ -22,6 +22,7 @@
 #include "ir/op_table.h"
 #include "kernels/kernel.h"
 #include "kernels/onednn/gemm.h"
+#include "kernels/quantize.h"
 
 using namespace updraft;
 
@@ -199,21 +200,33 @@ BENCHMARK(BM_DecodeMatmul)
 // decode_gemm, at the Llama shapes of tools/decode_linears.py and the 1B model. Args: M, N, K,
 // kind: 0 the engine's f32 kernel that reads the weight in place (prepack_weights off, so past
 // kInPlaceMaxRows too), 1 oneDNN's (packed) kernel, 2 an i8 weight
-// (linear_wq with per-row scales); 3 and 4: 0 and 2 on AVX2 (the engine's baseline). GFLOP/s = 2 M N K / t.
+// (linear_wq with per-row scales); 3 and 4: 0 and 2 on AVX2 (the engine's baseline); 5 and 6: an i8
+// and an int4 weight with int8 x (quantize_x, CompilerConfig.activation_dtype="int8"). GFLOP/s = 2 M N K / t.
 void BM_PrefillLinear(benchmark::State& state) {
   const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
-  const CpuIsa isa = state.range(3) >= 3 ? CpuIsa::avx2 : CpuIsa::native;
-  const int64_t kind = state.range(3) >= 3 ? (state.range(3) - 3) * 2 : state.range(3);
+  const CpuIsa isa = state.range(3) == 3 || state.range(3) == 4 ? CpuIsa::avx2 : CpuIsa::native;
+  const int64_t kind = state.range(3) == 3 || state.range(3) == 4 ? (state.range(3) - 3) * 2 : state.range(3);
   constexpr int kWeights = 24;
   std::vector<std::unique_ptr<OneKernel>> ks;
   for (int i = 0; i < kWeights; ++i) {
     Tensor x = filled({M, K}, 1, -1, 1), w = filled({N, K}, 2 + i, -1, 1);
-    if (kind == 2) {
+    if (kind == 2 || kind == 5) {
       Tensor q(DType::i8, {N, K}), s = filled({N}, 99, 0.001f, 0.01f);
       for (int64_t j = 0; j < N * K; ++j) q.ptr<int8_t>()[j] = static_cast<int8_t>(static_cast<int>(w.ptr<float>()[j] * 127));
-      ks.push_back(std::make_unique<OneKernel>("linear_wq", std::vector<Tensor>{x, q, s},
-                                               Attrs{{"has_weight_scale", Attr(true)}}, std::vector<bool>{false, true, true},
-                                               nullptr, isa));
+      ks.push_back(std::make_unique<OneKernel>(
+          "linear_wq", std::vector<Tensor>{x, q, s},
+          Attrs{{"has_weight_scale", Attr(true)}, {"quantize_x", Attr(kind == 5)}}, std::vector<bool>{false, true, true},
+          nullptr, isa));
+    } else if (kind == 6) {
+      Tensor q(DType::u8, {N, K / 2}), s(DType::bf16, {N, K / kInt4Group});
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t b = 0; b < K / kInt4Block; ++b)
+          quantize_block_int4(w.ptr<float>() + n * K + b * kInt4Block, q.ptr<uint8_t>() + n * (K / 2) + b * kInt4Group,
+                              s.ptr<uint16_t>() + n * (K / kInt4Group) + 2 * b);
+      ks.push_back(std::make_unique<OneKernel>(
+          "linear_wq", std::vector<Tensor>{x, q, s},
+          Attrs{{"has_weight_scale", Attr(true)}, {"quantize_x", Attr(true)}}, std::vector<bool>{false, true, true},
+          nullptr, isa));
     } else {
       ks.push_back(std::make_unique<OneKernel>("linear", std::vector<Tensor>{x, w}, Attrs{}, std::vector<bool>{false, true},
                                                kind == 1 ? onednn::create_onednn_linear : nullptr, isa,
@@ -231,7 +244,8 @@ BENCHMARK(BM_PrefillLinear)
     ->ArgsProduct({{6, 8, 11, 16, 32, 128}, {2816}, {1024}, {0, 1, 2, 3, 4}})
     ->ArgsProduct({{32}, {1024}, {2816}, {0, 1, 2, 3, 4}})
     ->ArgsProduct({{32}, {2048}, {2048}, {0, 1, 2, 3, 4}})
-    ->ArgsProduct({{32}, {5632}, {2048}, {0, 1, 2}})
+    ->ArgsProduct({{32}, {5632}, {2048}, {0, 1, 2, 5, 6}})
+    ->ArgsProduct({{1, 32}, {2816}, {1024}, {5, 6}})
     ->ArgsProduct({{32}, {2048}, {5632}, {0, 1, 2}})
     ->ArgsProduct({{32}, {256}, {2048}, {0, 1, 2}})
     ->ArgsProduct({{128, 512}, {768, 3072}, {768}, {0, 1}})

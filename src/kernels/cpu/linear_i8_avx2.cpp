@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/int4_scales_avx2.h"
 #include "kernels/cpu/linear_i8_tiles.h"
 
 namespace updraft::cpu::wq {
@@ -96,6 +97,79 @@ inline void avx2_tile(const uint8_t* xu, int64_t ldx, const int8_t* w, int64_t l
     }
 }
 
+// int4: aux holds each group's sum of qx (a float per group); the row is left in order.
+void u4_prepare(uint8_t* xq, int64_t K, void* aux) {
+  const int8_t* q = reinterpret_cast<const int8_t*>(xq);
+  float* xsum = static_cast<float*>(aux);
+  for (int64_t g = 0; g < K / kInt4Group; ++g) {
+    int32_t s = 0;
+    for (int64_t k = 0; k < kInt4Group; ++k) s += q[g * kInt4Group + k];
+    xsum[g] = static_cast<float>(s);
+  }
+}
+
+// A block's 32 bytes as its two groups' 32 nibbles each, in k order.
+inline void u4_block(const uint8_t* p, __m256i* u) {
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), nib = _mm256_set1_epi8(0xF);
+  u[0] = _mm256_and_si256(b, nib);
+  u[1] = _mm256_and_si256(_mm256_srli_epi16(b, 4), nib);
+}
+
+// Nibbles (at most 15) by qx: pair sums at most 2 * 15 * 127 = 3810, 8 int32 lanes per group.
+inline __m256i group_dot(__m256i u, __m256i x) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+}
+
+// MT rows of x by NT int4 rows of w: per group, the int32 sums to f32 times the group's scale;
+// then the nibbles' +8, 8 * sum_g scale[g] * xsum[g], 8 groups per FMA (G is even).
+template <int MT, int NT>
+inline void avx2_u4_tile(const uint8_t* xq, int64_t ldx, const void* aux, int64_t ldaux, const uint8_t* w, int64_t ldw,
+                    const uint16_t* sc, int64_t lds, int64_t K, float* out, int64_t ldo, int64_t os) {
+  const int8_t* x = reinterpret_cast<const int8_t*>(xq);
+  const float* xsum = static_cast<const float*>(aux);
+  __m256 acc[MT][NT];
+#pragma GCC unroll 4
+  for (int m = 0; m < MT; ++m)
+#pragma GCC unroll 8
+    for (int n = 0; n < NT; ++n) acc[m][n] = _mm256_setzero_ps();
+  const int64_t G = K / kInt4Group;
+  for (int64_t b = 0; b < K / kInt4Block; ++b) {
+#pragma GCC unroll 8
+    for (int n = 0; n < NT; ++n) {
+      __m256i u[2];
+      __m256 s2[2];
+      u4_block(w + n * ldw + b * kInt4Group, u);
+      u4_scales(sc + n * lds + 2 * b, &s2[0], &s2[1]);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const int64_t g = 2 * b + h;
+#pragma GCC unroll 4
+        for (int m = 0; m < MT; ++m) {
+          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + m * ldx + g * kInt4Group));
+          acc[m][n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(group_dot(u[h], xv)), s2[h], acc[m][n]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < MT; ++m)
+#pragma GCC unroll 8
+    for (int n = 0; n < NT; ++n) {
+      const uint16_t* sn = sc + n * lds;
+      const float* xs = xsum + m * ldaux;
+      __m256 o = _mm256_setzero_ps();
+      int64_t g = 0;
+      for (; g + 8 <= G; g += 8) {
+        __m256 s8;
+        bf16x8(sn + g, &s8);
+        o = _mm256_fmadd_ps(s8, _mm256_loadu_ps(xs + g), o);
+      }
+      float off = hsum_ps(o);
+      for (; g < G; ++g) off += bf16_to_f32(sn[g]) * xs[g];
+      out[m * ldo + n * os] = hsum_ps(acc[m][n]) - 8.0f * off;
+    }
+}
+
 // 16 ymm registers: 1 x 4 and 2 x 4 tiles, 3 x 2 and 4 x 2 (accumulators, x and |x| per row,
 // one weight vector). Chunks of rows (row_tiles.h) as many as the tile's rows.
 struct Avx2 {
@@ -108,16 +182,22 @@ struct Avx2 {
   static constexpr int cols() { return MT <= 2 ? 4 : 2; }
   template <int MT>
   static constexpr int chunks() { return cols<MT>(); }
-  // int4 (linear_i8_tiles.h, u4_tile): nibbles (at most 15) by qx, pair sums at most 3810.
-  static __m256i group_dot(__m256i u, __m256i x) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+  // int4: 1 x 4 tiles for one row, 2 rows of w from 2 rows of x; chunks up to 2 rows.
+  template <int MT, int NT>
+  static void u4_tile(const uint8_t* xq, int64_t ldx, const void* aux, int64_t ldaux, const uint8_t* w, int64_t ldw,
+                      const uint16_t* sc, int64_t lds, int64_t K, float* out, int64_t ldo, int64_t os) {
+    avx2_u4_tile<MT, NT>(xq, ldx, aux, ldaux, w, ldw, sc, lds, K, out, ldo, os);
   }
+  template <int MT>
+  static constexpr int u4_cols() { return MT == 1 ? 4 : 2; }
+  template <int MT>
+  static constexpr int u4_chunks() { return MT <= 2 ? 4 : 0; }
 };
 
 }  // namespace
 
 const I8Tiles& i8_tiles_avx2() {
-  static const I8Tiles t{quantize_row, dot_i8<Avx2>, 0, "avx2", dot_u4<Avx2>};
+  static const I8Tiles t{quantize_row, dot_i8<Avx2>, 0, "avx2", dot_u4<Avx2>, u4_prepare, 2};
   return t;
 }
 

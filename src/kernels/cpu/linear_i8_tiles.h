@@ -18,22 +18,28 @@
 // the weight is not padded (its tails are masked, or summed by scalar code).
 //
 // int4 weights (kernels/quantize.h: nibbles u = q + 8 in groups of 32, a scale per group, two
-// groups per 32 bytes) take the same quantised rows of x, signed (no offset, on either set): a
-// group's 32 nibbles, unsigned bytes 0..15 (the block's bytes masked, or shifted by 4 and
-// masked), multiply qx's signed bytes (one vpdpbusd, or vpmaddubsw + vpmaddwd, per group: pair
-// sums at most 2 * 15 * 127, no saturation), each group's int32 sums are taken to f32 times the
-// group's scale, and 8 * sum_g scale[g] * sum(qx over g) takes the nibbles' offset back out:
+// groups per 32 bytes) take the same quantised rows of x, signed (no offset, on either set),
+// which each set then prepares in place for its tiles (u4_prepare: a row's order, and aux words
+// per block that take the nibbles' +8 back out). The unsigned nibbles multiply qx's signed bytes,
+// each group's int32 sums are taken to f32 times the group's scale:
 //
-//   t.dot_u4(xq, M, Kp, xsum, G, w, N, K / 2, scale, G, K, out, ldo);  // out: before sx[m]
+//   t.u4_prepare(xq_row, K, aux_row);                                  // aux: u4_aux_words(K)
+//   t.dot_u4(xq, M, Kp, aux, A, w, N, K / 2, scale, G, K, out, ldo);   // out: before sx[m]
 //
-// with xsum[m * G + g] = sum of qx over group g of row m (u4_row_sums).
+// - AVX2 (linear_i8_avx2.cpp): a group's 32 nibbles (the block's bytes masked, or shifted by 4
+//   and masked) by 32 bytes of x, vpmaddubsw + vpmaddwd (pair sums at most 2 * 15 * 127, no
+//   saturation); aux: each group's sum of qx, and 8 * sum_g scale[g] * aux[g] is subtracted at the
+//   end of each output.
+// - AVX-512 VNNI (linear_i8_vnni.cpp): two groups per vpdpbusd pair, 8 bytes per int32 lane
+//   before each conversion to f32 (the order of x's 16-byte chunks changed to match); aux: each
+//   lane's share of the +8 (negated), the int32 sum's starting value, so nothing is left to
+//   subtract.
 #pragma once
 #include <immintrin.h>
 
 #include <cstdint>
 
 #include "ir/ops/params.h"
-#include "kernels/cpu/int4_scales_avx2.h"
 #include "kernels/cpu/row_tiles.h"
 #include "kernels/quantize.h"
 
@@ -47,17 +53,23 @@ using I8DotFn = void (*)(const uint8_t* xq, int64_t M, int64_t ldx, const int8_t
                          int64_t K, int32_t* sums, int64_t ldo);
 
 // out[m * ldo + n] = sum_g scale[n * lds + g] * sum_{k in g} qx[m, k] * q[n, k] for an int4 w (rows
-// of ldw bytes, bf16 scales) and signed rows of x (xq, ldx apart; xsum: each row's group sums, ldsum apart).
-using U4DotFn = void (*)(const uint8_t* xq, int64_t M, int64_t ldx, const float* xsum, int64_t ldsum,
-                         const uint8_t* w, int64_t N, int64_t ldw, const uint16_t* scale, int64_t lds, int64_t K,
-                         float* out, int64_t ldo);
+// of ldw bytes, bf16 scales) and signed rows of x (xq, ldx apart) prepared by the same set's
+// u4_prepare (aux: its words, ldaux apart).
+using U4DotFn = void (*)(const uint8_t* xq, int64_t M, int64_t ldx, const void* aux, int64_t ldaux, const uint8_t* w,
+                         int64_t N, int64_t ldw, const uint16_t* scale, int64_t lds, int64_t K, float* out,
+                         int64_t ldo);
+// One quantised row (K bytes, signed) rearranged in place for dot_u4, and its aux words.
+using U4PrepareFn = void (*)(uint8_t* xq, int64_t K, void* aux);
 
 struct I8Tiles {
   QuantizeRowFn quantize = nullptr;
   I8DotFn dot = nullptr;
   int x_offset = 0;  // what xq adds to qx (128 on VNNI); the driver subtracts x_offset * wsum[n]
   const char* isa = "";
-  U4DotFn dot_u4 = nullptr;  // int4 weights; xq from i8_tiles_avx2().quantize (no offset)
+  U4DotFn dot_u4 = nullptr;  // int4 weights; xq from i8_tiles_avx2().quantize (no offset), then u4_prepare
+  U4PrepareFn u4_prepare = nullptr;
+  int u4_aux_per_block = 0;  // 4-byte aux words per block of kInt4Block values of a row
+  int64_t u4_aux_words(int64_t K) const { return K / kInt4Block * u4_aux_per_block; }
 };
 
 const I8Tiles& i8_tiles_avx2();
@@ -105,117 +117,47 @@ void dot_i8(const uint8_t* x, int64_t M, int64_t ldx, const int8_t* w, int64_t N
   }
 }
 
-// xsum[g] = sum of the signed qx over group g of one quantised row (G groups).
-static inline void u4_row_sums(const uint8_t* xq, int64_t G, float* xsum) {
-  const int8_t* q = reinterpret_cast<const int8_t*>(xq);
-  for (int64_t g = 0; g < G; ++g) {
-    int32_t s = 0;
-    for (int64_t k = 0; k < kInt4Group; ++k) s += q[g * kInt4Group + k];
-    xsum[g] = static_cast<float>(s);
-  }
-}
-
-// The int4 tiles, shared by both units: `Isa` provides
-//   static __m256i group_dot(__m256i u, __m256i x)   // 8 int32 lanes summing u[k] * x[k], k < 32
-// (u unsigned bytes, x signed).
-// static: each unit keeps its own copy of these, compiled with its flags (the VNNI unit's may use
-// AVX-512 encodings), never the other unit's.
-// A block's 32 bytes as its two groups' 32 nibbles each, in k order.
-static inline void u4_block(const uint8_t* p, __m256i* u) {
-  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), nib = _mm256_set1_epi8(0xF);
-  u[0] = _mm256_and_si256(b, nib);
-  u[1] = _mm256_and_si256(_mm256_srli_epi16(b, 4), nib);
-}
-
 static inline float hsum_ps(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
-template <class Isa, int MT, int NT>
-inline void u4_tile(const uint8_t* xq, int64_t ldx, const float* xsum, int64_t ldsum, const uint8_t* w, int64_t ldw,
-                    const uint16_t* sc, int64_t lds, int64_t K, float* out, int64_t ldo, int64_t os) {
-  const int8_t* x = reinterpret_cast<const int8_t*>(xq);
-  __m256 acc[MT][NT];
-#pragma GCC unroll 4
-  for (int m = 0; m < MT; ++m)
-#pragma GCC unroll 8
-    for (int n = 0; n < NT; ++n) acc[m][n] = _mm256_setzero_ps();
-  const int64_t G = K / kInt4Group;
-  for (int64_t b = 0; b < K / kInt4Block; ++b) {
-#pragma GCC unroll 8
-    for (int n = 0; n < NT; ++n) {
-      __m256i u[2];
-      __m256 s2[2];
-      u4_block(w + n * ldw + b * kInt4Group, u);
-      u4_scales(sc + n * lds + 2 * b, &s2[0], &s2[1]);
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const int64_t g = 2 * b + h;
-        const __m256 s = s2[h];
-#pragma GCC unroll 4
-        for (int m = 0; m < MT; ++m) {
-          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + m * ldx + g * kInt4Group));
-          acc[m][n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Isa::group_dot(u[h], xv)), s, acc[m][n]);
-        }
-      }
-    }
-  }
-  // The nibbles' +8: 8 * sum_g scale[g] * xsum[g], 8 groups per FMA (G is even).
-#pragma GCC unroll 4
-  for (int m = 0; m < MT; ++m)
-#pragma GCC unroll 8
-    for (int n = 0; n < NT; ++n) {
-      const uint16_t* sn = sc + n * lds;
-      const float* xs = xsum + m * ldsum;
-      __m256 o = _mm256_setzero_ps();
-      int64_t g = 0;
-      for (; g + 8 <= G; g += 8) {
-        __m256 s8;
-        bf16x8(sn + g, &s8);
-        o = _mm256_fmadd_ps(s8, _mm256_loadu_ps(xs + g), o);
-      }
-      float off = hsum_ps(o);
-      for (; g < G; ++g) off += bf16_to_f32(sn[g]) * xs[g];
-      out[m * ldo + n * os] = hsum_ps(acc[m][n]) - 8.0f * off;
-    }
-}
-
-// Chunks of row_tiles.h for MT rows of x (both sets): 4 up to 2 rows, none from 3 (their tiles
-// take 2 rows of w at a time).
-template <int MT>
-constexpr int kU4Chunks = MT <= 2 ? 4 : 0;
-
+// The int4 driver, shared by both units: `Isa` provides
+//   template <int MT, int NT> static void u4_tile(xq, ldx, aux, ldaux, w, ldw, sc, lds, K, out, ldo, os)
+// (MT rows of x by NT rows of w, outputs os apart as in dot_rows) and
+// `template <int MT> static constexpr int u4_cols()`, the NT it runs with MT rows, and
+// `u4_chunks<MT>()`, the chunks of row_tiles.h (0: none).
 template <class Isa, int MT>
-inline void u4_rows(const uint8_t* xq, int64_t ldx, const float* xsum, int64_t ldsum, const uint8_t* w, int64_t N,
+inline void u4_rows(const uint8_t* xq, int64_t ldx, const void* aux, int64_t ldaux, const uint8_t* w, int64_t N,
                     int64_t ldw, const uint16_t* sc, int64_t lds, int64_t K, float* out, int64_t ldo) {
-  constexpr int C = kU4Chunks<MT>, NT = MT == 1 ? 4 : 2;
+  constexpr int C = Isa::template u4_chunks<MT>(), NT = Isa::template u4_cols<MT>();
   for_row_tiles<C, NT>(
       N,
       [&](int64_t n, int64_t S) {
-        u4_tile<Isa, MT, C>(xq, ldx, xsum, ldsum, w + n * ldw, S * ldw, sc + n * lds, S * lds, K, out + n, ldo, S);
+        Isa::template u4_tile<MT, C>(xq, ldx, aux, ldaux, w + n * ldw, S * ldw, sc + n * lds, S * lds, K, out + n, ldo,
+                                     S);
       },
       [&](int64_t n) {
-        u4_tile<Isa, MT, NT>(xq, ldx, xsum, ldsum, w + n * ldw, ldw, sc + n * lds, lds, K, out + n, ldo, 1);
+        Isa::template u4_tile<MT, NT>(xq, ldx, aux, ldaux, w + n * ldw, ldw, sc + n * lds, lds, K, out + n, ldo, 1);
       },
       [&](int64_t n) {
-        u4_tile<Isa, MT, 1>(xq, ldx, xsum, ldsum, w + n * ldw, ldw, sc + n * lds, lds, K, out + n, ldo, 1);
+        Isa::template u4_tile<MT, 1>(xq, ldx, aux, ldaux, w + n * ldw, ldw, sc + n * lds, lds, K, out + n, ldo, 1);
       });
 }
 
 template <class Isa>
-void dot_u4(const uint8_t* xq, int64_t M, int64_t ldx, const float* xsum, int64_t ldsum, const uint8_t* w, int64_t N,
+void dot_u4(const uint8_t* xq, int64_t M, int64_t ldx, const void* aux, int64_t ldaux, const uint8_t* w, int64_t N,
             int64_t ldw, const uint16_t* sc, int64_t lds, int64_t K, float* out, int64_t ldo) {
   for (int64_t m = 0; m < M; m += 4) {
     const uint8_t* xm = xq + m * ldx;
-    const float* sm = xsum + m * ldsum;
+    const void* am = static_cast<const char*>(aux) + m * ldaux * 4;  // 4-byte words
     float* om = out + m * ldo;
     switch (M - m >= 4 ? 4 : M - m) {
-      case 1: u4_rows<Isa, 1>(xm, ldx, sm, ldsum, w, N, ldw, sc, lds, K, om, ldo); break;
-      case 2: u4_rows<Isa, 2>(xm, ldx, sm, ldsum, w, N, ldw, sc, lds, K, om, ldo); break;
-      case 3: u4_rows<Isa, 3>(xm, ldx, sm, ldsum, w, N, ldw, sc, lds, K, om, ldo); break;
-      default: u4_rows<Isa, 4>(xm, ldx, sm, ldsum, w, N, ldw, sc, lds, K, om, ldo); break;
+      case 1: u4_rows<Isa, 1>(xm, ldx, am, ldaux, w, N, ldw, sc, lds, K, om, ldo); break;
+      case 2: u4_rows<Isa, 2>(xm, ldx, am, ldaux, w, N, ldw, sc, lds, K, om, ldo); break;
+      case 3: u4_rows<Isa, 3>(xm, ldx, am, ldaux, w, N, ldw, sc, lds, K, om, ldo); break;
+      default: u4_rows<Isa, 4>(xm, ldx, am, ldaux, w, N, ldw, sc, lds, K, om, ldo); break;
     }
   }
 }

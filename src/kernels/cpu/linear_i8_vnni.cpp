@@ -114,6 +114,85 @@ inline void vnni_tile(const uint8_t* x, int64_t ldx, const int8_t* w, int64_t ld
   }
 }
 
+// int4 (linear_i8_tiles.h). A 256-bit vpdpbusd sums 4 byte products per int32 lane; giving each
+// group 8 lanes (the AVX2 form) converts the lanes to f32 and FMAs them after every instruction.
+// Here a lane sums 8 products (two vpdpbusd) first: a block's 16 bytes are loaded into both
+// 128-bit halves and masked by 0x0F in the low half (the block's first group) and 0xF0 in the
+// high half (its second group, left as 16 u: no shift; a lane's products at most 8 * 240 * 127),
+// so one vector holds 16 values of each group and the block's 32 bytes make two. x's 16-byte
+// chunks are stored in the matching order (u4_prepare: chunks 0, 2, 1, 3 of each 64 bytes).
+// Each lane's int32 sum starts at its aux word, minus the nibbles' +8 over its 8 values of x
+// (8 * their sum, 16 * 8 * in the high half), so it ends exact: sum q * qx (times 16 in the high
+// half, taken out at the end), and no per-output pass over the group sums is left. Per block and
+// row of x: 2 vpdpbusd, a conversion and an FMA for 64 products, against 2 of each before.
+constexpr int kU4Lanes = 8;
+
+void u4_prepare(uint8_t* xq, int64_t K, void* aux) {
+  const __m256i ones = _mm256_set1_epi8(1), offset = _mm256_setr_epi32(-8, -8, -8, -8, -128, -128, -128, -128);
+  int32_t* neg = static_cast<int32_t*>(aux);
+  for (int64_t b = 0; b < K / kInt4Block; ++b) {
+    __m256i* x = reinterpret_cast<__m256i*>(xq + b * kInt4Block);
+    const __m256i lo = _mm256_loadu_si256(x), hi = _mm256_loadu_si256(x + 1);
+    // Chunks 0, 2 and 1, 3.
+    const __m256i xa = _mm256_permute2x128_si256(lo, hi, 0x20), xb = _mm256_permute2x128_si256(lo, hi, 0x31);
+    _mm256_storeu_si256(x, xa);
+    _mm256_storeu_si256(x + 1, xb);
+    // Each lane's 4 bytes of xa and of xb summed (x signed, ones unsigned), times its offset.
+    const __m256i sums = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, xa), ones, xb);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(neg + b * kU4Lanes), _mm256_mullo_epi32(sums, offset));
+  }
+}
+
+// 16 bytes in both 128-bit halves.
+inline __m256i bytes16_twice(const uint8_t* p) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+template <int MT, int NT>
+inline void vnni_u4_tile(const uint8_t* xq, int64_t ldx, const void* aux, int64_t ldaux, const uint8_t* w,
+                         int64_t ldw, const uint16_t* sc, int64_t lds, int64_t K, float* out, int64_t ldo, int64_t os) {
+  const int32_t* neg = static_cast<const int32_t*>(aux);
+  const __m256i nibbles = _mm256_setr_epi32(0x0F0F0F0F, 0x0F0F0F0F, 0x0F0F0F0F, 0x0F0F0F0F, int(0xF0F0F0F0),
+                                            int(0xF0F0F0F0), int(0xF0F0F0F0), int(0xF0F0F0F0));
+  // The block's scale pair (int4_scale_pair) to [s0 x 4, s1 x 4]: s0 shifted up, s1 masked.
+  const __m256i pair_shift = _mm256_setr_epi32(16, 16, 16, 16, 0, 0, 0, 0);
+  const __m256i pair_mask = _mm256_setr_epi32(-1, -1, -1, -1, int(0xFFFF0000), int(0xFFFF0000), int(0xFFFF0000),
+                                              int(0xFFFF0000));
+  __m256 acc[MT][NT];
+#pragma GCC unroll 4
+  for (int m = 0; m < MT; ++m)
+#pragma GCC unroll 8
+    for (int n = 0; n < NT; ++n) acc[m][n] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < K / kInt4Block; ++b) {
+    __m256i xa[MT], xb[MT];
+#pragma GCC unroll 4
+    for (int m = 0; m < MT; ++m) {
+      xa[m] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + m * ldx + b * kInt4Block));
+      xb[m] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + m * ldx + b * kInt4Block + kInt4Group));
+    }
+#pragma GCC unroll 8
+    for (int n = 0; n < NT; ++n) {
+      const uint8_t* p = w + n * ldw + b * kInt4Group;
+      const __m256i wa = _mm256_and_si256(bytes16_twice(p), nibbles);
+      const __m256i wb = _mm256_and_si256(bytes16_twice(p + 16), nibbles);
+      const __m256i pair = _mm256_set1_epi32(static_cast<int>(int4_scale_pair(sc + n * lds + 2 * b)));
+      const __m256 s = _mm256_castsi256_ps(_mm256_and_si256(_mm256_sllv_epi32(pair, pair_shift), pair_mask));
+#pragma GCC unroll 4
+      for (int m = 0; m < MT; ++m) {
+        __m256i t = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(neg + m * ldaux + b * kU4Lanes));
+        t = _mm256_dpbusd_epi32(t, wa, xa[m]);
+        t = _mm256_dpbusd_epi32(t, wb, xb[m]);
+        acc[m][n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), s, acc[m][n]);
+      }
+    }
+  }
+  const __m256 sixteenth = _mm256_setr_ps(1.0f, 1.0f, 1.0f, 1.0f, 0.0625f, 0.0625f, 0.0625f, 0.0625f);
+#pragma GCC unroll 4
+  for (int m = 0; m < MT; ++m)
+#pragma GCC unroll 8
+    for (int n = 0; n < NT; ++n) out[m * ldo + n * os] = hsum_ps(_mm256_mul_ps(acc[m][n], sixteenth));
+}
+
 // 1 x 8 tiles for one row (8 independent accumulators); 4 rows of w for more (4 x 4: 16
 // accumulators, 4 + 4 loads per 16 vpdpbusd). A decode step's rows go in 4 chunks at every row
 // count (row_tiles.h), so its tiles are MT x 4.
@@ -127,14 +206,23 @@ struct Vnni {
   static constexpr int cols() { return MT == 1 ? 8 : 4; }
   template <int MT>
   static constexpr int chunks() { return 4; }
-  // int4 (linear_i8_tiles.h, u4_tile): one 256-bit vpdpbusd per group (AVX512-VL).
-  static __m256i group_dot(__m256i u, __m256i x) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x); }
+  // int4 (256-bit vpdpbusd, AVX512-VL): 4 rows of w at every row count (4 x 4: 16 accumulators,
+  // 8 vectors of x, of 32 registers); chunks at every row count, as the int8 tiles.
+  template <int MT, int NT>
+  static void u4_tile(const uint8_t* xq, int64_t ldx, const void* aux, int64_t ldaux, const uint8_t* w, int64_t ldw,
+                      const uint16_t* sc, int64_t lds, int64_t K, float* out, int64_t ldo, int64_t os) {
+    vnni_u4_tile<MT, NT>(xq, ldx, aux, ldaux, w, ldw, sc, lds, K, out, ldo, os);
+  }
+  template <int MT>
+  static constexpr int u4_cols() { return 4; }
+  template <int MT>
+  static constexpr int u4_chunks() { return 4; }
 };
 
 }  // namespace
 
 const I8Tiles& i8_tiles_vnni() {
-  static const I8Tiles t{quantize_row, dot_i8<Vnni>, 128, "avx512vnni", dot_u4<Vnni>};
+  static const I8Tiles t{quantize_row, dot_i8<Vnni>, 128, "avx512vnni", dot_u4<Vnni>, u4_prepare, kU4Lanes};
   return t;
 }
 

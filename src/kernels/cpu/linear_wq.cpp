@@ -125,9 +125,9 @@ class LinearWqKernel final : public Kernel {
   // Scratch for a call with M rows of x. quantize_x: the quantised rows, their scales, and wsum
   // when the weight is not a constant (computed per call).
   size_t scratch_for(int64_t M) const {
-    if (quantize_x_ && int4_)  // the quantised rows, their scales and their group sums
+    if (quantize_x_ && int4_)  // the quantised rows, their scales and their aux words (u4_prepare)
       return static_cast<size_t>(M) * cpu::wq::padded_k(K_) + static_cast<size_t>(M) * sizeof(float) +
-             static_cast<size_t>(M * (K_ / kInt4Group)) * sizeof(float);
+             static_cast<size_t>(M * i8_.u4_aux_words(K_)) * sizeof(int32_t);
     if (quantize_x_) {
       const size_t wsum = i8_.x_offset && wsum_.empty() ? static_cast<size_t>(N_) * sizeof(int32_t) : 0;
       return static_cast<size_t>(M) * cpu::wq::padded_k(K_) + static_cast<size_t>(M) * sizeof(float) + wsum;
@@ -203,27 +203,28 @@ class LinearWqKernel final : public Kernel {
   }
 
   // quantize_x over an int4 weight: x's rows quantised signed (the AVX2 set's rows, on either
-  // set), their group sums, then the int4 tiles per block of w rows, straight to f32 in y, times
-  // sx and the epilogue while the block is in cache.
+  // set) and prepared for the set's int4 tiles (u4_prepare: their order and aux words), then the
+  // tiles per block of w rows, straight to f32 in y, times sx and the epilogue while the block is
+  // in cache.
   void run_i8_u4(const TensorView* in, TensorView& y, int64_t M, int64_t N, int64_t K, int nt, uint8_t* scratch) const {
-    const int64_t Kp = cpu::wq::padded_k(K), G = K / kInt4Group;
+    const int64_t Kp = cpu::wq::padded_k(K), G = K / kInt4Group, A = i8_.u4_aux_words(K);
     const float* x = in[0].ptr<const float>();
     const uint8_t* w = in[1].ptr<const uint8_t>();
     const uint16_t* scale = in[2].ptr<const uint16_t>();  // bf16
     uint8_t* xq = scratch;
     float* sx = reinterpret_cast<float*>(scratch + M * Kp);
-    float* xsum = sx + M;
+    int32_t* aux = reinterpret_cast<int32_t*>(sx + M);  // 4-byte words, each set's own meaning
     const cpu::wq::QuantizeRowFn quantize = cpu::wq::i8_tiles_avx2().quantize;
     quantize_rows_of_x(M, nt, [&](int64_t m) {
       sx[m] = quantize(x + m * K, K, Kp, xq + m * Kp);
-      cpu::wq::u4_row_sums(xq + m * Kp, G, xsum + m * G);
+      i8_.u4_prepare(xq + m * Kp, K, aux + m * A);
     });
     const int bt = static_cast<int>(std::min<int64_t>(nt, (N + kBlockRows - 1) / kBlockRows));
     cpu::parallel_for(bt, bt, [&](int64_t t) {
       thread_rows(t, bt, N, kBlockRows, M <= cpu::kStreamMaxRows, [&](int64_t n0, int64_t n1) {
         const int64_t nb = n1 - n0;
         float* yb = y.ptr<float>() + n0;
-        i8_.dot_u4(xq, M, Kp, xsum, G, w + n0 * (K / 2), nb, K / 2, scale + n0 * G, G, K, yb, N);
+        i8_.dot_u4(xq, M, Kp, aux, A, w + n0 * (K / 2), nb, K / 2, scale + n0 * G, G, K, yb, N);
         for (int64_t m = 0; m < M; ++m)
           for (int64_t j = 0; j < nb; ++j) yb[m * N + j] *= sx[m];
         epilogue(in, yb, M, N, n0, nb);
