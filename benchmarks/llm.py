@@ -754,8 +754,12 @@ def main(argv=None) -> int:
     p.add_argument("--boost", action="store_true", help="raise the workers' CPU priority (root only; see suite.py)")
     p.add_argument("--timeout", type=float, default=1200, help="seconds per process before its row fails")
     p.add_argument("--doc", type=Path, default=ROOT / "docs" / "BENCHMARKS.md", help="'-' for none")
-    p.add_argument("--chart", type=Path, default=ROOT / "docs" / "llm_benchmark.png")
-    p.add_argument("--json", type=Path, default=ROOT / "docs" / "llm_benchmark.json")
+    # The chart and the raw rows go beside the doc block they back; a run that writes no doc block
+    # (a slice, an A/B) writes them only where asked, so it never replaces the committed ones.
+    p.add_argument("--chart", type=Path, help="tokens/s PNG (default: docs/llm_benchmark.png with the doc "
+                   "block, none with --doc -; '-' for none)")
+    p.add_argument("--json", type=Path, help="raw rows (default: docs/llm_benchmark.json with the doc block, "
+                   "none with --doc -; '-' for none)")
     p.add_argument("--wait-policy", action="store_true", help="measure OpenMP wait settings instead (see above)")
     p.add_argument("--spins", nargs="+", default=SPINS, help=f"wait settings for --wait-policy (default {SPINS})")
     p.add_argument("--loads", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1],
@@ -766,6 +770,10 @@ def main(argv=None) -> int:
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    writes_doc = str(args.doc) != "-"
+    for name, default in (("chart", "llm_benchmark.png"), ("json", "llm_benchmark.json")):
+        given = getattr(args, name)
+        setattr(args, name, None if str(given) == "-" else given or (ROOT / "docs" / default if writes_doc else None))
 
     if args.worker:
         spec = json.loads(args.worker)
@@ -872,13 +880,13 @@ def main(argv=None) -> int:
     body = table(aggs, backends)
     info = next((r["system_info"] for r in rows if r.get("system_info")), None)
     print(body)
-    notes = [chart(aggs, backends, args.chart)]
-    if args.json and str(args.json) != "-" and not args.from_json:
+    notes = [chart(aggs, backends, args.chart) if args.chart else "chart not drawn (--chart PATH draws one)"]
+    if args.json and not args.from_json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
         notes.append(f"raw rows: {args.json}")
     print("\n".join(notes))
-    if str(args.doc) != "-":
+    if writes_doc:
         rel = lambda q: os.path.relpath(q, args.doc.parent)  # noqa: E731
         runs = ", ".join(f"{m} {max(r['run'] for r in rows if r['model'] == m) + 1}"
                          for m in dict.fromkeys(r["model"] for r in rows))
@@ -889,8 +897,8 @@ def main(argv=None) -> int:
         doc_body = (f"Machine: {meta['machine']}\n\nPriority: {meta['priority']}{loads}\n\n" +
                     (f"llama.cpp: `{info}`\n\n" if info else "") +
                     f"Command: `{meta['command']}` ({meta['date']}; fresh processes per row, interleaved: {runs}; "
-                    f"{args.new_tokens} new tokens)\n\n{body}\n"
-                    f"![decode and prompt tokens/s]({rel(args.chart)})\n")
+                    f"{args.new_tokens} new tokens)\n\n{body}\n" +
+                    (f"![decode and prompt tokens/s]({rel(args.chart)})\n" if args.chart else ""))
         suite.write_doc(args.doc, doc_body, "<!-- llm:begin -->", "<!-- llm:end -->", "Issue 20: LLM benchmark")
         print(f"updated {args.doc}")
     return 0

@@ -88,3 +88,25 @@ def test_table_counts_tokens_equal_to_eager_and_keeps_failed_rows(llm):
     line = next(l for l in text.splitlines() if l.startswith("| updraft |"))
     assert "12.0 (10.0-14.0)" in line and "| 2/4 |" in line  # median (min-max); first mismatch at token 2
     assert "| llamacpp_f32 | — |" in text and "not run: no peer venv" in text
+
+
+def test_a_run_without_the_doc_block_leaves_the_committed_chart_and_rows(llm, monkeypatch, tmp_path):
+    """`--doc -` (a slice, an A/B) writes the chart and the raw rows only where asked; with the doc
+    block they default to docs/, beside it, and the block links the chart."""
+    rows = [{"model": "m", "threads": 2, "backend": "eager", "run": 0, "status": "ok", "peak_rss_mb": 900.0,
+             "first_call_s": 1.0, "runs": [{"plen": 4, "prompt_s": 0.01, "decode_ms": 20.0, "tokens": [1, 2]}]}]
+    saved = tmp_path / "rows.json"
+    saved.write_text(json.dumps({"meta": {"machine": "m", "priority": "normal", "load_start": 0.5,
+                                          "command": "python benchmarks/llm.py", "date": "2026-12-07 22:00"},
+                                 "rows": rows}))
+    root = tmp_path / "repo"
+    monkeypatch.setattr(llm, "ROOT", root)
+    assert llm.main(["--from-json", str(saved), "--doc", "-"]) == 0
+    assert not (root / "docs").exists()
+    chart = tmp_path / "slice.png"
+    assert llm.main(["--from-json", str(saved), "--doc", "-", "--chart", str(chart)]) == 0
+    assert chart.exists() and not (root / "docs").exists()
+    (root / "docs").mkdir(parents=True)
+    doc = root / "docs" / "BENCHMARKS.md"
+    assert llm.main(["--from-json", str(saved), "--doc", str(doc)]) == 0
+    assert (root / "docs" / "llm_benchmark.png").exists() and "](llm_benchmark.png)" in doc.read_text()
