@@ -207,6 +207,8 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> None:
+    from updraft.quantize import DTYPES  # the dtypes quantize_weights stores a model's weights in
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["llama", "gpt2"])
     ap.add_argument("--guards", nargs="+", default=["default", "skip_all"], choices=list(GUARD_FILTERS))
@@ -216,7 +218,7 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--quantize", choices=["int8", "bf16"],
+    ap.add_argument("--quantize", choices=DTYPES,
                     help="updraft.quantize_weights(model, QUANTIZE) before compiling")
     ap.add_argument("--options", type=json.loads, default={},
                     help='CompilerConfig options as JSON, e.g. \'{"weight_dtype": "int8"}\'')
