@@ -358,6 +358,10 @@ class Report:
                             if d in _INTEGER_WEIGHTS}) or ["int8"]
             lines.append(f"  activations: int8 per row in {q} linear(s) over {'/'.join(kinds)} weights (activation_dtype int8), "
                          "int32 sums; the rest f32 (error measured: docs/quantization.md, \"int8 activations\")")
+        i4 = sum(p.low_precision_weights["i4"][0] for p in self.partitions if "i4" in p.low_precision_weights)
+        if i4 and not q:  # the f32-x int4 tiles: the slower pair, for no accuracy (docs/quantization.md)
+            lines.append(f"  activations: f32 over {i4} int4 weight(s); activation_dtype=\"int8\" is the faster pair "
+                         "for int4, in prompts and decode, at int4's own accuracy (docs/quantization.md, \"int4 weights\")")
         if any(p.cache for p in self.partitions):
             lines.append(f"  compile cache: {self.cache_hits} hit(s), {self.cache_misses} miss(es)   "
                          f"process total: {dict(cache_stats())}")

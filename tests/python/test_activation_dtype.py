@@ -63,6 +63,7 @@ def test_llama_logits_close_to_f32_and_differ_from_the_weights_alone(weight_dtyp
     assert sum(p.int8_activations for p in report.partitions) == 11  # q, o, gate, up, down x 2 + lm_head
     text = str(report)
     assert f"activations: int8 per row in 11 linear(s) {_OVER[weight_dtype]}" in text, text
+    assert "activations: f32 over" not in text, text  # the int4 hint only where x stays f32
     assert f"weight_dtype='{weight_dtype}' and activation_dtype='int8'" in text, text
 
 

@@ -139,6 +139,9 @@ def test_llama_engine_matches_eager_on_the_quantised_model(dtype):
                "model.layers.0.mlp.down_proj, model.layers.1.mlp.down_proj" in str(summary), str(summary)
     assert rep.weights["folded_bytes"] < 1 << 20, rep.weights  # no f32 copy of a weight in the engine
     assert "the model's own" in str(rep) and "read low-precision in place" in str(rep), str(rep)
+    # int4 under f32 activations: explain names the faster pair.
+    assert ("activations: f32 over 9 int4 weight(s); activation_dtype=\"int8\" is the faster pair" in str(rep)) \
+        == (dtype == "int4"), str(rep)
 
 
 @pytest.mark.parametrize("dtype", ["int8", "int4"])
