@@ -124,7 +124,7 @@ inline __m256i group_dot(__m256i u, __m256i x) {
 // then the nibbles' +8, 8 * sum_g scale[g] * xsum[g], 8 groups per FMA (G is even).
 template <int MT, int NT>
 inline void avx2_u4_tile(const uint8_t* xq, int64_t ldx, const void* aux, int64_t ldaux, const uint8_t* w, int64_t ldw,
-                    const uint16_t* sc, int64_t lds, int64_t K, float* out, int64_t ldo, int64_t os) {
+                         const uint16_t* sc, int64_t lds, int64_t K, float* out, int64_t ldo, int64_t os) {
   const int8_t* x = reinterpret_cast<const int8_t*>(xq);
   const float* xsum = static_cast<const float*>(aux);
   __m256 acc[MT][NT];
