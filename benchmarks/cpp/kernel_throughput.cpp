@@ -204,28 +204,25 @@ BENCHMARK(BM_DecodeMatmul)
 // and an int4 weight with int8 x (quantize_x, CompilerConfig.activation_dtype="int8"). GFLOP/s = 2 M N K / t.
 void BM_PrefillLinear(benchmark::State& state) {
   const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
-  const CpuIsa isa = state.range(3) == 3 || state.range(3) == 4 ? CpuIsa::avx2 : CpuIsa::native;
-  const int64_t kind = state.range(3) == 3 || state.range(3) == 4 ? (state.range(3) - 3) * 2 : state.range(3);
+  const bool avx2 = state.range(3) == 3 || state.range(3) == 4;
+  const CpuIsa isa = avx2 ? CpuIsa::avx2 : CpuIsa::native;
+  const int64_t kind = avx2 ? (state.range(3) - 3) * 2 : state.range(3);
   constexpr int kWeights = 24;
   std::vector<std::unique_ptr<OneKernel>> ks;
   for (int i = 0; i < kWeights; ++i) {
     Tensor x = filled({M, K}, 1, -1, 1), w = filled({N, K}, 2 + i, -1, 1);
-    if (kind == 2 || kind == 5) {
-      Tensor q(DType::i8, {N, K}), s = filled({N}, 99, 0.001f, 0.01f);
-      for (int64_t j = 0; j < N * K; ++j) q.ptr<int8_t>()[j] = static_cast<int8_t>(static_cast<int>(w.ptr<float>()[j] * 127));
+    if (kind == 2 || kind == 5 || kind == 6) {  // linear_wq over the weight as the engine stores it
+      const bool int4 = kind == 6;
+      Tensor q(int4 ? DType::u8 : DType::i8, {N, int4 ? K / 2 : K});
+      Tensor s = int4 ? Tensor(DType::bf16, {N, K / kInt4Group}) : Tensor(DType::f32, {N});
+      for (int64_t n = 0; n < N; ++n) {
+        const float* row = w.ptr<float>() + n * K;
+        if (int4) quantize_row_int4(row, K, q.ptr<uint8_t>() + n * (K / 2), s.ptr<uint16_t>() + n * (K / kInt4Group));
+        else s.ptr<float>()[n] = quantize_row_int8(row, K, q.ptr<int8_t>() + n * K);
+      }
       ks.push_back(std::make_unique<OneKernel>(
           "linear_wq", std::vector<Tensor>{x, q, s},
-          Attrs{{"has_weight_scale", Attr(true)}, {"quantize_x", Attr(kind == 5)}}, std::vector<bool>{false, true, true},
-          nullptr, isa));
-    } else if (kind == 6) {
-      Tensor q(DType::u8, {N, K / 2}), s(DType::bf16, {N, K / kInt4Group});
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t b = 0; b < K / kInt4Block; ++b)
-          quantize_block_int4(w.ptr<float>() + n * K + b * kInt4Block, q.ptr<uint8_t>() + n * (K / 2) + b * kInt4Group,
-                              s.ptr<uint16_t>() + n * (K / kInt4Group) + 2 * b);
-      ks.push_back(std::make_unique<OneKernel>(
-          "linear_wq", std::vector<Tensor>{x, q, s},
-          Attrs{{"has_weight_scale", Attr(true)}, {"quantize_x", Attr(true)}}, std::vector<bool>{false, true, true},
+          Attrs{{"has_weight_scale", Attr(true)}, {"quantize_x", Attr(kind != 2)}}, std::vector<bool>{false, true, true},
           nullptr, isa));
     } else {
       ks.push_back(std::make_unique<OneKernel>("linear", std::vector<Tensor>{x, w}, Attrs{}, std::vector<bool>{false, true},

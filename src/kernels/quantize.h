@@ -6,6 +6,7 @@
 //   uint16_t b = f32_to_bf16(x);              // round to nearest even
 //   float sx = quantize_act_row_int8(x, K, q); // an activation row (linear_wq's quantize_x)
 //   quantize_block_int4(b, q, s);              // 64 values -> 32 bytes of nibbles, 2 bf16 scales
+//   quantize_row_int4(row, K, q, s);           // a row of K values, block by block
 //   int v = int4_at(row, k);                   // element k of a packed int4 row, in [-7, 7]
 #pragma once
 #include <cmath>
@@ -102,6 +103,12 @@ inline void quantize_block_int4(const float* b, uint8_t* q, uint16_t* s) {
   }
   for (int64_t i = 0; i < kInt4Group; ++i)
     q[i] = static_cast<uint8_t>(int4_nibble(b[i], sf[0]) | (int4_nibble(b[kInt4Group + i], sf[1]) << 4));
+}
+
+// A contiguous row of K values (a multiple of kInt4Block) block by block: K / 2 bytes to q,
+// K / kInt4Group bf16 scales to s.
+inline void quantize_row_int4(const float* row, int64_t K, uint8_t* q, uint16_t* s) {
+  for (int64_t b = 0; b < K / kInt4Block; ++b) quantize_block_int4(row + b * kInt4Block, q + b * kInt4Group, s + 2 * b);
 }
 
 // A block's two bf16 scales (adjacent in its row of scales) as one 32-bit value. Broadcast to

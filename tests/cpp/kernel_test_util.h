@@ -326,9 +326,7 @@ inline std::pair<Tensor, Tensor> int4_weight(int64_t N, int64_t K, uint32_t seed
   const int64_t G = K / kInt4Group;
   Tensor q(DType::u8, {N, K / 2}), s(DType::bf16, {N, G});
   for (int64_t n = 0; n < N; ++n)
-    for (int64_t b = 0; b < K / kInt4Block; ++b)
-      quantize_block_int4(w.ptr<float>() + n * K + b * kInt4Block, q.ptr<uint8_t>() + n * (K / 2) + b * kInt4Group,
-                          s.ptr<uint16_t>() + n * G + 2 * b);
+    quantize_row_int4(w.ptr<float>() + n * K, K, q.ptr<uint8_t>() + n * (K / 2), s.ptr<uint16_t>() + n * G);
   return {q, s};
 }
 

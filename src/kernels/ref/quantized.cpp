@@ -49,14 +49,11 @@ void ref_quantize_rows(const TensorView* in, TensorView* out) {
 void ref_quantize_int4(const TensorView* in, TensorView* out) {
   const TensorView& x = in[0];
   const int64_t K = x.sizes[x.ndim - 1], R = num_rows(x), sk = x.strides[x.ndim - 1];
-  std::vector<float> block(static_cast<size_t>(kInt4Block));
+  std::vector<float> row(static_cast<size_t>(K));
   for (int64_t r = 0; r < R; ++r) {
     const float* src = x.ptr<const float>() + row_offset(x, r);
-    for (int64_t b = 0; b < K / kInt4Block; ++b) {
-      for (int64_t k = 0; k < kInt4Block; ++k) block[k] = src[(b * kInt4Block + k) * sk];
-      quantize_block_int4(block.data(), out[0].ptr<uint8_t>() + r * (K / 2) + b * kInt4Group,
-                          out[1].ptr<uint16_t>() + r * (K / kInt4Group) + 2 * b);
-    }
+    for (int64_t k = 0; k < K; ++k) row[k] = src[k * sk];
+    quantize_row_int4(row.data(), K, out[0].ptr<uint8_t>() + r * (K / 2), out[1].ptr<uint16_t>() + r * (K / kInt4Group));
   }
 }
 
