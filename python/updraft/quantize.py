@@ -68,7 +68,8 @@ def quantize_rows_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     bfloat16 [N, K/32]). Per group of 32 values scale = bf16(max|g| / 7) over its finite values,
     q = round-half-even(g / scale) in [-7, 7] (by the rounded scale) stored as q + 8; byte i of a
     32-byte block holds element i of its first group (low nibble) and of its second (high
-    nibble). NaN and a group of zeros give q = 0, +-inf +-7. Works in blocks of about 1M elements, as quantize_rows_int8."""
+    nibble). NaN and a group of zeros give q = 0, +-inf +-7. Works in blocks of about 1M
+    elements, as quantize_rows_int8."""
     w = w.detach()
     n, k = w.shape
     if k % INT4_BLOCK:
