@@ -462,6 +462,7 @@ class EnginePartition(torch.nn.Module):
         t0 = time.perf_counter()
         placeholders = list(self.sub.graph.find_nodes(op="placeholder"))  # indexed: no walk over the graph
         runtime_pos = [j for j in self._other_pos if not self.const_mask[j] and isinstance(args[j], torch.Tensor)]
+        check_traced_dtypes(placeholders, runtime_pos, args)
         size_pos = self._size_pos(args, placeholders, runtime_pos)
         orders = input_orders(placeholders, runtime_pos, args)
         disk, key, params = partition_cache.key_for(self, args, placeholders, size_pos, orders)
@@ -569,6 +570,23 @@ def lower_graph(graph: fx.Graph, args: Sequence, const_kinds: Sequence[Optional[
         ids.append(vid)
     lw.g.set_outputs(ids)
     return lw, ids, n_const
+
+
+def check_traced_dtypes(placeholders: list, runtime_pos: list[int], args: tuple) -> None:
+    """Unsupported when a runtime input arrives in another dtype than the traced graph gives it.
+    The engine graph is lowered from the traced dtypes (node.meta["val"]), and its calls pass data
+    pointers, so such an input would be read as the traced dtype's bytes. It happens where one of
+    torch's meta functions and its CPU kernel disagree: under bf16 autocast, the mean and rstd
+    that the CPU's native_layer_norm returns for a bf16 input are float32, where its meta says
+    bfloat16, and a training backward reads them (silently wrong gradients before this check).
+    PyTorch then runs the partition, with the dtypes it gets."""
+    for j in runtime_pos:
+        traced = meta(placeholders[j])
+        if isinstance(traced, torch.Tensor) and traced.dtype != args[j].dtype:
+            raise Unsupported(
+                f"input {placeholders[j].name} arrives as {args[j].dtype} where the traced graph has "
+                f"{traced.dtype} (torch's meta function and its CPU kernel disagree on its dtype); "
+                "the engine would read its bytes as the traced dtype, so PyTorch runs this partition")
 
 
 def input_orders(placeholders: list, runtime_pos: list[int], args: tuple) -> dict:

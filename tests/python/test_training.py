@@ -385,6 +385,28 @@ def test_activation_checkpointing_matches_eager():
     assert_grads_match(model, ref)
 
 
+def test_bf16_autocast_step_matches_eager():
+    """Under bf16 autocast the CPU's native_layer_norm returns float32 mean and rstd for a bf16
+    input where its meta function says bfloat16, and the backward reads them: an engine
+    partition lowered from the traced dtypes read their bytes as bf16 (gradients of 1e34 and
+    inf before engine_partition.check_traced_dtypes sent it to PyTorch). Tolerance: bf16's
+    rounding (2^-8 relative) over a few ops, and the layer norm's gradient decomposed in f32
+    against eager's bf16 kernel (1.5e-3 relative measured)."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(),
+                                torch.nn.Linear(32, 5))
+    ref = copy.deepcopy(model)
+    x, y = torch.randn(8, 16), torch.randint(0, 5, (8,))
+    step = _compiled_step(_classify_step)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = step(model, x, y)
+        want = _classify_step(ref, x, y)
+    torch.testing.assert_close(loss.float(), want.float(), rtol=1e-2, atol=0)
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+        scale = q.grad.abs().max().item()
+        err = (p.grad - q.grad).abs().max().item()
+        assert err <= 2e-2 * scale, f"{name}: max error {err:.3g} against scale {scale:.3g}"
+
+
 def test_dropout_keeps_its_rate_and_gradient_mask():
     # The default backend (training="auto"): whichever side runs the step, the kept fraction is
     # 1-p and the gradient is zero exactly where the output was dropped.
