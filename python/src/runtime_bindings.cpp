@@ -1,6 +1,7 @@
 #include <nanobind/nanobind.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <set>
 #include <nanobind/stl/map.h>
@@ -314,8 +315,15 @@ struct PyStepObserver : StepObserver {
 // The per-call check of a graph's frozen parameters (backend.PartitionedGraph): the same test
 // as a Python generator, without one interpreted iteration per parameter (97 us for
 // MobileNetV2's 261 parameters at each call, docs/BENCHMARKS.md "The frozen-parameter check").
+// An entry (i, t, v, snapshot, snapshot's data_ptr, nbytes) also needs t's first nbytes bytes
+// equal to the snapshot's (a contiguous copy of t taken when the set was bound; the entry holds
+// it, so its pointer stays valid): for tensors that kernels write in place without bumping their
+// version (batch norm's running statistics under a train-mode forward, backend.py
+// `_running_stats_inputs`). t's own pointer is read at each call (its storage may have been
+// replaced); its size cannot differ from the snapshot's without its shape, which Dynamo guards.
 bool frozen_unchanged(nb::handle args, nb::handle bound) {
   static PyObject* const version = PyUnicode_InternFromString("_version");
+  static PyObject* const data_ptr = PyUnicode_InternFromString("data_ptr");
   PyObject* a = args.ptr();
   PyObject* b = bound.ptr();
   UPDRAFT_CHECK(PyList_Check(b) && (PyList_Check(a) || PyTuple_Check(a)), "bindings",
@@ -324,7 +332,8 @@ bool frozen_unchanged(nb::handle args, nb::handle bound) {
   PyObject** items = PySequence_Fast_ITEMS(a);
   for (Py_ssize_t k = 0, n = PyList_GET_SIZE(b); k < n; ++k) {
     PyObject* e = PyList_GET_ITEM(b, k);
-    UPDRAFT_CHECK(PyTuple_Check(e) && PyTuple_GET_SIZE(e) == 3, "bindings", "frozen_unchanged: an entry is not (index, tensor, version)");
+    UPDRAFT_CHECK(PyTuple_Check(e) && (PyTuple_GET_SIZE(e) == 3 || PyTuple_GET_SIZE(e) == 6), "bindings",
+                  "frozen_unchanged: an entry is not (index, tensor, version[, snapshot, its data_ptr, nbytes])");
     const Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, 0));
     if (i < 0 || i >= na) {
       if (PyErr_Occurred()) throw nb::python_error();
@@ -338,6 +347,16 @@ bool frozen_unchanged(nb::handle args, nb::handle bound) {
     Py_DECREF(cur);
     if (same < 0) throw nb::python_error();
     if (!same) return false;
+    if (PyTuple_GET_SIZE(e) == 6) {
+      PyObject* p = PyObject_CallMethodNoArgs(t, data_ptr);
+      if (!p) throw nb::python_error();
+      const void* now = PyLong_AsVoidPtr(p);
+      Py_DECREF(p);
+      const void* then = PyLong_AsVoidPtr(PyTuple_GET_ITEM(e, 4));
+      const Py_ssize_t bytes = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, 5));
+      if (PyErr_Occurred()) throw nb::python_error();
+      if (bytes > 0 && std::memcmp(now, then, static_cast<size_t>(bytes)) != 0) return false;
+    }
   }
   return true;
 }
@@ -346,7 +365,8 @@ void bind_runtime(nb::module_& m) {
   // A hang is not an input error: Python tells it apart by type (engine_partition.py).
   static nb::exception<WatchdogTimeout> watchdog_exc(m, "WatchdogTimeout", m.attr("UpdraftError"));
   m.def("frozen_unchanged", &frozen_unchanged, nb::arg("args"), nb::arg("bound"),
-        "Whether args[i] is t and t._version == v for every (i, t, v) in bound (a list).");
+        "Whether args[i] is t and t._version == v for every (i, t, v) in bound (a list); an entry "
+        "(i, t, v, snapshot, snapshot.data_ptr(), nbytes) also needs t's bytes equal to the snapshot's.");
   m.def("clock_ns", &runtime_clock_ns,
         "The engine's step clock in ns (steady_clock: CLOCK_MONOTONIC, as time.monotonic_ns).");
 

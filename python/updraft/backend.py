@@ -201,10 +201,14 @@ class PartitionedGraph:
 
     def __init__(self, gm: fx.GraphModule, parts: list[EnginePartition], frozen: list[int],
                  history: Optional["_History"] = None, config: Optional[CompilerConfig] = None,
-                 report: Optional[GraphReport] = None, names: Optional[list] = None) -> None:
+                 report: Optional[GraphReport] = None, names: Optional[list] = None,
+                 checked: Optional[list] = None) -> None:
         self.gm = gm
         self.parts = parts
         self.frozen = frozen
+        # Frozen inputs whose bytes each call compares too (_running_stats_inputs), in order.
+        self.checked = sorted(checked or [])
+        self._checked = set(self.checked)
         self.history = history
         self.config = config
         self.report = report
@@ -375,11 +379,29 @@ class PartitionedGraph:
                     p.invalidate(s.slot)
 
     def _bound_of(self, args: list) -> list:
-        return [(i, args[i], args[i]._version) for i in self.frozen]
+        """(i, tensor, version) per frozen input; for a checked one (a contiguous tensor; another
+        keeps the version check alone) also a copy of its bytes, which each call compares, with
+        the copy's data_ptr and nbytes (_C.frozen_unchanged)."""
+        bound = []
+        for i in self.frozen:
+            t = args[i]
+            if i in self._checked and t.is_contiguous():
+                snapshot = t.detach().clone()
+                bound.append((i, t, t._version, snapshot, snapshot.data_ptr(), snapshot.nbytes))
+            else:
+                bound.append((i, t, t._version))
+        return bound
 
     def _what_changed(self, bound: list, args: list) -> str:
-        changed = [(i, "was modified in place" if args[i] is t else "is another tensor (another module instance?)")
-                   for i, t, v in bound if args[i] is not t or t._version != v]
+        changed = []
+        for i, t, v, *snapshot in bound:
+            if args[i] is not t:
+                changed.append((i, "is another tensor (another module instance?)"))
+            elif t._version != v:
+                changed.append((i, "was modified in place"))
+            elif snapshot and not _entry_holds(args, (i, t, v, *snapshot)):
+                changed.append((i, "changed in place without a version bump (batch norm's running statistics, "
+                                   "updated by a train-mode forward)"))
         i, how = changed[0]
         more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
         return f"parameter input {i} '{self._names[i]}' {how}{more}"
@@ -407,6 +429,11 @@ class PartitionedGraph:
         return False
 
 
+def _entry_holds(args: list, entry: tuple) -> bool:
+    """One bound entry checked as the per-call check does (bytes, not values: NaN equals NaN)."""
+    return load_c().frozen_unchanged(args, [entry])
+
+
 class _ParamSet:
     """One set of frozen parameters a PartitionedGraph runs with: its slot (which state each
     partition uses for it) and the tensors with their versions when it was built."""
@@ -417,12 +444,13 @@ class _ParamSet:
         self.slot, self.bound = slot, bound
 
     def holds(self, args: list) -> bool:
-        """args[i] is t and t._version == v for every bound (i, t, v): in C, one call per call of
-        the graph (a Python loop over MobileNetV2's 261 parameters took 70-100 us)."""
+        """args[i] is t and t._version == v for every bound (i, t, v), and t's bytes equal a
+        bound snapshot's: in C, one call per call of the graph (a Python loop over MobileNetV2's
+        261 parameters took 70-100 us)."""
         return load_c().frozen_unchanged(args, self.bound)
 
     def same_tensors(self, args: list) -> bool:
-        return all(args[i] is t for i, t, _ in self.bound)
+        return all(args[e[0]] is e[1] for e in self.bound)
 
 
 class _History:
@@ -536,6 +564,33 @@ def _frozen_inputs(gm: fx.GraphModule, config: CompilerConfig) -> list[int]:
                   and isinstance(placeholders[i].meta.get("val"), torch.Tensor))
 
 
+
+# The arguments through which an op reads batch norm's running statistics (every aten batch
+# norm overload names them so).
+_RUNNING_STATS_ARGS = ("running_mean", "running_var")
+
+
+def _running_stats_inputs(gm: fx.GraphModule, frozen: list[int]) -> list[int]:
+    """The frozen inputs that some node reads as batch norm's running statistics. A train-mode
+    forward (eager, or a compiled training graph) updates them in place without bumping their
+    version, so the per-call check compares their bytes too (PartitionedGraph), not only their
+    version: an eval call after training would otherwise run on statistics the engine folded
+    before it (into the convolution's weights, for one)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    by_node = {placeholders[i]: i for i in frozen if i < len(placeholders)}
+    found = set()
+    for node in gm.graph.nodes:
+        schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+        if schema is None:
+            continue
+        for k, arg in enumerate(schema.arguments):
+            if arg.name not in _RUNNING_STATS_ARGS:
+                continue
+            value = node.args[k] if k < len(node.args) else node.kwargs.get(arg.name)
+            if value in by_node:
+                found.add(by_node[value])
+    return sorted(found)
+
 def compile_inference(gm: fx.GraphModule, config: CompilerConfig, report: GraphReport,
                       names: Optional[list] = None) -> Callable:
     history, frame_compile = _history_for(gm)
@@ -550,6 +605,7 @@ def compile_inference(gm: fx.GraphModule, config: CompilerConfig, report: GraphR
                   "or raise the limit.")
         return _boxed(gm.forward)
     frozen = _frozen_inputs(gm, config)
+    checked = _running_stats_inputs(gm, frozen)
     writes = _data_writes()
     gm, parts = partition_graph(gm, config, report, set(frozen))
     if config.debug >= 1:
@@ -562,7 +618,7 @@ def compile_inference(gm: fx.GraphModule, config: CompilerConfig, report: GraphR
         return _boxed(gm.forward)
     _restride_user_outputs(gm, report)
     _write_inputs_in_place(gm, report, writes)
-    return PartitionedGraph(gm, parts, frozen, history, config, report, names)
+    return PartitionedGraph(gm, parts, frozen, history, config, report, names, checked)
 
 
 def _restride_user_outputs(gm: fx.GraphModule, report: GraphReport) -> None:

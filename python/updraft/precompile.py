@@ -133,7 +133,7 @@ def capture(gm: torch.fx.GraphModule, example_inputs: list, config: CompilerConf
     compiled = seen["compiled"]
     if isinstance(compiled, PartitionedGraph):
         graph = compiled
-        outer, parts, frozen = compiled.gm, compiled.parts, compiled.frozen
+        outer, parts, frozen, checked = compiled.gm, compiled.parts, compiled.frozen, compiled.checked
         names = compiled._names
     else:  # the whole graph runs in PyTorch (no partition, or its compile failed with fallback)
         fn = getattr(compiled, "__wrapped__", None)
@@ -141,8 +141,9 @@ def capture(gm: torch.fx.GraphModule, example_inputs: list, config: CompilerConf
         if not isinstance(outer, torch.fx.GraphModule):
             raise PrecompileError(f"[updraft.precompile] the backend returned {type(compiled).__name__}, "
                                   "which has no graph to save; this is a bug in updraft")
-        graph, parts, frozen = compiled, [], []
-    pg = PrecompiledGraph(graph, _Recipe(outer, parts, frozen, names, config, getattr(compiled, "report", None)))
+        graph, parts, frozen, checked = compiled, [], [], []
+    pg = PrecompiledGraph(graph, _Recipe(outer, parts, frozen, names, config, getattr(compiled, "report", None),
+                                         checked))
     with torch.no_grad():  # builds every partition now: the entries are saved from the builds
         pg.graph(list(example_inputs))
     return pg
@@ -185,6 +186,7 @@ class _Recipe:
     names: list
     config: CompilerConfig
     report: Any = None  # the graph's GraphReport: what runs in PyTorch and why
+    checked: list = dataclasses.field(default_factory=list)  # PartitionedGraph.checked
 
 
 # ----------------------------------------------------------------------------- the callable
@@ -250,7 +252,7 @@ def _save(recipe: _Recipe) -> bytes:
         "engine": C.engine_version(), "cpu": C.cpu_features(), "torch": torch.__version__,
         "config": _config_fields(recipe.config),
         "outer": _code_spec(recipe.outer, "the outer graph", blob),
-        "frozen": recipe.frozen, "names": recipe.names, "partitions": parts,
+        "frozen": recipe.frozen, "checked": recipe.checked, "names": recipe.names, "partitions": parts,
         "report": _report_fields(recipe.report),
         "blobs": [len(b) for b in blobs],
     }
@@ -448,7 +450,8 @@ def _build_loaded(meta: dict, blobs: list, data: bytes, C: Any, PartitionedGraph
         setattr(outer, spec["target"], part)
         parts.append(part)
     if parts:
-        graph = PartitionedGraph(outer, parts, list(meta["frozen"]), None, config, report, list(meta["names"]))
+        graph = PartitionedGraph(outer, parts, list(meta["frozen"]), None, config, report, list(meta["names"]),
+                                 list(meta.get("checked", [])))  # an artifact saved before "checked": none
     else:
         graph = _boxed(outer.forward)
     return PrecompiledGraph(graph, data=bytes(data))

@@ -186,6 +186,31 @@ def test_frozen_parameter_check_sees_identity_and_in_place_writes():
         _C.frozen_unchanged(args, [(1, a)])
 
 
+def test_frozen_check_compares_the_bytes_of_a_snapshot_entry():
+    # An entry (index, tensor, version, snapshot) also needs the tensor's bytes equal to the
+    # snapshot's: batch norm's running statistics change under a train-mode forward without a
+    # version bump (backend._running_stats_inputs).
+    from updraft import _C
+
+    def entry(i, t):
+        snapshot = t.clone()
+        return (i, t, t._version, snapshot, snapshot.data_ptr(), snapshot.nbytes)
+
+    stats = torch.randn(8)
+    args = [torch.randn(4), stats]
+    bound = [entry(1, stats)]
+    assert _C.frozen_unchanged(args, bound)
+    version = stats._version
+    torch.nn.functional.batch_norm(torch.randn(4, 8), stats, torch.ones(8), training=True, momentum=0.5)
+    assert stats._version == version  # the kernel wrote it in place and left the version alone
+    assert not _C.frozen_unchanged(args, bound)  # the bytes tell
+    assert _C.frozen_unchanged(args, [entry(1, stats)])
+    nan = torch.full((3,), float("nan"))  # bytes, not values: NaN == NaN here
+    assert _C.frozen_unchanged([nan], [entry(0, nan)])
+    with pytest.raises(Exception, match="snapshot"):
+        _C.frozen_unchanged(args, [(1, stats, stats._version, stats.clone())])
+
+
 def test_memory_order_of_dense_views():
     from updraft.lowerer import memory_order
 

@@ -116,3 +116,29 @@ def test_cse_merges_equal_literals_but_not_parameters():
     text = C.compile(g, {"fuse": False, "fold_constants": False}).graph_text()
     muls = [line for line in text.splitlines() if "mul(" in line]
     assert len(muls) == 3, text  # x * p1, x * p2, and one x * l1 for both literals
+
+
+@pytest.mark.parametrize("train", ["eager", "compiled"])
+def test_eval_after_a_train_mode_forward_sees_the_new_running_statistics(train):
+    """A train-mode forward updates batch norm's running statistics in place without bumping
+    their version (eager's kernel writes them; so does a compiled training graph, at some
+    steps). The eval graph folded the old ones into its convolutions: its per-call check
+    compares their bytes too (backend._running_stats_inputs), so the eval call rebuilds. Before
+    that check the second eval here was 0.3 off eager's, silently."""
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    model = ConvBnConvBn()
+    compiled = torch.compile(model, backend="updraft")
+    x = torch.randn(4, 3, 8, 8)
+    for step in range(3):
+        model.train()
+        if train == "eager":
+            with torch.no_grad():
+                model(x * (step + 2))
+        else:
+            compiled(x * (step + 2)).square().mean().backward()
+        model.eval()
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4, msg=lambda m: f"step {step}: {m}")
+    assert any("without a version bump" in why for kind, why in updraft.last_report().graphs[-1].compiles
+               if kind == "recompile") or train == "compiled", str(updraft.last_report())
