@@ -34,9 +34,11 @@ class Layer(torch.nn.Module):
 
 
 class Stack(torch.nn.Module):
-    def __init__(self):
+    """LAYERS layers (`layer()` each: Layer by default), each output scaled down for the next."""
+
+    def __init__(self, layer=Layer):
         super().__init__()
-        self.layers = torch.nn.ModuleList([Layer() for _ in range(LAYERS)])
+        self.layers = torch.nn.ModuleList([layer() for _ in range(LAYERS)])
 
     def forward(self, x):
         for layer in self.layers:

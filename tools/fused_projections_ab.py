@@ -22,13 +22,13 @@ import subprocess
 import sys
 import time
 
-H, I, KV, LAYERS = 1024, 2816, 256, 8
+KV = 256  # k and v's rows (4 key-value heads of 64); H, I and the layer count: decode_linears.py
 
 
 def child(a: argparse.Namespace) -> None:
     import torch
 
-    import updraft  # noqa: F401  (registers the backend)
+    from decode_linears import H, I, Stack  # the same shapes and stack (this script's folder)
     from updraft import CompilerConfig, get_backend
 
     torch.set_num_threads(a.threads)
@@ -62,21 +62,11 @@ def child(a: argparse.Namespace) -> None:
             g, u = self.gu(a).split([I, I], -1) if fused else (self.g(a), self.u(a))
             return self.d(torch.nn.functional.silu(g) * u) + b
 
-    class Stack(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layers = torch.nn.ModuleList([Layer() for _ in range(LAYERS)])
-
-        def forward(self, x):
-            for layer in self.layers:
-                x = layer(x) * 0.01
-            return x
-
     torch.manual_seed(0)
     opts = {"inference": "engine", "weight_dtype": a.weight_dtype}
     if a.activations != "f32":
         opts["activation_dtype"] = a.activations
-    c = torch.compile(Stack().eval(), backend=get_backend(CompilerConfig(**opts)))
+    c = torch.compile(Stack(Layer).eval(), backend=get_backend(CompilerConfig(**opts)))
     x = torch.randn(1, a.rows, H, generator=torch.Generator().manual_seed(1))
     ts = []
     with torch.no_grad():
