@@ -564,7 +564,6 @@ def _frozen_inputs(gm: fx.GraphModule, config: CompilerConfig) -> list[int]:
                   and isinstance(placeholders[i].meta.get("val"), torch.Tensor))
 
 
-
 # The arguments through which an op reads batch norm's running statistics (every aten batch
 # norm overload names them so).
 _RUNNING_STATS_ARGS = ("running_mean", "running_var")
@@ -590,6 +589,7 @@ def _running_stats_inputs(gm: fx.GraphModule, frozen: list[int]) -> list[int]:
             if value in by_node:
                 found.add(by_node[value])
     return sorted(found)
+
 
 def compile_inference(gm: fx.GraphModule, config: CompilerConfig, report: GraphReport,
                       names: Optional[list] = None) -> Callable:
