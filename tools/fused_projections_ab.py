@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from updraft.config import ACTIVATION_DTYPES, WEIGHT_DTYPES
+
 KV = 256  # k and v's rows (4 key-value heads of 64); H, I and the layer count: decode_linears.py
 
 
@@ -81,15 +83,15 @@ def child(a: argparse.Namespace) -> None:
     print(json.dumps({"q1": ts[len(ts) // 4], "median": statistics.median(ts), "y": y.flatten()[:64].tolist()}))
 
 
-def torch_free_max_rel(a: list[float], b: list[float]) -> float:
-    """max |a - b| / max |b| over two lists (the parent process does not import torch)."""
+def max_rel_diff(a: list[float], b: list[float]) -> float:
+    """max |a - b| / max |b| over two lists of the children's outputs."""
     return max(abs(p - q) for p, q in zip(a, b)) / max(max(abs(q) for q in b), 1e-30)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("weight_dtype", choices=["f32", "bf16", "int8", "int4"])
-    p.add_argument("--activations", choices=["f32", "int8"], default="f32")
+    p.add_argument("weight_dtype", choices=WEIGHT_DTYPES)
+    p.add_argument("--activations", choices=ACTIVATION_DTYPES, default="f32")
     p.add_argument("--rows", type=int, default=1, help="rows of x (1: a decode step; 32: a prompt)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3, help="fresh processes per form, alternated")
@@ -107,10 +109,10 @@ def main() -> None:
             got[form].append(json.loads(out.strip().splitlines()[-1]))
     # Both forms must compute the same outputs (the same weights; a quantised row's scales are
     # its own, so concatenating rows changes no value): a timing of a wrong form is no result.
-    ys = [torch_free_max_rel(got["fused"][0]["y"], got["separate"][0]["y"])]
-    if ys[0] > 1e-4:
+    diff = max_rel_diff(got["fused"][0]["y"], got["separate"][0]["y"])
+    if diff > 1e-4:
         sys.exit(f"fused_projections_ab: the fused form's outputs differ from the separate form's "
-                 f"(max relative difference {ys[0]:.2e}); the timings would compare different work")
+                 f"(max relative difference {diff:.2e}); the timings would compare different work")
     print(f"{a.weight_dtype} weights, {a.activations} activations, {a.rows} row(s), {a.threads} thread(s), "
           f"{a.rounds} processes per form (ms per pass of the 56 projections: q1 / median per process)")
     for form, rows in got.items():

@@ -140,5 +140,6 @@ def test_eval_after_a_train_mode_forward_sees_the_new_running_statistics(train):
         model.eval()
         with torch.no_grad():
             torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4, msg=lambda m: f"step {step}: {m}")
-    assert any("without a version bump" in why for kind, why in updraft.last_report().graphs[-1].compiles
-               if kind == "recompile") or train == "compiled", str(updraft.last_report())
+    if train == "eager":  # a compiled step bumps the version at some steps: either reason then
+        assert any("without a version bump" in why for kind, why in updraft.last_report().graphs[-1].compiles
+                   if kind == "recompile"), str(updraft.last_report())
